@@ -1,0 +1,31 @@
+# Two entry points (see README "Quick start"): `make demo` and `make test`.
+# Each creates .venv on first use and re-installs only when pyproject.toml changes.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,hf,plot]'
+	touch $@ $(VENV)/.core-installed
+
+demo: $(VENV)/.core-installed
+	$(BIN)/npukit demo
+
+test: $(VENV)/.dev-installed
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+bench: $(VENV)/.dev-installed
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

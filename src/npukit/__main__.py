@@ -1,0 +1,3 @@
+from npukit.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Model references and loading: float goldens, quantized references, checkpoints, shape presets."""
