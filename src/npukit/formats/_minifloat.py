@@ -94,17 +94,19 @@ class Minifloat:
 
     @cached_property
     def pair_table(self) -> np.ndarray:
-        """uint64 entry k = (float32 of code k & 0xFF) | (float32 of code k >> 8) << 32.
+        return make_pair_table(self.table)
 
-        Only for 8-bit containers; a little-endian uint16 view of two codes indexes it directly.
-        """
-        full = np.zeros(256, np.float32)
-        full[: self.table.size] = self.table
-        lo = np.tile(full, 256)
-        hi = np.repeat(full, 256)
-        pair = np.stack([lo, hi], axis=1).view(np.uint64).ravel().copy()
-        pair.flags.writeable = False
-        return pair
+
+def make_pair_table(table: np.ndarray) -> np.ndarray:
+    """uint64 entry k = bits(table[k & 0xFF]) | bits(table[k >> 8]) << 32 (missing codes read 0).
+
+    A little-endian uint16 view of two consecutive 8-bit codes indexes it directly.
+    """
+    full = np.zeros(256, np.float32)
+    full[: table.size] = table
+    pair = np.stack([np.tile(full, 256), np.repeat(full, 256)], axis=1).view(np.uint64).ravel().copy()
+    pair.flags.writeable = False
+    return pair
 
 
 def as_float32(x: object, what: str) -> np.ndarray:
@@ -168,18 +170,24 @@ def encode(x: np.ndarray, fmt: Minifloat, saturate: bool) -> np.ndarray:
 
 def decode(codes: np.ndarray, fmt: Minifloat, out: np.ndarray | None = None) -> np.ndarray:
     """uint8 codes (already range-checked) -> float32 of the same shape, via the pair table."""
+    return decode_with(codes, fmt.table, fmt.pair_table, out)
+
+
+def decode_with(codes: np.ndarray, table: np.ndarray, pair: np.ndarray,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """Table decode of uint8 codes; ``pair`` is `make_pair_table(table)`."""
     c = np.ascontiguousarray(codes)
     if out is None:
         out = np.empty(c.shape, np.float32)
     flat = c.reshape(-1)
     dst = out.reshape(-1)
     if sys.byteorder != "little":  # the pair table assumes little-endian uint16/uint64 views
-        np.take(fmt.table, flat, out=dst)
+        np.take(table, flat, out=dst)
         return out
     n2 = flat.size & ~1
     if n2:
         # mode="clip" skips the bounds check; every uint16 is a valid index into 65536 entries.
-        np.take(fmt.pair_table, flat[:n2].view(np.uint16), out=dst[:n2].view(np.uint64), mode="clip")
+        np.take(pair, flat[:n2].view(np.uint16), out=dst[:n2].view(np.uint64), mode="clip")
     if flat.size & 1:
-        dst[-1] = fmt.table[flat[-1]]
+        dst[-1] = table[flat[-1]]
     return out
