@@ -1,0 +1,127 @@
+"""Open a model by name: a Hugging Face directory (``config.json`` + safetensors [+ tokenizer.json])
+or a shape preset (``npukit.models.presets``, filled with deterministic synthetic weights).
+
+Model families register themselves in modules named ``npukit/models/family_<name>.py`` (found
+automatically, like CLI subcommands), each calling `register_family` with the ``model_type``
+values it understands and a loader returning a `LoadedModel`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npukit.errors import ConfigError, ModelError
+from npukit.models import presets
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for a backend: family config + lazily read weights (+ tokenizer)."""
+
+    family: str  # registry key, e.g. "gemma3n"
+    name: str  # preset name or directory path
+    config: Any  # the family's typed config dataclass
+    weights: Any  # the family's weights object (one tensor at a time)
+    tokenizer: Any | None = None  # tokenizers.Tokenizer when the directory ships tokenizer.json
+    origin: str = "checkpoint"  # "checkpoint" or "preset" (synthetic weights)
+    raw_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return tuple(getattr(self.config, "eos_token_ids", ()))
+
+
+# loader(raw_config, directory or None for a preset, name, seed) -> LoadedModel
+Loader = Callable[[dict[str, Any], Path | None, str, int], LoadedModel]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]
+    load: Loader
+
+
+_FAMILIES: dict[str, Family] = {}
+_discovered = False
+
+
+def register_family(name: str, model_types: Iterable[str], load: Loader) -> None:
+    _FAMILIES[name] = Family(name, tuple(model_types), load)
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import npukit.models as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("family_"):
+            importlib.import_module(f"npukit.models.{info.name}")
+
+
+def families() -> dict[str, Family]:
+    _discover()
+    return dict(_FAMILIES)
+
+
+def family_for(raw: dict[str, Any], where: str) -> Family:
+    mt = raw.get("model_type")
+    for fam in families().values():
+        if mt in fam.model_types:
+            return fam
+    known = sorted(t for f in _FAMILIES.values() for t in f.model_types)
+    raise ConfigError(f"{where}: model_type {mt!r} unsupported (known: {', '.join(known)})")
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise ModelError(f"{directory}: no config.json (not a Hugging Face model directory)")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: unreadable config ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ModelError(f"{path}: config is not a JSON object")
+    return raw
+
+
+def load_tokenizer(directory: Path) -> Any | None:
+    """tokenizers.Tokenizer from ``tokenizer.json`` if the directory has one, else None."""
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers package raises plain Exceptions on bad files
+        raise ModelError(f"{path}: cannot load tokenizer ({str(exc).splitlines()[0]})") from None
+
+
+def load_model(spec: str | Path, seed: int = 0) -> LoadedModel:
+    """Open a model directory, or a preset name (synthetic weights from ``seed``)."""
+    path = Path(spec)
+    if path.is_dir():
+        raw = read_config(path)
+        return family_for(raw, str(path)).load(raw, path, str(path), seed)
+    if str(spec) in presets.model_preset_names():
+        raw = presets.model_preset(str(spec))
+        return family_for(raw, f"preset {spec}").load(raw, None, str(spec), seed)
+    if path.exists():
+        raise ModelError(f"{path}: not a model directory")
+    raise ConfigError(f"no model directory or preset named {str(spec)!r}; presets: "
+                      f"{', '.join(presets.model_preset_names())}")
