@@ -28,3 +28,4 @@ class Work:
     is_async: bool = False  # the issuer does not wait for completion
     reads: tuple[Range, ...] = ()  # on-chip ranges read (for dependency tracking)
     writes: tuple[Range, ...] = ()  # on-chip ranges written
+    lanes: int = 0  # parallel units engaged on the engine (e.g. GEMV cores); 0 = all of them
