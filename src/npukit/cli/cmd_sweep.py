@@ -1,0 +1,68 @@
+"""``npukit sweep``: grid over hardware and format parameters → table (CSV/Parquet) + Pareto plot."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from npukit.cli import ui
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="sweep hardware and format parameters: tok/s and J/token per point")
+    p.add_argument("--hw", required=True, help="hardware preset name or TOML path")
+    p.add_argument("--model", required=True, help="model preset name or path to a HF config.json")
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2|START:STOP:N",
+                   help="a swept axis (repeatable): weights, kv, context, sparsity, clock_mhz, lanes, "
+                   "ddr_gbps, static_power_w, perf.<key>, or a hardware field such as gemv.cores_log2")
+    p.add_argument("--weights", default="int4", help="weight format when not swept (default int4)")
+    p.add_argument("--kv", default="fp16", help="KV format when not swept (default fp16)")
+    p.add_argument("--context", type=int, default=1024, help="context when not swept (default 1024)")
+    p.add_argument("--sparsity", type=float, default=0.0, help="FFN sparsity when not swept (default 0)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="fixed hardware override applied to every point")
+    p.add_argument("--basis", choices=("peak", "effective"), default="peak")
+    p.add_argument("--out", default=None, metavar="FILE.csv|FILE.parquet", help="write every point")
+    p.add_argument("--pareto", default=None, metavar="FILE.png", help="Pareto plot of tok/s vs J/token")
+    p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--ray", default=None, metavar="ADDRESS", help="run the chunks on a Ray cluster")
+    p.add_argument("--json", action="store_true", help="print one JSON object (Pareto front and timing)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from npukit.errors import ConfigError
+    from npukit.perf.ops import build_ops
+    from npukit.perf.sweep import Sweep, axes_from, pareto_front, run_sweep, write_table
+
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    axes = axes_from(args.grid)
+    table = build_ops(args.model, name=args.model)
+    sw = Sweep(args.hw, table, axes, {"weights": args.weights, "kv": args.kv, "context": args.context,
+                                       "sparsity": args.sparsity}, args.overrides, args.basis)
+    t0 = time.perf_counter()
+    rows = run_sweep(sw, workers=args.workers, ray_address=args.ray)
+    dt = time.perf_counter() - t0
+    front = pareto_front(rows)
+    if args.out:
+        write_table(rows, args.out)
+    if args.pareto:
+        from npukit.perf.plot import plot_pareto
+
+        plot_pareto(rows, front, args.pareto)
+    axis_names = list(axes)
+    timing = {"points": len(rows), "seconds": dt, "points_per_second": len(rows) / dt if dt > 0 else None,
+              "tier": "measured", "source": "wall clock of this run (time.perf_counter)"}
+    if args.json:
+        ui.emit_json({"axes": axes, "timing": timing, "pareto": [rows[i] for i in front],
+                      "out": args.out, "pareto_plot": args.pareto})
+        return 0
+    show = sorted(front, key=lambda i: -rows[i]["tokens_per_second"])
+    ui.table([[*(rows[i][a] for a in axis_names), f"{rows[i]['tokens_per_second']:.4g}",
+               rows[i]["time_tier"], f"{rows[i]['joules_per_token']:.4g}", rows[i]["energy_tier"],
+               rows[i]["bound"]] for i in show],
+             [*axis_names, "tok/s", "tier", "J/token", "tier", "bound"])
+    print(f"\n{len(front)} Pareto points of {len(rows)}; {dt:.2f} s ({len(rows) / dt:.0f} points/s, measured)"
+          + (f"; wrote {args.out}" if args.out else "") + (f", {args.pareto}" if args.pareto else ""))
+    return 0

@@ -1,0 +1,136 @@
+"""Figures: the roofline with every op placed on it, a stacked per-layer time chart, and the
+Pareto plot of a sweep. matplotlib is the optional ``plot`` extra, imported only here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from npukit.errors import ConfigError
+from npukit.perf.roofline import Analysis
+
+
+def _plt() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("plotting needs matplotlib: pip install 'npukit[plot]'") from None
+    return plt
+
+
+def plot_file(a: Analysis, path: str | Path) -> Path:
+    """``layers*.png`` → per-layer chart; any other name → roofline."""
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"--plot {path}: use a .png, .svg or .pdf file name")
+    if path.stem.lower().startswith("layer"):
+        return plot_layers(a, path)
+    return plot_roofline(a, path)
+
+
+def plot_roofline(a: Analysis, path: str | Path) -> Path:
+    """x: MACs per off-chip byte; y: attained MAC/s. Ceilings: peak MAC rate and each
+    memory level carrying weights/KV. Ops with no off-chip bytes or no MACs are left out."""
+    plt = _plt()
+    m = a.machine
+    po = a.per_op
+    off = po["op_w_bytes"] + po["op_kv_bytes"]
+    macs, sec = po["op_macs"], po["op_seconds"]
+    ok = (off > 0) & (macs > 0) & (sec > 0)
+    x, y = macs[ok] / off[ok], macs[ok] / sec[ok]
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    xs = np.logspace(np.log10(max(x.min() / 4, 1e-2)), np.log10(max(x.max() * 4, 10)), 200) if ok.any() \
+        else np.logspace(-2, 2, 200)
+    peak = m.mac_rate(_mac_kind(a.weights))
+    ax.plot(xs, np.full_like(xs, peak), "k-", lw=1.5, label=f"peak {peak / 1e9:.3g} GMAC/s")
+    for lv in m.levels:
+        if "weights" in lv.carries or "kv" in lv.carries:
+            bw = lv.bps(a.basis)
+            ax.plot(xs, np.minimum(xs * bw, peak), "--", lw=1.2, label=f"{lv.name} {bw / 1e9:.3g} GB/s")
+    groups = a.table.groups[ok]
+    for g in sorted(set(groups)):
+        sel = groups == g
+        ax.scatter(x[sel], y[sel], s=14, alpha=0.75, label=g)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (MAC per off-chip byte)")
+    ax.set_ylabel("attained MAC/s")
+    ax.set_title(f"{a.table.model} on {m.name}: {a.weights}/{a.kv} KV, ctx {a.context} "
+                 f"(tier: derived roofline)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="both", alpha=0.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def _mac_kind(weights: str) -> str:
+    from npukit.perf.roofline import weight_format
+
+    return weight_format(weights).mac
+
+
+def layer_times(a: Analysis) -> tuple[list[str], list[str], np.ndarray]:
+    """(column labels, groups, seconds[group, column]); column 'pre'/'post' hold layer -1 ops
+    before/after the layer loop."""
+    t = a.table
+    sec = a.per_op["op_seconds"]
+    n = t.n_layers()
+    first_layer_op = int(np.argmax(t.layers >= 0)) if (t.layers >= 0).any() else len(t)
+    col = np.where(t.layers >= 0, t.layers + 1, np.where(np.arange(len(t)) < first_layer_op, 0, n + 1))
+    groups = sorted(set(t.groups.tolist()))
+    out = np.zeros((len(groups), n + 2))
+    gi = np.asarray([groups.index(g) for g in t.groups])
+    np.add.at(out, (gi, col), sec)
+    labels = ["pre", *[str(i) for i in range(n)], "post"]
+    return labels, groups, out
+
+
+def plot_layers(a: Analysis, path: str | Path) -> Path:
+    plt = _plt()
+    labels, groups, data = layer_times(a)
+    fig, ax = plt.subplots(figsize=(max(8, len(labels) * 0.25), 5))
+    bottom = np.zeros(data.shape[1])
+    for g, row in zip(groups, data, strict=True):
+        ax.bar(range(len(labels)), row * 1e3, bottom=bottom * 1e3, label=g, width=0.8)
+        bottom += row
+    ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=90)
+    ax.set_ylabel("ms per token (cycles = ms × clock)")
+    ax.set_xlabel("layer")
+    ax.set_title(f"{a.table.model} on {a.machine.name}: per-layer time, "
+                 f"{a.totals['seconds_per_token'] * 1e3:.1f} ms/token (derived roofline)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_pareto(rows: list[dict[str, Any]], front: list[int], path: str | Path,
+                refs: dict[str, tuple[float, float]] | None = None) -> Path:
+    plt = _plt()
+    tps = np.asarray([r["tokens_per_second"] for r in rows])
+    jpt = np.asarray([r["joules_per_token"] for r in rows])
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(tps, jpt, s=8, alpha=0.35, label="design points (projected energy)")
+    f = sorted(front, key=lambda i: tps[i])
+    ax.plot(tps[f], jpt[f], "r.-", label="Pareto front")
+    for name, (x, y) in (refs or {}).items():
+        ax.scatter([x], [y], marker="*", s=80)
+        ax.annotate(name, (x, y), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens per second")
+    ax.set_ylabel("joules per token")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
