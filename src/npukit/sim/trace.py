@@ -1,0 +1,79 @@
+"""Chrome / Perfetto trace-event JSON for a `TimingResult` (open in ui.perfetto.dev or chrome://tracing).
+
+Layout: one process per simulated device; one thread (track) per engine with an ``X`` (complete)
+event per instruction, one thread per prefetch stream with an ``X`` event per op's fetch, and
+counter (``C``) tracks for each bandwidth resource (GB/s in use) and each stream's buffer level.
+Resources are counters rather than ``X`` tracks because concurrent transfers share them, and
+``X`` events on one track must not overlap. Timestamps and durations are microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from npukit.sim.timing import TimingResult
+
+_DIGITS = 6  # picosecond resolution in µs; keeps per-track end/start equal after rounding
+
+
+def to_trace(result: TimingResult, process: str = "npu", pid: int = 1,
+             metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    us = 1e6 / result.clock_hz
+
+    def t(cycles: float) -> float:
+        return round(cycles * us, _DIGITS)
+
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process}},
+    ]
+    tids: dict[str, int] = {}
+
+    def track(name: str) -> int:
+        if name not in tids:
+            tids[name] = len(tids) + 1
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[name],
+                           "args": {"name": name}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tids[name],
+                           "args": {"sort_index": tids[name]}})
+        return tids[name]
+
+    for engine in result.engines:
+        track(engine)
+    for f in result.fetches:
+        track(f"{f.stream} fetch")
+    body: list[dict[str, Any]] = []
+    for o in sorted(result.ops, key=lambda o: (o.engine, o.start, o.index)):
+        ts, end = t(o.start), t(o.end)
+        args = {"index": o.index, "label": o.label, "cycles": o.cycles, "busy_cycles": o.busy,
+                "issue_us": t(o.issue), **o.args}
+        if o.stalls:
+            args["stalls"] = {k: round(v, 3) for k, v in o.stalls.items()}
+        body.append({"ph": "X", "name": o.label or o.engine, "cat": o.engine, "pid": pid,
+                     "tid": tids[o.engine], "ts": ts, "dur": round(end - ts, _DIGITS), "args": args})
+    for f in sorted(result.fetches, key=lambda f: (f.stream, f.start)):
+        ts, end = t(f.start), t(f.end)
+        body.append({"ph": "X", "name": f"fetch #{f.index}", "cat": "stream", "pid": pid,
+                     "tid": tids[f"{f.stream} fetch"], "ts": ts, "dur": round(end - ts, _DIGITS),
+                     "args": {"index": f.index, "bytes": f.bytes}})
+    gbps = result.clock_hz / 1e9  # bytes/cycle -> GB/s
+    for cyc, used in result.usage:
+        for name, rate in used.items():
+            body.append({"ph": "C", "name": f"{name} GB/s", "pid": pid, "ts": t(cyc),
+                         "args": {"GB/s": round(rate * gbps, 6)}})
+    for cyc, levels in result.levels:
+        for name, level in levels.items():
+            body.append({"ph": "C", "name": f"{name} buffer bytes", "pid": pid, "ts": t(cyc),
+                         "args": {"bytes": round(level, 3)}})
+    body.sort(key=lambda e: e["ts"])
+    out: dict[str, Any] = {"traceEvents": events + body, "displayTimeUnit": "ns"}
+    if metadata:
+        out["metadata"] = metadata
+    return out
+
+
+def write_trace(result: TimingResult, path: str | Path, **kw: Any) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(to_trace(result, **kw), separators=(",", ":")))
+    return path
