@@ -21,7 +21,7 @@ demo: $(VENV)/.core-installed
 	$(BIN)/npukit demo
 
 test: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.dev-installed
