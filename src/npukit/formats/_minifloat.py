@@ -114,7 +114,7 @@ def as_float32(x: object, what: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype.kind != "f":
         raise FormatError(f"{what}: expected a floating-point array, got dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return np.asarray(arr, dtype=np.float32, order="C")  # (ascontiguousarray would make 0-d 1-d)
 
 
 def check_codes(codes: object, fmt: Minifloat, what: str) -> np.ndarray:
@@ -133,7 +133,7 @@ def encode(x: np.ndarray, fmt: Minifloat, saturate: bool) -> np.ndarray:
     own rule: NaN for "fn", ±inf for "ieee", ±max for "none". NaN inputs keep their sign and become
     the format's quiet NaN code; "none" formats have no NaN and write ±0 (callers handle NaN).
     """
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    u = np.asarray(x, dtype=np.float32, order="C").reshape(-1).view(np.uint32)
     a = u & np.uint32(0x7FFFFFFF)
     shift = 23 - fmt.mbits
     # Normal path: round the float32 magnitude bits to `mbits` mantissa bits in place; a carry
@@ -165,7 +165,7 @@ def encode(x: np.ndarray, fmt: Minifloat, saturate: bool) -> np.ndarray:
         r[nan_in] = 0
     out = r.astype(np.uint8)
     out |= ((u >> np.uint32(31)).astype(np.uint8) << np.uint8(fmt.bits - 1))
-    return out
+    return out.reshape(np.shape(x))
 
 
 def decode(codes: np.ndarray, fmt: Minifloat, out: np.ndarray | None = None) -> np.ndarray:
@@ -176,7 +176,7 @@ def decode(codes: np.ndarray, fmt: Minifloat, out: np.ndarray | None = None) -> 
 def decode_with(codes: np.ndarray, table: np.ndarray, pair: np.ndarray,
                 out: np.ndarray | None = None) -> np.ndarray:
     """Table decode of uint8 codes; ``pair`` is `make_pair_table(table)`."""
-    c = np.ascontiguousarray(codes)
+    c = np.asarray(codes, order="C")
     if out is None:
         out = np.empty(c.shape, np.float32)
     flat = c.reshape(-1)
