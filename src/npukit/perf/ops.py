@@ -255,8 +255,7 @@ def _llama(cfg: dict[str, Any]) -> tuple[list[_Op], float]:
         ops.append(_Op(f"L{i}.residual", i, "sfu", "norm", sfu=d, act_elems=3 * d))
     ops.append(_Op("final_norm", -1, "sfu", "norm", sfu=2 * d, act_elems=2 * d))
     ops.append(_Op("lm_head", -1, "gemv", "lm_head", rows=vocab, cols=d, act_elems=d + vocab))
-    tied = cfg.get("tie_word_embeddings", True)
-    return ops, float(vocab * d * (1 if tied else 2))
+    return ops, float(vocab * d)  # the embedding table (lm_head is streamed, or tied to it)
 
 
 def build_ops(model: str | Path | dict[str, Any], name: str | None = None) -> OpTable:
