@@ -1,0 +1,131 @@
+"""pccx timing adapter: `Work` records → `npukit.sim.timing` ops on a machine built from `PccxHw`.
+
+Reference clock: the 400 MHz core clock. AXI-side rates (HP and ACP ports at 250 MHz) are
+converted to bytes per core cycle, and DDR's effective bandwidth likewise.
+
+* **gemv** — ``macs / (lanes · macs_per_core)`` core cycles plus the reduction-tree depth. Weights
+  (``weight_bytes``) and other DRAM operands (``ddr_read_bytes``: KV cache) arrive through the weight
+  stream DDR → HP ports → weight buffer (``weight_buffer.total_bytes``), fetched ahead of compute
+  once the previous stream op has launched (pccx overlap rule 1).
+* **gemm** — ``macs / (rows · cols · macs_per_dsp)`` cycles plus fill/drain; weights as for gemv.
+* **sfu** — ``sfu_elems / elems_per_clk`` cycles plus pipeline depth. A CVO that reads what the most
+  recent async GEMV/GEMM wrote takes it over the direct FIFO (``sfu.fifo_depth`` elements): it may
+  start while the GEMV runs and throttles it if it falls behind (overlap rule 2).
+* **dma** — MEMCPY bytes to/from DDR cross DDR and the ACP port into L2 port A; an L2→L2 copy
+  crosses port A only. ``dma.setup_cycles`` of latency each.
+* **ctrl** — MEMSET: ``dma.memset_cycles_per_entry`` per constant-cache entry written.
+* Compute ops' on-chip traffic (``onchip_*_bytes``) crosses L2 port B, their DDR writes the ACP.
+
+Sync/async comes from ``Work.is_async``; the issuer's command FIFO depth is
+``frontend.cmd_fifo_depth``. PLE precompute "off the critical path" (rule 3) is a scheduling choice
+the program expresses with async instructions and disjoint ranges; nothing here special-cases it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from npukit.sim.timing import Machine, Op, Resource, Stream, TimingError, TimingResult, simulate
+from npukit.sim.work import Work
+from npukit.targets.pccx.hw import PccxHw
+
+ENGINES = ("gemv", "gemm", "sfu", "dma", "ctrl")
+WEIGHTS = "weights"
+
+
+def machine(hw: PccxHw) -> Machine:
+    core = hw.clocks.core_hz
+    per_cycle = 1.0 / core
+    resources = (
+        Resource("ddr", hw.ddr.bytes_per_s * per_cycle),
+        Resource("hp", hw.hp_ports.peak_bytes_per_s(hw.clocks) * per_cycle),
+        Resource("acp", hw.acp.peak_bytes_per_s(hw.clocks) * per_cycle),
+        Resource("l2a", float(hw.l2.port_bytes_per_clk)),
+        Resource("l2b", float(hw.l2.port_bytes_per_clk)),
+    )
+    streams = (Stream(WEIGHTS, ("ddr", "hp"), float(hw.weight_buffer.total_bytes)),)
+    return Machine(engines=ENGINES, resources=resources, streams=streams, clock_hz=core,
+                   issue_cycles=0.0, issue_window=hw.frontend.cmd_fifo_depth)
+
+
+def _overlaps(a, b) -> bool:
+    return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b)
+
+
+def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
+    ops: list[Op] = []
+    last_mat: int | None = None  # position of the latest GEMV/GEMM, a candidate FIFO producer
+    linked: set[int] = set()
+    for w in works:
+        pos = len(ops)
+        args = {"macs": w.macs, "bytes": w.weight_bytes + w.ddr_read_bytes + w.ddr_write_bytes,
+                "weight_bytes": w.weight_bytes, "sfu_elems": w.sfu_elems}
+        args = {k: v for k, v in args.items() if v}
+        onchip = float(w.onchip_read_bytes + w.onchip_write_bytes)
+        common = dict(index=w.index, engine=w.engine, label=w.label, is_async=w.is_async,
+                      reads=tuple(w.reads), writes=tuple(w.writes), args=args)
+        if w.engine in ("gemv", "gemm"):
+            if w.engine == "gemv":
+                lanes = w.lanes or hw.gemv.cores
+                if not 0 < lanes <= hw.gemv.cores:
+                    raise TimingError(f"work {w.index}: {lanes} GEMV lanes, the device has {hw.gemv.cores}")
+                rate, lat = lanes * hw.gemv.macs_per_core, hw.gemv.pipeline_cycles
+            else:
+                rate, lat = hw.gemm.macs_per_clk, hw.gemm.pipeline_cycles
+            streamed = float(w.weight_bytes + w.ddr_read_bytes)
+            cycles = float(max(1, math.ceil(w.macs / rate)))
+            path, xfer = _compute_traffic(onchip, w.ddr_write_bytes)
+            ops.append(Op(cycles=cycles, latency=float(lat), stream=WEIGHTS if streamed else None,
+                          stream_bytes=streamed, path=path, xfer_bytes=xfer, **common))
+            last_mat = pos
+        elif w.engine == "sfu":
+            rate = hw.sfu.instances * hw.sfu.elems_per_clk
+            cycles = float(max(1, math.ceil(w.sfu_elems / rate)))
+            producer = None
+            if (last_mat is not None and last_mat not in linked and ops[last_mat].is_async
+                    and _overlaps(ops[last_mat].writes, w.reads)):
+                producer = last_mat
+                linked.add(producer)
+            path, xfer = _compute_traffic(onchip, w.ddr_write_bytes)
+            ops.append(Op(cycles=cycles, latency=float(hw.sfu.pipeline_cycles), path=path, xfer_bytes=xfer,
+                          fifo_from=producer, fifo_depth=float(hw.sfu.fifo_depth),
+                          fifo_elems=float(max(w.sfu_elems, 1)) if producer is not None else 0.0,
+                          **common))
+        elif w.engine == "dma":
+            ddr = float(w.ddr_read_bytes + w.ddr_write_bytes + w.weight_bytes)
+            if ddr:
+                path, xfer = ("ddr", "acp", "l2a"), ddr
+            else:
+                path, xfer = ("l2a",), onchip
+            ops.append(Op(cycles=0.0, latency=float(hw.dma.setup_cycles), path=path if xfer else (),
+                          xfer_bytes=xfer, **common))
+        elif w.engine == "ctrl":
+            ops.append(Op(cycles=float(hw.dma.memset_cycles_per_entry), **common))
+        else:
+            raise TimingError(f"work {w.index}: no pccx engine {w.engine!r} (known: {', '.join(ENGINES)})")
+        if w.engine != "sfu" and last_mat is not None and last_mat != pos and _overlaps(
+                ops[last_mat].writes, w.writes):
+            last_mat = None  # the GEMV result was overwritten before any CVO read it
+    return ops
+
+
+def _compute_traffic(onchip: float, ddr_write: int) -> tuple[tuple[str, ...], float]:
+    if ddr_write:  # results written back to DDR (KV append) dominate; L2 port B is not the limit
+        return ("ddr", "acp"), float(ddr_write)
+    return (("l2b",), onchip) if onchip else ((), 0.0)
+
+
+def simulate_works(hw: PccxHw, works: Sequence[Work]) -> TimingResult:
+    """Time a functional simulator's Work stream on ``hw``."""
+    return simulate(machine(hw), to_ops(hw, works))
+
+
+def roofline_cycles(hw: PccxHw, macs: int, weight_bytes: int, engine: str = "gemv", lanes: int = 0) -> float:
+    """max(bandwidth-bound, compute-bound) core cycles for one weight-streaming instruction."""
+    bw = hw.weight_stream_bytes_per_s / hw.clocks.core_hz
+    if engine == "gemv":
+        rate = (lanes or hw.gemv.cores) * hw.gemv.macs_per_core
+    else:
+        rate = hw.gemm.macs_per_clk
+    return max(weight_bytes / bw, macs / rate)
