@@ -1,5 +1,7 @@
 """The ternary engine: base-3 decode, multiply-free sign-select GEMV, tile accounting, sparse gather."""
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -43,7 +45,8 @@ def _random(rng, out, n_in, T=3, density=1.0):
     return t, q
 
 
-@pytest.mark.parametrize(("out", "n_in", "K"), [(16, 64, 8), (7, 13, 8), (33, 100, 16), (5, 3, 4), (9, 40, 1)])
+@pytest.mark.parametrize(("out", "n_in", "K"),
+                         [(16, 64, 8), (7, 13, 8), (33, 100, 16), (5, 3, 4), (9, 40, 1)])
 def test_gemv_matches_integer_matmul(out, n_in, K):
     rng = np.random.default_rng(out * 1000 + n_in)
     t, q = _random(rng, out, n_in)
@@ -67,9 +70,11 @@ def test_extreme_activations_accumulate_exactly():
 class _NoMultiply(np.ndarray):
     """An array that records every ufunc and array function applied to it and refuses products."""
 
-    log: set = set()
-    FORBIDDEN_UFUNCS = {"multiply", "matmul", "divide", "true_divide", "floor_divide", "power", "square"}
-    FORBIDDEN_FUNCS = {"dot", "matmul", "einsum", "tensordot", "inner", "outer", "prod", "vdot", "kron"}
+    log: ClassVar[set] = set()
+    FORBIDDEN_UFUNCS: ClassVar[set] = {"multiply", "matmul", "divide", "true_divide", "floor_divide",
+                                       "power", "square"}
+    FORBIDDEN_FUNCS: ClassVar[set] = {"dot", "matmul", "einsum", "tensordot", "inner", "outer", "prod",
+                                      "vdot", "kron"}
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _NoMultiply.log.add(ufunc.__name__)

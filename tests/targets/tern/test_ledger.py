@@ -14,7 +14,8 @@ from npukit.targets.tern.ledger import build_ledger
 # (figure, published value, tolerance, where ternfpga states it)
 PUBLISHED = [
     ("engine_cycles_per_layer", 8.68e6, 0.02, "seeds/002 Phase 4: 'The engine is 8.68M cycles per layer'"),
-    ("attention_cycles_per_query", 16456, 0.02, "seeds/002 Phase 6: 'MEASURED attention cycles/query = 16456'"),
+    ("attention_cycles_per_query", 16456, 0.02,
+     "seeds/002 Phase 6: 'MEASURED attention cycles/query = 16456'"),
     ("ffn_glue_cycles_per_layer", 13974, 0.02, "seeds/002 Phase 8: 'MEASURED ffn-glue cycles/layer = 13974'"),
     ("cycles_per_token.host-split", 884e6, 0.02, "seeds/002 Phase 4: '30 × 28.1M + LM head = 884M cycles'"),
     ("cycles_per_layer.host-split", 28.1e6, 0.02, "seeds/002 cycles figure: '28.1M → 4.32 J'"),
@@ -22,7 +23,8 @@ PUBLISHED = [
     ("cycles_per_token.fabric-attention", 407e6, 0.02, "seeds/002 Phase 5: 'the token from 884M to ~407M'"),
     ("cycles_per_layer.fabric-ffn-glue", 9.65e6, 0.02, "seeds/002 cycles figure: '9.65M → 1.62 J'"),
     ("joules_per_token.host-split", 4.32, 0.03, "seeds/002 ledger: 'System energy, host-split 4.32 J/token'"),
-    ("joules_per_token.fabric-attention", 1.99, 0.03, "seeds/002 ledger: '+on-fabric attention 1.99 J/token'"),
+    ("joules_per_token.fabric-attention", 1.99, 0.03,
+     "seeds/002 ledger: '+on-fabric attention 1.99 J/token'"),
     ("joules_per_token.fabric-ffn-glue", 1.62, 0.03, "seeds/002 ledger: '+on-fabric FFN glue 1.62 J/token'"),
     ("joules_per_token.engine-bound", 1.47, 0.03, "seeds/002 ledger: 'Engine-bound floor 1.47 J/token'"),
     ("whatif.sparsity_measured.joules_per_token.engine-bound", 1.28, 0.03,
@@ -75,12 +77,13 @@ def test_whatifs_move_the_right_way(led):
     assert led["ddr_saturating_lanes"].value == pytest.approx(1423e6 / 20e6)
     assert "DDR3-bound" in led["whatif.lanes_128.cycles_per_token.fabric-ffn-glue"].source
     assert led["whatif.context_512.attention_cycles_per_query"].value == 2 * 512 * 128 + 512 + 8
-    assert led["whatif.context_512.cycles_per_token.host-split"].value > led["cycles_per_token.host-split"].value
+    assert (led["whatif.context_512.cycles_per_token.host-split"].value
+            > led["cycles_per_token.host-split"].value)
 
 
 def test_other_model_shapes_and_contexts_are_projected():
-    cfg = dict(model_preset("bitnet-b1.58-2b-4t"), hidden_size=1024, num_hidden_layers=4, intermediate_size=2048,
-               num_attention_heads=8, num_key_value_heads=2)
+    cfg = dict(model_preset("bitnet-b1.58-2b-4t"), hidden_size=1024, num_hidden_layers=4,
+               intermediate_size=2048, num_attention_heads=8, num_key_value_heads=2)
     led = build_ledger(load_hw("tern-arty-a7-35t"), cfg, context=32, weights="tq2_0", kv="int8",
                        sparsity=0.5)
     assert led["host_glue_cycles_per_layer.attention"].tier == "projected"
@@ -111,7 +114,8 @@ def test_presets_and_overrides():
 
 
 def test_npukit_perf_uses_the_tern_ledger(capsys):
-    rc = main(["perf", "--hw", "tern-arty-a7-35t", "--model", "bitnet-b1.58-2b-4t", "--context", "64", "--json"])
+    rc = main(["perf", "--hw", "tern-arty-a7-35t", "--model", "bitnet-b1.58-2b-4t", "--context", "64",
+               "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     figs = out["figures"]
