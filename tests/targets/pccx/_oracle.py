@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -67,3 +69,27 @@ def bits_equal(a, b) -> bool:
     nan_a = ((a & 0x7F80) == 0x7F80) & ((a & 0x7F) != 0)
     nan_b = ((b & 0x7F80) == 0x7F80) & ((b & 0x7F) != 0)
     return bool(np.array_equal(nan_a, nan_b) and np.array_equal(a[~nan_a], b[~nan_b]))
+
+
+def gemv_ref(w, x, s=None, dest=None, fixed_shift=0):
+    """Written from numerics.md §3 with Python ints and math, independent of npukit."""
+    xs = [float(v) for v in x]
+    mx = max(abs(v) for v in xs)
+    if mx == 0:
+        e = 0
+    else:
+        e = math.floor(math.log2(mx))
+    q = [max(-127, min(127, round(v / 2.0 ** (e - 6)))) for v in xs]
+    out = []
+    for m in range(w.shape[0]):
+        acc = sum(int(w[m, k]) * q[k] for k in range(len(q)))
+        t = np.float32(acc)  # acc < 2**53 in these tests: exact double, one float32 rounding
+        if fixed_shift:
+            t = np.float32(t * np.float32(2.0**-fixed_shift))
+        if s is not None:
+            t = np.float32(t * np.float32(s[m]))
+        t = np.float32(t * np.float32(2.0 ** (e - 6)))
+        if dest is not None:
+            t = np.float32(np.float32(dest[m]) + t)
+        out.append(t)
+    return bf16_bits_from_f32(np.array(out, np.float32))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from npukit.errors import FormatError
 from npukit.targets.pccx import numerics as nx
 
-from ._oracle import bf16_bits_from_f32, bf16_bits_from_f64, bits_equal
+from ._oracle import bf16_bits_from_f32, bf16_bits_from_f64, bits_equal, gemv_ref
 
 RNG = np.random.default_rng(1234)
 
@@ -107,30 +107,6 @@ def test_int4_packing_layout():
 
 # --- GEMV -----------------------------------------------------------------------------------------
 
-def _oracle_gemv(w, x, s=None, dest=None, fixed_shift=0):
-    """Written from numerics.md §3 with Python ints and math, independent of npukit."""
-    xs = [float(v) for v in x]
-    mx = max(abs(v) for v in xs)
-    if mx == 0:
-        e = 0
-    else:
-        e = math.floor(math.log2(mx))
-    q = [max(-127, min(127, round(v / 2.0 ** (e - 6)))) for v in xs]
-    out = []
-    for m in range(w.shape[0]):
-        acc = sum(int(w[m, k]) * q[k] for k in range(len(q)))
-        t = np.float32(acc)  # acc < 2**53 in these tests: exact double, one float32 rounding
-        if fixed_shift:
-            t = np.float32(t * np.float32(2.0**-fixed_shift))
-        if s is not None:
-            t = np.float32(t * np.float32(s[m]))
-        t = np.float32(t * np.float32(2.0 ** (e - 6)))
-        if dest is not None:
-            t = np.float32(np.float32(dest[m]) + t)
-        out.append(t)
-    return bf16_bits_from_f32(np.array(out, np.float32))
-
-
 @given(st.integers(1, 40), st.integers(1, 70), st.booleans(), st.booleans(), st.integers(0, 2**32 - 1),
        st.sampled_from(["int4", "int8"]))
 def test_gemv_int_matches_oracle(m, k, use_s, use_d, seed, fmt):
@@ -142,7 +118,7 @@ def test_gemv_int_matches_oracle(m, k, use_s, use_d, seed, fmt):
     s = rng.standard_normal(m).astype(np.float32) if use_s else None
     d = _rand_bf16(m, rng) if use_d else None
     got = nx.gemv(w, x, s, d, fmt=fmt)
-    assert bits_equal(nx.to_bits(got), _oracle_gemv(w, x, s, d))
+    assert bits_equal(nx.to_bits(got), gemv_ref(w, x, s, d))
 
 
 @given(st.integers(1, 12), st.integers(1, 64), st.integers(0, 2**32 - 1))
@@ -152,7 +128,7 @@ def test_gemv_fp16_fixed_point_matches_oracle(m, k, seed):
     wfix = np.array([[int(math.ldexp(float(v), 24)) for v in row] for row in w16], dtype=object)
     x = _rand_bf16(k, rng)
     got = nx.gemv(w16, x, fmt="fp16")
-    assert bits_equal(nx.to_bits(got), _oracle_gemv(wfix, x, fixed_shift=24))
+    assert bits_equal(nx.to_bits(got), gemv_ref(wfix, x, fixed_shift=24))
 
 
 def test_int_dot_is_exact_for_wide_operands():
@@ -175,7 +151,7 @@ def test_gemm_is_per_vector_gemv():
     xs = np.stack([_rand_bf16(10), _rand_bf16(10, hi_exp=-3)])
     got = nx.gemm(w, xs)
     for n in range(2):
-        assert bits_equal(nx.to_bits(got[n]), _oracle_gemv(w, xs[n]))
+        assert bits_equal(nx.to_bits(got[n]), gemv_ref(w, xs[n]))
 
 
 def test_findemax_register():

@@ -1,0 +1,428 @@
+"""pccx v002 functional simulator: device state, bit-exact per-instruction semantics, Work records.
+
+State: sparse host DDR (byte addressed, regions), L2 (words × 8 BF16 as uint16), the two 64-entry
+constant caches (fmap shape, weight shape), the SFU scalar register S and the e_max register (both
+BF16), and STATUS (BUSY/DONE/ERROR). Instructions execute in program order and each result is
+visible when the instruction completes; ``async`` only tells the timing model that the issuer does
+not wait (docs/targets/pccx.md). A word that fails validation, or a fault found while executing
+(an operand range past L2, an unmapped host address, a bad weight format), raises the error
+interrupt: the instruction is logged, STATUS.ERROR is set and the machine halts; no exception escapes
+`run`/`step`.
+
+Usage::
+
+    sim = Simulator(hw, "extended")
+    sim.host.write(0x1000_0000, weight_image(w, "int4", scales))
+    sim.write_l2(0x100, x)
+    sim.load_program(words)
+    works = sim.run()          # list[npukit.sim.work.Work]; check sim.status / sim.error
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from npukit.errors import DecodeError, NpukitError
+from npukit.sim.work import Work
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.isa import (
+    BINARY,
+    ELEMS_PER_WORD,
+    SREG_EMAX,
+    CvoFlag,
+    CvoFunc,
+    DestCache,
+    Device,
+    GemvFlag,
+    Instr,
+    Limits,
+    Op,
+    cvo_out_elems,
+    decode,
+    words_of,
+)
+
+STATUS_BUSY, STATUS_DONE, STATUS_ERROR = 0x1, 0x2, 0x4
+WORD_BYTES = 16
+FORMATS = {0: "int4", 1: "int8", 2: "fp16"}
+FORMAT_CODES = {v: k for k, v in FORMATS.items()}
+_ROW_BLOCK = 1 << 22  # weights per GEMV chunk: bounds temporary memory on big matrices
+
+
+class DeviceFault(NpukitError, ValueError):
+    """A fault found while executing an instruction (becomes the error interrupt)."""
+
+
+# --- host DDR ---------------------------------------------------------------------------------------
+
+class HostDDR:
+    """Byte-addressed host memory as non-overlapping regions, so a multi-GB image needs no dense array.
+
+    `map` attaches an existing buffer (e.g. an ``np.memmap``) without copying; `write` fills an
+    existing region or creates a new one; `read` must fall inside one region.
+    """
+
+    def __init__(self, size_bytes: int = 1 << 32) -> None:
+        self.size = int(size_bytes)
+        self._bases: list[int] = []
+        self._bufs: list[np.ndarray] = []
+
+    def _find(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0 and addr + n <= self._bases[i] + self._bufs[i].size:
+            return self._bufs[i], addr - self._bases[i]
+        return None
+
+    def _overlaps(self, addr: int, n: int) -> bool:
+        i = bisect.bisect_left(self._bases, addr + n)
+        return i > 0 and self._bases[i - 1] + self._bufs[i - 1].size > addr
+
+    def map(self, addr: int, data: Any) -> np.ndarray:
+        """Attach ``data`` (size in bytes, or any array viewed as bytes) as a region at ``addr``."""
+        buf = np.zeros(int(data), np.uint8) if isinstance(data, int) else np.asarray(data).reshape(-1).view(
+            np.uint8)
+        self._check(addr, buf.size)
+        if self._overlaps(addr, buf.size):
+            raise DeviceFault(f"host region 0x{addr:X}+{buf.size} overlaps an existing region")
+        i = bisect.bisect_left(self._bases, addr)
+        self._bases.insert(i, addr)
+        self._bufs.insert(i, buf)
+        return buf
+
+    def _check(self, addr: int, n: int) -> None:
+        if addr < 0 or n < 0 or addr + n > self.size:
+            raise DeviceFault(f"host range 0x{addr:X}+{n} is outside host DDR ({self.size} bytes)")
+
+    def write(self, addr: int, data: Any) -> None:
+        raw = np.frombuffer(data, np.uint8) if isinstance(data, bytes | bytearray) else np.ascontiguousarray(
+            data).reshape(-1).view(np.uint8)
+        self._check(addr, raw.size)
+        hit = self._find(addr, raw.size)
+        if hit is None:
+            self.map(addr, raw.copy())
+        else:
+            buf, off = hit
+            buf[off: off + raw.size] = raw
+
+    def read(self, addr: int, n: int) -> np.ndarray:
+        self._check(addr, n)
+        if n == 0:
+            return np.zeros(0, np.uint8)
+        hit = self._find(addr, n)
+        if hit is None:
+            raise DeviceFault(f"host range 0x{addr:X}+{n} is not mapped")
+        buf, off = hit
+        return buf[off: off + n].copy()
+
+    def store(self, addr: int, raw: np.ndarray) -> None:
+        """A device-side write: must land inside a mapped region."""
+        self._check(addr, raw.size)
+        hit = self._find(addr, raw.size)
+        if hit is None:
+            raise DeviceFault(f"host range 0x{addr:X}+{raw.size} is not mapped")
+        buf, off = hit
+        buf[off: off + raw.size] = raw
+
+
+# --- weight images ------------------------------------------------------------------------------------
+
+def row_bytes(fmt: str, k: int) -> int:
+    return {"int4": -(-k // 2), "int8": k, "fp16": 2 * k}[fmt]
+
+
+def weight_image(w: np.ndarray, fmt: str = "int4", scales: np.ndarray | None = None) -> bytes:
+    """Host DDR image of one weight matrix [M, K]: rows back to back, then FP32 row scales (LE) at the
+    next 16-byte boundary (docs/targets/pccx.md, "GEMV operands")."""
+    a = np.asarray(w)
+    if fmt == "int4":
+        body = nx.pack_int4(a).tobytes()
+    elif fmt == "int8":
+        body = a.astype(np.int8).tobytes()
+    elif fmt == "fp16":
+        body = a.astype("<f2").tobytes()
+    else:
+        raise DeviceFault(f"unknown weight format {fmt!r}")
+    if scales is None:
+        return body
+    pad = (-len(body)) % WORD_BYTES
+    return body + b"\0" * pad + np.asarray(scales, "<f4").tobytes()
+
+
+def weight_entry(fmt: str, host_addr: int) -> tuple[int, int, int]:
+    """The weight-shape cache values (a, b, c) naming a weight image at a 16-byte-aligned host address."""
+    if host_addr % WORD_BYTES or not 0 <= host_addr < 1 << 36:
+        raise DeviceFault(f"weight image address 0x{host_addr:X} must be 16-byte aligned and < 64 GiB")
+    unit = host_addr // WORD_BYTES
+    return FORMAT_CODES[fmt], unit >> 16, unit & 0xFFFF
+
+
+# --- the simulator --------------------------------------------------------------------------------------
+
+@dataclass
+class ErrorRecord:
+    index: int
+    word: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"error interrupt at instruction {self.index} (0x{self.word:016X}): {self.reason}"
+
+
+class Simulator:
+    def __init__(self, hw: Any = None, profile: str = "extended") -> None:
+        if hw is None:
+            from npukit.targets.pccx.hw import PccxHw
+
+            hw = PccxHw()
+        self.hw = hw
+        self.profile = profile
+        self.limits = Limits.of(hw)
+        self.elems = ELEMS_PER_WORD
+        self.host = HostDDR(hw.ddr.size_bytes)
+        self.l2 = np.zeros((self.limits.l2_words, self.elems), np.uint16)
+        self.cc = np.zeros((2, self.limits.cc_entries, 3), np.uint16)  # [fmap, weight][slot][a, b, c]
+        self.s_reg = np.uint16(0x3F80)  # 1.0
+        self.e_max = np.uint16(nx.BF16_NEG_INF)
+        self.status = 0
+        self.error: ErrorRecord | None = None
+        self.log: list[str] = []
+        self.program: list[int] = []
+        self.pc = 0
+        self.trace: list[tuple[Instr, Work]] = []
+
+    # -- host-side helpers --
+    def load_program(self, words: Any) -> None:
+        self.program = [int(w) for w in words]
+        self.pc = 0
+        self.status &= ~(STATUS_DONE | STATUS_ERROR)
+        self.error = None
+
+    def write_l2(self, word: int, values: Any) -> None:
+        """Store BF16 values (rounded with `numerics.bf16`) from L2 word ``word`` on."""
+        self.write_l2_bits(word, nx.to_bits(np.asarray(values, np.float64).ravel()))
+
+    def write_l2_bits(self, word: int, bits: Any) -> None:
+        b = np.asarray(bits, np.uint16).ravel()
+        self._range(word, b.size, "host write")
+        self._put(word, b)
+
+    def read_l2(self, word: int, n: int) -> np.ndarray:
+        return nx.from_bits(self.read_l2_bits(word, n))
+
+    def read_l2_bits(self, word: int, n: int) -> np.ndarray:
+        self._range(word, n, "host read")
+        return self._get(word, n)
+
+    def set_cc(self, cache: int, slot: int, a: int, b: int = 0, c: int = 0) -> None:
+        self.cc[int(cache), slot] = (a, b, c)
+
+    @property
+    def scalar(self) -> np.float32:
+        return nx.from_bits(self.s_reg)[()]
+
+    @property
+    def emax(self) -> np.float32:
+        return nx.from_bits(self.e_max)[()]
+
+    @property
+    def halted(self) -> bool:
+        return bool(self.status & STATUS_ERROR) or self.pc >= len(self.program)
+
+    # -- execution --
+    def step(self) -> Work | None:
+        """Execute one instruction; None when halted or on the error interrupt."""
+        if self.halted:
+            return None
+        idx, word = self.pc, self.program[self.pc]
+        self.status |= STATUS_BUSY
+        try:
+            ins = decode(word, self.profile, self.limits)
+            work = self._exec(idx, ins)
+        except (DecodeError, DeviceFault, ArithmeticError, ValueError) as exc:
+            reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
+            self.error = ErrorRecord(idx, word, reason)
+            self.log.append(str(self.error))
+            self.status = (self.status | STATUS_ERROR) & ~STATUS_BUSY
+            return None
+        self.trace.append((ins, work))
+        self.pc += 1
+        if self.pc >= len(self.program):
+            self.status = (self.status | STATUS_DONE) & ~STATUS_BUSY
+        return work
+
+    def run(self, max_steps: int | None = None) -> list[Work]:
+        out: list[Work] = []
+        while not self.halted and (max_steps is None or len(out) < max_steps):
+            w = self.step()
+            if w is None:
+                break
+            out.append(w)
+        if not self.program:
+            self.status |= STATUS_DONE
+        return out
+
+    # -- L2 access (elements, word aligned start) --
+    def _range(self, word: int, n_elems: int, what: str) -> tuple[int, int]:
+        end = word + words_of(n_elems)
+        if word < 0 or end > self.limits.l2_words:
+            raise DeviceFault(f"{what}: L2 words [0x{word:X}, 0x{end:X}) run past L2 "
+                              f"({self.limits.l2_words} words)")
+        return word, end
+
+    def _get(self, word: int, n: int) -> np.ndarray:
+        return self.l2[word: word + words_of(n)].reshape(-1)[:n].copy()
+
+    def _put(self, word: int, bits: np.ndarray) -> None:
+        """Write elements; the tail of a partial last word keeps its old contents."""
+        flat = self.l2[word: word + words_of(bits.size)].reshape(-1)
+        flat[: bits.size] = bits
+
+    def _exec(self, idx: int, ins: Instr) -> Work:
+        return {Op.GEMV: self._matop, Op.GEMM: self._matop, Op.MEMCPY: self._memcpy,
+                Op.MEMSET: self._memset, Op.CVO: self._cvo}[ins.op](idx, ins)
+
+    def _matop(self, idx: int, ins: Instr) -> Work:
+        m, n, k = (int(v) for v in self.cc[0, ins.shape_ptr_addr])
+        n = max(n, 1)
+        if m == 0 or k == 0:
+            raise DeviceFault(f"shape slot {ins.shape_ptr_addr} has M={m}, K={k}; both must be > 0")
+        code, hi, lo = (int(v) for v in self.cc[1, ins.size_ptr_addr])
+        if code not in FORMATS:
+            raise DeviceFault(f"weight slot {ins.size_ptr_addr} names format {code}; known 0 int4, "
+                              "1 int8, 2 fp16")
+        fmt = FORMATS[code]
+        addr = ((hi << 16) | lo) * WORD_BYTES
+        rb = row_bytes(fmt, k)
+        kw, mw = words_of(k), words_of(m)
+        src = self._range(ins.src_addr, n * kw * self.elems, "activation")
+        dst = self._range(ins.dest_reg, n * mw * self.elems, "result")
+        w_scale = bool(ins.flags & GemvFlag.W_SCALE)
+        accm = bool(ins.flags & GemvFlag.ACCM)
+        s_addr = addr + m * rb + (-(m * rb)) % WORD_BYTES
+        scales = self.host.read(s_addr, 4 * m).view("<f4").astype(np.float32) if w_scale else None
+        xs = [nx.from_bits(self._get(ins.src_addr + j * kw, k)) for j in range(n)]
+        outs = []
+        for j in range(n):
+            d = nx.from_bits(self._get(ins.dest_reg + j * mw, m)) if accm else None
+            outs.append(self._gemv_rows(addr, fmt, m, k, rb, xs[j], scales, d))
+        for j, o in enumerate(outs):
+            self._put(ins.dest_reg + j * mw, nx.to_bits(o))
+        if ins.flags & GemvFlag.FINDEMAX:
+            e = nx.findemax(self.emax, np.concatenate(outs))
+            self.e_max = nx.to_bits(e)[()]
+        splits = nx.k_splits(k)
+        reads = (src, dst) if accm else (src,)
+        label = (f"{format_instr(ins)}  ; M={m} N={n} K={k} {fmt}"
+                 f"{' w_scale' if w_scale else ''} ksplit={splits}")
+        return Work(idx, ins.op.name.lower(), label, macs=m * n * k,
+                    weight_bytes=m * rb + (4 * m if w_scale else 0),
+                    onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
+                    onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
+                    reads=reads, writes=(dst,), lanes=ins.parallel_lane)
+
+    def _gemv_rows(self, addr, fmt, m, k, rb, x, scales, d) -> np.ndarray:
+        out = np.empty(m, np.float32)
+        step = max(1, _ROW_BLOCK // max(k, 1))
+        for r0 in range(0, m, step):
+            r1 = min(m, r0 + step)
+            raw = self.host.read(addr + r0 * rb, (r1 - r0) * rb).reshape(r1 - r0, rb)
+            if fmt == "int4":
+                w = nx.unpack_int4(raw, k)
+            elif fmt == "int8":
+                w = raw.view(np.int8)
+            else:
+                w = raw.view("<f2").astype(np.float16)
+            out[r0:r1] = nx.gemv(w, x, None if scales is None else scales[r0:r1],
+                                 None if d is None else d[r0:r1], fmt=fmt)
+        return out
+
+    def _memcpy(self, idx: int, ins: Instr) -> Work:
+        words, hi, lo = (int(v) for v in self.cc[0, ins.shape_ptr_addr])
+        nbytes = words * WORD_BYTES
+        host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
+        label = f"{format_instr(ins)}  ; {words} words"
+        common = {"is_async": bool(ins.async_)}
+        if ins.from_device == Device.HOST:
+            dst = self._range(ins.dest_addr, words * self.elems, "MEMCPY destination")
+            data = self.host.read(host_addr, nbytes)
+            self.l2[dst[0]: dst[1]] = data.view("<u2").reshape(words, self.elems)
+            return Work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
+                        onchip_write_bytes=nbytes, writes=(dst,), **common)
+        src = self._range(ins.src_addr, words * self.elems, "MEMCPY source")
+        block = self.l2[src[0]: src[1]].copy()
+        if ins.to_device == Device.HOST:
+            self.host.store(host_addr, block.astype("<u2").reshape(-1).view(np.uint8))
+            return Work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
+                        onchip_read_bytes=nbytes, reads=(src,), **common)
+        dst = self._range(ins.dest_addr, words * self.elems, "MEMCPY destination")
+        self.l2[dst[0]: dst[1]] = block
+        return Work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
+                    reads=(src,), writes=(dst,), **common)
+
+    def _memset(self, idx: int, ins: Instr) -> Work:
+        if ins.dest_cache == DestCache.SREG:
+            if ins.dest_addr == SREG_EMAX:
+                self.e_max = np.uint16(ins.a_value)
+            else:
+                self.s_reg = np.uint16(ins.a_value)
+        else:
+            self.cc[int(ins.dest_cache), ins.dest_addr] = (ins.a_value, ins.b_value, ins.c_value)
+        return Work(idx, "ctrl", format_instr(ins), is_async=bool(ins.async_))
+
+    def _cvo(self, idx: int, ins: Instr) -> Work:
+        fn, n = ins.cvo_func, ins.length
+        src = self._range(ins.src_addr, n, "CVO source")
+        x = nx.from_bits(self._get(ins.src_addr, n))
+        accm = bool(ins.flags & CvoFlag.ACCM)
+        reads = [src]
+        out_n = cvo_out_elems(fn, n)
+        dst = self._range(ins.dst_addr, out_n, "CVO destination") if out_n else None
+        reads_dst = out_n and (accm or fn in BINARY)
+        d = nx.from_bits(self._get(ins.dst_addr, out_n)) if reads_dst else None
+        if d is not None:
+            reads.append(dst)
+        dacc = d if accm else None
+        y: np.ndarray | None = None
+        if fn == CvoFunc.EXP:
+            y = nx.cvo_exp(x, self.emax if ins.flags & CvoFlag.SUB_EMAX else None, dacc)
+        elif fn == CvoFunc.SCALE:
+            y = nx.cvo_scale(x, self.scalar, bool(ins.flags & CvoFlag.RECIP_SCALE), dacc)
+        elif fn == CvoFunc.RELU_BIAS:
+            y = nx.cvo_relu_bias(x, self.scalar, dacc)
+        elif fn in _UNARY:
+            y = _UNARY[fn](x, dst=dacc)
+        elif fn == CvoFunc.MUL:
+            y = nx.cvo_mul(x, d)
+        elif fn == CvoFunc.ADD:
+            y = nx.cvo_add(x, d)
+        elif fn == CvoFunc.REDUCE_SUM:
+            s = nx.reduce_sum(x, None if dacc is None else dacc[0])
+            self.s_reg = nx.to_bits(s)[()]
+            y = np.array([s], np.float32)
+        elif fn == CvoFunc.REDUCE_MAX:
+            mx = nx.reduce_max(x)
+            self.e_max = nx.to_bits(mx)[()]
+            y = np.array([mx], np.float32)
+        else:  # LOAD_SCALAR
+            self.s_reg = self._get(ins.src_addr, 1)[0]
+        writes: tuple = ()
+        if y is not None:
+            bits = nx.to_bits(y)
+            if out_n == 1 and fn in (CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX):
+                bits = np.concatenate([bits, np.zeros(self.elems - 1, np.uint16)])  # whole word written
+            self._put(ins.dst_addr, bits)
+            writes = (dst,)
+        return Work(idx, "sfu", format_instr(ins), sfu_elems=n,
+                    onchip_read_bytes=sum(e - b for b, e in reads) * WORD_BYTES,
+                    onchip_write_bytes=sum(e - b for b, e in writes) * WORD_BYTES,
+                    is_async=bool(ins.async_), reads=tuple(reads), writes=writes)
+
+
+_UNARY = {CvoFunc.SQRT: nx.cvo_sqrt, CvoFunc.GELU: nx.cvo_gelu, CvoFunc.SIN: nx.cvo_sin,
+          CvoFunc.COS: nx.cvo_cos, CvoFunc.RECIP: nx.cvo_recip, CvoFunc.TANH: nx.cvo_tanh,
+          CvoFunc.RSQRT: nx.cvo_rsqrt, CvoFunc.SQUARE: nx.cvo_square}
