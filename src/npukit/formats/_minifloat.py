@@ -136,35 +136,32 @@ def encode(x: np.ndarray, fmt: Minifloat, saturate: bool) -> np.ndarray:
     u = np.asarray(x, dtype=np.float32, order="C").reshape(-1).view(np.uint32)
     a = u & np.uint32(0x7FFFFFFF)
     shift = 23 - fmt.mbits
-    # Normal path: round the float32 magnitude bits to `mbits` mantissa bits in place; a carry
-    # out of the mantissa bumps the exponent, which is exactly what rounding up a binade means.
+    # Normal path: round the float32 magnitude bits to `mbits` mantissa bits; a carry out of the
+    # mantissa bumps the exponent, which is exactly what rounding up into the next binade means.
     r = (a >> np.uint32(shift)) & np.uint32(1)
     r += a
     r += np.uint32((1 << (shift - 1)) - 1)
     r >>= np.uint32(shift)
-    offset = (127 - fmt.bias) << fmt.mbits
-    min_normal_bits = (127 + 1 - fmt.bias) << 23
-    small = a < np.uint32(min_normal_bits)
-    np.subtract(r, np.uint32(offset), out=r, where=~small)
-    if small.any():
-        # Target-subnormal path: an integer count of the smallest step, rounded half to even.
-        # Scaling by a power of two is exact and the result is < 2**mbits, so rint is the rounding.
-        xs = np.abs(u[small].view(np.float32)) * np.float32(2.0 ** (fmt.bias - 1 + fmt.mbits))
-        r[small] = np.rint(xs).astype(np.uint32)
+    r -= np.uint32((127 - fmt.bias) << fmt.mbits)  # wraps for target subnormals; replaced below
+    # Target-subnormal path: adding a power of two whose float32 ulp is the smallest step lets the
+    # FPU do the round-half-even; the low bits of the sum are then the code (0 … 2**mbits).
+    magic = np.float32(2.0 ** (23 + 1 - fmt.bias - fmt.mbits))
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf lanes are discarded below
+        sub = np.add(a.view(np.float32), magic).view(np.uint32)
+    sub -= magic.view(np.uint32)
+    small = a < np.uint32((127 + 1 - fmt.bias) << 23)
+    np.copyto(r, sub, where=small)
     over = r > np.uint32(fmt.max_mag)
-    nan_in = a > np.uint32(_F32_EXP_INF)
     if saturate or fmt.kind == "none":
-        r[over] = fmt.max_mag
-    elif fmt.kind == "fn":
-        r[over] = fmt.nan_mag
+        np.copyto(r, np.uint32(fmt.max_mag), where=over)
     else:
-        r[over] = fmt.inf_mag
-    if fmt.nan_mag is not None:
-        r[nan_in] = fmt.nan_mag
-    else:
-        r[nan_in] = 0
+        np.copyto(r, np.uint32(fmt.nan_mag if fmt.kind == "fn" else fmt.inf_mag), where=over)
+    nan_in = a > np.uint32(_F32_EXP_INF)
+    np.copyto(r, np.uint32(fmt.nan_mag or 0), where=nan_in)
     out = r.astype(np.uint8)
-    out |= ((u >> np.uint32(31)).astype(np.uint8) << np.uint8(fmt.bits - 1))
+    sign = (u >> np.uint32(32 - fmt.bits)).astype(np.uint8)  # top bits; keep only the sign
+    sign &= np.uint8(fmt.sign_bit)
+    out |= sign
     return out.reshape(np.shape(x))
 
 
