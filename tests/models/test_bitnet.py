@@ -1,0 +1,102 @@
+"""BitNet b1.58 reference against transformers' BitNet (AutoBitLinear), and the loaders."""
+
+import bitnet_tiny as tiny
+import numpy as np
+import pytest
+
+from npukit.errors import ConfigError, ModelError
+from npukit.models.bitnet import BitNet, BitNetConfig, act_quant, load_bitnet, load_gguf, load_hf_dir
+
+PROMPT = [5, 17, 42, 99]
+
+
+def _npukit_steps(m: BitNet, n: int):
+    toks, logits = [], []
+    m.generate(PROMPT, n, on_step=lambda t, lg: (toks.append(t), logits.append(lg.copy())))
+    return toks, logits
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_golden_matches_transformers_online_bf16(tmp_path):
+    c = tiny.config("online")
+    path = tiny.write_online(tmp_path / "hf", c, tiny.float_weights(c))
+    hf_toks, hf_logits = tiny.hf_greedy(path, PROMPT, 24)
+    toks, logits = _npukit_steps(load_bitnet(path, mode="golden"), 24)
+    assert toks == hf_toks
+    assert len(set(toks)) > 3  # the run is not a trivial repetition
+    for a, b in zip(logits, hf_logits, strict=True):
+        assert np.abs(a - b).max() < 1e-3
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_golden_matches_transformers_offline_packed(tmp_path):
+    c = tiny.config("offline")
+    sd, tern = tiny.ternary_weights(c)
+    path = tiny.write_offline(tmp_path / "hf", c, sd, tern)
+    hf_toks, hf_logits = tiny.hf_greedy(path, PROMPT, 20)
+    toks, logits = _npukit_steps(load_bitnet(path, mode="golden"), 20)
+    assert toks == hf_toks
+    assert max(np.abs(a - b).max() for a, b in zip(logits, hf_logits, strict=True)) < 1e-3
+
+
+def test_quant_integer_path_matches_hand_arithmetic(tmp_path):
+    c = tiny.config("online")
+    m = load_bitnet(tiny.write_online(tmp_path / "hf", c, tiny.float_weights(c), bf16=False), mode="quant")
+    lin = m.w.layers[0].linears["up_proj"]
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    q, a = act_quant(x)
+    y = m.linear(0, lin, x)
+    for r in range(2):  # exact integer dot products, then one scaling step
+        for o in (0, 7, 127):
+            acc = sum(int(q[r, k]) * int(lin.t[o, k]) for k in range(64))
+            want = np.float32(acc) / (a[r, 0] * lin.scale)
+            assert y[r, o] == want
+    # quant and golden agree closely (only float reassociation separates them)
+    g = BitNet(m.cfg, m.w, mode="golden")
+    assert np.abs(g.forward(PROMPT, g.new_cache()) - m.forward(PROMPT, m.new_cache())).max() < 1e-4
+
+
+@pytest.mark.parametrize("kind", ["TQ1_0", "TQ2_0"])
+@pytest.mark.parametrize("mode", ["golden", "quant"])
+def test_gguf_ternary_equals_safetensors(tmp_path, kind, mode):
+    c = tiny.config("offline", hidden_size=256, intermediate_size=512, head_dim=64)
+    sd, tern = tiny.ternary_weights(c, seed=3)
+    st = load_bitnet(tiny.write_offline(tmp_path / "hf", c, sd, tern), mode=mode)
+    gg = load_bitnet(tiny.write_gguf(tmp_path / "m.gguf", c, sd, tern, kind), mode=mode)
+    for name in ("q_proj", "down_proj"):
+        assert np.array_equal(st.w.layers[1].linears[name].t, gg.w.layers[1].linears[name].t)
+    la = st.forward(PROMPT, st.new_cache())
+    lb = gg.forward(PROMPT, gg.new_cache())
+    assert np.array_equal(la, lb)
+
+
+def test_preset_with_synthetic_weights():
+    m = load_bitnet("bitnet-b1.58-2b-4t", mode="quant", overrides=dict(
+        vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16))
+    assert m.cfg.rope_theta == 500000.0 and m.cfg.kv_groups == 2
+    toks = m.generate([1, 2, 3], 12)
+    assert len(toks) == 12 and all(0 <= t < 300 for t in toks)
+
+
+def test_config_and_load_errors(tmp_path):
+    with pytest.raises(ConfigError, match="relu2"):
+        BitNetConfig.from_hf(dict(tiny.config(), hidden_act="silu"))
+    with pytest.raises(ConfigError, match="autobitlinear"):
+        BitNetConfig.from_hf(dict(tiny.config(), quantization_config={"linear_class": "bitlinear"}))
+    with pytest.raises(ConfigError, match="missing"):
+        BitNetConfig.from_hf({"model_type": "bitnet"})
+    with pytest.raises(ModelError, match=r"config\.json"):
+        load_hf_dir(tmp_path)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUX" + bytes(20))
+    with pytest.raises(ModelError, match="magic"):
+        load_gguf(bad)
+    with pytest.raises(ModelError, match="not a model"):
+        load_bitnet("no-such-model")
+    c = tiny.config()
+    m = load_bitnet(tiny.write_online(tmp_path / "hf", c, tiny.float_weights(c)))
+    with pytest.raises(ModelError, match="out of range"):
+        m.forward([256], m.new_cache())
