@@ -37,6 +37,25 @@ from npukit.targets.pccx.isa import (
     encode,
 )
 
+CVO_DOC = {
+    CvoFunc.EXP: "exp(x), or exp(x − e_max) with `sub_emax`",
+    CvoFunc.SQRT: "sqrt(x)",
+    CvoFunc.GELU: "tanh-form GELU (gelu_pytorch_tanh)",
+    CvoFunc.SIN: "sin(x)",
+    CvoFunc.COS: "cos(x)",
+    CvoFunc.REDUCE_SUM: "serial float32 sum → one word at dst (element 0); also loads S",
+    CvoFunc.SCALE: "x · S, or x / S with `recip_scale` (S = 0 gives 0)",
+    CvoFunc.RECIP: "1 / x (±0 gives ±inf)",
+    CvoFunc.TANH: "tanh(x)",
+    CvoFunc.MUL: "dst ← src · dst, elementwise",
+    CvoFunc.ADD: "dst ← src + dst, elementwise",
+    CvoFunc.RELU_BIAS: "max(x − S, 0): the bias-and-clip front end",
+    CvoFunc.RSQRT: "1 / sqrt(x)",
+    CvoFunc.SQUARE: "x²",
+    CvoFunc.REDUCE_MAX: "max(x) → one word at dst; also sets e_max",
+    CvoFunc.LOAD_SCALAR: "S ← element 0 of src (no dst write)",
+}
+
 _OPNAMES = {"gemv": Op.GEMV, "gemm": Op.GEMM, "memcpy": Op.MEMCPY, "memset": Op.MEMSET}
 _FLAG_TYPES = {Op.GEMV: GemvFlag, Op.GEMM: GemvFlag, Op.CVO: CvoFlag}
 _ENUMS = {"device": Device, "cache": DestCache}
@@ -253,8 +272,9 @@ def isa_table_markdown() -> str:
             prof = "extended (npukit)" if f.ext else "v002"
             rows.append(f"| {op.name} = 0x{int(op):X} | `{name}` | {bits} | {f.width} | "
                         f"{('`' + f.asm + '`') if f.asm else ''} | {f.doc} | {prof} |")
-    rows += ["", "| cvo_func | mnemonic | profile |", "|---|---|---|"]
+    rows += ["", "| cvo_func | mnemonic | result (BF16, one rounding unless noted) | profile |",
+             "|---|---|---|---|"]
     for fn in CvoFunc:
         prof = "v002" if fn in STRICT_CVO else "extended (npukit)"
-        rows.append(f"| 0x{int(fn):X} | `cvo.{fn.name.lower()}` | {prof} |")
+        rows.append(f"| 0x{int(fn):X} | `cvo.{fn.name.lower()}` | {CVO_DOC[fn]} | {prof} |")
     return "\n".join(rows) + "\n"
