@@ -6,7 +6,11 @@ transformers initialises to constants (the latter to zero, which would hide per-
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +23,7 @@ TINY = dict(
                  "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
     activation_sparsity_pattern=[0.95, 0.8, 0.0, 0.95, 0.0, 0.9, 0.0, 0.0],
     max_position_embeddings=128, rope_theta=5000.0, rope_local_base_freq=100.0,
-    final_logit_softcapping=3.0, eos_token_id=1,
+    final_logit_softcapping=30.0, eos_token_id=1,
 )
 
 
@@ -81,3 +85,22 @@ def write_config_only(path: Path, cfg: dict) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg))
     return path
+
+
+@functools.cache
+def cached_model(seed: int = 0):
+    """One random tiny model per seed per test process (building one costs about a second)."""
+    return hf_model(seed)
+
+
+@functools.cache
+def cached_dir(seed: int = 0) -> Path:
+    """The cached model saved with ``save_pretrained`` in a temporary directory (removed at exit)."""
+    root = Path(tempfile.mkdtemp(prefix="npukit-gemma3n-"))
+    atexit.register(shutil.rmtree, root, True)
+    return save_hf(cached_model(seed), root / "model")
+
+
+@functools.cache
+def cached_greedy(seed: int, prompt: tuple[int, ...], n: int) -> tuple[list[int], np.ndarray]:
+    return hf_greedy(cached_model(seed), list(prompt), n)

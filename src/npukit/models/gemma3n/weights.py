@@ -95,18 +95,21 @@ class Gemma3nWeights:
         self.shapes = expected_shapes(cfg)
         keys = set(source.keys())
         self.prefix = self._find_prefix(keys)
-        missing = [n for n in self.shapes if self.prefix + n not in keys]
+        # the output head sits beside the decoder ("lm_head.weight"), not under its prefix
+        self._keys = {n: self.prefix + n for n in self.shapes}
+        if LM_HEAD in self._keys and LM_HEAD in keys:
+            self._keys[LM_HEAD] = LM_HEAD
+        missing = [k for k in self._keys.values() if k not in keys]
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise ModelError(f"{origin}: missing tensor {self.prefix + missing[0]!r}{more}")
+            raise ModelError(f"{origin}: missing tensor {missing[0]!r}{more}")
         for n, want in self.shapes.items():
-            got = tuple(source.shape(self.prefix + n))
+            key = self._keys[n]
+            got = tuple(source.shape(key))
             if got != want:
-                raise ModelError(f"{origin}: tensor {self.prefix + n!r} has shape {list(got)}, "
-                                 f"config needs {list(want)}")
-            if source.dtype(self.prefix + n) not in ("F32", "F16", "BF16", "F64"):
-                raise ModelError(f"{origin}: tensor {self.prefix + n!r} has non-float dtype "
-                                 f"{source.dtype(self.prefix + n)}")
+                raise ModelError(f"{origin}: tensor {key!r} has shape {list(got)}, config needs {list(want)}")
+            if source.dtype(key) not in ("F32", "F16", "BF16", "F64"):
+                raise ModelError(f"{origin}: tensor {key!r} has non-float dtype {source.dtype(key)}")
 
     def _find_prefix(self, keys: set[str]) -> str:
         for pre in PREFIXES:
@@ -118,9 +121,10 @@ class Gemma3nWeights:
     def _key(self, name: str) -> str:
         if name == LM_HEAD and self.config.tie_word_embeddings:
             name = EMBED
-        if name not in self.shapes:
+        key = self._keys.get(name)
+        if key is None:
             raise ModelError(f"{self.origin}: no Gemma 3n tensor {name!r}")
-        return self.prefix + name
+        return key
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.source.shape(self._key(name)))

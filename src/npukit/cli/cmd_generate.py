@@ -1,0 +1,140 @@
+"""``npukit generate``: run a model on a target and stream the generated tokens.
+
+MODEL is a Hugging Face directory (config.json + safetensors [+ tokenizer.json]) or a shape preset
+(synthetic weights); without MODEL the embedded default model is used. With ``--json`` one object
+is printed: ``tokens`` (generated ids), ``stats``, and with ``--logits`` ``logits`` (per generated
+token, the vocabulary logits that chose it). Otherwise tokens stream to stdout (text when the
+model has a tokenizer, ids otherwise) and a one-line summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from npukit.cli import ui
+from npukit.errors import ConfigError, ModelError
+from npukit.models.loading import LoadedModel, load_model
+from npukit.runtime import backends
+from npukit.runtime.generate import generate
+from npukit.runtime.sampling import SamplingParams
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate tokens with a model on a target (golden, quant, ...)")
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="Hugging Face model directory or preset name (default: the embedded model)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--prompt", help="prompt text (needs the model's tokenizer.json)")
+    g.add_argument("--prompt-ids", metavar="IDS", help="comma-separated prompt token ids, e.g. 2,651,1234")
+    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate (32)")
+    p.add_argument("--target", default="golden", choices=backends.targets(),
+                   help="where the model runs (default golden: npukit's float32 reference)")
+    p.add_argument("--kv", choices=backends.kv_modes(), default=None,
+                   help="KV-cache storage (default: the target's own)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus mass (1.0 = off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="divide positive / multiply negative logits of seen tokens (1.0 = off)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="sampling RNG seed (0)")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--logits", action="store_true", help="with --json: include the per-token logits")
+    p.set_defaults(func=run)
+
+
+def resolve_model(spec: str | None) -> LoadedModel:
+    if spec is None:
+        try:
+            from npukit.models.embedded import default_model_dir
+        except ImportError:
+            raise ModelError("no embedded default model in this build; give MODEL") from None
+        return load_model(default_model_dir())
+    return load_model(spec)
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise ConfigError(f"--prompt-ids must be comma-separated integers, got {text!r}") from None
+    if not ids:
+        raise ConfigError("--prompt-ids is empty")
+    return ids
+
+
+def prompt_ids(args: argparse.Namespace, model: LoadedModel) -> list[int]:
+    if args.prompt_ids is not None:
+        ids = parse_ids(args.prompt_ids)
+    elif args.prompt is not None:
+        if model.tokenizer is None:
+            raise ModelError(f"model {model.name} has no tokenizer.json; use --prompt-ids")
+        ids = list(model.tokenizer.encode(args.prompt).ids)
+        if not ids:
+            raise ConfigError("--prompt encodes to no tokens")
+    else:
+        bos = getattr(model.config, "bos_token_id", None)
+        if bos is None:
+            raise ConfigError("give --prompt or --prompt-ids (the model has no BOS token to start from)")
+        ids = [int(bos)]
+    bad = [t for t in ids if not 0 <= t < model.vocab_size]
+    if bad:
+        raise ModelError(f"token id {bad[0]} out of range [0, {model.vocab_size}) for {model.name}")
+    return ids
+
+
+class _Streamer:
+    """Writes each new token to stdout: the newly decoded text, or the id."""
+
+    def __init__(self, tokenizer: Any | None, out=None) -> None:
+        self.tok, self.out = tokenizer, out or sys.stdout
+        self.ids: list[int] = []
+        self.text = ""
+
+    def __call__(self, token: int) -> None:
+        self.ids.append(token)
+        if self.tok is None:
+            self.out.write(f"{token} ")
+        else:
+            text = self.tok.decode(self.ids, skip_special_tokens=True)
+            if text.startswith(self.text):
+                self.out.write(text[len(self.text):])
+                self.text = text
+        self.out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.logits and not args.json:
+        raise ConfigError("--logits needs --json")
+    model = resolve_model(args.model)
+    ids = prompt_ids(args, model)
+    sampling = SamplingParams(args.temperature, args.top_p, args.repetition_penalty, args.seed)
+    backend = backends.create_backend(model, args.target, kv=args.kv)
+    stops = () if args.ignore_eos else model.eos_token_ids
+    # A bar on stderr only when stdout is not the same terminal the tokens stream to.
+    show_bar = sys.stderr.isatty() and (args.json or not sys.stdout.isatty())
+    stream = None if args.json else _Streamer(model.tokenizer)
+    with ui.Progress(args.max_new_tokens, "generate", enabled=show_bar) as bar:
+        def on_token(tok: int) -> None:
+            if stream is not None:
+                stream(tok)
+            bar.update()
+
+        result = generate(backend, ids, args.max_new_tokens, sampling, stops, model.vocab_size,
+                          keep_logits=args.logits, on_token=on_token)
+    if args.json:
+        obj: dict[str, Any] = {"model": str(model.name), "family": model.family, "target": args.target}
+        obj |= result.to_json(with_logits=args.logits)
+        if model.tokenizer is not None:
+            obj["text"] = model.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        ui.emit_json(obj)
+        return 0
+    sys.stdout.write("\n")
+    f = result.figures
+    rate = f"{f['decode_tok_per_s'].value:.2f} tok/s" if "decode_tok_per_s" in f else "n/a"
+    print(f"[{len(result.tokens)} tokens from {Path(str(model.name)).name} on {args.target}: "
+          f"prefill {f['prefill_s'].fmt()}, decode {rate}, peak RSS {f['peak_rss_mib'].fmt()}, "
+          f"stop: {result.stop_reason}]", file=sys.stderr)
+    return 0

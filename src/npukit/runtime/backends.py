@@ -1,0 +1,113 @@
+"""Backend registry: one entry per (model family, target) — ``("gemma3n", "golden")``,
+``("gemma3n", "quant")``, later ``("bitnet", "tern")``, ``("gemma3n", "pccx")``, ….
+
+A backend runs one sequence at a time:
+
+* ``reset()`` — forget the KV cache;
+* ``prefill(ids) -> logits`` — run the prompt, return the float32 logits of its last position;
+* ``step(token) -> logits`` — run one token at the next position;
+* ``stats() -> dict`` — JSON-ready counters (KV bytes, cycles, …) for the generation report.
+
+Registration: put a module named ``npukit/runtime/backend_<anything>.py`` that calls
+`register_backend` at import (it is discovered automatically, like CLI subcommands), or call
+`register_backend` from any module imported before use. The factory is called as
+``factory(model, kv=<mode>, **options)`` with a `npukit.models.loading.LoadedModel`; ``kv_modes``
+lists the ``--kv`` values the backend accepts, the first being its default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from npukit.errors import ConfigError
+
+
+@runtime_checkable
+class Backend(Protocol):
+    def reset(self) -> None: ...
+    def prefill(self, ids: Sequence[int]) -> np.ndarray: ...
+    def step(self, token: int) -> np.ndarray: ...
+    def stats(self) -> dict[str, Any]: ...
+
+
+Factory = Callable[..., Backend]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    family: str
+    target: str
+    factory: Factory
+    kv_modes: tuple[str, ...]
+    help: str = ""
+
+    @property
+    def default_kv(self) -> str:
+        return self.kv_modes[0]
+
+
+_REGISTRY: dict[tuple[str, str], BackendSpec] = {}
+_discovered = False
+
+
+def register_backend(family: str, target: str, factory: Factory, kv_modes: Sequence[str] = ("fp16",),
+                     help: str = "") -> BackendSpec:
+    """Register (or replace) the backend for ``family`` on ``target``."""
+    if not kv_modes:
+        raise ValueError("a backend needs at least one KV mode")
+    spec = BackendSpec(family, target, factory, tuple(kv_modes), help)
+    _REGISTRY[(family, target)] = spec
+    return spec
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import npukit.runtime as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("backend_"):
+            importlib.import_module(f"npukit.runtime.{info.name}")
+
+
+def specs() -> list[BackendSpec]:
+    _discover()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def targets(family: str | None = None) -> list[str]:
+    """Target names, for one family or across all (what ``--target`` accepts)."""
+    return sorted({s.target for s in specs() if family is None or s.family == family})
+
+
+def kv_modes() -> list[str]:
+    """Every KV mode some backend accepts (what ``--kv`` accepts)."""
+    return sorted({m for s in specs() for m in s.kv_modes})
+
+
+def get_spec(family: str, target: str) -> BackendSpec:
+    _discover()
+    spec = _REGISTRY.get((family, target))
+    if spec is None:
+        have = targets(family)
+        raise ConfigError(f"target {target!r} has no backend for model family {family!r}"
+                          f" (available: {', '.join(have) if have else 'none'})")
+    return spec
+
+
+def create_backend(model: Any, target: str, kv: str | None = None, **options: Any) -> Backend:
+    """Instantiate the backend for ``model`` (a LoadedModel) on ``target``."""
+    spec = get_spec(model.family, target)
+    kv = kv or spec.default_kv
+    if kv not in spec.kv_modes:
+        raise ConfigError(f"target {target!r} does not support --kv {kv} for {model.family} "
+                          f"(supported: {', '.join(spec.kv_modes)})")
+    return spec.factory(model, kv=kv, **options)

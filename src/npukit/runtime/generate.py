@@ -1,0 +1,111 @@
+"""The generation loop: prompt → prefill → sample → step …, streaming tokens as they come.
+
+`generate` drives any `Backend`; the result carries the generated ids, optionally the logits that
+chose each of them, and statistics whose timings are ``measured`` (wall clock around the backend
+calls) and whose rates are ``derived``, plus the process's peak RSS (``resource.getrusage``).
+Generation stops after ``max_new_tokens`` or at a stop token (which is kept in the output).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npukit.errors import ConfigError, ModelError
+from npukit.evidence import Ledger, Tier
+from npukit.runtime.backends import Backend
+from npukit.runtime.sampling import Sampler, SamplingParams
+
+
+@dataclass
+class GenerationResult:
+    prompt: list[int]
+    tokens: list[int]
+    stop_reason: str  # "length" or "stop_token"
+    figures: Ledger
+    backend_stats: dict[str, Any] = field(default_factory=dict)
+    logits: list[np.ndarray] | None = None  # one float32 vocabulary row per generated token
+
+    def stats_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": len(self.prompt),
+            "generated_tokens": len(self.tokens),
+            "stop_reason": self.stop_reason,
+            **self.figures.to_json(),
+            "backend": self.backend_stats,
+        }
+
+    def to_json(self, with_logits: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"prompt_ids": self.prompt, "tokens": self.tokens, "stats": self.stats_json()}
+        if with_logits:
+            if self.logits is None:
+                raise ConfigError("logits were not kept for this generation")
+            out["logits"] = [row.astype(np.float32).tolist() for row in self.logits]
+        return out
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(kib) * (1 if sys.platform == "darwin" else 1024)
+
+
+def generate(backend: Backend, prompt: Sequence[int], max_new_tokens: int,
+             sampling: SamplingParams | None = None, stop_ids: Sequence[int] = (),
+             vocab_size: int | None = None, keep_logits: bool = False,
+             on_token: Callable[[int], None] | None = None) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt`` (the backend is reset first).
+    ``on_token`` sees each token as soon as it is chosen (the CLI streams and draws progress there)."""
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise ConfigError("empty prompt: give at least one token")
+    if max_new_tokens < 0:
+        raise ConfigError(f"max-new-tokens must be >= 0, got {max_new_tokens}")
+    if vocab_size is not None:
+        bad = [t for t in prompt if not 0 <= t < vocab_size]
+        if bad:
+            raise ModelError(f"prompt token id {bad[0]} out of range [0, {vocab_size})")
+    sampler = Sampler(sampling)
+    stops = set(stop_ids)
+    seen = list(prompt)
+    tokens: list[int] = []
+    kept: list[np.ndarray] | None = [] if keep_logits else None
+    stop_reason = "length"
+    backend.reset()
+    t0 = time.perf_counter()
+    logits = backend.prefill(prompt)
+    t_prefill = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for k in range(max_new_tokens):
+        tok = sampler(logits, seen)
+        tokens.append(tok)
+        seen.append(tok)
+        if kept is not None:
+            kept.append(np.array(logits, dtype=np.float32, copy=True))
+        if on_token is not None:
+            on_token(tok)
+        if tok in stops:
+            stop_reason = "stop_token"
+            break
+        if k + 1 < max_new_tokens:  # the last token needs no forward pass
+            logits = backend.step(tok)
+    t_decode = time.perf_counter() - t1
+    steps = max(len(tokens) - 1, 0)
+    led = Ledger()
+    src = "time.perf_counter around backend calls"
+    led.add("prefill_s", t_prefill, "s", Tier.MEASURED, src)
+    led.add("decode_s", t_decode, "s", Tier.MEASURED, src + " (sampling included)")
+    led.add("wall_s", t_prefill + t_decode, "s", Tier.MEASURED, src)
+    if t_prefill > 0:
+        led.add("prefill_tok_per_s", len(prompt) / t_prefill, "tok/s", Tier.DERIVED,
+                "prompt tokens / prefill_s")
+    if steps and t_decode > 0:
+        led.add("decode_tok_per_s", steps / t_decode, "tok/s", Tier.DERIVED, "decode steps / decode_s")
+    led.add("peak_rss_mib", peak_rss_bytes() / 2**20, "MiB", Tier.MEASURED, "resource.getrusage ru_maxrss")
+    return GenerationResult(prompt, tokens, stop_reason, led, dict(backend.stats()), kept)
