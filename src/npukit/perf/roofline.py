@@ -193,6 +193,7 @@ def evaluate(t: OpTable, pts: Points, per_op: bool = False) -> dict[str, np.ndar
     if per_op:
         bounds = np.concatenate([t_mac[..., None], t_sfu[..., None], t_lvl], axis=-1)
         out.update(op_seconds=np.where(col(ov), np.maximum(t_main, t_sfu), t_main + t_sfu),
+                   op_main_seconds=t_main,
                    op_bound_index=bounds.argmax(-1), op_macs=macs, op_sfu=sfu, op_w_bytes=w_bytes,
                    op_kv_bytes=kv_bytes, op_act_bytes=np.broadcast_to(act_bytes, w_bytes.shape),
                    op_level_bytes=lvl_bytes)
