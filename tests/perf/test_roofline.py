@@ -111,3 +111,39 @@ def test_tern_adapter_reproduces_ternfpga_engine_floor():
     engine_s = (30 * 69_468_160 + 128256 * 2560) / 8 / 100e6
     assert a.totals["mac_seconds"] == pytest.approx(engine_s, rel=0.01)  # + attention MACs at 64 keys
     assert a.totals["joules_per_token"] == pytest.approx(1.47, rel=0.03)
+
+
+ROOFLINE_TOML = """
+target = "roofline"
+name = "toy-npu"
+clock_mhz = 1000.0
+lanes = 4
+macs_per_lane_cycle_int8 = 64.0
+static_power_w = 1.5
+[[memories]]
+name = "dram"
+capacity_mb = 8000.0
+bandwidth_gbps = 50.0
+carries = ["weights", "kv"]
+pj_per_bit = 10.0
+[[memories]]
+name = "sram"
+capacity_mb = 4.0
+bandwidth_gbps = 1000.0
+carries = ["act"]
+"""
+
+
+def test_roofline_description_from_toml(tmp_path):
+    p = tmp_path / "toy.toml"
+    p.write_text(ROOFLINE_TOML)
+    _, m = load_machine(str(p), ["perf.dram_gbps=25"])
+    assert m.mac_rate("int8") == 4 * 64 * 1e9 and m.level("dram").peak_bps == 25e9
+    t = build_ops("bitnet-b1.58-2b-4t")
+    a = analyze(t, m, weights="int8", kv="int8", context=256)
+    assert a.bound == "dram"
+    # INT8 weights: 2.412 G bytes + row scales over 25 GB/s
+    assert a.totals["tokens_per_second"] == pytest.approx(25e9 / a.totals["bytes_per_token"], rel=0.02)
+    with pytest.raises(ConfigError, match="no memory level carries 'act'"):
+        p.write_text(ROOFLINE_TOML.replace('carries = ["act"]', 'carries = ["kv"]'))
+        load_machine(str(p))
