@@ -173,3 +173,17 @@ def test_bad_descriptions_raise():
         simulate(machine(), [Op(0, "dma", xfer_bytes=1, path=("x",))])
     with pytest.raises(TimingError, match="earlier op"):
         simulate(machine(), [Op(0, "vec", cycles=1, fifo_from=0, fifo_depth=1, fifo_elems=1)])
+
+
+def test_tail_delays_completion_and_dependents():
+    # producer work 100 cycles + 20 drain; the FIFO consumer's own drain of 5 follows the producer's data
+    ops = [Op(0, "mac", cycles=100, tail=20, is_async=True, writes=((0, 10),)),
+           Op(1, "vec", cycles=10, tail=5, fifo_from=0, fifo_depth=64, fifo_elems=10, reads=((0, 10),),
+              is_async=True, writes=((10, 20),)),
+           Op(2, "mac", cycles=1, reads=((10, 20),))]
+    r = simulate(machine(), ops)
+    assert r.ops[0].end == pytest.approx(120)
+    assert r.ops[1].end == pytest.approx(105)  # work ends with the producer's work (t=100), + 5
+    assert r.ops[2].start == pytest.approx(120)  # in-order mac queue: after op 0's drain
+    assert r.ops[2].end == pytest.approx(121)
+    assert r.engines["mac"].busy == pytest.approx(121)

@@ -8,8 +8,8 @@ A target adapter turns each `npukit.sim.work.Work` record into an `Op` and descr
   many issued ops may wait to start (a command FIFO).
 * **Engines.** One in-order queue per engine: an op starts when it is issued, every earlier op of its
   engine is done, and no earlier unfinished op conflicts with it (RAW/WAR/WAW overlap of the on-chip
-  ``reads``/``writes`` ranges). After ``latency`` cycles (pipeline fill, DMA setup) it progresses at
-  ``1/cycles`` of its work per cycle at best.
+  ``reads``/``writes`` ranges). After ``latency`` cycles (DMA setup) it progresses at ``1/cycles`` of
+  its work per cycle at best, and completes ``tail`` cycles after its work runs out (pipeline drain).
 * **Bandwidth resources** (DDR, ports) are shared by every transfer in flight with max-min fair
   sharing (water-filling), re-solved at each event; an op's transfer bytes limit its progress rate.
 * **Prefetch streams** (a weight buffer): bytes for stream ops are fetched in program order into a
@@ -73,6 +73,7 @@ class Op:
     label: str = ""
     cycles: float = 0.0  # engine cycles at full rate
     latency: float = 0.0  # fixed cycles before progress starts
+    tail: float = 0.0  # cycles from the last unit of work to completion (pipeline drain)
     path: tuple[str, ...] = ()  # resources crossed by this op's own transfer
     xfer_bytes: float = 0.0
     stream: str | None = None
@@ -211,7 +212,7 @@ class _Sim:
                 raise TimingError(f"op {op.index} draws from unknown stream {op.stream!r}")
             if op.fifo_from is not None and not 0 <= op.fifo_from < pos:
                 raise TimingError(f"op {op.index}: fifo producer must be an earlier op")
-            if min(op.cycles, op.latency, op.xfer_bytes, op.stream_bytes) < 0:
+            if min(op.cycles, op.latency, op.tail, op.xfer_bytes, op.stream_bytes) < 0:
                 raise TimingError(f"op {op.index} has a negative cost")
             if op.cycles <= 0 and (op.stream_bytes > 0 or op.fifo_from is not None):
                 raise TimingError(f"op {op.index} consumes a stream or FIFO but has no engine cycles")
@@ -235,6 +236,7 @@ class _Sim:
         inf = math.inf
         self.issue, self.start, self.end = [inf] * n, [inf] * n, [inf] * n
         self.frac = [0.0] * n
+        self.prog_end = [inf] * n  # when the op's work ran out (its tail follows)
         self.fetched = [0.0] * n
         self.fetch_t0, self.fetch_t1 = [inf] * n, [inf] * n
         self.busy = [0.0] * n
@@ -329,10 +331,11 @@ class _Sim:
         op = self.ops[p]
         if self.t < self.start[p] + op.latency - _EPS:
             return False
-        if self.frac[p] >= 1 - _EPS:
-            return True
-        return op.cycles == 0 and op.xfer_bytes == 0 and self._stream_bytes(p) == 0 \
-            and self._linked(p) is None
+        if self.frac[p] < 1 - _EPS:
+            if op.cycles or op.xfer_bytes or self._stream_bytes(p) or self._linked(p) is not None:
+                return False
+            self.frac[p], self.prog_end[p] = 1.0, self.t  # no work: only latency and tail
+        return self.t >= self.prog_end[p] + op.tail - _EPS
 
     def _links(self) -> list[tuple[int, int]]:
         """Active (producer, consumer) FIFO couplings: both unfinished, consumer issued."""
@@ -367,7 +370,8 @@ class _Sim:
             h = self.head[e]
             if h < len(q):
                 p = q[h]
-                if self.start[p] + self.ops[p].latency <= self.t + _EPS and self.start[p] <= self.t:
+                if (self.start[p] + self.ops[p].latency <= self.t + _EPS and self.start[p] <= self.t
+                        and self.frac[p] < 1):
                     out.append(p)
         return out
 
@@ -480,6 +484,9 @@ class _Sim:
                 lat_end = self.start[p] + self.ops[p].latency
                 if lat_end > self.t + _EPS:
                     cand.append(lat_end - self.t)
+                tail_end = self.prog_end[p] + self.ops[p].tail
+                if self.t + _EPS < tail_end < math.inf:
+                    cand.append(tail_end - self.t)
         for s, p in targets.items():
             if p is None:
                 continue
@@ -510,6 +517,8 @@ class _Sim:
             op = self.ops[p]
             r = rate.get(p, 0.0)
             self.frac[p] = min(1.0, self.frac[p] + r * dt)
+            if self.frac[p] >= 1 - _EPS:
+                self.frac[p], self.prog_end[p] = 1.0, self.t + dt
             if op.xfer_bytes > 0:
                 for res in op.path:
                     used[res] += r * op.xfer_bytes
@@ -543,7 +552,7 @@ class _Sim:
             elif self.start[p] > self.t:
                 b = self._blocking(p)
                 reason = f"dep_{self.ops[b].engine}" if b is not None else "issue"
-            elif p not in run:  # pipeline fill / setup latency counts as busy
+            elif p not in run:  # pipeline fill, drain and setup latency count as busy
                 st.busy += dt
                 self.busy[p] += dt
                 continue

@@ -137,6 +137,8 @@ def test_cvo_rides_the_direct_fifo():
     t_gemv = roofline_s(g.macs, g.weight_bytes, 51.2e9, wbw)
     assert r.ops[1].start < r.ops[0].end  # starts under the GEMV
     assert r.seconds == pytest.approx(t_gemv, rel=0.01)  # SFU time hidden
+    # both drains run after the GEMV's last MAC: 5-stage reduction tree, 20-stage SFU pipeline
+    assert r.ops[1].end - r.ops[0].end == pytest.approx(20 - 5)
     sync = [gemv_work(0, 2048, 2048, dst=0, is_async=False), cvo]
     r = simulate_works(h, sync)
     assert r.ops[1].start >= r.ops[0].end  # no FIFO: the CVO reads L2 after the GEMV

@@ -3,14 +3,14 @@
 Reference clock: the 400 MHz core clock. AXI-side rates (HP and ACP ports at 250 MHz) are
 converted to bytes per core cycle, and DDR's effective bandwidth likewise.
 
-* **gemv** — ``macs / (lanes · macs_per_core)`` core cycles plus the reduction-tree depth. Weights
+* **gemv** — ``macs / (lanes · macs_per_core)`` core cycles, then the reduction-tree depth as drain. Weights
   (``weight_bytes``) and other DRAM operands (``ddr_read_bytes``: KV cache) arrive through the weight
   stream DDR → HP ports → weight buffer (``weight_buffer.total_bytes``), fetched ahead of compute
   once the previous stream op has launched (pccx overlap rule 1).
 * **gemm** — ``macs / (rows · cols · macs_per_dsp)`` cycles plus fill/drain; weights as for gemv.
-* **sfu** — ``sfu_elems / elems_per_clk`` cycles plus pipeline depth. A CVO that reads what the most
-  recent async GEMV/GEMM wrote takes it over the direct FIFO (``sfu.fifo_depth`` elements): it may
-  start while the GEMV runs and throttles it if it falls behind (overlap rule 2).
+* **sfu** — ``sfu_elems / elems_per_clk`` cycles, then the pipeline depth as drain. A CVO that
+  reads what the most recent async GEMV/GEMM wrote takes it over the direct FIFO (``sfu.fifo_depth``
+  elements): it may start while the GEMV runs and throttles it if it falls behind (overlap rule 2).
 * **dma** — MEMCPY bytes to/from DDR cross DDR and the ACP port into L2 port A; an L2→L2 copy
   crosses port A only. ``dma.setup_cycles`` of latency each.
 * **ctrl** — MEMSET: ``dma.memset_cycles_per_entry`` per constant-cache entry written.
@@ -76,7 +76,7 @@ def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
             streamed = float(w.weight_bytes + w.ddr_read_bytes)
             cycles = float(max(1, math.ceil(w.macs / rate)))
             path, xfer = _compute_traffic(onchip, w.ddr_write_bytes)
-            ops.append(Op(cycles=cycles, latency=float(lat), stream=WEIGHTS if streamed else None,
+            ops.append(Op(cycles=cycles, tail=float(lat), stream=WEIGHTS if streamed else None,
                           stream_bytes=streamed, path=path, xfer_bytes=xfer, **common))
             last_mat = pos
         elif w.engine == "sfu":
@@ -88,7 +88,7 @@ def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
                 producer = last_mat
                 linked.add(producer)
             path, xfer = _compute_traffic(onchip, w.ddr_write_bytes)
-            ops.append(Op(cycles=cycles, latency=float(hw.sfu.pipeline_cycles), path=path, xfer_bytes=xfer,
+            ops.append(Op(cycles=cycles, tail=float(hw.sfu.pipeline_cycles), path=path, xfer_bytes=xfer,
                           fifo_from=producer, fifo_depth=float(hw.sfu.fifo_depth),
                           fifo_elems=float(max(w.sfu_elems, 1)) if producer is not None else 0.0,
                           **common))
