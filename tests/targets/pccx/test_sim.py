@@ -313,3 +313,28 @@ def test_strict_profile_rejects_extended_work_at_runtime():
     sim.load_program([asm.assemble_line("cvo.tanh src=0 dst=8 len=8")])
     sim.run()
     assert sim.status & STATUS_ERROR and "reserved in v002" in sim.error.reason
+
+
+@settings(max_examples=40)
+@given(st.integers(1, 300), st.booleans(), st.integers(0, 2**32 - 1))
+def test_reductions_and_l2_copy_bit_exact(n, accm, seed):
+    rng = np.random.default_rng(seed)
+    sim = Simulator()
+    x = _bf16_vec(rng, n, lo=-10, hi=10)
+    old = _bf16_vec(rng, 1)
+    sim.write_l2_bits(0x10, _to_bits(x))
+    sim.write_l2_bits(0x800, _to_bits(old))
+    words = -(-n // 8)
+    sim.load_program(_program(f"cvo.reduce_sum src=0x10 dst=0x800 len={n}{' flags=accm' if accm else ''}",
+                              f"cvo.reduce_max src=0x10 dst=0x900 len={n}",
+                              f"memset cache=fmap slot=9 a={words}",
+                              "memcpy from=npu to=npu dest=0x1000 src=0x10 shape=9"))
+    sim.run()
+    assert sim.status == STATUS_DONE
+    acc = np.float32(0.0)
+    for v in x:
+        acc = np.float32(acc + v)
+    want = bf16_bits_from_f64(float(acc) + float(old[0])) if accm else _to_bits([acc])
+    assert sim.read_l2_bits(0x800, 8).tolist() == [int(want[0])] + [0] * 7
+    assert float(sim.read_l2(0x900, 1)[0]) == float(np.max(x)) == float(sim.emax)
+    assert np.array_equal(sim.read_l2_bits(0x1000, words * 8), sim.read_l2_bits(0x10, words * 8))
