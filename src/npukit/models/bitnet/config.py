@@ -26,6 +26,10 @@ class BitNetConfig:
     eos_token_id: int | None = None
 
     @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return () if self.eos_token_id is None else (self.eos_token_id,)
+
+    @property
     def kv_groups(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
 

@@ -1,0 +1,24 @@
+"""Registers the BitNet b1.58 family with the model loader (HF directories and the bitnet-* presets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from npukit.models.bitnet.config import BitNetConfig
+from npukit.models.bitnet.load import load_hf_dir, synthetic_weights
+from npukit.models.loading import LoadedModel, load_tokenizer, register_family
+
+
+def load_bitnet_family(raw: dict[str, Any], directory: Path | None, name: str, seed: int) -> LoadedModel:
+    if directory is None:
+        # presets carry no weights: synthetic master weights, quantized online
+        raw = dict(raw, quantization_config=dict(raw.get("quantization_config") or {},
+                                                 quantization_mode="online"))
+        cfg = BitNetConfig.from_hf(raw)
+        return LoadedModel("bitnet", name, cfg, synthetic_weights(cfg, seed), None, "preset", raw)
+    cfg, weights = load_hf_dir(directory)
+    return LoadedModel("bitnet", name, cfg, weights, load_tokenizer(directory), "checkpoint", raw)
+
+
+register_family("bitnet", ("bitnet",), load_bitnet_family)
