@@ -16,7 +16,8 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 # the package's __init__ rebinds tflite.Model etc. to classes; the builder functions live in modules
 _fb = {n: importlib.import_module(f"tflite.{n}") for n in (
     "Model", "SubGraph", "Tensor", "Buffer", "Operator", "OperatorCode", "QuantizationParameters",
-    "FullyConnectedOptions", "AddOptions", "TensorType", "BuiltinOperator", "BuiltinOptions",
+    "FullyConnectedOptions", "AddOptions", "Conv2DOptions", "TensorType", "BuiltinOperator",
+    "BuiltinOptions",
 )}
 INT8 = _fb["TensorType"].TensorType.INT8
 INT32 = _fb["TensorType"].TensorType.INT32
@@ -166,6 +167,34 @@ def fully_connected_model(x_shape: tuple[int, int], s_in: float, zp_in: int, wei
 
     return _build(tensors, [0], [3], _fb["BuiltinOperator"].BuiltinOperator.FULLY_CONNECTED, 4,
                   _fb["BuiltinOptions"].BuiltinOptions.FullyConnectedOptions, options)
+
+
+def conv1x1_per_channel_model(x_shape: tuple[int, int, int, int], s_in: float, zp_in: int,
+                              weights: np.ndarray, s_w: np.ndarray, bias: np.ndarray, s_out: float,
+                              zp_out: int) -> bytes:
+    """One int8 CONV_2D, 1×1 VALID stride 1, per-output-channel weight scales (OHWI [N,1,1,C])."""
+    n, c = weights.shape
+    nhw = x_shape[:3]
+    bias_scales = [float(np.float32(s_in) * np.float32(s)) for s in s_w]
+    tensors = [
+        TensorSpec(x_shape, INT8, [s_in], [zp_in]),
+        TensorSpec((n, 1, 1, c), INT8, [float(s) for s in s_w], [0] * n, weights.astype(np.int8)),
+        TensorSpec((n,), INT32, bias_scales, [0] * n, bias.astype("<i4")),
+        TensorSpec((*nhw, n), INT8, [s_out], [zp_out]),
+    ]
+
+    def options(b):
+        C = _fb["Conv2DOptions"]
+        C.Conv2DOptionsStart(b)
+        C.Conv2DOptionsAddPadding(b, 1)  # VALID
+        C.Conv2DOptionsAddStrideW(b, 1)
+        C.Conv2DOptionsAddStrideH(b, 1)
+        C.Conv2DOptionsAddDilationWFactor(b, 1)
+        C.Conv2DOptionsAddDilationHFactor(b, 1)
+        return C.Conv2DOptionsEnd(b)
+
+    return _build(tensors, [0], [3], _fb["BuiltinOperator"].BuiltinOperator.CONV_2D, 3,
+                  _fb["BuiltinOptions"].BuiltinOptions.Conv2DOptions, options)
 
 
 def run_ref(model: bytes, *inputs: np.ndarray) -> np.ndarray:

@@ -8,10 +8,12 @@ an int32 ``x`` by::
     MultiplyByQuantizedMultiplier(x, m, shift) =
         RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x · 2^max(shift, 0), m), max(−shift, 0))
 
-SRDHM rounds ``x·m / 2^31`` to nearest with ties away from zero (a ±2^30 nudge, then C division,
-which truncates toward zero) and saturates the single overflow case INT32_MIN·INT32_MIN; RDBPOT is
-an arithmetic shift that also rounds ties away from zero. All of it is vectorized over int64
-intermediates here.
+SRDHM computes ``x·m / 2^31`` with a nudge of 2^30 (or 1 − 2^30 for negative products) followed
+by C division, which truncates toward zero: the net rounding is to nearest with ties toward +∞
+(−2.5 → −2, +2.5 → 3), and the single overflow case INT32_MIN·INT32_MIN saturates to INT32_MAX.
+RDBPOT is an arithmetic shift rounding to nearest with ties away from zero (−2.5 → −3). The two
+roundings in a row ("double rounding") can differ by one from rounding ``x·M`` once. All of it
+is vectorized over int64 intermediates here.
 
 The VTA delegate (antmicro/alkali-csd-fw ``apu-app/src/vta-delegate.cpp``, commit 50f6c5f9) keeps
 the same structure with a 16-bit multiplier (``M ≈ m · 2^(shift − 15)``), an input left shift of 7
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -86,6 +89,11 @@ def _round_half_away(v: float) -> int:
     return int(math.copysign(math.floor(abs(v) + 0.5), v))
 
 
+def _wrap(v: np.ndarray, bits: int) -> np.ndarray:
+    half = 1 << (bits - 1)
+    return ((v + half) % (1 << bits)) - half
+
+
 # ---------------------------------------------------------------------------------------------
 # TFLite
 
@@ -126,7 +134,10 @@ def _trunc_div_pow2(x: np.ndarray, e: int) -> np.ndarray:
 
 
 def saturating_rounding_doubling_high_mul(a: object, b: object) -> np.ndarray:
-    """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int32 arrays (broadcasting) → int32."""
+    """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int32 arrays (broadcasting) → int32.
+
+    ``round(a·b / 2^31)`` with ties toward +∞; ``(INT32_MIN, INT32_MIN)`` → INT32_MAX.
+    """
     x = _int_array(a, "saturating_rounding_doubling_high_mul(a)")
     y = _int_array(b, "saturating_rounding_doubling_high_mul(b)")
     ab = x * y  # |ab| ≤ 2^62: exact in int64
@@ -146,18 +157,30 @@ def rounding_divide_by_pot(x: object, exponent: object) -> np.ndarray:
     return ((v >> e) + (remainder > threshold)).astype(np.int32)
 
 
-def multiply_by_quantized_multiplier(x: object, multiplier: object, shift: object) -> np.ndarray:
-    """TFLite ``MultiplyByQuantizedMultiplier`` (double rounding), vectorized and broadcasting.
+def multiply_by_quantized_multiplier(
+    x: object, multiplier: object, shift: object, rounding: Literal["double", "single"] = "double"
+) -> np.ndarray:
+    """TFLite ``MultiplyByQuantizedMultiplier``, vectorized and broadcasting → int32.
 
     ``x`` int32 values, ``multiplier`` in [0, 2^31), ``shift`` in [−31, 30] (scalars or per-channel
-    arrays). The pre-shift ``x · 2^shift`` is an int32 product in C; it wraps here as it does on
-    every two's-complement target (TFLite never feeds values that overflow).
+    arrays). ``rounding="double"`` is the default build (gemmlowp SRDHM then RDBPOT); the pre-shift
+    ``x · 2^shift`` is an int32 product in C and wraps here as on every two's-complement target.
+    ``rounding="single"`` is the ``TFLITE_SINGLE_ROUNDING`` formula
+    ``(x·m + 2^(30−shift)) >> (31 − shift)`` (one rounding, ties toward +∞); pip LiteRT 2.3.0's
+    reference FULLY_CONNECTED int8 kernel behaves this way while its ADD and CONV_2D use double
+    rounding (measured, see docs/formats-ternary-fixedpoint.md).
     """
     v = _int_array(x, "multiply_by_quantized_multiplier(x)")
     m = _int_array(multiplier, "multiply_by_quantized_multiplier(multiplier)", 0, INT32_MAX)
     s = _int_array(shift, "multiply_by_quantized_multiplier(shift)", -31, 30)
+    if rounding == "single":
+        total = 31 - s
+        out = (v * m + (np.int64(1) << (total - 1))) >> total  # |v·m| < 2^62: exact in int64
+        return _wrap(out, 32).astype(np.int32)
+    if rounding != "double":
+        raise FormatError(f"multiply_by_quantized_multiplier: rounding {rounding!r} is not 'double'/'single'")
     left = np.maximum(s, 0)
-    shifted = ((v << left) + 2**31) % 2**32 - 2**31  # int32 wrap-around of x * (1 << left)
+    shifted = _wrap(v << left, 32)  # int32 wrap-around of x * (1 << left)
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted, m), np.maximum(-s, 0))
 
 
@@ -255,11 +278,6 @@ def vta_add_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_ou
     reals = (s1 / twice, s2 / twice, twice / ((1 << VTA_LEFT_SHIFT) * so))
     (m1, e1), (m2, e2), (mo, eo) = (vta_quantize_multiplier(r) for r in reals)
     return VtaAddParams(-int(zp1), -int(zp2), int(zp_out), m1, e1, m2, e2, mo, eo)
-
-
-def _wrap(v: np.ndarray, bits: int) -> np.ndarray:
-    half = 1 << (bits - 1)
-    return ((v + half) % (1 << bits)) - half
 
 
 def vta_rescale_input(x: object, offset: int, multiplier: int, shift: int) -> np.ndarray:
