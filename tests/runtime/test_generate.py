@@ -1,0 +1,113 @@
+"""Backend registry and the generation loop (fake backends for the loop; golden vs transformers)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+from gemma3n_tiny import cached_dir, cached_greedy
+
+from npukit.errors import ConfigError, ModelError
+from npukit.models.loading import LoadedModel, load_model
+from npukit.runtime import backends
+from npukit.runtime.generate import generate
+from npukit.runtime.sampling import SamplingParams
+
+
+class _Counting:
+    """Fake backend: the logits favour (last token + 1) mod V; records every call."""
+
+    def __init__(self, model, kv="a"):
+        self.v, self.kv, self.calls = model.config.vocab_size, kv, []
+
+    def _logits(self, last):
+        z = np.zeros(self.v, np.float32)
+        z[(last + 1) % self.v] = 5.0
+        return z
+
+    def reset(self):
+        self.calls.append(("reset",))
+
+    def prefill(self, ids):
+        self.calls.append(("prefill", list(ids)))
+        return self._logits(ids[-1])
+
+    def step(self, tok):
+        self.calls.append(("step", tok))
+        return self._logits(tok)
+
+    def stats(self):
+        return {"kv": self.kv, "calls": len(self.calls)}
+
+
+class _Cfg:
+    vocab_size = 10
+    eos_token_ids = (6,)
+
+
+def _fake_model():
+    return LoadedModel("_fake", "fake", _Cfg(), None)
+
+
+@pytest.fixture
+def fake_backend():
+    spec = backends.register_backend("_fake", "count", _Counting, kv_modes=("a", "b"), help="test")
+    yield spec
+    backends._REGISTRY.pop(("_fake", "count"))
+
+
+def test_registry(fake_backend):
+    assert "golden" in backends.targets("gemma3n") and "count" in backends.targets()
+    assert backends.targets("_fake") == ["count"]
+    assert {"a", "b", "fp32", "fp16"} <= set(backends.kv_modes())
+    b = backends.create_backend(_fake_model(), "count")
+    assert b.kv == "a" and isinstance(b, backends.Backend)
+    assert backends.create_backend(_fake_model(), "count", kv="b").kv == "b"
+    with pytest.raises(ConfigError, match="does not support --kv int4"):
+        backends.create_backend(_fake_model(), "count", kv="int4")
+    with pytest.raises(ConfigError, match=r"no backend for model family '_fake'.*available: count"):
+        backends.create_backend(_fake_model(), "golden")
+
+
+def test_loop_stops_keeps_logits_and_reports(fake_backend):
+    b = backends.create_backend(_fake_model(), "count")
+    seen = []
+    r = generate(b, [2, 3], 10, stop_ids=(6,), keep_logits=True, on_token=seen.append, vocab_size=10)
+    assert r.tokens == seen == [4, 5, 6] and r.stop_reason == "stop_token"
+    assert b.calls == [("reset",), ("prefill", [2, 3]), ("step", 4), ("step", 5)]
+    assert [int(np.argmax(x)) for x in r.logits] == r.tokens
+    j = r.to_json(with_logits=True)
+    assert j["tokens"] == [4, 5, 6] and len(j["logits"]) == 3 and len(j["logits"][0]) == 10
+    figs = j["stats"]["figures"]
+    assert figs["wall_s"]["tier"] == "measured" and figs["peak_rss_mib"]["tier"] == "measured"
+    assert figs["decode_tok_per_s"]["tier"] == "derived" and figs["peak_rss_mib"]["value"] > 1
+    assert j["stats"]["backend"] == {"kv": "a", "calls": 4}
+    # without a stop token it runs to the limit, and the last token costs no forward pass
+    r = generate(b, [2], 4)
+    assert r.tokens == [3, 4, 5, 6] and r.stop_reason == "length"
+    assert [c[0] for c in b.calls[-5:]] == ["reset", "prefill", "step", "step", "step"]
+    with pytest.raises(ConfigError, match="logits were not kept"):
+        r.to_json(with_logits=True)
+
+
+def test_loop_rejects_bad_prompts(fake_backend):
+    b = backends.create_backend(_fake_model(), "count")
+    with pytest.raises(ConfigError, match="empty prompt"):
+        generate(b, [], 3)
+    with pytest.raises(ModelError, match="token id 10 out of range"):
+        generate(b, [1, 10], 3, vocab_size=10)
+
+
+def test_golden_generate_matches_transformers_greedy():
+    prompt = (9, 8, 7, 6, 5, 40, 41, 42)
+    toks, logits = cached_greedy(0, prompt, 26)
+    model = load_model(cached_dir(0))
+    b = backends.create_backend(model, "golden")
+    r = generate(b, prompt, 26, SamplingParams(), keep_logits=True)
+    assert r.tokens == toks
+    np.testing.assert_allclose(np.stack(r.logits), logits, atol=1e-4, rtol=0)
+    assert r.backend_stats["kv_bytes"] > 0 and r.backend_stats["target"] == "golden"
+    # reset between runs: a second run is identical
+    assert generate(b, prompt, 26).tokens == toks
