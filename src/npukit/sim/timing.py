@@ -18,7 +18,9 @@ A target adapter turns each `npukit.sim.work.Work` record into an `Op` and descr
   no faster than its bytes arrive; the fetch pauses while the buffer is full.
 * **Producer→consumer FIFOs.** An op may name a producer op (``fifo_from``): it may then start while
   the producer runs and consume its output as produced; the producer stalls once it is ``fifo_depth``
-  elements ahead of an issued consumer (the SFU running behind a GEMV over a direct FIFO).
+  elements ahead of a consumer that has started (the SFU running behind a GEMV over a direct FIFO).
+  Before the consumer starts, the producer's output goes to L2 unthrottled, so a consumer queued
+  behind the producer's own successors cannot deadlock it.
 
 Between events every rate is constant, so progress, buffer levels and stall attribution are exact
 for this model. Time is in cycles of the machine's reference clock.
@@ -423,7 +425,8 @@ class _Sim:
                 if gap <= _EPS and c in new_rate and rp < rc:  # FIFO empty: consumer follows
                     new_rate[c], new_why[c] = rp, f"wait_{self.ops[pr].engine}"
                 full = self.ops[c].fifo_depth / self.ops[c].fifo_elems
-                if gap >= full - _EPS and pr in new_rate and rc < rp:  # FIFO full: producer waits
+                # FIFO full (only once the consumer runs): the producer waits
+                if gap >= full - _EPS and pr in new_rate and rc < rp and self.start[c] <= self.t:
                     new_rate[pr], new_why[pr] = rc, f"wait_{self.ops[c].engine}"
             new_scap = {}
             for s, p in targets.items():
@@ -504,7 +507,7 @@ class _Sim:
             full = self.ops[c].fifo_depth / self.ops[c].fifo_elems
             if rc > rp and gap > _EPS:
                 cand.append(gap / (rc - rp))
-            if rp > rc and full - gap > _EPS:
+            if rp > rc and full - gap > _EPS and self.start[c] <= self.t:
                 cand.append((full - gap) / (rp - rc))
         cand = [c for c in cand if c >= 0]
         return max(min(cand), 0.0) if cand else math.inf
