@@ -6,12 +6,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from gemma3n_tiny import TINY, cached_dir, cached_greedy
 
 from npukit.cli.main import main
 from npukit.errors import ModelError
+
+pytestmark = pytest.mark.hf  # transformers / safetensors are the oracles
 
 PROMPT = (5, 7, 9, 11, 2, 3, 4, 50, 60, 70)
 

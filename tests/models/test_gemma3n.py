@@ -20,6 +20,8 @@ from npukit.models.gemma3n.weights import DictSource
 from npukit.models.loading import load_model
 from npukit.models.presets import model_preset
 
+pytestmark = pytest.mark.hf  # transformers / safetensors are the oracles
+
 PROMPT = (5, 7, 9, 11, 2, 3, 4, 50, 60, 70)
 STEPS = 24
 

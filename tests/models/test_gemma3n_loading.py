@@ -13,6 +13,8 @@ from npukit.errors import ConfigError, ModelError
 from npukit.models.gemma3n import Gemma3nReference
 from npukit.models.loading import load_model
 
+pytestmark = pytest.mark.hf  # transformers / safetensors are the oracles
+
 IDS = [2, 17, 33, 4, 90, 61, 8, 8, 45, 12, 77, 3, 29, 50]
 
 

@@ -17,6 +17,8 @@ from npukit.models.safetensors import (
     save_safetensors,
 )
 
+pytestmark = pytest.mark.hf  # transformers / safetensors are the oracles
+
 
 def _tensors(rng):
     return {

@@ -15,6 +15,8 @@ from npukit.runtime import backends
 from npukit.runtime.generate import generate
 from npukit.runtime.sampling import SamplingParams
 
+pytestmark = pytest.mark.hf  # transformers / safetensors are the oracles
+
 
 class _Counting:
     """Fake backend: the logits favour (last token + 1) mod V; records every call."""

@@ -12,6 +12,8 @@ from transformers.generation.logits_process import (
 from npukit.errors import ConfigError
 from npukit.runtime.sampling import Sampler, SamplingParams, apply_repetition_penalty, top_p_probs
 
+pytestmark = pytest.mark.hf  # transformers / safetensors are the oracles
+
 
 def test_repetition_penalty_matches_transformers():
     rng = np.random.default_rng(0)
