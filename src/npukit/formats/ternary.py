@@ -129,6 +129,7 @@ def _base3_table() -> np.ndarray:
 
 
 _BASE3_LUT = _base3_table()
+_BASE3_LUT_V5 = _BASE3_LUT.view("V5").reshape(-1)  # one 5-byte item per byte: a single gather
 
 
 def pack_base3(trits: object) -> np.ndarray:
@@ -161,7 +162,7 @@ def unpack_base3(data: object, n: int) -> np.ndarray:
     if b.size and int(b.max()) >= _BASE3_VALID:
         bad = int(np.flatnonzero(b.reshape(-1) >= _BASE3_VALID)[0])
         raise FormatError(f"unpack_base3: byte {int(b.reshape(-1)[bad])} at flat index {bad} is not < 243")
-    out = _BASE3_LUT[b].reshape(*b.shape[:-1], b.shape[-1] * 5)
+    out = np.take(_BASE3_LUT_V5, b).view(np.int8).reshape(*b.shape[:-1], b.shape[-1] * 5)
     return out[..., :n] if out.shape[-1] != n else out
 
 
@@ -169,25 +170,12 @@ def unpack_base3(data: object, n: int) -> np.ndarray:
 # ggml TQ1_0 / TQ2_0
 
 
-def _tq1_table() -> np.ndarray:
-    # ggml's multiply-shift digit extraction, applied to all 256 byte values so any blob decodes
-    # exactly as ggml does: trit n = ((byte·3^n mod 256)·3) >> 8, weight = trit − 1.
-    b = np.arange(256, dtype=np.uint16)[:, None]
-    q = (b * _POW3[None, :].astype(np.uint16)) & 0xFF
-    return ((q * 3) >> 8).astype(np.int8) - 1  # (256, 5)
-
-
-def _tq2_table() -> np.ndarray:
-    b = np.arange(256, dtype=np.uint8)[:, None]
-    return ((b >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3).astype(np.int8) - 1  # (256, 4)
-
-
-_TQ1_LUT = _tq1_table()
-_TQ2_LUT = _tq2_table()
-# float32, one row per trit position: the decoders gather final values, no int→float pass
-_TQ1_LUT_F = np.ascontiguousarray(_TQ1_LUT.T, dtype=np.float32)  # (5, 256)
-_TQ2_LUT_F = np.ascontiguousarray(_TQ2_LUT.T, dtype=np.float32)  # (4, 256)
-_DECODE_CHUNK = 256  # blocks per chunk: 256 KiB of float32 output
+# Decoding constants. ggml extracts TQ1_0 trit n of a byte as ((byte·3^n mod 256)·3) >> 8 and TQ2_0
+# code n as (byte >> 2n) & 3; doing that with uint8/uint16 SIMD arithmetic per chunk of blocks beats
+# a gather from a 256-entry table (measured, docs/formats-ternary-fixedpoint.md).
+_TQ1_POW3 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)[None, :, None]
+_TQ2_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
+_DECODE_CHUNK = 256  # blocks per chunk: the uint8/uint16/float32 temporaries stay in cache
 _TQ1_WEIGHTS5 = np.array([81, 27, 9, 3, 1], dtype=np.int32)  # first element = most significant
 _TQ1_WEIGHTS4 = np.array([81, 27, 9, 3], dtype=np.int32)  # 4 trits then ×3: 5th digit is 0
 
@@ -258,22 +246,33 @@ def from_gguf(data: object, kind: TQKind, shape: object) -> np.ndarray:
     blocks = b.reshape(nb, bs)
     d = blocks[:, bs - 2 :].copy().view("<f2").astype(np.float32)
     out = np.empty((nb, QK_K), dtype=np.float32)
-    # Chunks of blocks keep the gathered values in cache for the in-place scale multiply; each
-    # np.take writes one trit position of all bytes straight into its final (strided) place.
+    ch = min(nb, _DECODE_CHUNK)
+    codes = np.empty((ch, QK_K), dtype=np.uint8)
+    wide = np.empty((ch, QK_K), dtype=np.uint16)
     with np.errstate(invalid="ignore", over="ignore"):  # garbage fp16 d (inf/NaN) decodes as ggml's
         for s in range(0, nb, _DECODE_CHUNK):
             e = min(nb, s + _DECODE_CHUNK)
-            ob, bb, m = out[s:e], blocks[s:e], e - s
+            m, bb, q = e - s, blocks[s:e], codes[: e - s]
             if kind == "TQ2_0":
-                dst = ob.reshape(m, 2, 4, 32).transpose(2, 0, 1, 3)
-                np.take(_TQ2_LUT_F, bb[:, :64].reshape(m, 2, 32), axis=1, out=dst, mode="clip")
+                # byte m of 128-weight chunk c holds elements 128c + 32n + m at bits 2n
+                q4 = q.reshape(m, 2, 4, 32)
+                np.right_shift(bb[:, :64].reshape(m, 2, 1, 32), _TQ2_SHIFTS, out=q4)
+                np.bitwise_and(q, 3, out=q)
+                trit_codes = q
             else:
-                # byte m of qs[0:32] holds elements m + 32n; qs[32:48] 160 + m + 16n; qh 240 + m + 4n
-                for lo, hi, base, nt in ((0, 32, 0, 5), (32, 48, 160, 5), (48, 52, 240, 4)):
-                    w = hi - lo
-                    dst = ob[:, base : base + nt * w].reshape(m, nt, w).transpose(1, 0, 2)
-                    np.take(_TQ1_LUT_F[:nt], bb[:, lo:hi], axis=1, out=dst, mode="clip")
-            ob *= d[s:e]
+                # qs[0:32] byte m holds elements m + 32n; qs[32:48] 160 + m + 16n; qh 240 + m + 4n
+                np.multiply(bb[:, None, :32], _TQ1_POW3, out=q[:, :160].reshape(m, 5, 32))
+                np.multiply(bb[:, None, 32:48], _TQ1_POW3, out=q[:, 160:240].reshape(m, 5, 16))
+                np.multiply(bb[:, None, 48:52], _TQ1_POW3[:, :4], out=q[:, 240:].reshape(m, 4, 4))
+                w = wide[:m]
+                w[...] = q
+                w *= 3
+                w >>= 8
+                trit_codes = w
+            o = out[s:e]
+            o[...] = trit_codes
+            o -= 1
+            o *= d[s:e]
     return out.reshape(dims)
 
 
