@@ -176,8 +176,9 @@ def unpack_base3(data: object, n: int) -> np.ndarray:
 _TQ1_POW3 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)[None, :, None]
 _TQ2_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
 _DECODE_CHUNK = 256  # blocks per chunk: the uint8/uint16/float32 temporaries stay in cache
-_TQ1_WEIGHTS5 = np.array([81, 27, 9, 3, 1], dtype=np.int32)  # first element = most significant
-_TQ1_WEIGHTS4 = np.array([81, 27, 9, 3], dtype=np.int32)  # 4 trits then ×3: 5th digit is 0
+# TQ1_0 encode: the ceil(v·256/243) byte for each base-3 value v = 0..242 (first element = most
+# significant digit), i.e. the 8-bit fixed-point fraction of v/243 that the multiply decoder reads
+_TQ1_BYTE = ((np.arange(243, dtype=np.int32) * 256 + 242) // 243).astype(np.uint8)
 
 
 def _check_kind(kind: str) -> str:
@@ -187,18 +188,23 @@ def _check_kind(kind: str) -> str:
 
 
 def _tq_codes(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ggml's per-block absmax step: d = max|x|, code = lroundf(x/d) + 1 ∈ {0, 1, 2}."""
+    """ggml's per-block absmax step: d = max|x|, code = lroundf(x/d) + 1 ∈ {0, 1, 2} as uint8."""
     d = np.max(np.abs(blocks), axis=1, keepdims=True)
     with np.errstate(divide="ignore"):
         inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
     v = blocks * inv  # float32, |v| ≤ 1 up to one ulp, so rounding half away is a threshold test
-    codes = np.where(v >= 0.5, 2, np.where(v <= -0.5, 0, 1)).astype(np.int32)
+    codes = (v >= 0.5).view(np.uint8) + np.uint8(1)
+    codes -= (v <= -0.5).view(np.uint8)
     return codes, d
 
 
-def _tq1_bytes(values: np.ndarray) -> np.ndarray:
-    # ceil(v·256/243): the 8-bit fixed-point fraction of v/243 that the multiply decoder reads
-    return ((values * 256 + 242) // 243).astype(np.uint8)
+def _base3_msd_first(c: np.ndarray) -> np.ndarray:
+    """Σ_n c[:, n, :]·3^(N−1−n) over axis 1 in uint8 (at most 242, no overflow)."""
+    v = c[:, 0].copy()
+    for n in range(1, c.shape[1]):
+        v *= 3
+        v += c[:, n]
+    return v
 
 
 def to_gguf(w: object, kind: TQKind) -> np.ndarray:
@@ -216,13 +222,13 @@ def to_gguf(w: object, kind: TQKind) -> np.ndarray:
     nb = blocks.shape[0]
     codes, d = _tq_codes(blocks)
     if kind == "TQ2_0":
-        c = codes.reshape(nb, 2, 4, 32) << np.array([0, 2, 4, 6]).reshape(1, 1, 4, 1)
-        qs = c.sum(axis=2).astype(np.uint8).reshape(nb, 64)
+        c = codes.reshape(nb, 2, 4, 32)
+        qs = (c[:, :, 0] | (c[:, :, 1] << 2) | (c[:, :, 2] << 4) | (c[:, :, 3] << 6)).reshape(nb, 64)
     else:
-        v0 = np.einsum("bnm,n->bm", codes[:, :160].reshape(nb, 5, 32), _TQ1_WEIGHTS5)
-        v1 = np.einsum("bnm,n->bm", codes[:, 160:240].reshape(nb, 5, 16), _TQ1_WEIGHTS5)
-        vh = np.einsum("bnm,n->bm", codes[:, 240:].reshape(nb, 4, 4), _TQ1_WEIGHTS4)
-        qs = _tq1_bytes(np.concatenate([v0, v1, vh], axis=1))
+        v0 = _base3_msd_first(codes[:, :160].reshape(nb, 5, 32))
+        v1 = _base3_msd_first(codes[:, 160:240].reshape(nb, 5, 16))
+        vh = _base3_msd_first(codes[:, 240:].reshape(nb, 4, 4)) * np.uint8(3)  # 5th digit is 0
+        qs = np.take(_TQ1_BYTE, np.concatenate([v0, v1, vh], axis=1))
     dbytes = d.astype("<f2").view(np.uint8)
     out = np.concatenate([qs, dbytes], axis=1)
     return out.reshape(*x.shape[:-1], (k // QK_K) * TQ_BLOCK_BYTES[kind])
