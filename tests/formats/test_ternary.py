@@ -261,6 +261,7 @@ def test_i2s_round_trip_property(arch, nblocks, data):
     [
         lambda: tn.pack_i2s(np.zeros(100, np.int8), 1.0),
         lambda: tn.pack_i2s(np.zeros(128, np.int8), 1.0, "riscv"),
+        lambda: tn.pack_i2s(np.zeros(128, np.int8), float("nan")),
         lambda: tn.from_i2s(np.full(64, 0xFF, np.uint8), (128,)),  # code 3
         lambda: tn.from_i2s(np.zeros(20, np.uint8), (128,)),
         lambda: tn.from_i2s(np.zeros(64, np.uint8), (100,)),
