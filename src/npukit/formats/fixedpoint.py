@@ -168,7 +168,7 @@ def multiply_by_quantized_multiplier(
     ``rounding="single"`` is the ``TFLITE_SINGLE_ROUNDING`` formula
     ``(x·m + 2^(30−shift)) >> (31 − shift)`` (one rounding, ties toward +∞); pip LiteRT 2.3.0's
     reference FULLY_CONNECTED int8 kernel behaves this way while its ADD and CONV_2D use double
-    rounding (measured, see docs/formats-ternary-fixedpoint.md).
+    rounding (measured, see docs/formats.md).
     """
     v = _int_array(x, "multiply_by_quantized_multiplier(x)")
     m = _int_array(multiplier, "multiply_by_quantized_multiplier(multiplier)", 0, INT32_MAX)

@@ -1,6 +1,6 @@
 """Ternary weights (BitNet b1.58): absmean quantization and five byte layouts.
 
-Layouts, each a pure re-arrangement of codes (bit tables in docs/formats-ternary-fixedpoint.md):
+Layouts, each a pure re-arrangement of codes (bit tables in docs/formats.md):
 
 * ternfpga base-3 (`pack_base3` / `unpack_base3`): five consecutive weights per byte,
   ``byte = t0 + 3·t1 + 9·t2 + 27·t3 + 81·t4`` with digit codes 0→0, 1→+1, 2→−1
@@ -173,7 +173,7 @@ def unpack_base3(data: object, n: int) -> np.ndarray:
 
 # Decoding constants. ggml extracts TQ1_0 trit n of a byte as ((byte·3^n mod 256)·3) >> 8 and TQ2_0
 # code n as (byte >> 2n) & 3; doing that with uint8/uint16 SIMD arithmetic per chunk of blocks beats
-# a gather from a 256-entry table (measured, docs/formats-ternary-fixedpoint.md).
+# a gather from a 256-entry table (measured, docs/formats.md).
 _TQ1_POW3 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)[None, :, None]
 _TQ2_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
 _DECODE_CHUNK = 256  # blocks per chunk: the uint8/uint16/float32 temporaries stay in cache
