@@ -183,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     held_texts = [read(p) for p in held_files]
     tok = train_tokenizer(train_texts)
     tok.save(str(out / "tokenizer.json"))
-    eos = tok.token_to_id("<eos>")
-    train_stream = np.concatenate([np.array([*tok.encode(t).ids, eos], np.int32) for t in train_texts])
-    held_stream = np.concatenate([np.array([*tok.encode(t).ids, eos], np.int32) for t in held_texts])
+    bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
+    # each file is one document: <bos> text <eos> (generation with no prompt starts from <bos>)
+    train_stream = np.concatenate([np.array([bos, *tok.encode(t).ids, eos], np.int32) for t in train_texts])
+    held_stream = np.concatenate([np.array([bos, *tok.encode(t).ids, eos], np.int32) for t in held_texts])
     nbytes_held = sum(len(t.encode()) for t in held_texts)
     print(f"tokenizer: vocab {tok.get_vocab_size()}, train {len(train_stream)} tokens "
           f"({len(train_files)} files), held-out {len(held_stream)} tokens ({len(held_files)} files, "

@@ -61,17 +61,17 @@ def heldout_ids(windows: int, seq: int = 128, model_dir: Path | None = None) -> 
     """The first ``windows`` evaluation windows of the held-out text, as [windows, seq + 1] token ids.
 
     The held-out text is the shipped ``heldout.txt`` (standard-library files never trained on); it is
-    tokenized file by file with an end-of-sequence id after each file, as in training."""
+    tokenized file by file, each as ``<bos> text <eos>``, as in training."""
     root = Path(model_dir or default_model_dir())
     path = root / "heldout.txt"
     if not path.is_file():
         raise ModelError(f"no heldout.txt in {root}")
     tok = load_tokenizer(root)
-    eos = tok.token_to_id("<eos>")
+    bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
     ids: list[int] = []
     for part in path.read_text(encoding="utf-8").split("\x00"):  # NUL separates files
         if part:
-            ids += [*tok.encode(part).ids, eos]
+            ids += [bos, *tok.encode(part).ids, eos]
     need = windows * seq + 1
     if len(ids) < need:
         raise ModelError(f"held-out text has {len(ids)} tokens, {need} needed for {windows} windows")

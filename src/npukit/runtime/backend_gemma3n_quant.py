@@ -1,0 +1,48 @@
+"""The ``quant`` target for Gemma 3n: the W4A8 pccx reference (`npukit.models.gemma3n_quant`).
+
+``--kv fp16|int8|int4`` picks the KV-cache storage. Weights are quantized to INT4 once, per tensor,
+when the backend is created (the float checkpoint or synthetic preset is read one tensor at a time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from npukit.models.gemma3n_quant import KV_FORMATS, Gemma3nW4A8, Int4Store
+from npukit.runtime.backends import register_backend
+
+
+class Gemma3nQuant:
+    """Backend wrapper around `Gemma3nW4A8`."""
+
+    target = "quant"
+
+    def __init__(self, model: Any, kv: str = "fp16") -> None:
+        t0 = time.perf_counter()
+        self.model = model
+        self.store = Int4Store(model.weights)
+        self.quantize_s = time.perf_counter() - t0
+        self.ref = Gemma3nW4A8(self.store, kv=kv)
+        self.kv = kv
+
+    def reset(self) -> None:
+        self.ref.reset()
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        return self.ref.prefill(ids)
+
+    def step(self, token: int) -> np.ndarray:
+        return self.ref.step(token)
+
+    def stats(self) -> dict[str, Any]:
+        return {"target": self.target, "kv": self.kv, "position": self.ref.pos,
+                "kv_bytes": self.ref.cache.nbytes, "weight_bytes": self.store.nbytes,
+                "quantize_seconds": round(self.quantize_s, 3)}
+
+
+register_backend("gemma3n", "quant", Gemma3nQuant, kv_modes=KV_FORMATS,
+                 help="W4A8 pccx reference: INT4 weights, INT8 activations, BF16 vectors, fp16/int8/int4 KV")
