@@ -1,4 +1,4 @@
-"""BitNet b1.58: float (golden) and integer (quant) references, checkpoint loading."""
+"""BitNet b1.58: float (golden) and integer (quant, ternfpga datapath) references, checkpoint loading."""
 
 from npukit.models.bitnet.config import BitNetConfig
 from npukit.models.bitnet.load import load_bitnet, load_gguf, load_hf_dir, synthetic_weights
@@ -10,11 +10,10 @@ from npukit.models.bitnet.model import (
     TernaryLinear,
     absmean_ternarize,
     act_quant,
-    int_matvec,
 )
 
 __all__ = [
     "BitNet", "BitNetConfig", "BitNetWeights", "KVCache", "LayerWeights", "TernaryLinear",
-    "absmean_ternarize", "act_quant", "int_matvec", "load_bitnet", "load_gguf", "load_hf_dir",
+    "absmean_ternarize", "act_quant", "load_bitnet", "load_gguf", "load_hf_dir",
     "synthetic_weights",
 ]

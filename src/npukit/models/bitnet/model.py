@@ -1,18 +1,14 @@
 """BitNet b1.58 reference in NumPy: ``golden`` (float32, transformers' AutoBitLinear arithmetic) and
-``quant`` (int8 activations × ternary weights, exact integer accumulation, then scaling).
+``quant`` (the integer reference of ternfpga's datapath, `npukit.models.bitnet.intpath`).
 
-Both modes share every non-linear step (RMSNorm, RoPE, softmax, relu², residuals) in float32; they
-differ only inside the seven projections of each layer:
+golden: ``x' = rint(x·a).clip(-128,127)/a`` with ``a = 127/max(|x|, 1e-5)`` per token and
+``W' = clip(rint(W·s), -1, 1)/s`` with ``s = 1/max(mean|W|, 1e-5)`` per tensor (online), or the
+unpacked ternary W times ``weight_scale`` (offline) — exactly transformers' ``ActQuant``,
+``WeightQuant`` and ``AutoBitLinear`` — with RMSNorm, RoPE, softmax and relu² in float32.
 
-* golden: ``x' = rint(x·a).clip(-128,127)/a`` with ``a = 127/max(|x|, 1e-5)`` per token and
-  ``W' = clip(rint(W·s), -1, 1)/s`` with ``s = 1/max(mean|W|, 1e-5)`` per tensor (online), or the
-  unpacked ternary W times ``weight_scale`` (offline) — exactly transformers' ``ActQuant``,
-  ``WeightQuant`` and ``AutoBitLinear``;
-* quant: ``acc = Σ q·t`` in integers (the value an int32 accumulator holds), then
-  ``y = f32(acc) / (a·s)`` (online) or ``f32(acc) / a · weight_scale`` (offline).
-
-The integer product is delegated to a ``matvec(linear, q) -> int32`` hook so that a target (the tern
-engine) can execute it; any exact implementation gives bit-identical logits.
+quant: int8 activations × ternary weights with int32 accumulation, integer RMSNorm requant, Q15
+RoPE, the attention unit's Q15 exp-table softmax and the FFN-glue unit's reciprocal requant; its
+integer steps go through an ``ops`` object a target can replace (the tern engine and units).
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ import numpy as np
 
 from npukit.errors import ConfigError, ModelError
 from npukit.models.bitnet.config import BitNetConfig
+from npukit.models.bitnet.intpath import IntegerDatapath, IntOps
 
 F32 = np.float32
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -69,11 +66,6 @@ def act_quant(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a = F32(127.0) / np.maximum(np.abs(x).max(axis=-1, keepdims=True), F32(1e-5))
     q = np.clip(np.rint(x * a), -128, 127).astype(np.int8)
     return q, a.astype(F32)
-
-
-def int_matvec(lin: TernaryLinear, q: np.ndarray) -> np.ndarray:
-    """Exact Σ q·t with int64 intermediates; |acc| ≤ 128·in fits int32 for any in < 2^24."""
-    return (q.astype(np.int64) @ lin.t.T.astype(np.int64)).astype(np.int32)
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -136,22 +128,23 @@ class KVCache:
 
 
 Observer = Callable[[int, str, np.ndarray, np.ndarray | None], None]
-MatVec = Callable[[TernaryLinear, np.ndarray], np.ndarray]
 
 
 class BitNet:
-    """A loaded BitNet b1.58 model. ``mode`` is ``golden`` or ``quant``; ``matvec`` replaces the
-    quant path's integer product (a target's engine); ``observer(layer, name, x, q)`` sees every
-    projection's input (float x; int8 q in quant mode)."""
+    """A loaded BitNet b1.58 model. ``mode`` is ``golden`` or ``quant``; in quant mode ``ops``
+    executes the integer steps (default: `intpath.RefOps`) and ``temperature`` picks the softmax
+    temperature rule (``fold`` or ``pow2``, see `intpath`). ``observer(layer, name, x, q)`` sees
+    every projection's input (float x in golden mode; the int8 q as both in quant mode)."""
 
     def __init__(self, cfg: BitNetConfig, weights: BitNetWeights, mode: str = "golden",
-                 matvec: MatVec | None = None, observer: Observer | None = None) -> None:
+                 ops: IntOps | None = None, observer: Observer | None = None,
+                 temperature: str = "fold") -> None:
         if mode not in ("golden", "quant"):
             raise ConfigError(f"BitNet mode {mode!r} is not golden/quant")
         weights.validate(cfg)
         self.cfg, self.w, self.mode = cfg, weights, mode
-        self.matvec: MatVec = matvec or int_matvec
         self.observer = observer
+        self.intpath = IntegerDatapath(self, ops, temperature) if mode == "quant" else None
 
     def new_cache(self) -> KVCache:
         c = self.cfg
@@ -160,23 +153,13 @@ class BitNet:
 
     # -- projections ----------------------------------------------------------------------------
     def linear(self, layer: int, lin: TernaryLinear, x: np.ndarray) -> np.ndarray:
-        if self.mode == "golden":
-            if self.observer:
-                self.observer(layer, lin.name, x, None)
-            q, a = act_quant(x)
-            xq = q.astype(F32) / a
-            y = xq @ lin.golden_weight().T
-            return y if lin.online else (y * lin.scale).astype(F32)
-        q, a = act_quant(x)
+        """transformers' AutoBitLinear in float32 (the golden projection)."""
         if self.observer:
-            self.observer(layer, lin.name, x, q)
-        acc = np.asarray(self.matvec(lin, q))
-        if acc.dtype != np.int32 or acc.shape != (q.shape[0], lin.shape[0]):
-            raise ModelError(f"matvec for {lin.name} returned {acc.dtype} {acc.shape}")
-        accf = acc.astype(F32)
-        if lin.online:
-            return (accf / (a * lin.scale)).astype(F32)
-        return ((accf / a) * lin.scale).astype(F32)
+            self.observer(layer, lin.name, x, None)
+        q, a = act_quant(x)
+        xq = q.astype(F32) / a
+        y = xq @ lin.golden_weight().T
+        return y if lin.online else (y * lin.scale).astype(F32)
 
     # -- forward --------------------------------------------------------------------------------
     def forward(self, ids: np.ndarray | list[int], cache: KVCache) -> np.ndarray:
@@ -187,6 +170,8 @@ class BitNet:
             raise ModelError("no tokens to run")
         if ids.min() < 0 or ids.max() >= c.vocab_size:
             raise ModelError(f"token id out of range [0, {c.vocab_size})")
+        if self.intpath is not None:
+            return self.intpath.forward(ids, cache)
         start = cache.length
         pos = np.arange(start, start + ids.size)
         cos, sin = rope_tables(c, pos)

@@ -135,8 +135,7 @@ class TernaryEngine:
         y = self._run(lambda r0, r1: self._lane_tiles(decode_base3(W.rows[r0:r1], W.in_features), nt),
                       W.out_features, xt)
         T = q.shape[0]
-        self._account(label, T * W.out_features * nt, T * W.rows.size, T * W.out_features * nt,
-                      T * W.out_features * W.in_features)
+        self._account(label, T * W.out_features * nt, T * W.rows.size, T * W.out_features * nt)
         return y
 
     def gather_gemv(self, W: PackedMatrix, q: np.ndarray, label: str = "gather") -> np.ndarray:
@@ -159,14 +158,14 @@ class TernaryEngine:
                              W.out_features, xt)[0]
             tiles += W.out_features * nt
             nbytes += idx.size * W.cols.shape[1]
-        self._account(label, tiles, nbytes, T * W.out_features * dense_nt, 0)
+        self._account(label, tiles, nbytes, T * W.out_features * dense_nt)
         return y
 
-    def _account(self, label: str, tiles: int, nbytes: int, dense_tiles: int, macs: int) -> None:
+    def _account(self, label: str, tiles: int, nbytes: int, dense_tiles: int) -> None:
         s = self.stats
-        if self.record_work:
-            s.work.append(Work(index=len(s.work), engine="tern_engine", label=label, macs=macs,
-                               weight_bytes=nbytes))
+        if self.record_work:  # macs = lane slots issued (tiles × K, padding lanes included)
+            s.work.append(Work(index=len(s.work), engine="engine", label=label, macs=tiles * self.K,
+                               weight_bytes=nbytes, lanes=self.K))
         s.tiles += tiles
         s.weight_bytes += nbytes
         s.dense_tiles += dense_tiles

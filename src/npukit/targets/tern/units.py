@@ -144,10 +144,23 @@ def ffn_glue_unit(gate: np.ndarray, up: np.ndarray, w_q: np.ndarray) -> tuple[np
     mag = np.abs(n)
     m = max(int(mag.max()) if n.size else 0, 1)
     R = m.bit_length() + 24
-    recip = (127 << R) // m
+    recip = restoring_divide(127 << R, m)
     h = np.minimum((mag * recip + (1 << (R - 1))) >> R, 127)
     hq = np.where(n < 0, -h, h).astype(np.int8)
     return hq, m, ffn_glue_cycles(g.size)
+
+
+def restoring_divide(n: int, d: int, bits: int = 128) -> int:
+    """The unit's restoring divider: one quotient bit per cycle, most significant first."""
+    if not 0 < d < 1 << bits or not 0 <= n < 1 << bits:
+        raise FormatError(f"restoring divider: operands exceed {bits} bits")
+    q = r = 0
+    for i in range(bits - 1, -1, -1):
+        r = (r << 1) | ((n >> i) & 1)
+        if r >= d:
+            r -= d
+            q |= 1 << i
+    return q
 
 
 def quantize_norm_weight(w: np.ndarray) -> np.ndarray:
