@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                  "ppl": round(math.exp(nll), 4), "ppl_int4_weights_torch": round(math.exp(nll_q), 4)},
         "log": log,
     }
-    Path("/tmp/train_embedded_meta.json").write_text(json.dumps(meta, indent=2))
+    (out / "metrics.json").write_text(json.dumps({"training": meta}, indent=2) + "\n")
     print(json.dumps({k: v for k, v in meta.items() if k != "log"}), flush=True)
     return 0
 

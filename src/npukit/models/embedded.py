@@ -80,10 +80,9 @@ def heldout_ids(windows: int, seq: int = 128, model_dir: Path | None = None) -> 
 
 
 def window_nll(step_logits: Callable[[Sequence[int]], np.ndarray], ids: np.ndarray) -> np.ndarray:
-    """Per-position next-token negative log-likelihood (float64) for one window.
+    """Per-position next-token negative log-likelihood (float64) for one window of ids [n + 1].
 
-    ``step_logits(prefix_ids)`` must return the logits [len(prefix_ids) - ... ] for every position
-    of ``ids[:-1]``: an array [len(ids) - 1, vocab]."""
+    ``step_logits(ids[:-1])`` returns the logits after every one of those n tokens: [n, vocab]."""
     logits = np.asarray(step_logits(list(ids[:-1])), dtype=np.float64)
     if logits.ndim != 2 or logits.shape[0] != len(ids) - 1:
         raise ModelError(f"logits shape {logits.shape} does not match {len(ids) - 1} positions")
