@@ -96,6 +96,12 @@ class ExactOps:
         h = x.shape[-1] // 2
         return np.concatenate((x[..., h:], x[..., :h]), axis=-1)
 
+    def concat(self, parts):
+        return np.concatenate(parts)
+
+    def stack(self, parts):
+        return np.stack(parts)
+
     def host_to_l2(self, x):
         return np.asarray(x, F64)
 

@@ -42,6 +42,7 @@ from npukit.targets.pccx import numerics as nx
 F32 = np.float32
 GEMV_CHUNK_VALUES = 1 << 24  # weights per GEMV instruction before a matrix is split by rows
 CVO_MAX_LENGTH = 65535  # the CVO length field is 16 bits
+CVO_TILE = 65528  # elementwise CVOs over longer vectors: tiles of whole L2 words (8 BF16) under the limit
 NEG_INF = F32(-np.inf)
 
 
@@ -108,7 +109,7 @@ class Gemma3nW4A8:
             return self.ops.gemv(m.codes(), x, w_scale=m.scale, fmt="int4")
         parts = [self.ops.gemv(m.codes(slice(lo, lo + step)), x, w_scale=m.scale[lo:lo + step], fmt="int4")
                  for lo in range(0, rows, step)]
-        return np.concatenate(parts)
+        return self.ops.concat(parts)
 
     def _div(self, x: np.ndarray, n: int) -> np.ndarray:
         """x / n: SCALE with recip_scale when n is a BF16 value, else SCALE by BF16(1/n)."""
@@ -250,15 +251,13 @@ class Gemma3nW4A8:
             ks = [self._rotate(self._rms(k[h * d:(h + 1) * d], gk), cos, sin)
                   for h in range(cfg.num_key_value_heads)]
             vs = [self._rms(v[h * d:(h + 1) * d], None) for h in range(cfg.num_key_value_heads)]
-            self.cache.append(i, o.kv_quantize(np.stack(ks), self.kv), o.kv_quantize(np.stack(vs), self.kv))
-        n = self.cache.length[src]
+            self.cache.append(i, o.kv_quantize(o.stack(ks), self.kv), o.kv_quantize(o.stack(vs), self.kv))
         win = cfg.window(i)
-        lo = 0 if win is None else max(0, n - win)
         fmt = self.kv
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         outs = []
         for h in range(cfg.num_attention_heads):
-            kc, kscale, vc, vscale = self.cache.read(src, h // group, lo, n)
+            kc, kscale, vc, vscale = self.cache.attend(src, h // group, win)
             scores = o.gemv(kc, qs[h], w_scale=kscale, fmt=fmt)
             e_max = o.findemax(NEG_INF, scores)
             p = o.cvo_exp(scores, e_max)
@@ -266,7 +265,7 @@ class Gemma3nW4A8:
             if vscale is not None:
                 p = o.cvo_mul(p, vscale)
             outs.append(o.gemv(np.ascontiguousarray(vc.T), p, fmt=fmt))
-        return self._gemv(pre + "o_proj.weight", np.concatenate(outs))
+        return self._gemv(pre + "o_proj.weight", o.concat(outs))
 
     # ---- output ------------------------------------------------------------------------------
     def _unembed(self, xs: list[np.ndarray]) -> np.ndarray:
@@ -283,8 +282,8 @@ class Gemma3nW4A8:
         logits = self._gemv(LM_HEAD, h)
         if cap is not None:
             parts = []
-            for lo in range(0, logits.shape[0], CVO_MAX_LENGTH):
-                t = o.cvo_scale(logits[lo:lo + CVO_MAX_LENGTH], o.const(cap), recip=True)
+            for lo in range(0, logits.shape[0], CVO_TILE):
+                t = o.cvo_scale(logits[lo:lo + CVO_TILE], o.const(cap), recip=True)
                 parts.append(o.cvo_scale(o.cvo_tanh(t), o.const(cap)))
-            logits = np.concatenate(parts)
+            logits = o.concat(parts)
         return o.l2_to_host(logits)

@@ -9,6 +9,8 @@ numerics module and are named here explicitly:
   its rule is `npukit.models.gemma3n_quant.store.kv_quantize` (absmax, as `npukit.formats.int4`).
 * ``const`` — a constant-cache entry (MEMSET at load): BF16.
 * ``swap_halves`` — two L2 → L2 MEMCPYs (pure data movement, exact) used by RoPE.
+* ``concat`` / ``stack`` — vectors laid side by side in L2 (a compiler places the parts there; no
+  instruction when they are word aligned).
 * ``host_to_l2`` / ``l2_to_host`` — MEMCPY across the host boundary. Host-side arithmetic
   (embedding and per-layer-embedding row dequantization, RoPE cos/sin tables, sampling) is float32
   on the host; a value crosses into L2 rounded once to BF16.
@@ -33,7 +35,7 @@ DEVICE_OPS = ("gemv", "findemax", "reduce_sum", "cvo_exp", "cvo_sqrt", "cvo_gelu
 # npukit's extended profile (reserved cvo_func codes): pccx v002 has no TANH, vector MUL/ADD,
 # relu-with-bias in the ISA, no RSQRT and no SQUARE
 EXTENDED_OPS = ("cvo_tanh", "cvo_mul", "cvo_add", "cvo_relu_bias", "cvo_rsqrt", "cvo_square")
-MOVE_OPS = ("const", "kv_quantize", "swap_halves", "host_to_l2", "l2_to_host")
+MOVE_OPS = ("const", "kv_quantize", "swap_halves", "host_to_l2", "l2_to_host", "concat", "stack")
 
 
 class PccxOps:
@@ -67,6 +69,16 @@ class PccxOps:
         """[a, b] -> [b, a]: two L2 -> L2 MEMCPYs of half a head each."""
         h = x.shape[-1] // 2
         return np.concatenate((x[..., h:], x[..., :h]), axis=-1)
+
+    @staticmethod
+    def concat(parts: list[np.ndarray]) -> np.ndarray:
+        """Vectors side by side (the compiler places them contiguously in L2)."""
+        return np.concatenate(parts)
+
+    @staticmethod
+    def stack(parts: list[np.ndarray]) -> np.ndarray:
+        """Equal-length vectors as rows of one block (contiguous in L2)."""
+        return np.stack(parts)
 
     @staticmethod
     def host_to_l2(x: np.ndarray) -> np.ndarray:

@@ -148,7 +148,15 @@ def kv_quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray | None]
 
 class QuantKVCache:
     """Per producer layer: K and V codes [kv_heads, capacity, head_dim] (+ float32 scales [kv_heads,
-    capacity] for int8/int4). Positions are absolute; sliding layers read only their window."""
+    capacity] for int8/int4). Positions are absolute; sliding layers read only their window.
+
+    Optional hard cap (the pccx KV ring, `set_ring`): a layer with no sliding window keeps at most
+    ``max_tokens`` entries. Once full, position p >= max_tokens overwrites ring slot
+    ``sink + (p - sink) % (max_tokens - sink)``: the first ``sink`` positions (the attention sink)
+    stay, the rest is a local window of the most recent ``max_tokens - sink`` positions. A wrapped
+    ring is attended in slot order (sink, then the ring's physical order), the order the device
+    streams it. Sliding layers never need eviction (they read their own window, in position order).
+    """
 
     def __init__(self, kv_heads: int, head_dim: int, fmt: str = "fp16") -> None:
         if fmt not in KV_FORMATS:
@@ -156,45 +164,78 @@ class QuantKVCache:
         self.fmt, self.heads, self.dim = fmt, kv_heads, head_dim
         self.layers: dict[int, dict[str, np.ndarray]] = {}
         self.length: dict[int, int] = {}
+        self.max_tokens: int | None = None
+        self.sink = 0
+        self.capped: frozenset[int] = frozenset()
+
+    def set_ring(self, max_tokens: int | None, sink: int = 0, layers: tuple[int, ...] = ()) -> None:
+        """Hard cap for the given (full-attention) producer layers; None = grow without limit."""
+        if max_tokens is not None and not 0 <= sink < max_tokens:
+            raise ConfigError(f"KV ring: need 0 <= sink < max_tokens (sink={sink}, max_tokens={max_tokens})")
+        self.max_tokens, self.sink = max_tokens, int(sink)
+        self.capped = frozenset(layers) if max_tokens is not None else frozenset()
+        self.reset()
 
     def reset(self) -> None:
         self.layers.clear()
         self.length.clear()
+
+    def slot(self, layer: int, n: int) -> int:
+        """Ring slot of absolute position ``n`` (the position itself without a cap)."""
+        cap = self.max_tokens
+        if layer not in self.capped or cap is None or n < cap:
+            return n
+        return self.sink + (n - self.sink) % (cap - self.sink)
 
     def append(self, layer: int, k: tuple[np.ndarray, np.ndarray | None],
                v: tuple[np.ndarray, np.ndarray | None]) -> None:
         """Store one token's K and V as `kv_quantize` produced them: codes [kv_heads, head_dim], scales."""
         (kq, ks), (vq, vs) = k, v
         n = self.length.get(layer, 0)
+        row = self.slot(layer, n)
         buf = self.layers.get(layer)
-        if buf is None or buf["k"].shape[1] == n:
-            cap = max(16, 2 * n)
+        if buf is None or buf["k"].shape[1] == row:
+            cap = max(16, 2 * row)
+            if layer in self.capped:
+                cap = min(cap, self.max_tokens)
             new = {"k": np.zeros((self.heads, cap, self.dim), kq.dtype),
                    "v": np.zeros((self.heads, cap, self.dim), vq.dtype)}
             if ks is not None:
                 new |= {"ks": np.zeros((self.heads, cap), F32), "vs": np.zeros((self.heads, cap), F32)}
             if buf is not None:
                 for key, arr in buf.items():
-                    new[key][:, :n] = arr[:, :n]
+                    new[key][:, :row] = arr[:, :row]
             buf = self.layers[layer] = new
-        buf["k"][:, n], buf["v"][:, n] = kq, vq
+        buf["k"][:, row], buf["v"][:, row] = kq, vq
         if ks is not None:
-            buf["ks"][:, n], buf["vs"][:, n] = ks, vs
+            buf["ks"][:, row], buf["vs"][:, row] = ks, vs
         self.length[layer] = n + 1
 
     def read(self, layer: int, head: int, lo: int, hi: int
              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
-        """K codes [n, d], K scales [n] | None, V codes [n, d], V scales [n] | None for positions lo..hi-1."""
+        """K codes [n, d], K scales [n] | None, V codes [n, d], V scales [n] | None for rows lo..hi-1."""
         buf = self.layers[layer]
         ks = buf["ks"][head, lo:hi] if "ks" in buf else None
         vs = buf["vs"][head, lo:hi] if "vs" in buf else None
         return buf["k"][head, lo:hi], ks, buf["v"][head, lo:hi], vs
+
+    def attend(self, layer: int, head: int, window: int | None
+               ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        """The entries a query attends to, in attention order: the last ``window`` positions (sliding
+        layers), every stored position, or, once a capped ring has wrapped, all its slots in slot order."""
+        n = self.length[layer]
+        if window is not None and layer not in self.capped:
+            return self.read(layer, head, max(0, n - window), n)
+        if window is not None:
+            raise ConfigError(f"KV layer {layer} has a sliding window and a capped ring")
+        return self.read(layer, head, 0, n if layer not in self.capped else min(n, self.max_tokens))
 
     @property
     def nbytes(self) -> int:
         """Bytes the stored tokens occupy in the device format (INT4 counted packed)."""
         per = {"fp16": 2.0, "int8": 1.0, "int4": 0.5}[self.fmt]
         tot = 0.0
-        for n in self.length.values():
+        for layer, n in self.length.items():
+            n = min(n, self.max_tokens) if layer in self.capped else n
             tot += 2 * n * self.heads * (self.dim * per + (4 if self.fmt != "fp16" else 0))
         return int(tot)
