@@ -1,0 +1,141 @@
+"""CVO steps of `npukit.targets.pccx.fastsim`: L2 views and the Work record bound at load time.
+
+A CVO's operands and Work depend only on the instruction (decode already checked its ranges), so the
+step is fixed when the program is loaded; per call it reads S or e_max if the function uses them and
+runs one fused kernel. Transcendental functions are evaluated by the NumPy ufuncs `numerics.py` uses
+(same float64 inputs, same expression), only the widening and the BF16 rounding are replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from npukit.sim.work import Work
+from npukit.targets.pccx import kernels as kx
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.isa import BINARY, CvoFlag, CvoFunc, Instr, cvo_out_elems, words_of
+
+if TYPE_CHECKING:
+    from npukit.targets.pccx.fastsim import FastSimulator
+
+_E = 8
+_ARITH = {CvoFunc.SQUARE: kx.SQUARE, CvoFunc.RECIP: kx.RECIP, CvoFunc.RSQRT: kx.RSQRT,
+          CvoFunc.SQRT: kx.SQRT, CvoFunc.MUL: kx.MUL, CvoFunc.ADD: kx.ADD}
+_ZEROS7 = np.zeros(_E - 1, np.uint16)
+
+
+def _transcendental(fn: CvoFunc, a: np.ndarray) -> np.ndarray:
+    """numerics.cvo_* before rounding: the same NumPy expression on the same float64 input."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if fn == CvoFunc.EXP:
+            return np.exp(a)
+        if fn == CvoFunc.GELU:
+            return 0.5 * a * (1.0 + np.tanh(nx.GELU_C * (a + 0.044715 * a * a * a)))
+        if fn == CvoFunc.SIN:
+            return np.sin(a)
+        if fn == CvoFunc.COS:
+            return np.cos(a)
+        return np.tanh(a)
+
+
+def _cvo_work(idx: int, ins: Instr) -> Work:
+    fn, n = ins.cvo_func, ins.length
+    accm = bool(ins.flags & CvoFlag.ACCM)
+    out_n = cvo_out_elems(fn, n)
+    src = (ins.src_addr, ins.src_addr + words_of(n))
+    dst = (ins.dst_addr, ins.dst_addr + words_of(out_n))
+    reads = (src, dst) if out_n and (accm or fn in BINARY) else (src,)
+    writes = (dst,) if fn != CvoFunc.LOAD_SCALAR else ()
+    return Work(idx, "sfu", format_instr(ins), sfu_elems=n,
+                onchip_read_bytes=sum(e - b for b, e in reads) * 16,
+                onchip_write_bytes=sum(e - b for b, e in writes) * 16,
+                is_async=bool(ins.async_), reads=reads, writes=writes)
+
+
+def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] | None:
+    """The step for one CVO, or None where the reference path should run it."""
+    fn, n = ins.cvo_func, ins.length
+    work = _cvo_work(idx, ins)
+    flat = sim.l2.reshape(-1)
+    s0, d0 = ins.src_addr * _E, ins.dst_addr * _E
+    out_n = cvo_out_elems(fn, n)
+    x = flat[s0: s0 + n]
+    d = flat[d0: d0 + max(out_n, 1)]
+    accm = bool(ins.flags & CvoFlag.ACCM)
+    # an input that overlaps the output at another offset must be read whole before writing
+    shifted = out_n > 0 and s0 != d0 and s0 < d0 + out_n and d0 < s0 + n
+    numba = sim.backend == "numba"
+    kern = sim._k
+
+    def src() -> np.ndarray:
+        return x.copy() if shifted else x
+
+    if fn in _ARITH or fn in (CvoFunc.SCALE, CvoFunc.RELU_BIAS):
+        fixed = _ARITH.get(fn)
+        recip = bool(ins.flags & CvoFlag.RECIP_SCALE)
+        cvo = kern["cvo"] if numba else kx.np_cvo
+
+        def arith() -> Work:
+            s = 0.0
+            op = fixed
+            if op is None:
+                s = float(kx.LUT64[int(sim.s_reg)])
+                if fn == CvoFunc.RELU_BIAS:
+                    op = kx.RELU
+                elif recip:
+                    op = kx.ZERO if s == 0.0 else kx.DIVS
+                else:
+                    op = kx.SCALE
+            cvo(op, src(), d, d, s, accm)
+            return work
+
+        return arith
+    if fn in _TRANSCENDENTAL_SET:
+        sub = bool(ins.flags & CvoFlag.SUB_EMAX)
+        store = kern["round_store"] if numba else kx.np_round_store
+
+        def trans() -> Work:
+            a = kx.LUT64[x]
+            if sub:
+                with np.errstate(invalid="ignore"):
+                    a = a - kx.LUT64[int(sim.e_max)]
+            store(_transcendental(fn, a), d, d, accm)
+            return work
+
+        return trans
+    if fn == CvoFunc.REDUCE_SUM:
+        rsum = kern["reduce_sum"] if numba else kx.np_reduce_sum
+        word = flat[d0: d0 + _E]
+
+        def red_sum() -> Work:
+            s = np.float32(rsum(x))
+            y = np.float64(s)
+            if accm:
+                y = kx.LUT64[int(word[0])] + y
+            bits = kx.np_f64_bits(np.array([y]))
+            sim.s_reg = bits[0]
+            word[0] = bits[0]
+            word[1:] = _ZEROS7
+            return work
+
+        return red_sum
+    if fn == CvoFunc.REDUCE_MAX:
+        word = flat[d0: d0 + _E]
+
+        def red_max() -> Work:
+            mx = nx.reduce_max(kx.LUT32[x])
+            b = nx.to_bits(mx)[()]
+            sim.e_max = b
+            word[0] = b
+            word[1:] = _ZEROS7
+            return work
+
+        return red_max
+    return None  # LOAD_SCALAR (and anything added later): the reference path
+
+
+_TRANSCENDENTAL_SET = frozenset({CvoFunc.EXP, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.TANH})
