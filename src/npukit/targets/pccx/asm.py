@@ -53,7 +53,7 @@ CVO_DOC = {
     CvoFunc.RSQRT: "1 / sqrt(x)",
     CvoFunc.SQUARE: "x²",
     CvoFunc.REDUCE_MAX: "max(x) → one word at dst; also sets e_max",
-    CvoFunc.LOAD_SCALAR: "S ← element 0 of src (no dst write)",
+    CvoFunc.LOAD_SCALAR: "S ← element len − 1 of src (no dst write)",
 }
 
 _OPNAMES = {"gemv": Op.GEMV, "gemm": Op.GEMM, "memcpy": Op.MEMCPY, "memset": Op.MEMSET}

@@ -51,6 +51,15 @@ STATUS_BUSY, STATUS_DONE, STATUS_ERROR = 0x1, 0x2, 0x4
 WORD_BYTES = 16
 FORMATS = {0: "int4", 1: "int8", 2: "fp16"}
 FORMAT_CODES = {v: k for k, v in FORMATS.items()}
+# Weight-slot ``a`` field: bits [1:0] the format; npukit's extended profile adds layout bits
+# (docs/targets/pccx.md, "Weight descriptor extensions"). Strict programs must leave them 0.
+W_FMT_MASK = 0x3
+W_KMAJOR = 0x4  # image stored K-major (row k = M values); rows whose activation quantizes to 0 are skipped
+W_SPLIT_SCALES = 0x8  # the row scales (w_scale) sit at the host address of weight slot + 1
+W_ACT_SCALE = 0x10  # K FP32 scales at weight slot + 1 multiply the activation first: x' = bf16(x · s)
+W_OFFSET_SHIFT = 8  # a[11:8]: byte offset of the image inside its 16-byte unit (KV ring rows)
+W_OFFSET_MASK = 0xF << W_OFFSET_SHIFT
+W_EXT_BITS = W_KMAJOR | W_SPLIT_SCALES | W_ACT_SCALE | W_OFFSET_MASK
 _ROW_BLOCK = 1 << 22  # weights per GEMV chunk: bounds temporary memory on big matrices
 
 
@@ -153,12 +162,21 @@ def weight_image(w: np.ndarray, fmt: str = "int4", scales: np.ndarray | None = N
     return body + b"\0" * pad + np.asarray(scales, "<f4").tobytes()
 
 
-def weight_entry(fmt: str, host_addr: int) -> tuple[int, int, int]:
-    """The weight-shape cache values (a, b, c) naming a weight image at a 16-byte-aligned host address."""
-    if host_addr % WORD_BYTES or not 0 <= host_addr < 1 << 36:
+def weight_entry(fmt: str, host_addr: int, ext: int = 0) -> tuple[int, int, int]:
+    """The weight-shape cache values (a, b, c) naming a weight image at a 16-byte-aligned host address;
+    ``ext`` ORs in the extended layout bits (`W_KMAJOR`, `W_SPLIT_SCALES`, `W_ACT_SCALE`). With ``ext``
+    set, an unaligned address is allowed: its byte offset goes to a[11:8]."""
+    off = host_addr % WORD_BYTES
+    if (off and not ext) or not 0 <= host_addr < 1 << 36:
         raise DeviceFault(f"weight image address 0x{host_addr:X} must be 16-byte aligned and < 64 GiB")
     unit = host_addr // WORD_BYTES
-    return FORMAT_CODES[fmt], unit >> 16, unit & 0xFFFF
+    return FORMAT_CODES[fmt] | ext | off << W_OFFSET_SHIFT, unit >> 16, unit & 0xFFFF
+
+
+def scale_entry(host_addr: int) -> tuple[int, int, int]:
+    """Weight slot + 1 for split row scales / activation scales: (byte offset in the unit, hi, lo)."""
+    unit = host_addr // WORD_BYTES
+    return host_addr % WORD_BYTES, unit >> 16, unit & 0xFFFF
 
 
 # --- the simulator --------------------------------------------------------------------------------------
@@ -286,30 +304,63 @@ class Simulator:
         return {Op.GEMV: self._matop, Op.GEMM: self._matop, Op.MEMCPY: self._memcpy,
                 Op.MEMSET: self._memset, Op.CVO: self._cvo}[ins.op](idx, ins)
 
+    def _slot_addr(self, slot: int, what: str, byte_off: int = 0) -> int:
+        if slot >= self.limits.cc_entries:
+            raise DeviceFault(f"{what} needs weight slot {slot}, beyond the constant cache")
+        _, hi, lo = (int(v) for v in self.cc[1, slot])
+        return ((hi << 16) | lo) * WORD_BYTES + byte_off
+
+    def _scale_addr(self, slot: int, what: str) -> int:
+        a = int(self.cc[1, min(slot, self.limits.cc_entries - 1), 0])
+        if a >= WORD_BYTES:
+            raise DeviceFault(f"weight slot {slot} ({what}): byte offset {a} is not below 16")
+        return self._slot_addr(slot, what, a)
+
     def _matop(self, idx: int, ins: Instr) -> Work:
         m, n, k = (int(v) for v in self.cc[0, ins.shape_ptr_addr])
         n = max(n, 1)
         if m == 0 or k == 0:
             raise DeviceFault(f"shape slot {ins.shape_ptr_addr} has M={m}, K={k}; both must be > 0")
-        code, hi, lo = (int(v) for v in self.cc[1, ins.size_ptr_addr])
+        a = int(self.cc[1, ins.size_ptr_addr, 0])
+        code, ext = a & W_FMT_MASK, a & ~W_FMT_MASK
         if code not in FORMATS:
             raise DeviceFault(f"weight slot {ins.size_ptr_addr} names format {code}; known 0 int4, "
                               "1 int8, 2 fp16")
+        if ext & ~W_EXT_BITS:
+            raise DeviceFault(f"weight slot {ins.size_ptr_addr} has unknown layout bits in a=0x{a:X}")
+        if ext and self.profile != "extended":
+            raise DeviceFault(f"weight layout bits 0x{ext:X} need the extended profile")
+        if ext & W_SPLIT_SCALES and ext & W_ACT_SCALE:
+            raise DeviceFault("split row scales and activation scales both need weight slot + 1")
         fmt = FORMATS[code]
-        addr = ((hi << 16) | lo) * WORD_BYTES
-        rb = row_bytes(fmt, k)
+        addr = self._slot_addr(ins.size_ptr_addr, "GEMV", (a & W_OFFSET_MASK) >> W_OFFSET_SHIFT)
+        kmajor = bool(ext & W_KMAJOR)
+        rows, cols = (k, m) if kmajor else (m, k)
+        rb = row_bytes(fmt, cols)
         kw, mw = words_of(k), words_of(m)
         src = self._range(ins.src_addr, n * kw * self.elems, "activation")
         dst = self._range(ins.dest_reg, n * mw * self.elems, "result")
         w_scale = bool(ins.flags & GemvFlag.W_SCALE)
         accm = bool(ins.flags & GemvFlag.ACCM)
-        s_addr = addr + m * rb + (-(m * rb)) % WORD_BYTES
+        if ext & W_SPLIT_SCALES:
+            s_addr = self._scale_addr(ins.size_ptr_addr + 1, "split row scales")
+        else:
+            s_addr = addr + rows * rb + (-(rows * rb)) % WORD_BYTES
         scales = self.host.read(s_addr, 4 * m).view("<f4").astype(np.float32) if w_scale else None
         xs = [nx.from_bits(self._get(ins.src_addr + j * kw, k)) for j in range(n)]
-        outs = []
+        if ext & W_ACT_SCALE:
+            s_act = self.host.read(self._scale_addr(ins.size_ptr_addr + 1, "activation scales"),
+                                   4 * k).view("<f4").astype(np.float32)
+            xs = [nx.cvo_mul(x, s_act) for x in xs]
+        outs, live = [], np.zeros(k, bool)
         for j in range(n):
             d = nx.from_bits(self._get(ins.dest_reg + j * mw, m)) if accm else None
-            outs.append(self._gemv_rows(addr, fmt, m, k, rb, xs[j], scales, d))
+            if kmajor:
+                nz = self._nonzero_rows(xs[j])
+                live |= nz
+                outs.append(self._gemv_kmajor(addr, fmt, m, k, rb, xs[j], nz, scales, d))
+            else:
+                outs.append(self._gemv_rows(addr, fmt, m, k, rb, xs[j], scales, d))
         for j, o in enumerate(outs):
             self._put(ins.dest_reg + j * mw, nx.to_bits(o))
         if ins.flags & GemvFlag.FINDEMAX:
@@ -317,13 +368,44 @@ class Simulator:
             self.e_max = nx.to_bits(e)[()]
         splits = nx.k_splits(k)
         reads = (src, dst) if accm else (src,)
+        k_eff = int(live.sum()) if kmajor else k
+        wbytes = ((k_eff if kmajor else m) * rb + (4 * m if w_scale else 0)
+                  + (4 * k if ext & W_ACT_SCALE else 0))
         label = (f"{format_instr(ins)}  ; M={m} N={n} K={k} {fmt}"
-                 f"{' w_scale' if w_scale else ''} ksplit={splits}")
-        return Work(idx, ins.op.name.lower(), label, macs=m * n * k,
-                    weight_bytes=m * rb + (4 * m if w_scale else 0),
+                 f"{' w_scale' if w_scale else ''}{' kmajor' if kmajor else ''}"
+                 f"{f' live_k={k_eff}' if kmajor else ''}{' act_scale' if ext & W_ACT_SCALE else ''}"
+                 f" ksplit={splits}")
+        return Work(idx, ins.op.name.lower(), label, macs=m * n * k_eff, weight_bytes=wbytes,
                     onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
                     onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
                     reads=reads, writes=(dst,), lanes=ins.parallel_lane)
+
+    @staticmethod
+    def _nonzero_rows(x: np.ndarray) -> np.ndarray:
+        """Activation entries whose INT8 code is nonzero (what the K-major streamer fetches)."""
+        if not np.all(np.isfinite(x)):
+            return np.ones(x.size, bool)
+        q, _ = nx.quantize_act(x)
+        return q != 0
+
+    def _gemv_kmajor(self, addr, fmt, m, k, rb, x, nz, scales, d) -> np.ndarray:
+        """K-major image: only rows k with a nonzero activation code are used; the others act as zero
+        weights (they multiply a zero code), so the value equals the dense GEMV's."""
+        w = np.zeros((m, k), np.float16 if fmt == "fp16" else np.int8)
+        step = max(1, _ROW_BLOCK // max(m, 1))
+        for k0 in range(0, k, step):
+            k1 = min(k, k0 + step)
+            sel = np.flatnonzero(nz[k0:k1])
+            if not sel.size:
+                continue
+            raw = self.host.read(addr + k0 * rb, (k1 - k0) * rb).reshape(k1 - k0, rb)[sel]
+            if fmt == "int4":
+                w[:, k0 + sel] = nx.unpack_int4(raw, m).T
+            elif fmt == "int8":
+                w[:, k0 + sel] = raw.view(np.int8).T
+            else:
+                w[:, k0 + sel] = raw.view("<f2").astype(np.float16).T
+        return nx.gemv(w, x, scales, d, fmt=fmt)
 
     def _gemv_rows(self, addr, fmt, m, k, rb, x, scales, d) -> np.ndarray:
         out = np.empty(m, np.float32)
@@ -408,8 +490,8 @@ class Simulator:
             mx = nx.reduce_max(x)
             self.e_max = nx.to_bits(mx)[()]
             y = np.array([mx], np.float32)
-        else:  # LOAD_SCALAR
-            self.s_reg = self._get(ins.src_addr, 1)[0]
+        else:  # LOAD_SCALAR: S <- the last element of the len-element source (element len - 1)
+            self.s_reg = self._get(ins.src_addr, n)[n - 1]
         writes: tuple = ()
         if y is not None:
             bits = nx.to_bits(y)
