@@ -116,9 +116,20 @@ def _setup(sim, rng_seed, images):
     sim.host.map(OUT_BASE, 4096)
 
 
+def _canon(raw):
+    """Bytes as BF16 patterns with every NaN made 0x7FC0: IEEE 754 leaves the sign and payload of a
+    NaN produced from two NaN operands to the implementation, and NumPy's own SIMD body and tail loops
+    choose differently, so only that bit is not compared (docs/targets/pccx.md, "Performance")."""
+    raw = np.asarray(raw).reshape(-1).view(np.uint8)
+    u = raw[: raw.size // 2 * 2].view(np.uint16).copy()
+    u[((u & 0x7F80) == 0x7F80) & ((u & 0x7F) != 0)] = 0x7FC0
+    return np.concatenate([u.view(np.uint8), raw[raw.size // 2 * 2:]])
+
+
 def _state(sim):
-    regions = [(b, buf.copy()) for b, buf in zip(sim.host._bases, sim.host._bufs, strict=True)]
-    return (sim.l2.copy(), sim.cc.copy(), int(sim.s_reg), int(sim.e_max), sim.status, sim.pc,
+    regions = [(b, _canon(buf)) for b, buf in zip(sim.host._bases, sim.host._bufs, strict=True)]
+    return (_canon(sim.l2), sim.cc.copy(), _canon(np.uint16(sim.s_reg)), _canon(np.uint16(sim.e_max)),
+            sim.status, sim.pc,
             None if sim.error is None else (sim.error.index, sim.error.word, sim.error.reason),
             list(sim.log), list(sim.trace), regions)
 
@@ -126,13 +137,14 @@ def _state(sim):
 def _assert_same(a, b):
     assert np.array_equal(a[0], b[0]), "L2 differs"
     assert np.array_equal(a[1], b[1]), "constant caches differ"
-    assert a[2:9] == b[2:9]
+    assert np.array_equal(a[2], b[2]) and np.array_equal(a[3], b[3]), "S or e_max differs"
+    assert a[4:9] == b[4:9]
     assert len(a[9]) == len(b[9])
     for (ba, ra), (bb, rb) in zip(a[9], b[9], strict=True):
         assert ba == bb and np.array_equal(ra, rb), f"host region 0x{ba:X} differs"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.sampled_from(MODES))
 def test_random_programs_match_reference(seed, length, mode):
     rng = np.random.default_rng(seed)

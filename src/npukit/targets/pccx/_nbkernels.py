@@ -16,51 +16,50 @@ _MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even,
 _TWO133 = 2.0**133
 
 
-@nb.njit(**_OPTS)
-def _w32(b):
-    """BF16 bits -> float32 (exact)."""
-    arr = np.empty(1, np.uint32)
-    arr[0] = np.uint32(b) << np.uint32(16)
-    return arr.view(np.float32)[0]
+_ALL = np.arange(1 << 16, dtype=np.uint32)
+LUT32 = (_ALL << 16).view(np.float32)  # BF16 bits -> float32 (exact); passed to kernels, no bit casts
+with np.errstate(invalid="ignore"):
+    LUT64 = LUT32.astype(np.float64)
 
 
 @nb.njit(**_OPTS)
-def _w64(b):
-    return np.float64(_w32(b))
+def _round32(t, out):
+    """float32 [n] -> BF16 bits [n], RNE; NaN -> 0x7FC0 | sign."""
+    u = t.view(np.uint32)
+    for i in range(u.shape[0]):
+        v = u[i]
+        if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+            out[i] = np.uint16(((v >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
+        else:
+            r = v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))
+            out[i] = np.uint16(r >> np.uint32(16))
 
 
 @nb.njit(**_OPTS)
-def _f32u(t):
-    """float32 -> BF16 bits, RNE; NaN -> 0x7FC0 | sign."""
-    arr = np.empty(1, np.float32)
-    arr[0] = t
-    u = arr.view(np.uint32)[0]
-    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-        return np.uint16(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
-    return np.uint16((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+def _round64(y, out):
+    """float64 [n] -> BF16 bits [n] with one RNE rounding, in integer arithmetic on the bit pattern."""
+    u = y.view(np.uint64)
+    for i in range(u.shape[0]):
+        v = u[i]
+        sign = np.uint16((v >> np.uint64(48)) & np.uint64(0x8000))
+        mag = v & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+        if mag > np.uint64(0x7FF0_0000_0000_0000):
+            out[i] = sign | np.uint16(0x7FC0)
+        elif mag < np.uint64(0x3810_0000_0000_0000):  # below 2^-126: the BF16 subnormal grid 2^-133
+            a = abs(y[i]) * _TWO133
+            out[i] = sign | np.uint16((a + _MAGIC) - _MAGIC)
+        else:
+            mag = mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))
+            mag = mag >> np.uint64(45)
+            e = np.int64(mag >> np.uint64(7)) - 1023 + 127  # BF16 exponent of the rounded value
+            if e >= 255:
+                out[i] = sign | np.uint16(0x7F80)
+            else:
+                out[i] = sign | np.uint16((e << 7) | np.int64(mag & np.uint64(0x7F)))
 
 
 @nb.njit(**_OPTS)
-def _r64(y):
-    """float64 -> BF16 bits with one RNE rounding."""
-    arr = np.empty(1, np.float64)
-    arr[0] = y
-    u = arr.view(np.uint64)[0]
-    sign = np.uint16((u >> np.uint64(48)) & np.uint64(0x8000))
-    mag = u & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-    if mag > np.uint64(0x7FF0_0000_0000_0000):
-        return sign | np.uint16(0x7FC0)
-    if mag < np.uint64(0x3810_0000_0000_0000):  # below 2^-126: the BF16 subnormal grid 2^-133
-        v = abs(y) * _TWO133
-        return sign | np.uint16((v + _MAGIC) - _MAGIC)
-    mag = (mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))) & ~np.uint64(
-        0x1FFF_FFFF_FFFF)
-    arr.view(np.uint64)[0] = mag
-    return sign | _f32u(np.float32(arr[0]))  # an exact BF16 value; >= 2^128 becomes inf
-
-
-@nb.njit(**_OPTS)
-def quantize(x, q):
+def quantize(x, q, lut64):
     """Emax alignment of BF16 bits ``x`` into ``q`` (int8, zero-padded); returns e, or 999 if not finite."""
     top = 0
     for i in range(x.shape[0]):
@@ -83,7 +82,7 @@ def quantize(x, q):
             e = b - 133
     f = math.ldexp(1.0, 6 - e)
     for i in range(x.shape[0]):
-        v = (_w64(x[i]) * f + _MAGIC) - _MAGIC
+        v = (lut64[x[i]] * f + _MAGIC) - _MAGIC
         v = min(max(v, -127.0), 127.0)
         q[i] = np.int8(v)
     for i in range(x.shape[0], q.shape[0]):
@@ -92,66 +91,73 @@ def quantize(x, q):
 
 
 @nb.njit(**_OPTS)
-def _epilogue(acc_f32, m, scale, has_s, fac, dst, accm):
-    t = acc_f32
-    if has_s:
-        t = t * scale[m]
-    t = t * fac
-    if accm:
-        t = _w32(dst[m]) + t
-    dst[m] = _f32u(t)
+def _epilogue(acc, e, scale, dst, accm, lut32):
+    """numerics.gemv's float32 epilogue on the exact sums ``acc`` (already float32), bits into dst."""
+    fac = np.float32(math.ldexp(1.0, e - 6))  # = ldexp(t, e-6): 2^(e-6) is a float32 (-139..121)
+    has_s = scale.shape[0] > 0
+    for m in range(acc.shape[0]):
+        t = acc[m]
+        if has_s:
+            t = t * scale[m]
+        t = t * fac
+        if accm:
+            t = lut32[dst[m]] + t
+        acc[m] = t
+    _round32(acc, dst)
 
 
 @nb.njit(parallel=True, **_OPTS)
-def gemv_i8(x, w, scale, dst, accm, q):
+def gemv_i8(x, w, scale, dst, accm, q, lut32, lut64):
     """int8 weights [M, K] (INT4 codes, INT8) against BF16 bits x, result bits into dst; 1: x not finite."""
-    e = quantize(x, q)
+    e = quantize(x, q, lut64)
     if e == 999:
         return 1
-    fac = np.float32(math.ldexp(1.0, e - 6))
-    has_s = scale.shape[0] > 0
+    accs = np.empty(w.shape[0], np.int32)  # the int32 store lets LLVM keep 32-bit lanes (2x faster)
     for m in nb.prange(w.shape[0]):
-        acc = np.int32(0)
+        acc = 0
         for j in range(w.shape[1]):
             acc += np.int32(w[m, j]) * np.int32(q[j])
-        _epilogue(np.float32(acc), m, scale, has_s, fac, dst, accm)
+        accs[m] = acc  # exact: |acc| <= 65535 * 128 * 127 < 2^31
+    _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
     return 0
 
 
 @nb.njit(parallel=True, **_OPTS)
-def gemv_p4(x, p, scale, dst, accm, q):
+def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
     """Packed INT4 rows [M, ceil(K/2)] read in place (even index in the low nibble)."""
-    e = quantize(x, q)
+    e = quantize(x, q, lut64)
     if e == 999:
         return 1
-    fac = np.float32(math.ldexp(1.0, e - 6))
-    has_s = scale.shape[0] > 0
     kb = p.shape[1]
-    qe = q[0:2 * kb:2]
-    qo = q[1:2 * kb:2]
+    qe = np.empty(kb, np.int16)
+    qo = np.empty(kb, np.int16)
+    for j in range(kb):
+        qe[j] = q[2 * j]
+        qo[j] = q[2 * j + 1]
+    accs = np.empty(p.shape[0], np.int32)
     for m in nb.prange(p.shape[0]):
-        acc = np.int32(0)
+        acc = 0
         for j in range(kb):
             b = np.int8(p[m, j])
             lo = np.int16(np.int8(b << 4) >> 4)
             hi = np.int16(b >> 4)
-            acc += np.int32(lo * np.int16(qe[j]) + hi * np.int16(qo[j]))
-        _epilogue(np.float32(acc), m, scale, has_s, fac, dst, accm)
+            acc += np.int32(lo * qe[j] + hi * qo[j])
+        accs[m] = acc
+    _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
     return 0
 
 
 @nb.njit(parallel=True, **_OPTS)
-def gemv_f16(x, w, scale, dst, accm, q):
+def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
     """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite."""
-    e = quantize(x, q)  # a non-finite activation wins over a non-finite weight, as in numerics.gemv
+    e = quantize(x, q, lut64)  # a non-finite activation wins over a non-finite weight, as in numerics.gemv
     if e == 999:
         return 1
     for m in range(w.shape[0]):
         for j in range(w.shape[1]):
             if (w[m, j] & 0x7C00) == 0x7C00:
                 return 2
-    fac = np.float32(math.ldexp(1.0, e - 6))
-    has_s = scale.shape[0] > 0
+    accs = np.empty(w.shape[0], np.int64)
     for m in nb.prange(w.shape[0]):
         acc = np.int64(0)
         for j in range(w.shape[1]):
@@ -162,59 +168,67 @@ def gemv_f16(x, w, scale, dst, accm, q):
             if h & 0x8000:
                 v = -v
             acc += v * np.int64(q[j])
-        _epilogue(np.float32(acc) * np.float32(5.9604644775390625e-08), m, scale, has_s, fac, dst, accm)
+        accs[m] = acc
+    a32 = accs.astype(np.float32)  # int64 -> float32: the single rounding
+    for m in range(a32.shape[0]):
+        a32[m] = a32[m] * np.float32(5.9604644775390625e-08)  # ldexp(., -24), exact
+    _epilogue(a32, e, scale, dst, accm, lut32)
     return 0
 
 
 @nb.njit(**_OPTS)
-def cvo(op, x, d, out, s, accm):
+def cvo(op, x, d, out, s, accm, lut64):
     """Fused SFU arithmetic (op codes of `kernels`): widen, float64, optional accm, one rounding."""
+    y = np.empty(x.shape[0], np.float64)
     for i in range(x.shape[0]):
-        a = _w64(x[i])
+        a = lut64[x[i]]
         if op == 0:
-            y = a * a
+            v = a * a
         elif op == 1:
-            y = a * s
+            v = a * s
         elif op == 2:
-            y = a / s
+            v = a / s
         elif op == 3:
-            y = 0.0
+            v = 0.0
         elif op == 4:
-            y = 1.0 / a
+            v = 1.0 / a
         elif op == 5:
-            y = 1.0 / np.sqrt(a)
+            v = 1.0 / np.sqrt(a)
         elif op == 6:
-            y = np.sqrt(a)
+            v = np.sqrt(a)
         elif op == 7:
-            y = a - s
-            if not np.isnan(y):
-                y = y if y > 0.0 else 0.0
+            v = a - s
+            if not np.isnan(v):
+                v = v if v > 0.0 else 0.0
         elif op == 8:
-            y = a * _w64(d[i])
+            v = a * lut64[d[i]]
         elif op == 9:
-            y = a + _w64(d[i])
+            v = a + lut64[d[i]]
         else:
-            y = a
+            v = a
         if accm:
-            y = _w64(d[i]) + y
-        out[i] = _r64(y)
+            v = lut64[d[i]] + v
+        y[i] = v
+    _round64(y, out)
 
 
 @nb.njit(**_OPTS)
-def round_store(y, d, out, accm):
-    for i in range(y.shape[0]):
-        v = y[i]
-        if accm:
-            v = _w64(d[i]) + v
-        out[i] = _r64(v)
+def round_store(y, d, out, accm, lut64):
+    if accm:
+        z = np.empty(y.shape[0], np.float64)
+        for i in range(y.shape[0]):
+            z[i] = lut64[d[i]] + y[i]
+        _round64(z, out)
+    else:
+        _round64(y, out)
 
 
 @nb.njit(**_OPTS)
-def reduce_sum(x):
+def reduce_sum(x, lut32):
     """Serial float32 sum in index order from +0.0."""
     s = np.float32(0.0)
     for i in range(x.shape[0]):
-        s = s + _w32(x[i])
+        s = s + lut32[x[i]]
     return s
 
 

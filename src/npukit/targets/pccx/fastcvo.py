@@ -70,6 +70,8 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
     shifted = out_n > 0 and s0 != d0 and s0 < d0 + out_n and d0 < s0 + n
     numba = sim.backend == "numba"
     kern = sim._k
+    lut = (kx.LUT64,) if numba else ()
+    lut32 = (kx.LUT32,) if numba else ()
 
     def src() -> np.ndarray:
         return x.copy() if shifted else x
@@ -90,7 +92,7 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
                     op = kx.ZERO if s == 0.0 else kx.DIVS
                 else:
                     op = kx.SCALE
-            cvo(op, src(), d, d, s, accm)
+            cvo(op, src(), d, d, s, accm, *lut)
             return work
 
         return arith
@@ -103,7 +105,7 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
             if sub:
                 with np.errstate(invalid="ignore"):
                     a = a - kx.LUT64[int(sim.e_max)]
-            store(_transcendental(fn, a), d, d, accm)
+            store(_transcendental(fn, a), d, d, accm, *lut)
             return work
 
         return trans
@@ -112,7 +114,7 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
         word = flat[d0: d0 + _E]
 
         def red_sum() -> Work:
-            s = np.float32(rsum(x))
+            s = np.float32(rsum(x, *lut32))
             y = np.float64(s)
             if accm:
                 y = kx.LUT64[int(word[0])] + y

@@ -114,7 +114,7 @@ def _vector_kernel(sim: FastSimulator, fmt: str, codes, body: np.ndarray, sbytes
             w, gemv, get_scale = body.view("<u2").reshape(m, k), kern["gemv_f16"], live_scale
 
         def vec(x: np.ndarray, d: np.ndarray) -> None:
-            st = gemv(x, w, get_scale(), d, accm, q)
+            st = gemv(x, w, get_scale(), d, accm, q, kx.LUT32, kx.LUT64)
             if st == 1:
                 d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
             elif st == 2:
