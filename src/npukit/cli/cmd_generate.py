@@ -40,6 +40,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="divide positive / multiply negative logits of seen tokens (1.0 = off)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="sampling RNG seed (0)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
+    p.add_argument("--hw", default=None, metavar="PRESET", help="hardware preset or TOML (simulated targets)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a hardware field (repeatable)")
+    p.add_argument("--trace", default=None, metavar="FILE", help="write a Perfetto trace (simulated targets)")
+    p.add_argument("--kv-max-tokens", type=int, default=None, metavar="N",
+                   help="KV ring hard cap for full-attention layers (evicts sink + window when it wraps)")
+    p.add_argument("--kv-sink", type=int, default=None, metavar="N", help="KV ring: positions kept forever")
+    p.add_argument("--kv-window", type=int, default=None, metavar="N",
+                   help="KV ring: most recent positions kept (max tokens = sink + window)")
+    p.add_argument("--executor", default=None, choices=("reference", "fast"),
+                   help="pccx program executor (default reference)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits", action="store_true", help="with --json: include the per-token logits")
     p.set_defaults(func=run)
@@ -85,6 +96,15 @@ def prompt_ids(args: argparse.Namespace, model: LoadedModel) -> list[int]:
     return ids
 
 
+_OPTIONS = {"hw": "--hw", "overrides": "--set", "trace": "--trace", "kv_max_tokens": "--kv-max-tokens",
+            "kv_sink": "--kv-sink", "kv_window": "--kv-window", "executor": "--executor"}
+
+
+def target_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The target-specific options the user gave (a backend that lacks one rejects it)."""
+    return {k: getattr(args, k) for k in _OPTIONS if getattr(args, k, None) not in (None, [])}
+
+
 class _Streamer:
     """Writes each new token to stdout: the newly decoded text, or the id."""
 
@@ -111,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(args.model)
     ids = prompt_ids(args, model)
     sampling = SamplingParams(args.temperature, args.top_p, args.repetition_penalty, args.seed)
-    backend = backends.create_backend(model, args.target, kv=args.kv)
+    backend = backends.create_backend(model, args.target, kv=args.kv, **target_options(args))
     stops = () if args.ignore_eos else model.eos_token_ids
     # A bar on stderr only when stdout is not the same terminal the tokens stream to.
     show_bar = sys.stderr.isatty() and (args.json or not sys.stdout.isatty())

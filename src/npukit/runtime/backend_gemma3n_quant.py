@@ -21,13 +21,20 @@ class Gemma3nQuant:
 
     target = "quant"
 
-    def __init__(self, model: Any, kv: str = "fp16") -> None:
+    def __init__(self, model: Any, kv: str = "fp16", kv_max_tokens: int | None = None,
+                 kv_sink: int | None = None, kv_window: int | None = None) -> None:
+        from npukit.runtime.kv_ring import ring_size
+
         t0 = time.perf_counter()
         self.model = model
         self.store = Int4Store(model.weights)
         self.quantize_s = time.perf_counter() - t0
         self.ref = Gemma3nW4A8(self.store, kv=kv)
         self.kv = kv
+        cap, sink = ring_size(kv_max_tokens, kv_sink, kv_window)
+        if cap is not None:  # the pccx KV ring's eviction policy (full-attention layers)
+            cfg = self.store.config
+            self.ref.cache.set_ring(cap, sink, tuple(i for i in cfg.kv_producers if cfg.window(i) is None))
 
     def reset(self) -> None:
         self.ref.reset()

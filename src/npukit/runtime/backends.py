@@ -110,4 +110,10 @@ def create_backend(model: Any, target: str, kv: str | None = None, **options: An
     if kv not in spec.kv_modes:
         raise ConfigError(f"target {target!r} does not support --kv {kv} for {model.family} "
                           f"(supported: {', '.join(spec.kv_modes)})")
-    return spec.factory(model, kv=kv, **options)
+    try:
+        return spec.factory(model, kv=kv, **options)
+    except TypeError as exc:
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        bad = str(exc).split("argument", 1)[1].strip().strip("'")
+        raise ConfigError(f"target {target!r} does not take the option {bad.replace('_', '-')}") from None

@@ -34,6 +34,18 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.sim import WORD_BYTES, HostDDR, row_bytes
 
 
+def ring_size(max_tokens: int | None, sink: int | None, window: int | None) -> tuple[int | None, int]:
+    """(max_tokens, sink) from the three CLI options; None = no cap beyond max_position_embeddings."""
+    s = int(sink or 0)
+    if window is not None:
+        if max_tokens is not None and max_tokens != s + window:
+            raise ConfigError(f"--kv-max-tokens {max_tokens} != --kv-sink {s} + --kv-window {window}")
+        max_tokens = s + int(window)
+    if max_tokens is None and s:
+        raise ConfigError("--kv-sink needs --kv-max-tokens or --kv-window")
+    return max_tokens, s
+
+
 def _align(n: int) -> int:
     return -(-n // 64) * 64
 

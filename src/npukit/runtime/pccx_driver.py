@@ -52,7 +52,7 @@ def make_executor(hw: PccxHw, profile: str, executor: str) -> Any:
             mod = importlib.import_module("npukit.targets.pccx.fastsim")
         except ImportError:
             raise ConfigError("executor 'fast' needs npukit.targets.pccx.fastsim (not installed)") from None
-        return mod.Simulator(hw, profile)
+        return getattr(mod, "FastSimulator", None or getattr(mod, "Simulator", None))(hw, profile)
     raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
 
 
