@@ -113,8 +113,14 @@ def _vector_kernel(sim: FastSimulator, fmt: str, codes, body: np.ndarray, sbytes
         else:
             w, gemv, get_scale = body.view("<u2").reshape(m, k), kern["gemv_f16"], live_scale
 
+        small = m * k < kx.PARALLEL_MIN_MACS
+
         def vec(x: np.ndarray, d: np.ndarray) -> None:
-            st = gemv(x, w, get_scale(), d, accm, q, kx.LUT32, kx.LUT64)
+            if small:  # one thread: a parallel region costs more than a small GEMV (and waits for
+                with kx.one_thread():  # a descheduled worker on a shared machine)
+                    st = gemv(x, w, get_scale(), d, accm, q, kx.LUT32, kx.LUT64)
+            else:
+                st = gemv(x, w, get_scale(), d, accm, q, kx.LUT32, kx.LUT64)
             if st == 1:
                 d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
             elif st == 2:

@@ -48,6 +48,7 @@ from npukit.targets.pccx.sim import (
 _EXC = (DecodeError, DeviceFault, ArithmeticError, ValueError)
 _E = 8  # BF16 elements per L2 word
 _MAX_PLANS = 8
+_MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
 
 
 class TrackedDDR(HostDDR):
@@ -129,6 +130,7 @@ class FastSimulator(Simulator):
         self._plan: list[Callable[[], Work]] = []
         self._plan_of: list[int] | None = None
         self._qbuf = np.zeros(1 << 16, np.int8)
+        self._decoded: dict[int, _Instr | DecodeError] = {}
 
     # -- host side --
     def invalidate(self, addr: int = 0, n: int | None = None) -> None:
@@ -211,10 +213,16 @@ class FastSimulator(Simulator):
 
     # -- plan building --
     def _compile(self, idx: int, word: int) -> Callable[[], Work]:
-        try:
-            ins = decode(word, self.profile, self.limits)
-        except DecodeError as exc:
-            err = exc
+        ins = self._decoded.get(word)
+        if ins is None:
+            try:
+                ins = decode(word, self.profile, self.limits)
+            except DecodeError as exc:
+                ins = exc
+            if len(self._decoded) < _MAX_DECODED:
+                self._decoded[word] = ins
+        if isinstance(ins, DecodeError):
+            err = ins
 
             def fault() -> Work:
                 raise err

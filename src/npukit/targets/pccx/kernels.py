@@ -22,6 +22,8 @@ Why each path equals the reference (docs/targets/pccx.md, "Performance"):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -165,6 +167,23 @@ def np_reduce_sum(x: np.ndarray) -> np.float32:
 
 
 # --- numba backend -------------------------------------------------------------------------------------
+
+PARALLEL_MIN_MACS = 1 << 20  # below this a GEMV runs on the calling thread only
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run numba parallel regions on one thread inside the block (restores the previous count)."""
+    n = _nb.get_num_threads()
+    if n == 1:
+        yield
+        return
+    _nb.set_num_threads(1)
+    try:
+        yield
+    finally:
+        _nb.set_num_threads(n)
+
 
 def _numba_kernels() -> dict[str, Any]:
     """Compiled kernels (compiled lazily on first call, cached on disk); empty without numba."""
