@@ -7,7 +7,8 @@ the ``tokenizers`` package. Model: ``transformers.Gemma3nForCausalLM`` in float3
 The last ``--qat-steps`` steps are quantization-aware: every weight the W4A8 reference stores as INT4
 (all linear layers, the tied embedding / LM head, the per-layer embedding table) is replaced by its
 INT4 fake-quantized value for the forward and backward pass and the gradient is applied to the float
-master copy (straight-through estimator). The shipped weights are the float master copy in float16.
+master copy (straight-through estimator). The shipped weights are the master copy snapped onto that
+INT4 grid (dequantized values, float16), so the float model and the W4A8 model share their weights.
 
 Run (about 30 minutes on 2 threads)::
 
@@ -127,6 +128,30 @@ def quant_targets(model, cfg: dict) -> list[tuple[object, int | None]]:
     return out
 
 
+def snap_to_int4_grid(path: Path, cfg: dict) -> int:
+    """Rewrite a saved checkpoint so every tensor the W4A8 reference stores as INT4 (every matrix)
+    holds its dequantized INT4 value (float16): the shipped float model is then exactly the model
+    the W4A8 reference runs, as QAT intends. Returns the number of tensors snapped."""
+    from safetensors.numpy import load_file, save_file
+
+    from npukit.formats.int4 import dequantize_int4, quantize_int4
+
+    tensors = load_file(str(path))
+    n = 0
+    for k, v in tensors.items():
+        if v.ndim != 2:
+            continue
+        g = cfg["hidden_size_per_layer_input"] if k.endswith("embed_tokens_per_layer.weight") else None
+        q, s = quantize_int4(v.astype(np.float32), group_size=g)
+        tensors[k] = dequantize_int4(q, s, group_size=g).astype(np.float16)
+        again, _ = quantize_int4(tensors[k].astype(np.float32), group_size=g)
+        if not np.array_equal(again, q):  # float16 storage must not move any code
+            raise SystemExit(f"{k}: INT4 codes change after float16 storage")
+        n += 1
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return n
+
+
 def batches(stream: np.ndarray, seq: int, batch: int, rng: np.random.Generator):
     import torch
 
@@ -165,7 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-minutes", type=float, default=35.0,
                     help="stop the float phase early (QAT steps still run) to bound wall time")
     ap.add_argument("--eval-windows", type=int, default=32)
+    ap.add_argument("--snap-only", action="store_true",
+                    help="only snap an existing --out checkpoint onto the INT4 grid, then exit")
     args = ap.parse_args(argv)
+    if args.snap_only:
+        out = Path(args.out)
+        cfg = json.loads((out / "config.json").read_text())
+        print(f"snapped {snap_to_int4_grid(out / 'model.safetensors', cfg)} tensors")
+        return 0
 
     import torch
     from safetensors.torch import save_file
@@ -271,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
              if k != "lm_head.weight"}  # tied to model.embed_tokens.weight
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    snapped = snap_to_int4_grid(out / "model.safetensors", cfg)
     (out / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "float16"}, indent=2) + "\n")
     meta = {
         "python": sys.version.split()[0],
@@ -279,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_bytes_per_token": round(nbytes_held / len(held_stream), 3),
         "parameters": nparam, "float_steps": float_steps, "qat_steps": args.qat_steps,
         "batch": args.batch, "seq": args.seq, "lr": args.lr, "seed": args.seed, "threads": args.threads,
-        "train_seconds": round(train_s, 1),
-        "eval": {"windows": args.eval_windows, "seq": args.seq, "nll": round(nll, 5),
+        "train_seconds": round(train_s, 1), "snapped_int4_tensors": snapped,
+        "eval": {"note": "torch, float32 master weights before snapping; int4 = snapped weights",
+                 "windows": args.eval_windows, "seq": args.seq, "nll": round(nll, 5),
                  "ppl": round(math.exp(nll), 4), "ppl_int4_weights_torch": round(math.exp(nll_q), 4)},
         "log": log,
     }
