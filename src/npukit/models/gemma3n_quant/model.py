@@ -144,15 +144,29 @@ class Gemma3nW4A8:
         return self.s.vec(name)
 
     # ---- token entry -------------------------------------------------------------------------
-    def _embed(self, token: int) -> np.ndarray:
+    # host-side inputs of a step (float32/float64 on the host; a compiled program re-evaluates them
+    # per token without re-lowering, so each is one method of (token) or (layer type, position))
+    def host_embed(self, token: int) -> np.ndarray:
         row = self.s.mat(EMBED).dequant_rows(np.array([token]))[0]  # host: INT4 row lookup
-        return self.ops.host_to_l2(row * self._sqrt_h)  # host float32 scale, one BF16 rounding
+        return row * self._sqrt_h  # host float32 scale
+
+    def host_ple(self, token: int) -> np.ndarray:
+        pid = token if token < self.cfg.vocab_size_per_layer_input else 0  # out-of-table ids use row 0
+        return self.s.mat(EMBED_PLE).dequant_rows(np.array([pid]))[0] * self._sqrt_p
+
+    def host_rope(self, layer_type: str, pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sign-folded sin ([-sin, sin] halves) rows for ``pos`` (float64, before BF16)."""
+        freqs = F32(pos) * self._inv_freq[layer_type]  # float32 as transformers computes it
+        c, s = np.cos(freqs.astype(np.float64)), np.sin(freqs.astype(np.float64))
+        return np.concatenate([c, c]), np.concatenate([-s, s])
+
+    def _embed(self, token: int) -> np.ndarray:
+        return self.ops.host_to_l2(self.host_embed(token))  # one BF16 rounding
 
     def _per_layer_inputs(self, token: int, x0: np.ndarray) -> list[np.ndarray]:
         cfg, o = self.cfg, self.ops
         p = cfg.hidden_size_per_layer_input
-        pid = token if token < cfg.vocab_size_per_layer_input else 0  # out-of-table ids use row 0
-        y = o.host_to_l2(self.s.mat(EMBED_PLE).dequant_rows(np.array([pid]))[0] * self._sqrt_p)  # host
+        y = o.host_to_l2(self.host_ple(token))  # host row, one BF16 rounding
         proj = self._gemv("per_layer_model_projection.weight", x0)
         proj = o.cvo_scale(proj, o.const(cfg.hidden_size ** -0.5))
         gamma = self._vec("per_layer_projection_norm.weight")
@@ -227,9 +241,8 @@ class Gemma3nW4A8:
 
     def _rope(self, layer_type: str) -> tuple[np.ndarray, np.ndarray]:
         """Host table row for this position: BF16 cos and sign-folded sin ([-sin, sin] halves)."""
-        freqs = F32(self.pos) * self._inv_freq[layer_type]  # float32 as transformers computes it
-        c, s = np.cos(freqs.astype(np.float64)), np.sin(freqs.astype(np.float64))
-        return self.ops.host_to_l2(np.concatenate([c, c])), self.ops.host_to_l2(np.concatenate([-s, s]))
+        c, s = self.host_rope(layer_type, self.pos)
+        return self.ops.host_to_l2(c), self.ops.host_to_l2(s)
 
     def _rotate(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         o = self.ops
