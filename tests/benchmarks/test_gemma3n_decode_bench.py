@@ -17,15 +17,19 @@ def test_json_figures_carry_tiers_and_consistent_ratios(capsys):
     mod = importlib.util.module_from_spec(spec)
     sys.modules["bench_gemma3n_decode"] = mod
     spec.loader.exec_module(mod)
-    assert mod.main(["--layers", "1", "--vocab", "8192", "--tokens", "2", "--repeats", "1", "--json"]) == 0
+    assert mod.main(["--layers", "1", "--vocab", "8192", "--tokens", "2", "--repeats", "1", "--check",
+                     "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     f = res["ledger"]["figures"]
-    for name in ("transformers fp32 eager s/token", "pccx fastsim s/token", "host bandwidth",
-                 "INT4 bytes/token"):
-        assert f[name]["tier"] == "measured" and f[name]["value"] > 0
-    assert f["speedup vs transformers"]["tier"] == "derived"
-    assert f["speedup vs transformers"]["value"] == pytest.approx(
-        f["transformers fp32 eager s/token"]["value"] / f["pccx fastsim s/token"]["value"])
+    for case in ("e2b-width", "embedded"):
+        for name in ("transformers fp32 eager s/token", "pccx s/token", "INT4 bytes/token"):
+            assert f[f"{case}: {name}"]["tier"] == "measured" and f[f"{case}: {name}"]["value"] > 0
+        sp = f[f"{case}: speedup vs transformers"]
+        assert sp["tier"] == "derived"
+        assert sp["value"] == pytest.approx(f[f"{case}: transformers fp32 eager s/token"]["value"]
+                                            / f[f"{case}: pccx s/token"]["value"])
+    assert f["host bandwidth"]["tier"] == "measured"
     # one E2B-width layer + 8192-row LM head: INT4 codes + FP32 row scales streamed per token
-    assert f["INT4 bytes/token"]["value"] > 30e6
-    assert res["fallbacks"] == 0
+    assert f["e2b-width: INT4 bytes/token"]["value"] > 30e6
+    for c in res["cases"]:  # the compiled model ran: every instruction on a fast path, logits checked
+        assert c["fallbacks"] == 0 and c["checked"] and c["instructions"] > 100 and c["variants"] == 1

@@ -64,6 +64,51 @@ class Segment:
     marks: list[tuple[int, str]] = field(default_factory=list)  # (instruction index, label)
 
 
+@dataclass(frozen=True)
+class Patch:
+    """One instruction whose fields depend on the position: the driver re-encodes it per token from the
+    attention span (first ring row, rows) of its window class ``wk``."""
+
+    seg: int
+    index: int
+    ins: Any  # the compiled instruction (row 0, bucket length)
+    kind: str  # fmap_k | fmap_v | weight | scale | len
+    wk: int
+    arg: tuple = ()
+
+    def at(self, row0: int, count: int) -> Any:
+        k, a = self.kind, self.arg
+        if k == "len":
+            return isa.replace(self.ins, length=count)
+        if k == "fmap_k":
+            return isa.replace(self.ins, a_value=count)
+        if k == "fmap_v":
+            return isa.replace(self.ins, c_value=count)
+        if k == "weight":
+            fmt, base, rb, ext = a
+            e = weight_entry(fmt, base + row0 * rb, ext)
+        else:
+            e = scale_entry(a[0] + 4 * row0)
+        return isa.replace(self.ins, a_value=e[0], b_value=e[1], c_value=e[2])
+
+
+@dataclass
+class Program:
+    """A compiled decode step for one span bucket: segments, stats, and the per-token patches."""
+
+    segments: list[Segment]
+    stats: CompileStats
+    patches: list[Patch]
+    profile: str
+    limits: Any
+
+    def patch(self, spans: dict[int, tuple[int, int]]) -> None:
+        """Write the token's spans (window key -> (first row, rows)) into the program words."""
+        for p in self.patches:
+            row0, count = spans[p.wk]
+            self.segments[p.seg].words[p.index] = isa.encode(p.at(row0, count), self.profile, self.limits)
+
+
 @dataclass
 class CompileStats:
     counts: Counter = field(default_factory=Counter)  # instruction type -> count
@@ -243,6 +288,8 @@ class CodeGen:
         segs = [Segment([])]
         self.instrs: list[Any] = []
         self.seg_start = 0
+        self._pend: list[tuple[int, str, int, tuple]] = []
+        self.patches: list[Patch] = []
         for nd in nodes:
             if nd.kind == "host":
                 self._close(segs, nd.host)
@@ -262,8 +309,19 @@ class CodeGen:
         for ins in self.instrs:
             segs[-1].words.append(isa.encode(ins, self.profile, self.limits))
             self._count(ins)
+        for i, kind, wk, arg in self._pend:
+            self.patches.append(Patch(len(segs) - 1, i, self.instrs[i], kind, wk, arg))
         segs[-1].host = host
         self.instrs = []
+        self._pend = []
+
+    def compile_program(self, nodes: list[Node]) -> Program:
+        segs, stats = self.compile(nodes)
+        return Program(segs, stats, self.patches, self.profile, self.limits)
+
+    def _dyn(self, kind: str, wk: int, arg: tuple = ()) -> None:
+        """The next instruction appended depends on the position (see `Patch`)."""
+        self._pend.append((len(self.instrs), kind, wk, arg))
 
     def _count(self, ins: Any) -> None:
         st = self.stats
@@ -279,14 +337,20 @@ class CodeGen:
             if ins.op == isa.Op.MEMSET and ins.dest_cache == DestCache.SREG:
                 st.extensions["memset.sreg_emax"] += 1
 
-    def _memset(self, cache: DestCache, slot: int, val: tuple[int, int, int]) -> None:
+    def _memset(self, cache: DestCache, slot: int, val: tuple, real: dict | None = None) -> None:
+        """MEMSET ``val`` into ``slot``; a symbolic (position-dependent) ``val`` is looked up in ``real``:
+        (placeholder entry, patch kind, window key, patch argument)."""
+        if real is not None and val in real:
+            ent, kind, wk, arg = real[val]
+            self._dyn(kind, wk, arg)
+            val = ent
         self.instrs.append(isa.Memset(cache, slot, *val))
         self.stats.memsets[cache.name.lower()] += 1
 
-    def _fmap(self, val: tuple[int, int, int]) -> int:
+    def _fmap(self, val: tuple, real: dict | None = None) -> int:
         s, new = self.fmap.get(val)
         if new:
-            self._memset(DestCache.FMAP, s, val)
+            self._memset(DestCache.FMAP, s, val, real)
         else:
             self.stats.cc_hits += 1
         return s
@@ -295,19 +359,34 @@ class CodeGen:
         w = nd.weight
         if not (0 < w.m <= 65535 and 0 < w.k <= 65535):
             raise CompileError(f"GEMV {w.name}: M={w.m}, K={w.k} exceed the 16-bit shape field")
-        fm = self._fmap((w.m, 1, w.k))
         v0 = weight_entry(w.fmt, w.addr, w.ext)
-        if v0[0] & W_OFFSET_MASK:
+        v1 = scale_entry(w.scale_addr) if w.ext & (W_SPLIT_SCALES | W_ACT_SCALE) else None
+        real: dict | None = None
+        fkey: tuple = (w.m, 1, w.k)
+        if w.dyn is not None:  # a KV ring span: symbolic cache values, patched per token
+            kind, wk, base, rb, sbase = w.dyn
+            fkey = ("span", kind, wk, w.k if kind == "k" else w.m)
+            real = {fkey: ((w.m, 1, w.k), f"fmap_{kind}", wk, ())}
+            v0k = ("span-w", w.fmt, base, w.ext)
+            real[v0k] = (v0, "weight", wk, (w.fmt, base, rb, w.ext))
+            v0 = v0k
+            if v1 is not None:
+                v1k = ("span-s", sbase)
+                real[v1k] = (v1, "scale", wk, (sbase,))
+                v1 = v1k
+            if rb % WORD_BYTES:
+                self.stats.extensions["weight.byte_offset"] += 1
+        elif v0[0] & W_OFFSET_MASK:
             self.stats.extensions["weight.byte_offset"] += 1
-        if w.ext & (W_SPLIT_SCALES | W_ACT_SCALE):
-            v1 = scale_entry(w.scale_addr)
+        fm = self._fmap(fkey, real)
+        if v1 is not None:
             ws, fresh = self.wcache.get_pair(v0, v1)
             for s in fresh:
-                self._memset(DestCache.WEIGHT, s, v0 if s == ws else v1)
+                self._memset(DestCache.WEIGHT, s, v0 if s == ws else v1, real)
         else:
             ws, new = self.wcache.get(v0)
             if new:
-                self._memset(DestCache.WEIGHT, ws, v0)
+                self._memset(DestCache.WEIGHT, ws, v0, real)
             else:
                 self.stats.cc_hits += 1
         for bit, name in ((W_KMAJOR, "weight.kmajor"), (W_SPLIT_SCALES, "weight.split_scales"),
@@ -344,6 +423,11 @@ class CodeGen:
             src, dst = nd.srcs[0], nd.out
         flags = CvoFlag(nd.flags)
         sync = bool(flags & CvoFlag.SUB_EMAX)
+        wk = nd.attrs.get("dyn_len")
+        if wk is not None:
+            if src.n > CVO_TILE:
+                raise CompileError(f"attention span bucket {src.n} exceeds one CVO ({CVO_TILE} elements)")
+            self._dyn("len", wk)
         if fn in (CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX):
             if src.n > 65535:
                 raise CompileError(f"reduction over {src.n} elements exceeds the 16-bit CVO length")

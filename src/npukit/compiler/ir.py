@@ -28,6 +28,7 @@ class Buf:
     off: int = 0  # element offset in parent
     addr: int | None = None  # word address of a root, set by the allocator
     shared: bool = False  # constants / loaded vectors reused by several ops: never placed into a concat
+    dyn: int | None = None  # attention span buffer: allocated at the bucket length, used length set per token
 
     def root(self) -> tuple[Buf, int]:
         b, off = self, 0
@@ -73,6 +74,9 @@ class Weight:
     scale_addr: int | None = None  # split row scales / activation scales (weight slot + 1)
     w_scale: bool = True
     name: str = ""
+    # KV ring operand whose rows depend on the position: (kind "k"|"v", window key, codes base address,
+    # row bytes, scales base address or None); `addr`/`scale_addr`/m or k hold the row-0, bucket values
+    dyn: tuple | None = None
 
 
 @dataclass(eq=False)

@@ -97,10 +97,25 @@ class TraceStore:
         return self._s.vec(name)
 
 
+def window_key(ring: Any, layer: int) -> int:
+    """Attention-span class of a layer: its sliding window, or 0 for full attention (capped ring)."""
+    return ring.layers[layer].window or 0
+
+
+def span_bucket(count: int, limit: int) -> int:
+    """Allocated length of an attention span of ``count`` rows (``limit``: the most it can reach):
+    the next power of two from 16, at most ``limit``. One compiled program serves a whole bucket."""
+    return min(max(16, 1 << (max(count, 1) - 1).bit_length()), limit)
+
+
 class SymbolicKVCache:
+    """The KV ring as seen by the lowering: reads are operands of the span bucket length (``bucket``:
+    window key -> rows allocated); which rows and how many are filled in per token by the driver."""
+
     def __init__(self, ops: LoweringOps, ring: Any) -> None:
         self.ops, self.ring = ops, ring
         self.length: dict[int, int] = {}
+        self.bucket: dict[int, int] = {}
 
     def reset(self) -> None:
         self.length.clear()
@@ -114,7 +129,8 @@ class SymbolicKVCache:
         self.length[layer] = pos + 1
 
     def attend(self, layer: int, head: int, window: int | None) -> tuple:
-        row0, count = self.ring.span(layer, self.length[layer])
+        wk = window_key(self.ring, layer)
+        row0, count = 0, self.bucket.get(wk) or self.ring.span(layer, self.length[layer])[1]
         quant = self.ring.fmt != "fp16"
         mk = lambda kind: KVOperand(layer, head, kind, row0, count)  # noqa: E731
         return mk("k"), mk("ks") if quant else None, mk("v"), mk("vs") if quant else None
@@ -137,6 +153,8 @@ class LoweringOps:
         self._vec_bufs: dict[str, Buf] = {}
         self._consts: dict[tuple[float, int], Buf] = {}
         self.host_inputs: list[tuple[int, np.ndarray]] = []
+        self.recipes: list[tuple[int, tuple]] = []  # (staging address, host recipe) of per-token inputs
+        self._tags: dict[int, tuple] = {}
         self.outputs: list[tuple[int, int]] = []
         self._staging = STAGING_BASE
         self._n = 0
@@ -239,7 +257,15 @@ class LoweringOps:
         n = xr.n if out_n is None else out_n
         arr, buf = self._new(n, func.name.lower())
         sc = None if scalar is None else self._scalar(scalar)
-        self.nodes.append(Node("cvo", out=Ref(buf, 0, n), srcs=srcs, func=func, flags=int(flags), scalar=sc))
+        nd = Node("cvo", out=Ref(buf, 0, n), srcs=srcs, func=func, flags=int(flags), scalar=sc)
+        dyn = xr.buf.root()[0].dyn
+        if dyn is not None:  # over an attention span: the length is set per token
+            if dst is not None or xr.off or xr.n != xr.buf.n:
+                raise CompileError("an attention-span vector is used in a way the driver cannot resize")
+            nd.attrs["dyn_len"] = dyn
+            if out_n is None:
+                buf.dyn = dyn
+        self.nodes.append(nd)
         return arr
 
     def _binary(self, func: CvoFunc, x: Any, y: Any) -> np.ndarray:
@@ -293,11 +319,13 @@ class LoweringOps:
     def _gemv_kv(self, w: KVOperand, x: Any, w_scale: Any, fmt: str) -> np.ndarray:
         ring, d = self.ring, self.ring.cfg.head_dim
         lr = ring.layers[w.layer]
+        wk = window_key(ring, w.layer)
         if w.kind == "k" and not w.transposed:
             blk = lr.k[w.head]
             quant = w_scale is not None
             wt = Weight(blk.codes + w.row0 * ring.rb, fmt, w.count, d, W_SPLIT_SCALES if quant else 0,
-                        blk.scales + 4 * w.row0 if quant else None, quant, f"K l{w.layer} h{w.head}")
+                        blk.scales + 4 * w.row0 if quant else None, quant, f"K l{w.layer} h{w.head}",
+                        ("k", wk, blk.codes, ring.rb, blk.scales if quant else None))
             xr = self.ref(x)
             n = w.count
         elif w.kind == "v" and w.transposed:
@@ -311,11 +339,15 @@ class LoweringOps:
             else:
                 xr = self.ref(x)
             wt = Weight(blk.codes + w.row0 * ring.rb, fmt, d, w.count, ext, sa, False,
-                        f"V l{w.layer} h{w.head}")
+                        f"V l{w.layer} h{w.head}", ("v", wk, blk.codes, ring.rb, blk.scales if sa else None))
+            if xr.buf.root()[0].dyn != wk or xr.off or xr.n != w.count:
+                raise CompileError("V GEMV: the probabilities are not the span's softmax")
             n = d
         else:
             raise CompileError(f"unsupported KV GEMV operand {w.kind} (transposed={w.transposed})")
         arr, buf = self._new(n, wt.name)
+        if w.kind == "k":
+            buf.dyn = wk
         self.nodes.append(Node("gemv", out=Ref(buf, 0, n), srcs=(xr,), weight=wt, label=wt.name))
         return arr
 
@@ -389,9 +421,17 @@ class LoweringOps:
                 self.nodes.append(Node("copy", out=Ref(buf, off, r.n), srcs=(r,), label="concat part"))
             off += r.n
 
+    def tag(self, x: np.ndarray, recipe: tuple) -> None:
+        """Mark a host array as the per-token input ``recipe`` (re-evaluated by the driver per token)."""
+        self._tags[_ptr(x)] = recipe
+        self._keep.append(x)
+
     def host_to_l2(self, x: np.ndarray) -> np.ndarray:
+        recipe = self._tags.get(_ptr(x)) if isinstance(x, np.ndarray) else None
         v = np.asarray(x, F32)
-        buf = self._host_input(nx.to_bits(v), "host")
+        if recipe is not None:
+            self.recipes.append((self._staging, recipe))
+        buf = self._host_input(host_bits(v), "host")
         arr = nx.bf16(v).view(SymArray).copy()
         p = _ptr(arr)
         bisect.insort(self._index, (p, p + arr.nbytes, buf), key=lambda t: t[0])
@@ -417,12 +457,50 @@ for _f in (CvoFunc.SQRT, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.RECIP, 
     setattr(LoweringOps, f"cvo_{_f.name.lower()}", _unary(_f))
 
 
+def host_bits(x: Any) -> np.ndarray:
+    """A host vector as it crosses into L2 (`PccxOps.host_to_l2`): float32, then one BF16 rounding."""
+    return np.asarray(nx.to_bits(np.asarray(x, F32)), np.uint16).ravel()
+
+
+def eval_recipe(model: Gemma3nW4A8, recipe: tuple, token: int, pos: int, memo: dict) -> np.ndarray:
+    """The BF16 bits of one per-token host input (``memo`` shares RoPE rows within a token)."""
+    kind = recipe[0]
+    if kind == "rope":
+        key = ("rope", recipe[1])
+        if key not in memo:
+            memo[key] = tuple(host_bits(r) for r in Gemma3nW4A8.host_rope(model, recipe[1], pos))
+        return memo[key][recipe[2]]
+    if kind == "embed":
+        return host_bits(Gemma3nW4A8.host_embed(model, token))
+    if kind == "ple":
+        return host_bits(Gemma3nW4A8.host_ple(model, token))
+    raise CompileError(f"unknown host input recipe {recipe!r}")
+
+
 def trace_model(store: Int4Store, kv: str, image: DeviceImage, ring: Any) -> tuple[Gemma3nW4A8, LoweringOps]:
-    """A reference model instance wired for lowering; call `lower_step` per token."""
+    """A reference model instance wired for lowering; call `lower_step` per program variant."""
     ops = LoweringOps(image, ring)
     model = Gemma3nW4A8(TraceStore(store), kv=kv, ops=ops)  # type: ignore[arg-type]
     model.cache = SymbolicKVCache(ops, ring)  # type: ignore[assignment]
     layer = model._layer
+
+    def tagged(name: str, fn: Any) -> Any:
+        def host(*args: Any) -> Any:
+            out = fn(*args)
+            o = model.ops
+            if isinstance(o, LoweringOps):
+                if name == "rope":
+                    for j, r in enumerate(out):
+                        o.tag(r, ("rope", args[0], j))
+                else:
+                    o.tag(out, (name,))
+            return out
+
+        return host
+
+    model.host_embed = tagged("embed", model.host_embed)  # type: ignore[method-assign]
+    model.host_ple = tagged("ple", model.host_ple)  # type: ignore[method-assign]
+    model.host_rope = tagged("rope", model.host_rope)  # type: ignore[method-assign]
 
     def marked(i: int, xs: list, pli: np.ndarray) -> list:
         out = layer(i, xs, pli)
@@ -434,7 +512,8 @@ def trace_model(store: Int4Store, kv: str, image: DeviceImage, ring: Any) -> tup
 
 
 def lower_step(model: Gemma3nW4A8, token: int) -> LoweringOps:
-    """Trace one decode step at the model's next position into a fresh `LoweringOps`."""
+    """Trace one decode step at the model's next position into a fresh `LoweringOps` (attention spans
+    at the lengths in ``model.cache.bucket``, else the exact ones)."""
     old: LoweringOps = model.ops  # type: ignore[assignment]
     ops = LoweringOps(old.image, old.ring)
     model.ops = ops

@@ -7,10 +7,12 @@
   into host DDR (`npukit.compiler.image`, zero-copy views) and maps the staging area.
 * `kv_init(max_tokens, sink)` lays out the KV ring after the weights (`npukit.runtime.kv_ring`).
 * `start` wires the reference model for lowering (`npukit.compiler.lower`).
-* `step(token)`: lower the token's decode step, compile it (`npukit.compiler.codegen`), write the
-  host inputs (embedding row, PLE row, RoPE rows, constants) into staging, run the program
-  segments, performing the host KV write between them, read the logits back, and time the
-  token's Work records on the hardware model (`targets/pccx/timing.py`).
+* `step(token)`: pick the compiled program of the token's attention-span bucket (lowered and
+  compiled once per bucket, `npukit.compiler.codegen.Program`), patch the position-dependent
+  descriptors (span rows and lengths), write the per-token host inputs (embedding row, PLE row,
+  RoPE rows; constants once per program) into staging, run the program segments, performing the
+  host KV write between them, read the logits back, and time the token's Work records on the
+  hardware model (`targets/pccx/timing.py`). Compile once, replay per token: docs/compiler.md.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from npukit.compiler.codegen import CodeGen, CompileStats, report_extensions
+from npukit.compiler.codegen import CodeGen, CompileStats, Program, report_extensions
 from npukit.compiler.image import STAGING_BASE, STAGING_BYTES, DeviceImage
-from npukit.compiler.lower import lower_step, trace_model
+from npukit.compiler.lower import eval_recipe, lower_step, span_bucket, trace_model, window_key
 from npukit.errors import ConfigError, NpukitError
 from npukit.models.gemma3n_quant.store import Int4Store
 from npukit.runtime.kv_ring import KVRing
@@ -57,6 +59,17 @@ def make_executor(hw: PccxHw, profile: str, executor: str) -> Any:
 
 
 @dataclass
+class Variant:
+    """One compiled program (a span bucket) and what the host writes for it."""
+
+    key: tuple
+    program: Program
+    static_inputs: list[tuple[int, np.ndarray]]  # constants: written when the program is switched in
+    recipes: list[tuple[int, tuple]]  # per-token host inputs: (staging address, recipe)
+    output: tuple[int, int]  # logits (host address, elements)
+
+
+@dataclass
 class TokenRecord:
     position: int
     instructions: int
@@ -78,6 +91,9 @@ class PccxDriver:
         self.records: list[TokenRecord] = []
         self.stats = CompileStats()
         self.last_stats: CompileStats | None = None
+        self.variants: dict[tuple, Variant] = {}
+        self._current: Variant | None = None
+        self._pos = 0
 
     # ---- setup -------------------------------------------------------------------------------
     def open(self) -> PccxDriver:
@@ -110,49 +126,83 @@ class PccxDriver:
     def reset(self) -> None:
         self.model.reset()
         self.records.clear()
+        self._pos = 0
 
     @property
     def position(self) -> int:
-        return self.model.pos
+        return self._pos
+
+    # ---- programs ----------------------------------------------------------------------------
+    def spans(self, n: int) -> dict[int, tuple[int, int]]:
+        """Per window class (0 = full attention): (first ring row, rows) a query at length n reads."""
+        out: dict[int, tuple[int, int]] = {}
+        for layer in self.ring.layers:
+            out.setdefault(window_key(self.ring, layer), self.ring.span(layer, n))
+        return out
+
+    def variant(self, spans: dict[int, tuple[int, int]]) -> Variant:
+        """The program for these spans' buckets, lowered and compiled on first use."""
+        key = tuple(sorted((wk, span_bucket(c, wk or self.ring.max_tokens)) for wk, (_, c) in spans.items()))
+        v = self.variants.get(key)
+        if v is None:
+            self.model.reset()
+            self.model.cache.bucket = dict(key)
+            ops = lower_step(self.model, 0)  # host input values come from the recipes per token
+            prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+            dyn = {a for a, _ in ops.recipes}
+            (out,) = ops.outputs
+            v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
+                                             ops.recipes, out)
+        return v
 
     # ---- one token ---------------------------------------------------------------------------
     def step(self, token: int) -> np.ndarray:
         if self.model is None:
             raise ConfigError("driver: start() before step()")
         t0 = time.perf_counter()
-        pos = self.model.pos
-        ops = lower_step(self.model, int(token))
-        segs, stats = CodeGen(self.hw, self.profile).compile(ops.nodes)
-        t1 = time.perf_counter()
+        pos = self._pos
+        spans = self.spans(pos + 1)
+        v = self.variant(spans)
+        v.program.patch(spans)
         host = self.dev.host
-        for addr, bits in ops.host_inputs:
-            host.write(addr, bits.astype("<u2"))
+        if self._current is not v:
+            for addr, bits in v.static_inputs:
+                host.write(addr, bits.astype("<u2"))
+            self._current = v
+        memo: dict = {}
+        for addr, recipe in v.recipes:
+            host.write(addr, eval_recipe(self.model, recipe, int(token), pos, memo).astype("<u2"))
+        t1 = time.perf_counter()
+        stats = v.program.stats
         works: list[Work] = []
-        for seg in segs:
+        for seg in v.program.segments:
             self.dev.load_program(seg.words)
             out = self.dev.run()
             if self.dev.error is not None:
                 raise DeviceError(f"token at position {pos}: {self.dev.error}")
-            base = len(works)
-            works.extend(dataclasses.replace(w, index=base + w.index) for w in out)
+            if self.timing and works:  # the timing model wants one index space for the token
+                base = len(works)
+                out = [dataclasses.replace(w, index=base + w.index) for w in out]
+            works.extend(out)
             if seg.host is not None:
-                self._host_step(seg.host)
-        (addr, n), = ops.outputs
+                self._host_step(seg.host, pos)
+        addr, n = v.output
         logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
         t2 = time.perf_counter()
         timing = simulate_works(self.hw, works) if self.timing else None
         self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1,
                                         None if timing is None else timing.cycles, timing))
         self.last_stats = stats
+        self._pos += 1
         return logits
 
-    def _host_step(self, st: Any) -> None:
+    def _host_step(self, st: Any, pos: int) -> None:
         cfg = self.store.config
         shape = (cfg.num_key_value_heads, cfg.head_dim)
         rd = self.dev.host.read
         k = nx.from_bits(rd(st.k_addr, 2 * st.n).view("<u2")).reshape(shape)
         v = nx.from_bits(rd(st.v_addr, 2 * st.n).view("<u2")).reshape(shape)
-        self.ring.write(st.layer, st.pos, k, v)
+        self.ring.write(st.layer, pos, k, v)
 
     # ---- reports -----------------------------------------------------------------------------
     def compile_report(self) -> dict[str, Any]:

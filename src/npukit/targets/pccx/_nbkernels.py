@@ -232,5 +232,30 @@ def reduce_sum(x, lut32):
     return s
 
 
-KERNELS = {"gemv_i8": gemv_i8, "gemv_p4": gemv_p4, "gemv_f16": gemv_f16, "cvo": cvo,
+@nb.njit(**_OPTS)
+def gemv_km(x, w, scale, dst, accm, q, lut32, lut64):
+    """K-major int8 codes w [K, M]: only rows whose activation code is nonzero are read (the value is the
+    dense GEMV's: zero codes add exact zeros). Returns the live row count, or -1 if x is not finite."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return -1
+    acc = np.zeros(w.shape[1], np.int32)
+    live = 0
+    for j in range(w.shape[0]):
+        qj = np.int32(q[j])
+        if qj != 0:
+            live += 1
+            for m in range(w.shape[1]):
+                acc[m] += np.int32(w[j, m]) * qj
+    _epilogue(acc.astype(np.float32), e, scale, dst, accm, lut32)
+    return live
+
+
+# the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
+# region even with one thread waits on the pool (a descheduled worker on a shared machine)
+_SERIAL = {name: nb.njit(**_OPTS)(f.py_func) for name, f in
+           (("gemv_i8_1", gemv_i8), ("gemv_p4_1", gemv_p4), ("gemv_f16_1", gemv_f16))}
+
+KERNELS = {**_SERIAL, "gemv_km": gemv_km, "gemv_i8": gemv_i8, "gemv_p4": gemv_p4, "gemv_f16": gemv_f16,
+           "cvo": cvo,
            "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

@@ -115,12 +115,12 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
 
         def red_sum() -> Work:
             s = np.float32(rsum(x, *lut32))
-            y = np.float64(s)
             if accm:
-                y = kx.LUT64[int(word[0])] + y
-            bits = kx.np_f64_bits(np.array([y]))
-            sim.s_reg = bits[0]
-            word[0] = bits[0]
+                bits = kx.np_f64_bits(np.array([kx.LUT64[int(word[0])] + np.float64(s)]))[0]
+            else:  # a float32 value: its BF16 rounding from float64 is the RNE on the float32 pattern
+                bits = np.uint16(kx.f32_scalar_bits(s))
+            sim.s_reg = bits
+            word[0] = bits
             word[1:] = _ZEROS7
             return work
 
@@ -137,7 +137,14 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
             return work
 
         return red_max
-    return None  # LOAD_SCALAR (and anything added later): the reference path
+    if fn == CvoFunc.LOAD_SCALAR:  # S <- element len - 1 of the source
+
+        def load_scalar() -> Work:
+            sim.s_reg = np.uint16(x[n - 1])
+            return work
+
+        return load_scalar
+    return None  # anything added to the ISA later: the reference path
 
 
 _TRANSCENDENTAL_SET = frozenset({CvoFunc.EXP, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.TANH})

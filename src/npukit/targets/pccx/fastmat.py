@@ -9,6 +9,7 @@ INT4 codes, the packed image in place, or an INT8/FP16 host view) and the row sc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,18 @@ from npukit.targets.pccx import kernels as kx
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.isa import GemvFlag, Instr, words_of
-from npukit.targets.pccx.sim import FORMATS, WORD_BYTES, row_bytes
+from npukit.targets.pccx.sim import (
+    FORMATS,
+    W_ACT_SCALE,
+    W_EXT_BITS,
+    W_FMT_MASK,
+    W_KMAJOR,
+    W_OFFSET_MASK,
+    W_OFFSET_SHIFT,
+    W_SPLIT_SCALES,
+    WORD_BYTES,
+    row_bytes,
+)
 
 if TYPE_CHECKING:
     from npukit.targets.pccx.fastsim import FastSimulator, _MatBinding
@@ -49,9 +61,12 @@ def bind_mat(sim: FastSimulator, idx: int, ins: Instr, key: bytes) -> _MatBindin
 
     m, n, k = (int(v) for v in sim.cc[0, ins.shape_ptr_addr])
     n = max(n, 1)
-    code, hi, lo = (int(v) for v in sim.cc[1, ins.size_ptr_addr])
+    a, hi, lo = (int(v) for v in sim.cc[1, ins.size_ptr_addr])
+    code, ext = a & W_FMT_MASK, a & ~W_FMT_MASK
     if m == 0 or k == 0 or code not in FORMATS:
-        return None  # faults, and the extended layout bits of the weight slot: the reference path
+        return None  # faults: the reference path raises the error interrupt
+    if ext:
+        return bind_ext(sim, idx, ins, key, m, n, k, a, hi, lo)
     fmt = FORMATS[code]
     addr = ((hi << 16) | lo) * WORD_BYTES
     rb = row_bytes(fmt, k)
@@ -113,14 +128,12 @@ def _vector_kernel(sim: FastSimulator, fmt: str, codes, body: np.ndarray, sbytes
         else:
             w, gemv, get_scale = body.view("<u2").reshape(m, k), kern["gemv_f16"], live_scale
 
-        small = m * k < kx.PARALLEL_MIN_MACS
+        if m * k < kx.PARALLEL_MIN_MACS:  # the serial twin: a parallel region costs more than a small GEMV
+            gemv = next(kern[n + "_1"] for n in ("gemv_i8", "gemv_p4", "gemv_f16") if kern[n] is gemv)
+        lut32, lut64 = kx.LUT32, kx.LUT64
 
         def vec(x: np.ndarray, d: np.ndarray) -> None:
-            if small:  # one thread: a parallel region costs more than a small GEMV (and waits for
-                with kx.one_thread():  # a descheduled worker on a shared machine)
-                    st = gemv(x, w, get_scale(), d, accm, q, kx.LUT32, kx.LUT64)
-            else:
-                st = gemv(x, w, get_scale(), d, accm, q, kx.LUT32, kx.LUT64)
+            st = gemv(x, w, get_scale(), d, accm, q, lut32, lut64)
             if st == 1:
                 d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
             elif st == 2:
@@ -159,3 +172,125 @@ def _vector_kernel(sim: FastSimulator, fmt: str, codes, body: np.ndarray, sbytes
         kx.np_epilogue(acc, qe[1], s, d, accm)
 
     return vec_np
+
+
+def _slot1(sim: FastSimulator, slot: int) -> int | None:
+    """Host address held in weight slot + 1 (split/activation scales), None where the reference faults."""
+    if slot + 1 >= sim.limits.cc_entries:
+        return None
+    off, hi, lo = (int(v) for v in sim.cc[1, slot + 1])
+    return None if off >= WORD_BYTES else ((hi << 16) | lo) * WORD_BYTES + off
+
+
+def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: int, k: int, a: int, hi: int,
+             lo: int) -> _MatBinding | None:
+    """GEMV with the extended weight-layout bits (docs/targets/pccx.md): byte offset, split row scales,
+    K-major image with zero-row skipping, activation scales. GEMM (N > 1) and anything the reference
+    would fault on take the reference path."""
+    from npukit.targets.pccx.fastsim import _MatBinding
+
+    ext = a & ~W_FMT_MASK
+    if (ext & ~W_EXT_BITS or sim.profile != "extended" or (ext & W_SPLIT_SCALES and ext & W_ACT_SCALE)
+            or n != 1):
+        return None
+    fmt = FORMATS[a & W_FMT_MASK]
+    addr = ((hi << 16) | lo) * WORD_BYTES + ((a & W_OFFSET_MASK) >> W_OFFSET_SHIFT)
+    kmajor, act = bool(ext & W_KMAJOR), bool(ext & W_ACT_SCALE)
+    if act and not kmajor:
+        return None
+    rows, cols = (k, m) if kmajor else (m, k)
+    rb = row_bytes(fmt, cols)
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + words_of(k) > lim or d0 + words_of(m) > lim:
+        return None
+    w_scale = bool(ins.flags & GemvFlag.W_SCALE)
+    accm = bool(ins.flags & GemvFlag.ACCM)
+    s1 = _slot1(sim, ins.size_ptr_addr) if ext & (W_SPLIT_SCALES | W_ACT_SCALE) else None
+    if ext & (W_SPLIT_SCALES | W_ACT_SCALE) and s1 is None:
+        return None
+    s_addr = s1 if ext & W_SPLIT_SCALES else addr + rows * rb + (-(rows * rb)) % WORD_BYTES
+    sbytes = sim.host.view(s_addr, 4 * m) if w_scale else None
+    abytes = sim.host.view(s1, 4 * k) if act else None
+    body = sim.host.view(addr, rows * rb)
+    if body is None or (w_scale and sbytes is None) or (act and abytes is None):
+        return None
+    flat = sim.l2.reshape(-1)
+    x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
+    findemax = bool(ins.flags & GemvFlag.FINDEMAX)
+    base = _mat_work(idx, ins, m, 1, k, fmt, w_scale, accm)
+
+    def live_scale() -> np.ndarray:
+        return sbytes.view("<f4").astype(np.float32) if sbytes is not None else _NO_SCALE
+
+    def emax() -> None:
+        if findemax:
+            sim.e_max = nx.to_bits(nx.findemax(sim.emax, kx.LUT32[d]))[()]
+
+    if not kmajor:  # row-major with split scales / byte offset: the weights change with the ring
+        vec = _vector_kernel(sim, fmt, None, body, sbytes, m, k, rb, accm)
+        if vec is None:
+            return None
+
+        def run_rows() -> None:
+            vec(x, d)
+            emax()
+
+        return _MatBinding(key, base, run_rows, None)
+    static = fmt == "int4" and ext & ~W_OFFSET_MASK == W_KMAJOR  # a weight image, not a KV ring block
+    codes = sim.int4_kmajor_codes(addr, m, k) if static else None
+    if fmt == "fp16" and sim.backend != "numba":
+        return None
+    pre = base.label.split("  ; ")[0]
+    tail = f" ksplit={nx.k_splits(k)}"
+    head = f"{pre}  ; M={m} N=1 K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
+    q = sim._qbuf
+    kern = sim._k
+
+    def weights() -> np.ndarray:  # [K, M] codes (int8 for numba, float32 for NumPy)
+        if codes is not None:
+            return codes.codes
+        if fmt == "int4":
+            w = nx.unpack_int4(body.reshape(k, rb), m)
+        elif fmt == "int8":
+            w = body.view(np.int8).reshape(k, m)
+        else:
+            return body.view("<u2").reshape(k, m)
+        return w if sim.backend == "numba" else w.astype(np.float32)
+
+    def run_km() -> Work:
+        xb = x
+        if act:
+            xb = nx.to_bits(nx.cvo_mul(kx.LUT32[x], abytes.view("<f4").astype(np.float32)))
+        w = weights()
+        if sim.backend == "numba":
+            if fmt == "fp16":
+                e = kern["quantize"](xb, q, kx.LUT64)
+                nz = np.ones(k, bool) if e == 999 else q[:k] != 0
+                wd = np.zeros((m, k), np.uint16)
+                wd[:, nz] = w[nz].T
+                st = kern["gemv_f16_1"](xb, wd, live_scale(), d, accm, q, kx.LUT32, kx.LUT64)
+                if st == 2:
+                    raise FormatError("FP16 weight operand has a non-finite element")
+                live = int(nz.sum()) if e != 999 else k
+                if st == 1:
+                    d[:] = 0x7FC0
+            else:
+                live = kern["gemv_km"](xb, w, live_scale(), d, accm, q, kx.LUT32, kx.LUT64)
+                if live < 0:
+                    d[:] = 0x7FC0
+                    live = k
+        else:
+            qe = kx.np_quantize(xb)
+            if qe is None:
+                d[:] = 0x7FC0
+                live = k
+            else:
+                live = int(np.count_nonzero(qe[0]))
+                acc = kx.np_int_dot(w.T, qe[0], kx.INT4_CHUNK if fmt == "int4" else kx.INT8_CHUNK)
+                kx.np_epilogue(acc, qe[1], live_scale() if w_scale else None, d, accm)
+        emax()
+        return dataclasses.replace(
+            base, macs=m * live, weight_bytes=live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0),
+            label=f"{head} live_k={live}{' act_scale' if act else ''}{tail}")
+
+    return _MatBinding(key, base, run_km, codes)

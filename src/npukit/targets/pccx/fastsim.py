@@ -12,7 +12,10 @@ The arithmetic is in `npukit.targets.pccx.kernels` (numba when installed, else N
 see that module). Anything the fast path does not cover — a fault (so the reference raises the
 identical error interrupt), a GEMM whose output overlaps its input, FP16 weights without numba, an
 operand split over several host regions — runs through the reference `Simulator._exec`, so the
-behaviour stays the reference's by construction; `fallbacks` counts those instructions.
+behaviour stays the reference's by construction; `fallbacks` counts those instructions. The weight
+layouts of the extended profile (K-major with zero-row skipping, split row scales, activation
+scales, byte offsets) and LOAD_SCALAR have fast steps. A program that differs from the last one of
+its length only in some words (the driver's per-token descriptor patches) reuses the other steps.
 
 Host buffers attached with ``host.map`` and then modified directly (not via ``host.write`` or a
 device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4 codes go stale.
@@ -98,7 +101,7 @@ class _Codes:
 class _MatBinding:
     key: bytes
     work: Work
-    run: Callable[[], None]
+    run: Callable[[], Work | None]
     codes: _Codes | None
 
 
@@ -127,6 +130,8 @@ class FastSimulator(Simulator):
         self._codes: dict[tuple, _Codes] = {}
         self._cached_bytes = 0
         self._plans: dict[tuple[int, ...], list[Callable[[], Work]]] = {}
+        self._by_len: dict[int, tuple[tuple[int, ...], list[Callable[[], Work]]]] = {}
+        self._codes_span = (0, 0)  # host bytes covered by cached codes (a cheap test in invalidate)
         self._plan: list[Callable[[], Work]] = []
         self._plan_of: list[int] | None = None
         self._qbuf = np.zeros(1 << 16, np.int8)
@@ -138,6 +143,9 @@ class FastSimulator(Simulator):
         if not self._codes:
             return
         end = addr + n if n is not None else None
+        lo, hi = self._codes_span
+        if end is not None and (end <= lo or addr >= hi):
+            return
         for key, c in list(self._codes.items()):
             if end is None or (c.start < end and addr < c.end):
                 c.valid = False
@@ -149,10 +157,17 @@ class FastSimulator(Simulator):
         key = tuple(self.program)
         plan = self._plans.get(key)
         if plan is None:
-            plan = [self._compile(i, w) for i, w in enumerate(self.program)]
+            base = self._by_len.get(len(key))
+            if base is not None:  # a patched program (new descriptors): rebuild only the changed steps
+                old_key, old_plan = base
+                plan = [st if w == ow else self._compile(i, w)
+                        for i, (w, ow, st) in enumerate(zip(key, old_key, old_plan, strict=True))]
+            else:
+                plan = [self._compile(i, w) for i, w in enumerate(self.program)]
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
+        self._by_len[len(key)] = (key, plan)
         self._plan, self._plan_of = plan, self.program
 
     # -- execution (same contract as Simulator.step/run) --
@@ -361,15 +376,15 @@ class FastSimulator(Simulator):
         cell: list[_MatBinding | None] = [None]
 
         def mat() -> Work:
-            key = self.cc[0, shp].tobytes() + self.cc[1, siz].tobytes()
+            key = self.cc[0, shp].tobytes() + self.cc[1, siz: siz + 2].tobytes()
             b = cell[0]
             if b is None or b.key != key or (b.codes is not None and not b.codes.valid):
                 b = cell[0] = bind_mat(self, idx, ins, key)
                 if b is None:
                     return ref()
-            b.run()
-            trace.append((ins, b.work))
-            return b.work
+            w = b.run() or b.work  # a K-major step returns its own Work (live rows vary)
+            trace.append((ins, w))
+            return w
 
         return mat
 
@@ -397,5 +412,28 @@ class FastSimulator(Simulator):
         c = _Codes(addr, max(end, s_addr + 4 * m) if w_scale else end, codes, scale)
         self._codes[key] = c
         self._cached_bytes += codes.nbytes
+        lo, hi = self._codes_span
+        self._codes_span = (min(lo, c.start) if hi else c.start, max(hi, c.end))
+        return c
+
+    def int4_kmajor_codes(self, addr: int, m: int, k: int) -> _Codes | None:
+        """Unpacked codes [K, M] of a K-major INT4 image (cached like `int4_codes`), scales after."""
+        key = (addr, m, k, "kmajor", self.backend)
+        c = self._codes.get(key)
+        if c is not None:
+            return c
+        rb = row_bytes("int4", m)
+        body = self.host.view(addr, k * rb)
+        if body is None:
+            return None
+        dtype = np.int8 if self.backend == "numba" else np.float32
+        if self._cached_bytes + m * k * np.dtype(dtype).itemsize > self.cache_bytes:
+            return None
+        codes = nx.unpack_int4(body.reshape(k, rb), m).astype(dtype)
+        c = _Codes(addr, addr + k * rb, codes, np.zeros(0, np.float32))
+        self._codes[key] = c
+        self._cached_bytes += codes.nbytes
+        lo, hi = self._codes_span
+        self._codes_span = (min(lo, c.start) if hi else c.start, max(hi, c.end))
         return c
 

@@ -59,6 +59,14 @@ def np_f32_bits(t: np.ndarray) -> np.ndarray:
     return r
 
 
+def f32_scalar_bits(s: np.float32) -> int:
+    """One float32 -> BF16 bits, RNE (as `np_f32_bits`, without array overhead)."""
+    u = int(np.float32(s).view(np.uint32))
+    if (u & 0x7FFFFFFF) > 0x7F800000:
+        return ((u >> 16) & 0x8000) | 0x7FC0
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
 def np_f64_bits(y: np.ndarray) -> np.ndarray:
     """float64 -> BF16 bits with one RNE rounding (numerics.bf16 on a float64 input)."""
     a = np.ascontiguousarray(y, np.float64)
