@@ -71,8 +71,9 @@ def test_heldout_windows_are_bos_delimited_documents():
 
 
 @pytest.mark.slow
-def test_generate_cli_default_model_is_readable(capsys):
-    rc = main(["generate", "--prompt", "def ", "--max-new-tokens", "40"])
+@pytest.mark.parametrize("target", [[], ["--target", "quant", "--kv", "int4"]])
+def test_generate_cli_default_model_is_readable(capsys, target):
+    rc = main(["generate", "--prompt", "def ", "--max-new-tokens", "40", *target])
     assert rc == 0
     text = capsys.readouterr().out
     assert len(text) > 40
