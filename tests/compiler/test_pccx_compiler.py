@@ -46,6 +46,8 @@ def test_decode_is_bit_identical_to_the_quant_reference(store, kv):
     for t in TOKENS:
         want, got = ref.step(t), drv.step(t)
         assert np.array_equal(_bits(want), _bits(got)), f"position {ref.pos - 1}"
+    assert len(drv.variants) == 1  # lowered and compiled once; spans patched per token
+    assert drv.variants[next(iter(drv.variants))].program.patches
 
 
 def test_program_structure_follows_the_reference_op_trace(store):

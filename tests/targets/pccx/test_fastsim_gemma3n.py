@@ -1,5 +1,6 @@
 """Whole compiled Gemma 3n tokens: the pccx driver on FastSimulator equals it on the reference Simulator
-(logits bit for bit, same Work records), for every KV format; the fast path really ran (few fallbacks)."""
+(logits bit for bit, same Work records), for every KV format; the fast path really ran (no fallbacks) and
+the program was compiled once and replayed with patched span descriptors."""
 
 from __future__ import annotations
 
@@ -36,4 +37,6 @@ def test_compiled_tokens_bit_exact_and_same_work(kv):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
         tok = int(np.argmax(a))
     assert fast.dev.trace == ref.dev.trace  # every decoded instruction and its Work record
-    assert fast.dev.fallbacks < 0.2 * len(fast.dev.trace)
+    assert fast.dev.fallbacks == 0  # every layout the compiler emits has a fast step
+    # compiled once: one program for the whole span bucket, only the span descriptors were patched
+    assert len(fast.variants) == 1 and len(ref.variants) == 1
