@@ -9,12 +9,12 @@ BIN := $(VENV)/bin
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+$(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt -e '.[fast]'
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,hf,plot]'
+$(VENV)/.dev-installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,hf,plot,fast]'
 	touch $@ $(VENV)/.core-installed
 
 demo: $(VENV)/.core-installed

@@ -16,6 +16,7 @@ from typing import Any
 
 from npukit.cli import ui
 from npukit.errors import ConfigError, ModelError
+from npukit.evidence import Figure
 from npukit.models.loading import LoadedModel, load_model
 from npukit.runtime import backends
 from npukit.runtime.generate import generate
@@ -157,4 +158,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"[{len(result.tokens)} tokens from {Path(str(model.name)).name} on {args.target}: "
           f"prefill {f['prefill_s'].fmt()}, decode {rate}, peak RSS {f['peak_rss_mib'].fmt()}, "
           f"stop: {result.stop_reason}]", file=sys.stderr)
+    figures = result.backend_stats.get("figures")
+    if figures:  # the target's own tiered figures (simulated cycles, utilisation, projected rates)
+        rows = [[name, Figure(**fig).fmt(), fig["tier"], fig["source"]] for name, fig in figures.items()]
+        ui.table(rows, ["target figure", "value", "tier", "source"], out=sys.stderr)
     return 0

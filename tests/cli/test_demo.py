@@ -1,0 +1,28 @@
+import pytest
+
+from npukit.cli.cmd_demo import best_target
+from npukit.cli.main import main
+from npukit.errors import NpukitError
+
+
+def test_best_target_prefers_the_simulated_npu():
+    assert best_target(["golden", "quant", "pccx", "tern"]) == "pccx"
+    assert best_target(["golden", "quant"]) == "quant"
+    with pytest.raises(NpukitError):
+        best_target(["tern"])
+
+
+@pytest.mark.slow
+def test_demo_prints_a_continuation_and_a_tiered_summary(capsys):
+    assert main(["demo", "--max-new-tokens", "6"]) == 0
+    cap = capsys.readouterr()
+    out = cap.out
+    assert "target 'pccx'" in out
+    assert "[6 tokens from gemma3n-tiny on pccx" in cap.err
+    sim = {line.split()[0]: line.split() for line in cap.err.splitlines() if line.split()[:1]}
+    assert "derived" in sim["cycles_per_token"] and "derived" in sim["projected_tok_per_s"]
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1]}
+    for name, tier in (("tokens_per_second", "derived"), ("bytes_per_token", "derived"),
+                       ("joules_per_token", "projected")):
+        assert tier in rows[name].split()
+    assert "NOT reachable" in out  # the seed's 20 tok/s goal against DDR/port bandwidth
