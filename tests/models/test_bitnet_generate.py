@@ -54,3 +54,21 @@ def test_backend_stats_count_tiles(hf_dir):
     # hand count per token: q,k,v,o,gate,up at ceil(64/8)=8 tiles per row; down ceil(128/8)=16
     per_token = 2 * ((64 + 32 + 32) * 8 + 64 * 8 + 2 * 128 * 8 + 64 * 16)
     assert s["engine_cycles"] == 3 * per_token == s["engine_dense_cycles"]
+
+
+def test_tern_trace_flag_writes_a_perfetto_timeline(capsys, hf_dir, tmp_path):
+    trace = tmp_path / "tern.json"
+    rc = main(["generate", str(hf_dir), "--prompt-ids", "5,17", "--max-new-tokens", "3", "--target", "tern",
+               "--trace", str(trace), "--ignore-eos"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "cycles_per_token.fabric-ffn-glue" in err  # the tern timing figures, tiered, on stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" and e.get("dur", 0) > 0 for e in events)
+
+
+def test_trace_on_a_target_without_timing_is_a_one_line_error(capsys, hf_dir, tmp_path):
+    rc = main(["generate", str(hf_dir), "--prompt-ids", "5", "--max-new-tokens", "1", "--target", "quant",
+               "--trace", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("npukit: error:") and err.count("\n") == 1

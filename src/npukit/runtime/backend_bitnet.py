@@ -35,8 +35,11 @@ DEFAULT_HW = "tern-arty-a7-35t"
 
 class BitNetBackend:
     def __init__(self, model: Any, kv: str = "fp32", target: str = "golden", lanes: int | None = None,
-                 gather: bool = True, hw: Any = DEFAULT_HW, temperature: str = "fold") -> None:
-        self.target, self.kv = target, kv
+                 gather: bool = True, hw: Any = DEFAULT_HW, temperature: str = "fold",
+                 trace: str | None = None) -> None:
+        if trace is not None and target != "tern":
+            raise ConfigError(f"--trace needs a target with a timing model; {target!r} has none (use tern)")
+        self.target, self.kv, self.trace_path = target, kv, trace
         self.ops: TernOps | None = None
         if target == "tern":
             self.hw = load_hw(hw, expect="tern") if isinstance(hw, str | Path) else hw
@@ -137,6 +140,9 @@ class BitNetBackend:
                        engine_gemvs=s.gemvs, hw=self.hw.name)
             if self._marks:
                 out["timing"] = self.timing().to_json()
+                out["figures"] = out["timing"]["figures"]  # shown by `npukit generate`
+                if self.trace_path:  # stats() closes a run: write its timeline once
+                    out["trace"] = str(self.trace(self.trace_path))
         return out
 
 
