@@ -44,9 +44,13 @@ def plot_roofline(a: Analysis, path: str | Path) -> Path:
     ok = (off > 0) & (macs > 0) & (sec > 0)
     x, y = macs[ok] / off[ok], macs[ok] / sec[ok]
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    xs = np.logspace(np.log10(max(x.min() / 4, 1e-2)), np.log10(max(x.max() * 4, 10)), 200) if ok.any() \
-        else np.logspace(-2, 2, 200)
     peak = m.mac_rate(_mac_kind(a.weights))
+    # span the ops and every ridge point (peak / bandwidth), so each sloped ceiling is visible
+    ridges = [peak / lv.bps(a.basis) for lv in m.levels
+              if ("weights" in lv.carries or "kv" in lv.carries) and lv.bps(a.basis) > 0]
+    lo = min([*(x.tolist() if ok.any() else [1.0]), *ridges]) / 4
+    hi = max([*(x.tolist() if ok.any() else [1.0]), *ridges]) * 4
+    xs = np.logspace(np.log10(max(lo, 1e-4)), np.log10(max(hi, 10)), 200)
     ax.plot(xs, np.full_like(xs, peak), "k-", lw=1.5, label=f"peak {peak / 1e9:.3g} GMAC/s")
     for lv in m.levels:
         if "weights" in lv.carries or "kv" in lv.carries:
