@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
 
 import npukit
 from npukit.errors import NpukitError
+from npukit.plugins import import_prefixed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,11 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"npukit {npukit.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    import npukit.cli as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            importlib.import_module(f"npukit.cli.{info.name}").register(sub)
+    for module in import_prefixed("npukit.cli", "cmd_"):
+        module.register(sub)
     return parser
 
 

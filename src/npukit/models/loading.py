@@ -8,9 +8,7 @@ values it understands and a loader returning a `LoadedModel`.
 
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 from npukit.errors import ConfigError, ModelError
 from npukit.models import presets
+from npukit.plugins import import_prefixed
 
 
 @dataclass
@@ -65,11 +64,7 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    import npukit.models as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("family_"):
-            importlib.import_module(f"npukit.models.{info.name}")
+    import_prefixed("npukit.models", "family_")
 
 
 def families() -> dict[str, Family]:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from npukit.models.gemma3n.reference import KV_MODES, Gemma3nReference
-from npukit.runtime.backends import register_backend
+from npukit.runtime.backends import ModelBackend, register_backend
 
 
-class Gemma3nGolden:
+class Gemma3nGolden(ModelBackend):
     """Backend wrapper around `Gemma3nReference` (``kv``: fp32 exact, or fp16-rounded cache)."""
 
     target = "golden"
@@ -20,15 +17,6 @@ class Gemma3nGolden:
         self.model = model
         self.ref = Gemma3nReference(model.weights, kv=kv, plan=plan)
         self.kv = kv
-
-    def reset(self) -> None:
-        self.ref.reset()
-
-    def prefill(self, ids: Sequence[int]) -> np.ndarray:
-        return self.ref.prefill(ids)
-
-    def step(self, token: int) -> np.ndarray:
-        return self.ref.step(token)
 
     def stats(self) -> dict[str, Any]:
         return {"target": self.target, "kv": self.kv, **self.ref.stats()}

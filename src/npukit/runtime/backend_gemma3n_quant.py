@@ -7,16 +7,13 @@ when the backend is created (the float checkpoint or synthetic preset is read on
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from npukit.models.gemma3n_quant import KV_FORMATS, Gemma3nW4A8, Int4Store
-from npukit.runtime.backends import register_backend
+from npukit.runtime.backends import ModelBackend, register_backend
 
 
-class Gemma3nQuant:
+class Gemma3nQuant(ModelBackend):
     """Backend wrapper around `Gemma3nW4A8`."""
 
     target = "quant"
@@ -35,15 +32,6 @@ class Gemma3nQuant:
         if cap is not None:  # the pccx KV ring's eviction policy (full-attention layers)
             cfg = self.store.config
             self.ref.cache.set_ring(cap, sink, tuple(i for i in cfg.kv_producers if cfg.window(i) is None))
-
-    def reset(self) -> None:
-        self.ref.reset()
-
-    def prefill(self, ids: Sequence[int]) -> np.ndarray:
-        return self.ref.prefill(ids)
-
-    def step(self, token: int) -> np.ndarray:
-        return self.ref.step(token)
 
     def stats(self) -> dict[str, Any]:
         return {"target": self.target, "kv": self.kv, "position": self.ref.pos,

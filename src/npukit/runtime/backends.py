@@ -17,8 +17,6 @@ lists the ``--kv`` values the backend accepts, the first being its default.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -26,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from npukit.errors import ConfigError
+from npukit.plugins import import_prefixed
 
 
 @runtime_checkable
@@ -37,6 +36,21 @@ class Backend(Protocol):
 
 
 Factory = Callable[..., Backend]
+
+
+class ModelBackend:
+    """Base for backends whose model object ``self.ref`` already runs reset / prefill / step."""
+
+    ref: Any
+
+    def reset(self) -> None:
+        self.ref.reset()
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        return self.ref.prefill(ids)
+
+    def step(self, token: int) -> np.ndarray:
+        return self.ref.step(token)
 
 
 @dataclass(frozen=True)
@@ -71,11 +85,7 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    import npukit.runtime as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("backend_"):
-            importlib.import_module(f"npukit.runtime.{info.name}")
+    import_prefixed("npukit.runtime", "backend_")
 
 
 def specs() -> list[BackendSpec]:

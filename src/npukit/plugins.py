@@ -1,0 +1,18 @@
+"""Plug-in discovery: import every module of a package whose name starts with a prefix.
+
+CLI commands (``cli/cmd_*``), model families (``models/family_*``) and generation backends
+(``runtime/backend_*``) register themselves on import, so adding one never edits a shared list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+
+def import_prefixed(package: str, prefix: str) -> list[ModuleType]:
+    """Import ``package.<prefix>*`` modules in name order and return them."""
+    pkg = importlib.import_module(package)
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith(prefix))
+    return [importlib.import_module(f"{package}.{name}") for name in names]
