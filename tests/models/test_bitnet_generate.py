@@ -72,3 +72,19 @@ def test_trace_on_a_target_without_timing_is_a_one_line_error(capsys, hf_dir, tm
                "--trace", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("npukit: error:") and err.count("\n") == 1
+
+
+def test_generate_reads_a_tq1_0_gguf_file_like_its_safetensors(capsys, tmp_path):
+    c = tiny.config("offline", hidden_size=256, intermediate_size=512, head_dim=64)
+    sd, tern = tiny.ternary_weights(c, seed=3)
+    st = _gen(capsys, tiny.write_offline(tmp_path / "hf", c, sd, tern), "tern", 4)
+    gg = _gen(capsys, tiny.write_gguf(tmp_path / "m.gguf", c, sd, tern, "TQ1_0"), "tern", 4)
+    assert gg["tokens"] == st["tokens"] and gg["logits"] == st["logits"]
+
+
+def test_an_unknown_single_file_is_a_one_line_error(capsys, tmp_path):
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"\0" * 16)
+    assert main(["generate", str(f), "--prompt-ids", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "not a model directory or a known single-file format (.gguf)" in err and err.count("\n") == 1

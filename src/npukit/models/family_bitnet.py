@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from npukit.models.bitnet.config import BitNetConfig
-from npukit.models.bitnet.load import load_hf_dir, synthetic_weights
-from npukit.models.loading import LoadedModel, load_tokenizer, register_family
+from npukit.models.bitnet.load import load_gguf, load_hf_dir, synthetic_weights
+from npukit.models.loading import LoadedModel, load_tokenizer, register_family, register_file_format
 
 
 def load_bitnet_family(raw: dict[str, Any], directory: Path | None, name: str, seed: int) -> LoadedModel:
@@ -21,4 +21,11 @@ def load_bitnet_family(raw: dict[str, Any], directory: Path | None, name: str, s
     return LoadedModel("bitnet", name, cfg, weights, load_tokenizer(directory), "checkpoint", raw)
 
 
+def load_bitnet_gguf(path: Path, name: str) -> LoadedModel:
+    """A llama.cpp-style BitNet GGUF file (TQ1_0 / TQ2_0 / I2_S ternary tensors); no tokenizer."""
+    cfg, weights = load_gguf(path)
+    return LoadedModel("bitnet", name, cfg, weights, None, "checkpoint", {"model_type": "bitnet"})
+
+
 register_family("bitnet", ("bitnet",), load_bitnet_family)
+register_file_format(".gguf", load_bitnet_gguf)

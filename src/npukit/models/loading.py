@@ -59,6 +59,14 @@ def register_family(name: str, model_types: Iterable[str], load: Loader) -> None
     _FAMILIES[name] = Family(name, tuple(model_types), load)
 
 
+# single-file checkpoints by suffix (".gguf"): loader(path, name) -> LoadedModel
+_FILE_FORMATS: dict[str, Callable[[Path, str], LoadedModel]] = {}
+
+
+def register_file_format(suffix: str, load: Callable[[Path, str], LoadedModel]) -> None:
+    _FILE_FORMATS[suffix.lower()] = load
+
+
 def _discover() -> None:
     global _discovered
     if _discovered:
@@ -116,7 +124,12 @@ def load_model(spec: str | Path, seed: int = 0) -> LoadedModel:
     if str(spec) in presets.model_preset_names():
         raw = presets.model_preset(str(spec))
         return family_for(raw, f"preset {spec}").load(raw, None, str(spec), seed)
-    if path.exists():
-        raise ModelError(f"{path}: not a model directory")
+    if path.is_file():
+        _discover()
+        load = _FILE_FORMATS.get(path.suffix.lower())
+        if load is not None:
+            return load(path, str(path))
+        known = ", ".join(sorted(_FILE_FORMATS)) or "none"
+        raise ModelError(f"{path}: not a model directory or a known single-file format ({known})")
     raise ConfigError(f"no model directory or preset named {str(spec)!r}; presets: "
                       f"{', '.join(presets.model_preset_names())}")
