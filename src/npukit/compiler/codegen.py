@@ -75,21 +75,32 @@ class Patch:
     kind: str  # fmap_k | fmap_v | weight | scale | len
     wk: int
     arg: tuple = ()
+    layout: tuple = ()  # (word with a, b, c cleared, their bit positions)
 
-    def at(self, row0: int, count: int) -> Any:
-        k, a = self.kind, self.arg
-        if k == "len":
-            return isa.replace(self.ins, length=count)
+    def values(self, row0: int, count: int) -> tuple[int, int, int]:
+        """The MEMSET's (a, b, c) for this span."""
+        k, a, i = self.kind, self.arg, self.ins
         if k == "fmap_k":
-            return isa.replace(self.ins, a_value=count)
+            return count, i.b_value, i.c_value
         if k == "fmap_v":
-            return isa.replace(self.ins, c_value=count)
+            return i.a_value, i.b_value, count
         if k == "weight":
             fmt, base, rb, ext = a
-            e = weight_entry(fmt, base + row0 * rb, ext)
-        else:
-            e = scale_entry(a[0] + 4 * row0)
-        return isa.replace(self.ins, a_value=e[0], b_value=e[1], c_value=e[2])
+            return weight_entry(fmt, base + row0 * rb, ext)
+        return scale_entry(a[0] + 4 * row0)
+
+    def at(self, row0: int, count: int) -> Any:
+        a, b, c = self.values(row0, count)
+        return isa.replace(self.ins, a_value=a, b_value=b, c_value=c)
+
+    def word(self, row0: int, count: int) -> int:
+        """The encoded MEMSET: the (a, b, c) bit fields replaced in the compiled word (checked against
+        `isa.encode` when the patch is made, `Program.check`)."""
+        a, b, c = self.values(row0, count)
+        if not (0 <= a <= _MASK16 and 0 <= b <= _MASK16 and 0 <= c <= _MASK16):
+            raise CompileError(f"span descriptor ({a}, {b}, {c}) does not fit the MEMSET fields")
+        base, sa, sb, sc = self.layout
+        return base | a << sa | b << sb | c << sc
 
 
 @dataclass
@@ -106,7 +117,27 @@ class Program:
         """Write the token's spans (window key -> (first row, rows)) into the program words."""
         for p in self.patches:
             row0, count = spans[p.wk]
-            self.segments[p.seg].words[p.index] = isa.encode(p.at(row0, count), self.profile, self.limits)
+            self.segments[p.seg].words[p.index] = p.word(row0, count)
+
+    def check(self, spans: dict[int, tuple[int, int]]) -> None:
+        """Patched words equal `isa.encode` of the patched instructions (and pass its validation)."""
+        for p in self.patches:
+            row0, count = spans[p.wk]
+            if p.word(row0, count) != isa.encode(p.at(row0, count), self.profile, self.limits):
+                raise CompileError(f"span patch of instruction {p.index} does not encode as the ISA does")
+
+
+_MASK16 = 0xFFFF
+
+
+def _memset_layout(ins: Any) -> tuple[int, int, int, int]:
+    """(word with a, b, c cleared, bit position of a, b, c) of a MEMSET, from the ISA field table."""
+    lo = {f.name: f.lo for f in isa.SPEC[isa.Op.MEMSET]}
+    masks = {f.name: f.mask for f in isa.SPEC[isa.Op.MEMSET]}
+    if any(masks[n] != _MASK16 for n in ("a_value", "b_value", "c_value")):
+        raise CompileError("MEMSET value fields are not 16 bits")
+    w = isa.encode(isa.replace(ins, a_value=0, b_value=0, c_value=0), "extended")
+    return w, lo["a_value"], lo["b_value"], lo["c_value"]
 
 
 @dataclass
@@ -310,7 +341,8 @@ class CodeGen:
             segs[-1].words.append(isa.encode(ins, self.profile, self.limits))
             self._count(ins)
         for i, kind, wk, arg in self._pend:
-            self.patches.append(Patch(len(segs) - 1, i, self.instrs[i], kind, wk, arg))
+            self.patches.append(Patch(len(segs) - 1, i, self.instrs[i], kind, wk, arg,
+                                      _memset_layout(self.instrs[i])))
         segs[-1].host = host
         self.instrs = []
         self._pend = []
@@ -423,11 +455,6 @@ class CodeGen:
             src, dst = nd.srcs[0], nd.out
         flags = CvoFlag(nd.flags)
         sync = bool(flags & CvoFlag.SUB_EMAX)
-        wk = nd.attrs.get("dyn_len")
-        if wk is not None:
-            if src.n > CVO_TILE:
-                raise CompileError(f"attention span bucket {src.n} exceeds one CVO ({CVO_TILE} elements)")
-            self._dyn("len", wk)
         if fn in (CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX):
             if src.n > 65535:
                 raise CompileError(f"reduction over {src.n} elements exceeds the 16-bit CVO length")

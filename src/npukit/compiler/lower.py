@@ -136,6 +136,12 @@ class SymbolicKVCache:
         return mk("k"), mk("ks") if quant else None, mk("v"), mk("vs") if quant else None
 
 
+# what the reference does with the span's scores: EXP(sub_emax), REDUCE_SUM, SCALE(÷sum). Over the
+# bucket: exp(-inf - e_max) = +0, the serial sum adds +0 (unchanged), 0 / sum = 0, and the V GEMV's
+# K (the span's rows) never reads the tail, so every value equals the reference's over the span.
+_SPAN_FUNCS = frozenset({CvoFunc.EXP, CvoFunc.REDUCE_SUM, CvoFunc.SCALE})
+
+
 def _ptr(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
 
@@ -259,10 +265,9 @@ class LoweringOps:
         sc = None if scalar is None else self._scalar(scalar)
         nd = Node("cvo", out=Ref(buf, 0, n), srcs=srcs, func=func, flags=int(flags), scalar=sc)
         dyn = xr.buf.root()[0].dyn
-        if dyn is not None:  # over an attention span: the length is set per token
-            if dst is not None or xr.off or xr.n != xr.buf.n:
-                raise CompileError("an attention-span vector is used in a way the driver cannot resize")
-            nd.attrs["dyn_len"] = dyn
+        if dyn is not None:  # softmax over the span bucket (its -inf tail contributes exact zeros)
+            if dst is not None or xr.off or xr.n != xr.buf.n or func not in _SPAN_FUNCS:
+                raise CompileError("an attention-span vector is used in a way the bucket cannot carry")
             if out_n is None:
                 buf.dyn = dyn
         self.nodes.append(nd)
@@ -346,8 +351,10 @@ class LoweringOps:
         else:
             raise CompileError(f"unsupported KV GEMV operand {w.kind} (transposed={w.transposed})")
         arr, buf = self._new(n, wt.name)
-        if w.kind == "k":
+        if w.kind == "k":  # scores over the bucket: rows past the token's span stay -inf (exp -> 0)
             buf.dyn = wk
+            self.nodes.append(Node("copy", out=Ref(buf, 0, n), srcs=(self.const_vec(-np.inf, n),),
+                                   label="span tail -inf"))
         self.nodes.append(Node("gemv", out=Ref(buf, 0, n), srcs=(xr,), weight=wt, label=wt.name))
         return arr
 

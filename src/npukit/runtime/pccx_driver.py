@@ -54,7 +54,7 @@ def make_executor(hw: PccxHw, profile: str, executor: str) -> Any:
             mod = importlib.import_module("npukit.targets.pccx.fastsim")
         except ImportError:
             raise ConfigError("executor 'fast' needs npukit.targets.pccx.fastsim (not installed)") from None
-        return getattr(mod, "FastSimulator", None or getattr(mod, "Simulator", None))(hw, profile)
+        return mod.FastSimulator(hw, profile, weights="auto")
     raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
 
 
@@ -149,6 +149,7 @@ class PccxDriver:
             self.model.cache.bucket = dict(key)
             ops = lower_step(self.model, 0)  # host input values come from the recipes per token
             prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+            prog.check(spans)  # the fast field patching encodes as the ISA does
             dyn = {a for a, _ in ops.recipes}
             (out,) = ops.outputs
             v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
@@ -175,8 +176,12 @@ class PccxDriver:
         t1 = time.perf_counter()
         stats = v.program.stats
         works: list[Work] = []
-        for seg in v.program.segments:
-            self.dev.load_program(seg.words)
+        tagged = self.executor == "fast"
+        for j, seg in enumerate(v.program.segments):
+            if tagged:  # the fast executor diffs the patched words against this segment's last ones
+                self.dev.load_program(seg.words, tag=(v.key, j))
+            else:
+                self.dev.load_program(seg.words)
             out = self.dev.run()
             if self.dev.error is not None:
                 raise DeviceError(f"token at position {pos}: {self.dev.error}")

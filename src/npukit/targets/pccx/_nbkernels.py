@@ -85,7 +85,7 @@ def quantize(x, q, lut64):
         v = (lut64[x[i]] * f + _MAGIC) - _MAGIC
         v = min(max(v, -127.0), 127.0)
         q[i] = np.int8(v)
-    for i in range(x.shape[0], q.shape[0]):
+    for i in range(x.shape[0], min(q.shape[0], x.shape[0] + 8)):  # the odd-K nibble reads q[K]
         q[i] = 0
     return e
 
@@ -251,11 +251,65 @@ def gemv_km(x, w, scale, dst, accm, q, lut32, lut64):
     return live
 
 
+@nb.njit(**_OPTS)
+def gemv_km_f16(x, w, scale, dst, accm, q, lut32, lut64):
+    """K-major FP16 weights w [K, M] (uint16 bits), rows of zero activation codes skipped (as
+    `gemv_f16`, exact fixed point). Returns the live row count; -1: x not finite; -2: a live weight is
+    not finite (the reference reads only the live rows)."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return -1
+    kk, mm = w.shape
+    acc = np.zeros(mm, np.int64)
+    live = 0
+    for j in range(kk):
+        qj = np.int64(q[j])
+        if qj == 0:
+            continue
+        live += 1
+        for m in range(mm):
+            h = np.int64(w[j, m])
+            if (h & 0x7C00) == 0x7C00:
+                return -2
+            ex = (h >> 10) & 0x1F
+            mant = h & 0x3FF
+            v = ((mant | 0x400) << (ex - 1)) if ex else mant
+            if h & 0x8000:
+                v = -v
+            acc[m] += v * qj
+    a32 = acc.astype(np.float32)
+    for m in range(mm):
+        a32[m] = a32[m] * np.float32(5.9604644775390625e-08)
+    _epilogue(a32, e, scale, dst, accm, lut32)
+    return live
+
+
+@nb.njit(**_OPTS)
+def max_bits(e_bits, d, lut32):
+    """findemax on BF16 bits when the answer is unambiguous: the bits of max(e_max, d), or -1 when a NaN
+    is present or the maximum is zero (±0 ties: the caller uses the reference reduction)."""
+    best = lut32[e_bits]
+    bb = np.int64(e_bits)
+    if best != best:
+        return -1
+    for i in range(d.shape[0]):
+        v = lut32[d[i]]
+        if v != v:
+            return -1
+        if v > best:
+            best = v
+            bb = np.int64(d[i])
+    if best == 0.0:
+        return -1
+    return bb
+
+
 # the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
 # region even with one thread waits on the pool (a descheduled worker on a shared machine)
 _SERIAL = {name: nb.njit(**_OPTS)(f.py_func) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_p4_1", gemv_p4), ("gemv_f16_1", gemv_f16))}
 
-KERNELS = {**_SERIAL, "gemv_km": gemv_km, "gemv_i8": gemv_i8, "gemv_p4": gemv_p4, "gemv_f16": gemv_f16,
+KERNELS = {**_SERIAL, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16, "max_bits": max_bits,
+           "gemv_i8": gemv_i8, "gemv_p4": gemv_p4, "gemv_f16": gemv_f16,
            "cvo": cvo,
            "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

@@ -41,13 +41,26 @@ _E = 8
 _NO_SCALE = np.zeros(0, np.float32)
 
 
+_ASM: dict[Instr, str] = {}
+
+
+def _asm_text(ins: Instr) -> str:
+    """format_instr, memoised: a step rebinds when its descriptors change, its instruction does not."""
+    t = _ASM.get(ins)
+    if t is None:
+        if len(_ASM) > 1 << 16:
+            _ASM.clear()
+        t = _ASM[ins] = format_instr(ins)
+    return t
+
+
 def _mat_work(idx: int, ins: Instr, m: int, n: int, k: int, fmt: str, w_scale: bool, accm: bool) -> Work:
     """The reference simulator's Work record for this GEMV/GEMM (same fields, same label)."""
     rb = row_bytes(fmt, k)
     kw, mw = words_of(k), words_of(m)
     src = (ins.src_addr, ins.src_addr + words_of(n * kw * _E))
     dst = (ins.dest_reg, ins.dest_reg + words_of(n * mw * _E))
-    label = (f"{format_instr(ins)}  ; M={m} N={n} K={k} {fmt}"
+    label = (f"{_asm_text(ins)}  ; M={m} N={n} K={k} {fmt}"
              f"{' w_scale' if w_scale else ''} ksplit={nx.k_splits(k)}")
     return Work(idx, ins.op.name.lower(), label, macs=m * n * k,
                 weight_bytes=m * rb + (4 * m if w_scale else 0),
@@ -88,7 +101,8 @@ def bind_mat(sim: FastSimulator, idx: int, ins: Instr, key: bytes) -> _MatBindin
     xs = [flat[(s0 + j * kw) * _E: (s0 + j * kw) * _E + k] for j in range(n)]
     ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
     codes = None
-    if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8"):
+    if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8" or (
+            sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS)):
         codes = sim.int4_codes(addr, m, k, w_scale)
     vec = _vector_kernel(sim, fmt, codes, body, sbytes, m, k, rb, accm)
     if vec is None:
@@ -99,10 +113,20 @@ def bind_mat(sim: FastSimulator, idx: int, ins: Instr, key: bytes) -> _MatBindin
         for x, d in zip(xs, ds, strict=True):
             vec(x, d)
         if findemax:
-            outs = np.concatenate([kx.LUT32[d] for d in ds])
-            sim.e_max = nx.to_bits(nx.findemax(sim.emax, outs))[()]
+            update_emax(sim, ds)
 
     return _MatBinding(key, _mat_work(idx, ins, m, n, k, fmt, w_scale, accm), run, codes)
+
+
+def update_emax(sim: FastSimulator, ds: list[np.ndarray]) -> None:
+    """e_max <- max(e_max, outputs) (numerics.findemax); numba answers the unambiguous cases."""
+    if sim.backend == "numba" and len(ds) == 1:
+        b = sim._k["max_bits"](int(sim.e_max), ds[0], kx.LUT32)
+        if b >= 0:
+            sim.e_max = np.uint16(b)
+            return
+    outs = np.concatenate([kx.LUT32[d] for d in ds])
+    sim.e_max = nx.to_bits(nx.findemax(sim.emax, outs))[()]
 
 
 def _vector_kernel(sim: FastSimulator, fmt: str, codes, body: np.ndarray, sbytes: np.ndarray | None,
@@ -224,7 +248,7 @@ def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: in
 
     def emax() -> None:
         if findemax:
-            sim.e_max = nx.to_bits(nx.findemax(sim.emax, kx.LUT32[d]))[()]
+            update_emax(sim, [d])
 
     if not kmajor:  # row-major with split scales / byte offset: the weights change with the ring
         vec = _vector_kernel(sim, fmt, None, body, sbytes, m, k, rb, accm)
@@ -263,22 +287,13 @@ def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: in
             xb = nx.to_bits(nx.cvo_mul(kx.LUT32[x], abytes.view("<f4").astype(np.float32)))
         w = weights()
         if sim.backend == "numba":
-            if fmt == "fp16":
-                e = kern["quantize"](xb, q, kx.LUT64)
-                nz = np.ones(k, bool) if e == 999 else q[:k] != 0
-                wd = np.zeros((m, k), np.uint16)
-                wd[:, nz] = w[nz].T
-                st = kern["gemv_f16_1"](xb, wd, live_scale(), d, accm, q, kx.LUT32, kx.LUT64)
-                if st == 2:
-                    raise FormatError("FP16 weight operand has a non-finite element")
-                live = int(nz.sum()) if e != 999 else k
-                if st == 1:
-                    d[:] = 0x7FC0
-            else:
-                live = kern["gemv_km"](xb, w, live_scale(), d, accm, q, kx.LUT32, kx.LUT64)
-                if live < 0:
-                    d[:] = 0x7FC0
-                    live = k
+            live = kern["gemv_km_f16" if fmt == "fp16" else "gemv_km"](xb, w, live_scale(), d, accm, q,
+                                                                       kx.LUT32, kx.LUT64)
+            if live == -2:
+                raise FormatError("FP16 weight operand has a non-finite element")
+            if live < 0:
+                d[:] = 0x7FC0
+                live = k
         else:
             qe = kx.np_quantize(xb)
             if qe is None:

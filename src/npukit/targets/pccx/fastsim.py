@@ -109,6 +109,8 @@ class FastSimulator(Simulator):
     """Drop-in `Simulator` that replays a pre-decoded, pre-bound plan (see the module docstring).
 
     ``backend``: "numba" (default when installed) or "numpy". ``weights``: "int8" unpacks INT4 images
+    (``"auto"``: int8 codes for matrices under 2^20 weights, which stay in cache, packed above, where
+    the GEMV is bound by memory bandwidth and the packed image is half the bytes)
     once into cached codes (up to ``cache_bytes``); "packed" reads the nibbles in place (numba only).
     """
 
@@ -119,8 +121,8 @@ class FastSimulator(Simulator):
         if backend not in kx.BACKENDS:
             raise ConfigError(f"fastsim backend {backend!r} unavailable here (available: "
                               f"{', '.join(kx.BACKENDS)})")
-        if weights not in ("int8", "packed"):
-            raise ConfigError(f"fastsim weights mode {weights!r}: use int8 or packed")
+        if weights not in ("int8", "packed", "auto"):
+            raise ConfigError(f"fastsim weights mode {weights!r}: use int8, packed or auto")
         self.backend = backend
         self.weights = weights
         self.cache_bytes = int(cache_bytes)
@@ -130,7 +132,7 @@ class FastSimulator(Simulator):
         self._codes: dict[tuple, _Codes] = {}
         self._cached_bytes = 0
         self._plans: dict[tuple[int, ...], list[Callable[[], Work]]] = {}
-        self._by_len: dict[int, tuple[tuple[int, ...], list[Callable[[], Work]]]] = {}
+        self._by_len: dict[Any, tuple[tuple[int, ...], list[Callable[[], Work]]]] = {}
         self._codes_span = (0, 0)  # host bytes covered by cached codes (a cheap test in invalidate)
         self._plan: list[Callable[[], Work]] = []
         self._plan_of: list[int] | None = None
@@ -152,12 +154,17 @@ class FastSimulator(Simulator):
                 self._cached_bytes -= c.codes.nbytes
                 del self._codes[key]
 
-    def load_program(self, words: Any) -> None:
+    def load_program(self, words: Any, tag: Any = None) -> None:
+        """Load a program; ``tag`` names a program slot (e.g. one segment of a compiled step) whose
+        previous words the new ones are diffed against (default: the last program of the same length)."""
         super().load_program(words)
         key = tuple(self.program)
         plan = self._plans.get(key)
+        slot = ("tag", tag) if tag is not None else len(key)
         if plan is None:
-            base = self._by_len.get(len(key))
+            base = self._by_len.get(slot)
+            if base is not None and len(base[0]) != len(key):
+                base = None
             if base is not None:  # a patched program (new descriptors): rebuild only the changed steps
                 old_key, old_plan = base
                 plan = [st if w == ow else self._compile(i, w)
@@ -167,7 +174,7 @@ class FastSimulator(Simulator):
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
-        self._by_len[len(key)] = (key, plan)
+        self._by_len[slot] = (key, plan)
         self._plan, self._plan_of = plan, self.program
 
     # -- execution (same contract as Simulator.step/run) --
