@@ -37,25 +37,22 @@ def _round32(t, out):
 
 @nb.njit(**_OPTS)
 def _round64(y, out):
-    """float64 [n] -> BF16 bits [n] with one RNE rounding, in integer arithmetic on the bit pattern."""
+    """float64 [n] -> BF16 bits [n] with one RNE rounding, in integer arithmetic on the bit pattern.
+    Branch-free (both candidate results computed, one selected) so that LLVM vectorises the loop."""
     u = y.view(np.uint64)
     for i in range(u.shape[0]):
         v = u[i]
-        sign = np.uint16((v >> np.uint64(48)) & np.uint64(0x8000))
+        sign = (v >> np.uint64(48)) & np.uint64(0x8000)
         mag = v & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-        if mag > np.uint64(0x7FF0_0000_0000_0000):
-            out[i] = sign | np.uint16(0x7FC0)
-        elif mag < np.uint64(0x3810_0000_0000_0000):  # below 2^-126: the BF16 subnormal grid 2^-133
-            a = abs(y[i]) * _TWO133
-            out[i] = sign | np.uint16((a + _MAGIC) - _MAGIC)
-        else:
-            mag = mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))
-            mag = mag >> np.uint64(45)
-            e = np.int64(mag >> np.uint64(7)) - 1023 + 127  # BF16 exponent of the rounded value
-            if e >= 255:
-                out[i] = sign | np.uint16(0x7F80)
-            else:
-                out[i] = sign | np.uint16((e << 7) | np.int64(mag & np.uint64(0x7F)))
+        r = (mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45)
+        e = np.int64(r >> np.uint64(7)) - 1023 + 127  # BF16 exponent of the rounded value
+        normal = min((e << 7) | np.int64(r & np.uint64(0x7F)), np.int64(0x7F80))  # >= 255: infinity
+        a = abs(y[i]) * _TWO133  # below 2^-126: the BF16 subnormal grid 2^-133
+        a = a if a < 65536.0 else 0.0
+        tiny = np.int64((a + _MAGIC) - _MAGIC)
+        res = normal if mag >= np.uint64(0x3810_0000_0000_0000) else tiny
+        res = np.int64(0x7FC0) if mag > np.uint64(0x7FF0_0000_0000_0000) else res
+        out[i] = np.uint16(np.int64(sign) | res)
 
 
 @nb.njit(**_OPTS)
@@ -177,38 +174,56 @@ def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
 
 
 @nb.njit(**_OPTS)
+def _cvo_y(op, x, d, s, lut64, y):
+    """y = op(x[, d or S]) in float64; the op switch is outside the element loops (they vectorise)."""
+    n = x.shape[0]
+    if op == 0:
+        for i in range(n):
+            a = lut64[x[i]]
+            y[i] = a * a
+    elif op == 1:
+        for i in range(n):
+            y[i] = lut64[x[i]] * s
+    elif op == 2:
+        for i in range(n):
+            y[i] = lut64[x[i]] / s
+    elif op == 3:
+        for i in range(n):
+            y[i] = 0.0
+    elif op == 4:
+        for i in range(n):
+            y[i] = 1.0 / lut64[x[i]]
+    elif op == 5:
+        for i in range(n):
+            y[i] = 1.0 / np.sqrt(lut64[x[i]])
+    elif op == 6:
+        for i in range(n):
+            y[i] = np.sqrt(lut64[x[i]])
+    elif op == 7:
+        for i in range(n):
+            v = lut64[x[i]] - s
+            if not np.isnan(v):
+                v = v if v > 0.0 else 0.0
+            y[i] = v
+    elif op == 8:
+        for i in range(n):
+            y[i] = lut64[x[i]] * lut64[d[i]]
+    elif op == 9:
+        for i in range(n):
+            y[i] = lut64[x[i]] + lut64[d[i]]
+    else:
+        for i in range(n):
+            y[i] = lut64[x[i]]
+
+
+@nb.njit(**_OPTS)
 def cvo(op, x, d, out, s, accm, lut64):
     """Fused SFU arithmetic (op codes of `kernels`): widen, float64, optional accm, one rounding."""
     y = np.empty(x.shape[0], np.float64)
-    for i in range(x.shape[0]):
-        a = lut64[x[i]]
-        if op == 0:
-            v = a * a
-        elif op == 1:
-            v = a * s
-        elif op == 2:
-            v = a / s
-        elif op == 3:
-            v = 0.0
-        elif op == 4:
-            v = 1.0 / a
-        elif op == 5:
-            v = 1.0 / np.sqrt(a)
-        elif op == 6:
-            v = np.sqrt(a)
-        elif op == 7:
-            v = a - s
-            if not np.isnan(v):
-                v = v if v > 0.0 else 0.0
-        elif op == 8:
-            v = a * lut64[d[i]]
-        elif op == 9:
-            v = a + lut64[d[i]]
-        else:
-            v = a
-        if accm:
-            v = lut64[d[i]] + v
-        y[i] = v
+    _cvo_y(op, x, d, s, lut64, y)
+    if accm:
+        for i in range(x.shape[0]):
+            y[i] = lut64[d[i]] + y[i]
     _round64(y, out)
 
 
@@ -309,7 +324,23 @@ def max_bits(e_bits, d, lut32):
 _SERIAL = {name: nb.njit(**_OPTS)(f.py_func) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_p4_1", gemv_p4), ("gemv_f16_1", gemv_f16))}
 
-KERNELS = {**_SERIAL, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16, "max_bits": max_bits,
+@nb.njit(**_OPTS)
+def reduce_sum_bits(x, lut32):
+    """`reduce_sum` rounded to BF16 bits (RNE on the float32 pattern, NaN -> 0x7FC0 | sign)."""
+    s = np.float32(0.0)
+    for i in range(x.shape[0]):
+        s = s + lut32[x[i]]
+    t = np.empty(1, np.float32)
+    t[0] = s
+    u = t.view(np.uint32)[0]
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return ((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0)
+    r = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    return (r >> np.uint32(16)) & np.uint32(0xFFFF)
+
+
+KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
+           "max_bits": max_bits,
            "gemv_i8": gemv_i8, "gemv_p4": gemv_p4, "gemv_f16": gemv_f16,
            "cvo": cvo,
            "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

@@ -113,12 +113,16 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
         rsum = kern["reduce_sum"] if numba else kx.np_reduce_sum
         word = flat[d0: d0 + _E]
 
+        rbits = kern["reduce_sum_bits"] if numba else None
+
         def red_sum() -> Work:
-            s = np.float32(rsum(x, *lut32))
             if accm:
+                s = np.float32(rsum(x, *lut32))
                 bits = kx.np_f64_bits(np.array([kx.LUT64[int(word[0])] + np.float64(s)]))[0]
-            else:  # a float32 value: its BF16 rounding from float64 is the RNE on the float32 pattern
-                bits = np.uint16(kx.f32_scalar_bits(s))
+            elif rbits is not None:  # a float32 value: its BF16 rounding is the RNE on its pattern
+                bits = np.uint16(rbits(x, kx.LUT32))
+            else:
+                bits = np.uint16(kx.f32_scalar_bits(np.float32(rsum(x))))
             sim.s_reg = bits
             word[0] = bits
             word[1:] = _ZEROS7
