@@ -3,6 +3,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip on some hosts warns about configured local indexes that do not exist; keep the rest of its output
+QUIET_PIP := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
 .PHONY: demo test lint bench clean
 
@@ -10,11 +14,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 $(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/pip install -q -c constraints.txt -e '.[fast]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[fast]' $(QUIET_PIP)
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,hf,plot,fast]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,hf,plot,fast]' $(QUIET_PIP)
 	touch $@ $(VENV)/.core-installed
 
 demo: $(VENV)/.core-installed
