@@ -7,6 +7,7 @@ the IEEE operation NumPy performs; the exactness arguments are in `kernels`.
 from __future__ import annotations
 
 import math
+import types
 
 import numba as nb
 import numpy as np
@@ -321,7 +322,16 @@ def max_bits(e_bits, d, lut32):
 
 # the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
 # region even with one thread waits on the pool (a descheduled worker on a shared machine)
-_SERIAL = {name: nb.njit(**_OPTS)(f.py_func) for name, f in
+def _serial_twin(f, name: str):
+    """``f`` compiled without ``parallel`` under its own qualified name: numba's on-disk cache is
+    keyed by the name, so a twin sharing it would hand the parallel kernel a serial build."""
+    py = f.py_func
+    g = types.FunctionType(py.__code__, py.__globals__, name, py.__defaults__, py.__closure__)
+    g.__qualname__ = name
+    return nb.njit(**_OPTS)(g)
+
+
+_SERIAL = {name: _serial_twin(f, name) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_p4_1", gemv_p4), ("gemv_f16_1", gemv_f16))}
 
 @nb.njit(**_OPTS)
