@@ -98,6 +98,19 @@ def _wrap(v: np.ndarray, bits: int) -> np.ndarray:
 # TFLite
 
 
+
+def _mantissa_and_shift(r: float, bits: int) -> tuple[int, int]:
+    """``r = m · 2^(shift − bits)`` with ``m`` rounded half away from zero to ``bits`` bits; a
+    round-up to ``2^bits`` halves it and bumps the shift; shifts below ``−bits`` give (0, 0)."""
+    q, shift = math.frexp(r)
+    m = _round_half_away(q * 2.0**bits)
+    if m == 2**bits:
+        m //= 2
+        shift += 1
+    if shift < -bits:
+        return 0, 0
+    return m, shift
+
 def quantize_multiplier(real: float) -> tuple[int, int]:
     """TFLite ``QuantizeMultiplier``: ``real ≈ multiplier · 2^(shift − 31)``.
 
@@ -106,16 +119,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     (0, 0), as does ``real == 0``. Negative reals are rejected (no TFLite kernel produces one).
     """
     r = _positive_real(real, "quantize_multiplier")
-    if r == 0.0:
-        return 0, 0
-    q, shift = math.frexp(r)
-    m = _round_half_away(q * 2.0**31)
-    if m == 2**31:
-        m //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    return m, shift
+    return (0, 0) if r == 0.0 else _mantissa_and_shift(r, 31)
 
 
 def quantize_multipliers(reals: object) -> tuple[np.ndarray, np.ndarray]:
@@ -242,16 +246,7 @@ def vta_quantize_multiplier(real: float) -> tuple[int, int]:
     TFLite; ``shift < −15`` → (0, 0).
     """
     r = _positive_real(real, "vta_quantize_multiplier")
-    if r < 1e-6:
-        return 0, 0
-    q, shift = math.frexp(r)
-    m = _round_half_away(q * 2.0**15)
-    if m == 2**15:
-        m //= 2
-        shift += 1
-    if shift < -15:
-        return 0, 0
-    return m, shift
+    return (0, 0) if r < 1e-6 else _mantissa_and_shift(r, 15)
 
 
 @dataclass(frozen=True)
