@@ -26,3 +26,15 @@ def test_demo_prints_a_continuation_and_a_tiered_summary(capsys):
                        ("joules_per_token", "projected")):
         assert tier in rows[name].split()
     assert "NOT reachable" in out  # the seed's 20 tok/s goal against DDR/port bandwidth
+
+
+@pytest.mark.slow
+def test_demo_json_is_one_object_with_generation_and_tiered_summary(capsys):
+    import json
+
+    assert main(["demo", "--max-new-tokens", "3", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["generation"]["target"] == "pccx" and len(obj["generation"]["tokens"]) == 3
+    figs = obj["summary"]["figures"]
+    assert figs["tokens_per_second"]["tier"] == "derived" and figs["tokens_per_second"]["value"] > 0
+    assert obj["summary"]["bound"]

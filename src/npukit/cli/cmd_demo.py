@@ -5,6 +5,9 @@ evidence-tiered performance summary of full-size Gemma 3n E4B on the pccx v002 K
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import sys
 
 from npukit.cli import ui
@@ -19,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default="def ", help="prompt text (default: 'def ')")
     p.add_argument("--max-new-tokens", type=int, default=48, metavar="N")
     p.add_argument("--target", default=None, help="override the target (default: best registered)")
+    p.add_argument("--json", action="store_true",
+                   help="print one object: {generation: <generate --json>, summary: <perf figures>}")
     p.set_defaults(func=run)
 
 
@@ -35,13 +40,18 @@ def run(args: argparse.Namespace) -> int:
 
     target = args.target or best_target(backends.targets())
     parser = build_parser()
-    print(f"npukit demo: embedded Gemma 3n model, target {target!r}, prompt {args.prompt!r}\n")
+    if not args.json:
+        print(f"npukit demo: embedded Gemma 3n model, target {target!r}, prompt {args.prompt!r}\n")
     argv = ["generate", "--prompt", args.prompt, "--max-new-tokens", str(args.max_new_tokens),
             "--target", target]
     if target == "pccx":  # the pre-decoded executor: bit-identical to the reference simulator
         argv += ["--executor", "fast"]
+    if args.json:
+        argv.append("--json")
     gen = parser.parse_args(argv)
-    rc = gen.func(gen)
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured) if args.json else contextlib.nullcontext():
+        rc = gen.func(gen)
     if rc:
         return rc
     sys.stdout.flush()
@@ -51,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
     res = compute(perf)
     led = res["ledger"]
+    if args.json:
+        ui.emit_json({"generation": json.loads(captured.getvalue()),
+                      "summary": {"figures": {n: led[n].to_json() for n in SUMMARY_FIGURES if n in led},
+                                  "bound": res["analysis"].bound, "notes": res["notes"]}})
+        return 0
     print("\nPerformance summary — Gemma 3n E4B decode on pccx v002 (KV260), INT4 weights and KV, "
           "8K context:")
     ui.table([[n, led[n].fmt(), str(led[n].tier), led[n].source] for n in SUMMARY_FIGURES if n in led],
