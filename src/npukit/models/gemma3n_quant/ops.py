@@ -10,7 +10,8 @@ numerics module and are named here explicitly:
 * ``const`` — a constant-cache entry (MEMSET at load): BF16.
 * ``swap_halves`` — two L2 → L2 MEMCPYs (pure data movement, exact) used by RoPE.
 * ``concat`` / ``stack`` — vectors laid side by side in L2 (a compiler places the parts there; no
-  instruction when they are word aligned).
+  instruction when they are word aligned). ``batch`` — the N activation rows of a GEMM (prefill),
+  each row word aligned.
 * ``host_to_l2`` / ``l2_to_host`` — MEMCPY across the host boundary. Host-side arithmetic
   (embedding and per-layer-embedding row dequantization, RoPE cos/sin tables, sampling) is float32
   on the host; a value crosses into L2 rounded once to BF16.
@@ -30,18 +31,19 @@ from npukit.models.gemma3n_quant.store import kv_quantize
 from npukit.targets.pccx import numerics as nx
 
 # device primitives taken verbatim from the numerics module
-DEVICE_OPS = ("gemv", "findemax", "reduce_sum", "cvo_exp", "cvo_sqrt", "cvo_gelu", "cvo_scale", "cvo_recip",
-              "cvo_sin", "cvo_cos")
+DEVICE_OPS = ("gemv", "gemm", "findemax", "reduce_sum", "cvo_exp", "cvo_sqrt", "cvo_gelu", "cvo_scale",
+              "cvo_recip", "cvo_sin", "cvo_cos")
 # npukit's extended profile (reserved cvo_func codes): pccx v002 has no TANH, vector MUL/ADD,
 # relu-with-bias in the ISA, no RSQRT and no SQUARE
 EXTENDED_OPS = ("cvo_tanh", "cvo_mul", "cvo_add", "cvo_relu_bias", "cvo_rsqrt", "cvo_square")
-MOVE_OPS = ("const", "kv_quantize", "swap_halves", "host_to_l2", "l2_to_host", "concat", "stack")
+MOVE_OPS = ("const", "kv_quantize", "swap_halves", "host_to_l2", "l2_to_host", "concat", "stack", "batch")
 
 
 class PccxOps:
     """Default operation set: the pccx numerics primitives plus the named data movements."""
 
     gemv = staticmethod(nx.gemv)
+    gemm = staticmethod(nx.gemm)  # one `gemv` per activation row, each with its own exponent
     findemax = staticmethod(nx.findemax)
     reduce_sum = staticmethod(nx.reduce_sum)
     cvo_exp = staticmethod(nx.cvo_exp)
@@ -78,6 +80,12 @@ class PccxOps:
     @staticmethod
     def stack(parts: list[np.ndarray]) -> np.ndarray:
         """Equal-length vectors as rows of one block (contiguous in L2)."""
+        return np.stack(parts)
+
+    @staticmethod
+    def batch(parts: list[np.ndarray]) -> np.ndarray:
+        """Equal-length activation vectors as the N rows of a GEMM operand (each row starts on an L2
+        word; a compiler pads rows to whole words)."""
         return np.stack(parts)
 
     @staticmethod

@@ -219,11 +219,18 @@ class QuantKVCache:
         vs = buf["vs"][head, lo:hi] if "vs" in buf else None
         return buf["k"][head, lo:hi], ks, buf["v"][head, lo:hi], vs
 
-    def attend(self, layer: int, head: int, window: int | None
+    def append_batch(self, layer: int, entries: list[tuple]) -> None:
+        """A prefill chunk's K/V rows, in position order (``entries``: (k, v) per token)."""
+        for k, v in entries:
+            self.append(layer, k, v)
+
+    def attend(self, layer: int, head: int, window: int | None, length: int | None = None
                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
         """The entries a query attends to, in attention order: the last ``window`` positions (sliding
-        layers), every stored position, or, once a capped ring has wrapped, all its slots in slot order."""
-        n = self.length[layer]
+        layers), every stored position, or, once a capped ring has wrapped, all its slots in slot order.
+        ``length``: the query sees only the first ``length`` positions (a prefill chunk's earlier
+        token, the chunk's later rows already stored; not valid once a capped ring has wrapped)."""
+        n = self.length[layer] if length is None else min(int(length), self.length[layer])
         if window is not None and layer not in self.capped:
             return self.read(layer, head, max(0, n - window), n)
         if window is not None:
