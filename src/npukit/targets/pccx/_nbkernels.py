@@ -12,6 +12,8 @@ import types
 import numba as nb
 import numpy as np
 
+from npukit.sim.nb_simd import dot_u4s8, probe
+
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
 _TWO133 = 2.0**133
@@ -140,6 +142,37 @@ def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
             lo = np.int16(np.int8(b << 4) >> 4)
             hi = np.int16(b >> 4)
             acc += np.int32(lo * qe[j] + hi * qo[j])
+        accs[m] = acc
+    _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
+    return 0
+
+
+@nb.njit(parallel=True, **_OPTS)
+def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
+    """`gemv_p4` with the row dot product on AVX-512 VNNI (`npukit.sim.nb_simd.dot_u4s8`) over whole
+    64-byte runs of each row, the tail in the portable loop; the same exact int32 sums."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return 1
+    kb = p.shape[1]
+    chunks = kb // 64 if p.strides[1] == 1 else 0
+    body = chunks * 64
+    qe = np.empty(kb, np.int8)
+    qo = np.empty(kb, np.int8)
+    offset = 0  # Σ q over the VNNI part: its nibbles are offset-binary (s + 8)
+    for j in range(kb):
+        qe[j] = q[2 * j]
+        qo[j] = q[2 * j + 1]
+    for j in range(body):
+        offset += np.int32(qe[j]) + np.int32(qo[j])
+    base, stride = p.ctypes.data, p.strides[0]
+    ea, oa = qe.ctypes.data, qo.ctypes.data
+    accs = np.empty(p.shape[0], np.int32)
+    for m in nb.prange(p.shape[0]):
+        acc = dot_u4s8(base + m * stride, ea, oa, chunks) - 8 * offset
+        for j in range(body, kb):
+            b = np.int8(p[m, j])
+            acc += np.int32(np.int8(b << 4) >> 4) * np.int32(qe[j]) + np.int32(b >> 4) * np.int32(qo[j])
         accs[m] = acc
     _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
     return 0
@@ -331,8 +364,12 @@ def _serial_twin(f, name: str):
     return nb.njit(**_OPTS)(g)
 
 
+SIMD, SIMD_REASON = probe()  # "avx512-vnni" where the trial instruction ran exactly, else "portable"
+_P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
 _SERIAL = {name: _serial_twin(f, name) for name, f in
-           (("gemv_i8_1", gemv_i8), ("gemv_p4_1", gemv_p4), ("gemv_f16_1", gemv_f16))}
+           (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),
+            ("gemv_p4_1", gemv_p4), ("gemv_p4_vnni_1", gemv_p4_vnni))}
+_SERIAL["gemv_p4_1"] = _SERIAL["gemv_p4_vnni_1" if _P4 is gemv_p4_vnni else "gemv_p4_1"]
 
 @nb.njit(**_OPTS)
 def reduce_sum_bits(x, lut32):
@@ -351,6 +388,7 @@ def reduce_sum_bits(x, lut32):
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
            "max_bits": max_bits,
-           "gemv_i8": gemv_i8, "gemv_p4": gemv_p4, "gemv_f16": gemv_f16,
+           "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
+           "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni,
            "cvo": cvo,
            "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

@@ -1,0 +1,83 @@
+"""The VNNI INT4 dot product and the GEMV built on it against integer arithmetic in NumPy and the pccx
+reference GEMV (`numerics.gemv`); the probe's decision and its override."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from npukit.sim import nb_simd
+from npukit.targets.pccx import _nbkernels as nbk
+from npukit.targets.pccx import kernels as kx
+from npukit.targets.pccx import numerics as nx
+
+
+def test_probe_decides_and_kernel_table_follows() -> None:
+    simd, reason = nb_simd.probe()
+    assert simd in ("avx512-vnni", "portable") and reason
+    assert (nbk.KERNELS["gemv_p4"] is nbk.gemv_p4_vnni) == (simd == "avx512-vnni")
+    assert (nbk.KERNELS["gemv_p4"] is nbk.gemv_p4) == (simd == "portable")
+
+
+def test_env_override_forces_portable() -> None:
+    env = {**os.environ, "NPUKIT_SIMD": "portable"}
+    out = subprocess.run([sys.executable, "-c", "from npukit.targets.pccx import _nbkernels as k;"
+                          "print(k.SIMD, k.KERNELS['gemv_p4'] is k.gemv_p4)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["portable", "True"]
+
+
+def _vnni_or_fail() -> None:
+    if nb_simd.probe()[0] != "avx512-vnni":
+        # where the probe refused VNNI, running the intrinsic could kill the process: the decision
+        # itself was tested above, the portable kernel by every fastsim test
+        pytest.skip(f"AVX-512 VNNI not usable here: {nb_simd.probe()[1]}")
+
+
+@pytest.mark.parametrize("nbytes", [64, 128, 1024])
+def test_dot_u4s8_is_the_offset_binary_integer_sum(nbytes: int) -> None:
+    _vnni_or_fail()
+    rng = np.random.default_rng(nbytes)
+    p = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    even = rng.integers(-128, 128, nbytes, dtype=np.int8)
+    odd = rng.integers(-128, 128, nbytes, dtype=np.int8)
+    want = int(((p & 15) ^ 8).astype(np.int64) @ even + ((p >> 4) ^ 8).astype(np.int64) @ odd)
+    assert int(nb_simd._trial(p, even, odd)) == want
+
+
+@pytest.mark.parametrize("k", [2, 127, 128, 129, 1000, 2048, 4097])
+def test_gemv_p4_vnni_equals_reference_gemv(k: int) -> None:
+    """Whole 64-byte runs on VNNI, the tail (and odd K's padding nibble) in the portable loop."""
+    _vnni_or_fail()
+    rng = np.random.default_rng(k)
+    m = 37
+    w = rng.integers(-8, 8, (m, k), dtype=np.int8)
+    packed = nx.pack_int4(w)
+    packed[:, -1] |= np.uint8(0xF0) if k % 2 else np.uint8(0)  # garbage in the padding nibble
+    x = nx.bf16(rng.standard_normal(k) * 3.0)
+    scale = rng.uniform(0.001, 0.1, m).astype(np.float32)
+    want = nx.to_bits(nx.gemv(w, x, scale))
+    for kern in (nbk.gemv_p4_vnni, nbk.gemv_p4, nbk.KERNELS["gemv_p4_1"]):
+        dst = np.zeros(m, np.uint16)
+        q = np.zeros(k + 16, np.int8)
+        assert kern(nx.to_bits(x), packed, scale, dst, False, q, kx.LUT32, kx.LUT64) == 0
+        np.testing.assert_array_equal(dst, want)
+
+
+def test_extreme_codes_do_not_overflow() -> None:
+    """All weights -8 against all activations -127 over the largest K: |sum| near 2^26, exact."""
+    _vnni_or_fail()
+    k, m = 65_535, 3
+    w = np.full((m, k), -8, np.int8)
+    x = nx.bf16(np.full(k, -1.0))
+    dst = np.zeros(m, np.uint16)
+    q = np.zeros(k + 16, np.int8)
+    nbk.gemv_p4_vnni(nx.to_bits(x), nx.pack_int4(w), np.ones(m, np.float32), dst, False, q, kx.LUT32,
+                     kx.LUT64)
+    np.testing.assert_array_equal(dst, nx.to_bits(nx.gemv(w, x, np.ones(m, np.float32))))
