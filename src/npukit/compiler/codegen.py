@@ -165,6 +165,7 @@ EXTENSION_WHY = {
     "cvo.square": "v002 has no x^2 (RMSNorm, top-k variance)",
     "cvo.load_scalar": "v002 cannot move an element inside a vector into S (AltUp coefficients)",
     "gemv.async": "isa_pkg.sv has no async bit in GEMV (overlap: one wait per layer)",
+    "gemm.async": "isa_pkg.sv has no async bit in GEMM either (prefill: the same one wait per layer)",
     "memset.sreg_emax": "v002 can only grow e_max; each softmax needs it reset to -inf",
     "weight.kmajor": "K-major image with zero-row skipping: sparse W_down (seed 001) and V as a GEMV operand",
     "weight.split_scales": "per-token K scales live in the ring, not after the window's rows",
@@ -365,7 +366,7 @@ class CodeGen:
         else:
             st.counts[ins.op.name.lower()] += 1
             if ins.op in (isa.Op.GEMV, isa.Op.GEMM) and ins.async_:
-                st.extensions["gemv.async"] += 1
+                st.extensions[f"{ins.op.name.lower()}.async"] += 1
             if ins.op == isa.Op.MEMSET and ins.dest_cache == DestCache.SREG:
                 st.extensions["memset.sreg_emax"] += 1
 
@@ -394,7 +395,8 @@ class CodeGen:
         v0 = weight_entry(w.fmt, w.addr, w.ext)
         v1 = scale_entry(w.scale_addr) if w.ext & (W_SPLIT_SCALES | W_ACT_SCALE) else None
         real: dict | None = None
-        fkey: tuple = (w.m, 1, w.k)
+        n = int(nd.attrs.get("n", 1))  # GEMM (prefill): N activation vectors, one exponent each
+        fkey: tuple = (w.m, n, w.k)
         if w.dyn is not None:  # a KV ring span: symbolic cache values, patched per token
             kind, wk, base, rb, sbase = w.dyn
             fkey = ("span", kind, wk, w.k if kind == "k" else w.m)
@@ -427,8 +429,8 @@ class CodeGen:
                 self.stats.extensions[name] += 1
         flags = (GemvFlag.W_SCALE if w.w_scale else GemvFlag(0)) | (
             GemvFlag.FINDEMAX if nd.findemax else GemvFlag(0))
-        self.instrs.append(isa.Gemv(nd.out.word(), nd.srcs[0].word(), flags, ws, fm, 0,
-                                    async_=not nd.findemax))
+        op = isa.Gemm if n > 1 else isa.Gemv
+        self.instrs.append(op(nd.out.word(), nd.srcs[0].word(), flags, ws, fm, 0, async_=not nd.findemax))
 
     def _emit_emax_reset(self, nd: Node) -> None:
         self.instrs.append(isa.Memset(DestCache.SREG, SREG_EMAX, BF16_NEG_INF))

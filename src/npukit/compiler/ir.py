@@ -28,7 +28,9 @@ class Buf:
     off: int = 0  # element offset in parent
     addr: int | None = None  # word address of a root, set by the allocator
     shared: bool = False  # constants / loaded vectors reused by several ops: never placed into a concat
-    dyn: int | None = None  # attention span buffer: allocated at the bucket length, used length set per token
+    # attention span buffer (allocated at the bucket length, used length set per token): its span key,
+    # the window class (decode) or (window class, token index in the chunk) (prefill)
+    dyn: Any = None
 
     def root(self) -> tuple[Buf, int]:
         b, off = self, 0

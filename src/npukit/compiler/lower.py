@@ -17,6 +17,7 @@ a host step, reads become ring operands).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +52,16 @@ class KVOperand:
     row0: int
     count: int
     transposed: bool = False
+    slot: int | None = None  # prefill: the chunk's token index (its span is patched separately)
 
     @property
     def T(self) -> KVOperand:
-        return KVOperand(self.layer, self.head, self.kind, self.row0, self.count, not self.transposed)
+        return dataclasses.replace(self, transposed=not self.transposed)
+
+    def span_key(self, wk: int) -> int | tuple[int, int]:
+        """Key of the span patched into this operand's descriptors: the window class (decode) or
+        (window class, token index in the chunk) (prefill)."""
+        return wk if self.slot is None else (wk, self.slot)
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class HostStep:
     k_addr: int
     v_addr: int
     n: int  # elements per block
+    items: tuple[tuple[int, int, int], ...] = ()  # prefill: (token index in chunk, K addr, V addr) each
 
 
 class _MatProxy:
@@ -116,23 +124,47 @@ class SymbolicKVCache:
         self.ops, self.ring = ops, ring
         self.length: dict[int, int] = {}
         self.bucket: dict[int, int] = {}
+        self._staging: dict[tuple[int, str], int] = {}  # (token index, k|v) -> staging address
 
     def reset(self) -> None:
         self.length.clear()
 
+    def _store(self, slot: int, kind: str, r: Ref) -> int:
+        """The K or V block on its way to the host. The program stops at the host step that consumes
+        it, so every layer reuses the same staging block per (token index, kind)."""
+        key = (slot, kind)
+        addr = self._staging.get(key)
+        if addr is None or self.ops.staged_bytes(addr) < 2 * r.n:
+            addr = self._staging[key] = self.ops.stage(2 * r.n)
+        return self.ops.store(r, addr)
+
     def append(self, layer: int, k: tuple, v: tuple) -> None:
         pos = self.length.get(layer, 0)
-        addrs = [self.ops.store(kv[0].ref) for kv in (k, v)]
-        n = k[0].ref.n
-        self.ops.nodes.append(Node("host", host=HostStep("kv_write", layer, pos, addrs[0], addrs[1], n),
+        ka, va = self._store(0, "k", k[0].ref), self._store(0, "v", v[0].ref)
+        self.ops.nodes.append(Node("host", host=HostStep("kv_write", layer, pos, ka, va, k[0].ref.n),
                                    label=f"kv_write layer {layer} pos {pos}"))
         self.length[layer] = pos + 1
 
-    def attend(self, layer: int, head: int, window: int | None) -> tuple:
+    def append_batch(self, layer: int, entries: list[tuple]) -> None:
+        """A prefill chunk's T K/V blocks: T pairs of stores, then one host step writing T ring rows."""
+        pos = self.length.get(layer, 0)
+        items = tuple((t, self._store(t, "k", k[0].ref), self._store(t, "v", v[0].ref))
+                      for t, (k, v) in enumerate(entries))
+        n = entries[0][0][0].ref.n
+        self.ops.nodes.append(Node("host", host=HostStep("kv_write", layer, pos, items[0][1], items[0][2], n,
+                                                         items),
+                                   label=f"kv_write layer {layer} pos {pos}+{len(items)}"))
+        self.length[layer] = pos + len(items)
+
+    def attend(self, layer: int, head: int, window: int | None, length: int | None = None) -> tuple:
+        """``length`` (prefill, lowered from position 0): the query is token ``length - 1`` of the chunk;
+        its span gets its own patched descriptors."""
         wk = window_key(self.ring, layer)
-        row0, count = 0, self.bucket.get(wk) or self.ring.span(layer, self.length[layer])[1]
+        n = self.length[layer] if length is None else int(length)
+        row0, count = 0, self.bucket.get(wk) or self.ring.span(layer, n)[1]
         quant = self.ring.fmt != "fp16"
-        mk = lambda kind: KVOperand(layer, head, kind, row0, count)  # noqa: E731
+        slot = None if length is None else n - 1
+        mk = lambda kind: KVOperand(layer, head, kind, row0, count, slot=slot)  # noqa: E731
         return mk("k"), mk("ks") if quant else None, mk("v"), mk("vs") if quant else None
 
 
@@ -163,6 +195,9 @@ class LoweringOps:
         self._tags: dict[int, tuple] = {}
         self.outputs: list[tuple[int, int]] = []
         self._staging = STAGING_BASE
+        self._staged: dict[int, int] = {}
+        self._recipe_addr: dict[tuple, int] = {}  # a host input already staged (RoPE rows: once per type)
+        self._batches: dict[int, tuple[Ref, int, int]] = {}  # GEMM operands: ptr -> (ref, rows, row stride)
         self._n = 0
 
     # ---- buffers -----------------------------------------------------------------------------
@@ -188,17 +223,22 @@ class LoweringOps:
                 return Ref(buf, (p - s) // 4, int(a.size))
         return None
 
-    def _stage(self, nbytes: int) -> int:
+    def stage(self, nbytes: int) -> int:
         addr = self._staging
         self._staging = align(addr + nbytes)
         if self._staging > STAGING_BASE + STAGING_BYTES:
             raise CompileError("per-token host staging area (2 MiB) is full")
+        self._staged[addr] = nbytes
         return addr
 
-    def _host_input(self, bits: np.ndarray, name: str, shared: bool = False) -> Buf:
+    def staged_bytes(self, addr: int) -> int:
+        return self._staged.get(addr, 0)
+
+    def _host_input(self, bits: np.ndarray, name: str, shared: bool = False, addr: int | None = None) -> Buf:
         bits = np.asarray(bits, np.uint16).ravel()
-        addr = self._stage(2 * bits.size)
-        self.host_inputs.append((addr, bits))
+        if addr is None:
+            addr = self.stage(2 * bits.size)
+            self.host_inputs.append((addr, bits))
         self._n += 1
         buf = Buf(bits.size, f"{name}#{self._n}", shared=shared)
         self.nodes.append(Node("load", out=Ref(buf, 0, bits.size), host_addr=addr, label=name))
@@ -244,8 +284,8 @@ class LoweringOps:
             return r
         return self.const_vec(float(np.asarray(s, np.float64).ravel()[0]), 1)
 
-    def store(self, r: Ref) -> int:
-        addr = self._stage(2 * r.n)
+    def store(self, r: Ref, addr: int | None = None) -> int:
+        addr = self.stage(2 * r.n) if addr is None else addr
         self.nodes.append(Node("store", srcs=(r,), host_addr=addr, label="to host"))
         return addr
 
@@ -315,16 +355,15 @@ class LoweringOps:
         hi = lo + int(np.size(w_scale))
         arr, buf = self._new(hi - lo, name)
         for t in self.image.tiles_for(name, lo, hi):
-            m = t.hi - t.lo
-            wt = Weight(t.addr, "int4", m, t.k, W_KMAJOR if t.kmajor else 0, None, True,
-                        f"{name}[{t.lo}:{t.hi}]")
-            self.nodes.append(Node("gemv", out=Ref(buf, t.lo - lo, m), srcs=(xr,), weight=wt, label=wt.name))
+            wt = _tile_weight(t)
+            out = Ref(buf, t.lo - lo, wt.m)
+            self.nodes.append(Node("gemv", out=out, srcs=(xr,), weight=wt, label=wt.name))
         return arr
 
     def _gemv_kv(self, w: KVOperand, x: Any, w_scale: Any, fmt: str) -> np.ndarray:
         ring, d = self.ring, self.ring.cfg.head_dim
         lr = ring.layers[w.layer]
-        wk = window_key(ring, w.layer)
+        wk = w.span_key(window_key(ring, w.layer))
         if w.kind == "k" and not w.transposed:
             blk = lr.k[w.head]
             quant = w_scale is not None
@@ -436,9 +475,11 @@ class LoweringOps:
     def host_to_l2(self, x: np.ndarray) -> np.ndarray:
         recipe = self._tags.get(_ptr(x)) if isinstance(x, np.ndarray) else None
         v = np.asarray(x, F32)
-        if recipe is not None:
+        addr = self._recipe_addr.get(recipe) if recipe is not None else None
+        if recipe is not None and addr is None:
+            self._recipe_addr[recipe] = self._staging
             self.recipes.append((self._staging, recipe))
-        buf = self._host_input(host_bits(v), "host")
+        buf = self._host_input(host_bits(v), "host", addr=addr)
         arr = nx.bf16(v).view(SymArray).copy()
         p = _ptr(arr)
         bisect.insort(self._index, (p, p + arr.nbytes, buf), key=lambda t: t[0])
@@ -464,23 +505,30 @@ for _f in (CvoFunc.SQRT, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.RECIP, 
     setattr(LoweringOps, f"cvo_{_f.name.lower()}", _unary(_f))
 
 
+def _tile_weight(t: Any) -> Weight:
+    return Weight(t.addr, "int4", t.hi - t.lo, t.k, W_KMAJOR if t.kmajor else 0, None, True,
+                  f"{t.name}[{t.lo}:{t.hi}]")
+
+
 def host_bits(x: Any) -> np.ndarray:
     """A host vector as it crosses into L2 (`PccxOps.host_to_l2`): float32, then one BF16 rounding."""
     return np.asarray(nx.to_bits(np.asarray(x, F32)), np.uint16).ravel()
 
 
-def eval_recipe(model: Gemma3nW4A8, recipe: tuple, token: int, pos: int, memo: dict) -> np.ndarray:
-    """The BF16 bits of one per-token host input (``memo`` shares RoPE rows within a token)."""
+def eval_recipe(model: Gemma3nW4A8, recipe: tuple, tokens: list[int], pos: int, memo: dict) -> np.ndarray:
+    """The BF16 bits of one per-token host input. Programs are lowered from position 0 with token ids
+    0, 1, … (decode: one token, id 0), so a recipe's token / position argument is the token's index
+    in ``tokens``, which start at position ``pos``. ``memo`` shares RoPE rows within a call."""
     kind = recipe[0]
     if kind == "rope":
-        key = ("rope", recipe[1])
+        key = ("rope", recipe[1], recipe[3])
         if key not in memo:
-            memo[key] = tuple(host_bits(r) for r in Gemma3nW4A8.host_rope(model, recipe[1], pos))
+            memo[key] = tuple(host_bits(r) for r in Gemma3nW4A8.host_rope(model, recipe[1], pos + recipe[3]))
         return memo[key][recipe[2]]
     if kind == "embed":
-        return host_bits(Gemma3nW4A8.host_embed(model, token))
+        return host_bits(Gemma3nW4A8.host_embed(model, tokens[recipe[1]]))
     if kind == "ple":
-        return host_bits(Gemma3nW4A8.host_ple(model, token))
+        return host_bits(Gemma3nW4A8.host_ple(model, tokens[recipe[1]]))
     raise CompileError(f"unknown host input recipe {recipe!r}")
 
 
@@ -496,11 +544,11 @@ def trace_model(store: Int4Store, kv: str, image: DeviceImage, ring: Any) -> tup
             out = fn(*args)
             o = model.ops
             if isinstance(o, LoweringOps):
-                if name == "rope":
+                if name == "rope":  # (layer type, position)
                     for j, r in enumerate(out):
-                        o.tag(r, ("rope", args[0], j))
-                else:
-                    o.tag(out, (name,))
+                        o.tag(r, ("rope", args[0], j, int(args[1])))
+                else:  # (token): the token's index in the lowered chunk
+                    o.tag(out, (name, int(args[0])))
             return out
 
         return host

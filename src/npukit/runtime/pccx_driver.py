@@ -172,7 +172,7 @@ class PccxDriver:
             self._current = v
         memo: dict = {}
         for addr, recipe in v.recipes:
-            host.write(addr, eval_recipe(self.model, recipe, int(token), pos, memo).astype("<u2"))
+            host.write(addr, eval_recipe(self.model, recipe, [int(token)], pos, memo).astype("<u2"))
         t1 = time.perf_counter()
         stats = v.program.stats
         works: list[Work] = []
