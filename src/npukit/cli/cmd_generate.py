@@ -52,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="KV ring: most recent positions kept (max tokens = sink + window)")
     p.add_argument("--executor", default=None, choices=("reference", "fast"),
                    help="pccx program executor (default reference)")
+    p.add_argument("--prefill", default=None, choices=("gemm", "decode"),
+                   help="pccx prompt: GEMM chunks (default) or token by token through the decode program")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits", action="store_true", help="with --json: include the per-token logits")
     p.set_defaults(func=run)
@@ -98,7 +100,8 @@ def prompt_ids(args: argparse.Namespace, model: LoadedModel) -> list[int]:
 
 
 _OPTIONS = {"hw": "--hw", "overrides": "--set", "trace": "--trace", "kv_max_tokens": "--kv-max-tokens",
-            "kv_sink": "--kv-sink", "kv_window": "--kv-window", "executor": "--executor"}
+            "kv_sink": "--kv-sink", "kv_window": "--kv-window", "executor": "--executor",
+            "prefill": "--prefill"}
 
 
 def target_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from npukit.compiler.ir import Buf, CompileError, Node, Ref
+from npukit.compiler.ir import Buf, CapacityError, CompileError, Node, Ref
 from npukit.targets.pccx import isa
 from npukit.targets.pccx.isa import (
     BINARY,
@@ -294,7 +294,7 @@ class CodeGen:
                         peak = max(peak, a + need)
                         break
                 else:
-                    raise CompileError(f"L2 is full: {b.name} needs {need} words at node {i} "
+                    raise CapacityError(f"L2 is full: {b.name} needs {need} words at node {i} "
                                        f"({self.limits.l2_words} words in all)")
             for b in by_end.get(i, []):
                 free.append((b.addr, b.addr + words_of(b.n)))

@@ -20,6 +20,10 @@ class CompileError(NpukitError):
     """The model or configuration cannot be lowered onto the target (one-line reason)."""
 
 
+class CapacityError(CompileError):
+    """The program does not fit (L2, host staging): a smaller prefill chunk may."""
+
+
 @dataclass(eq=False)
 class Buf:
     n: int  # elements

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from npukit.compiler.image import STAGING_BASE, STAGING_BYTES, DeviceImage, align
-from npukit.compiler.ir import Buf, CompileError, Node, Ref, Weight
+from npukit.compiler.ir import Buf, CapacityError, CompileError, Node, Ref, Weight
 from npukit.models.gemma3n_quant.model import Gemma3nW4A8
 from npukit.models.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx import numerics as nx
@@ -227,7 +227,7 @@ class LoweringOps:
         addr = self._staging
         self._staging = align(addr + nbytes)
         if self._staging > STAGING_BASE + STAGING_BYTES:
-            raise CompileError("per-token host staging area (2 MiB) is full")
+            raise CapacityError("per-token host staging area (2 MiB) is full")
         self._staged[addr] = nbytes
         return addr
 

@@ -3,12 +3,14 @@
 Options (``npukit generate --target pccx``): ``hw`` (preset name or TOML path, default
 ``pccx-v002-kv260``) with ``set`` overrides, ``kv_max_tokens`` / ``kv_sink`` / ``kv_window`` (the
 KV ring; window = max_tokens - sink), ``trace`` (Perfetto JSON of the timed tokens), ``executor``
-(``reference`` | ``fast``). Prefill runs the prompt token by token through the decode program.
+(``reference`` | ``fast``), ``prefill`` (``gemm``, the default: the prompt in chunks whose weight
+matrices are GEMMs, `PccxDriver.prefill`; ``decode``: token by token through the decode program).
 
-Stats: simulated cycles per token, per-engine utilisation, the bottleneck and the projected
-tok/s on the chosen hardware, each a ``derived`` figure (source: hw preset + pccx timing model),
-plus the compile report (instruction counts per type, extensions and why, L2 peak, constant
-cache, host DDR image).
+Stats: simulated cycles per decode token, per-engine utilisation, the bottleneck and the projected
+tok/s on the chosen hardware, and the prompt's simulated cycles (``prefill_cycles``,
+``prefill_cycles_per_token``, ``projected_prefill_tok_per_s``), each a ``derived`` figure (source:
+hw preset + pccx timing model), plus the compile report (instruction counts per type, extensions
+and why, L2 peak, constant cache, host DDR image; a prefill chunk's own under ``prefill_chunk``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from npukit import hw as hwmod
-from npukit.errors import ModelError
+from npukit.errors import ConfigError, ModelError
 from npukit.evidence import Ledger, Tier
 from npukit.models.gemma3n_quant import KV_FORMATS, Int4Store
 from npukit.runtime.backends import register_backend
@@ -28,6 +30,7 @@ from npukit.runtime.kv_ring import ring_size
 from npukit.runtime.pccx_driver import PccxDriver
 
 TRACE_TOKENS = 16  # at most this many tokens (the last ones) go into a --trace file
+PREFILL_MODES = ("gemm", "decode")
 
 
 class Gemma3nPccx:
@@ -35,8 +38,12 @@ class Gemma3nPccx:
 
     def __init__(self, model: Any, kv: str = "fp16", hw: str | None = None, overrides: Sequence[str] = (),
                  kv_max_tokens: int | None = None, kv_sink: int | None = None, kv_window: int | None = None,
-                 trace: str | None = None, executor: str = "reference", profile: str = "extended") -> None:
+                 trace: str | None = None, executor: str = "reference", profile: str = "extended",
+                 prefill: str = "gemm") -> None:
         t0 = time.perf_counter()
+        if prefill not in PREFILL_MODES:
+            raise ConfigError(f"unknown prefill mode {prefill!r} (known: {', '.join(PREFILL_MODES)})")
+        self.prefill_mode = prefill
         self.hw_name = hw or "pccx-v002-kv260"
         self.overrides = list(overrides or ())
         self.hw = hwmod.load_hw(self.hw_name, self.overrides, expect="pccx")
@@ -55,10 +62,10 @@ class Gemma3nPccx:
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
         if not len(ids):
             raise ModelError("no input tokens")
-        logits = None
-        for t in ids:
-            logits = self.step(int(t))
+        logits = self.drv.prefill([int(t) for t in ids], batched=self.prefill_mode == "gemm")
         self.prefill_tokens = len(ids)
+        if self.trace_path:
+            self._write_trace()
         return logits
 
     def step(self, token: int) -> np.ndarray:
@@ -78,7 +85,9 @@ class Gemma3nPccx:
         events: list[dict[str, Any]] = []
         for r in self.drv.records[-TRACE_TOKENS:]:
             if r.timing is not None:
-                events += to_trace(r.timing, process=f"pccx {self.hw_name} token {r.position}",
+                last = r.position + r.tokens - 1
+                what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
+                events += to_trace(r.timing, process=f"pccx {self.hw_name} {what}",
                                    pid=r.position + 1)["traceEvents"]
         import json
         from pathlib import Path
@@ -92,9 +101,17 @@ class Gemma3nPccx:
             return led
         src = f"hw {self.hw_name}" + (f" ({', '.join(self.overrides)})" if self.overrides else "") + \
             " + pccx timing model (targets/pccx/timing.py)"
-        decode = recs[self.prefill_tokens:] or recs
-        cyc = float(np.mean([r.cycles for r in decode]))
         clock = self.hw.clocks.core_hz
+        prompt = [r for r in recs if r.phase == "prefill"]
+        if prompt:
+            total, n = float(sum(r.cycles for r in prompt)), sum(r.tokens for r in prompt)
+            how = f"prefill={self.prefill_mode}, {n} prompt tokens in {len(prompt)} program runs"
+            led.add("prefill_cycles", total, "cycles", Tier.DERIVED, src + f", {how}")
+            led.add("prefill_cycles_per_token", total / n, "cycles", Tier.DERIVED, src + f", {how}")
+            led.add("projected_prefill_tok_per_s", clock * n / total, "tok/s", Tier.DERIVED,
+                    src + ", core clock · prompt tokens / prefill cycles")
+        decode = [r for r in recs if r.phase == "decode"] or recs
+        cyc = float(np.mean([r.cycles / r.tokens for r in decode]))
         led.add("cycles_per_token", cyc, "cycles", Tier.DERIVED, src + ", mean over decode tokens")
         led.add("projected_tok_per_s", clock / cyc, "tok/s", Tier.DERIVED, src + ", core clock / cycles")
         last = decode[-1].timing
@@ -118,11 +135,14 @@ class Gemma3nPccx:
     def stats(self) -> dict[str, Any]:
         recs = self.drv.records
         return {"target": self.target, "kv": self.kv, "position": self.drv.position, "hw": self.hw_name,
-                "overrides": self.overrides, "executor": self.drv.executor,
+                "overrides": self.overrides, "executor": self.drv.executor, "prefill": self.prefill_mode,
                 "kv_ring": {"max_tokens": self.drv.ring.max_tokens, "sink": self.drv.ring.sink},
                 "setup_seconds": round(self.setup_s, 3),
                 "instructions_per_token": recs[-1].instructions if recs else 0,
-                "simulated_cycles_per_token": [r.cycles for r in recs],
+                "simulated_cycles_per_token": [r.cycles for r in recs if r.phase == "decode"],
+                "simulated_prefill_runs": [{"position": r.position, "tokens": r.tokens, "cycles": r.cycles,
+                                            "instructions": r.instructions}
+                                           for r in recs if r.phase == "prefill"],
                 "bottleneck": self.bottleneck(),
                 **self.figures().to_json(),
                 "compile": self.drv.compile_report()}

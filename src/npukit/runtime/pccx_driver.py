@@ -13,6 +13,13 @@
   RoPE rows; constants once per program) into staging, run the program segments, performing the
   host KV write between them, read the logits back, and time the token's Work records on the
   hardware model (`targets/pccx/timing.py`). Compile once, replay per token: docs/compiler.md.
+* `prefill(tokens)`: the prompt in chunks of T tokens, each one program whose weight matrices are
+  GEMMs with N = T (`npukit.compiler.lower_prefill`), compiled once per (T, span buckets). T is
+  ``prefill_limit()`` (the most tokens whose activations fit L2, from the allocator's peak at T = 1
+  and 2) or a power of two below it; a chunk never holds a position at or past the smallest
+  sliding window or ring cap except as its first token (its later K/V writes would evict entries its
+  earlier tokens still read), and such tokens, and chunks of one, run through `step`. One
+  `TokenRecord` per chunk (``tokens`` = T, ``phase`` = "prefill"), timed as a whole.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import numpy as np
 
 from npukit.compiler.codegen import CodeGen, CompileStats, Program, report_extensions
 from npukit.compiler.image import STAGING_BASE, STAGING_BYTES, DeviceImage
+from npukit.compiler.ir import CapacityError
 from npukit.compiler.lower import eval_recipe, lower_step, span_bucket, trace_model, window_key
-from npukit.errors import ConfigError, NpukitError
+from npukit.compiler.lower_prefill import GEMM_MAX_N, lower_prefill
+from npukit.errors import ConfigError, ModelError, NpukitError
 from npukit.models.gemma3n_quant.store import Int4Store
 from npukit.runtime.kv_ring import KVRing
 from npukit.sim.timing import TimingResult
@@ -71,12 +80,16 @@ class Variant:
 
 @dataclass
 class TokenRecord:
+    """One program run: a decode token, or a prefill chunk of ``tokens`` tokens from ``position``."""
+
     position: int
     instructions: int
     compile_s: float
     run_s: float
     cycles: float | None
     timing: TimingResult | None = field(default=None, repr=False)
+    tokens: int = 1
+    phase: str = "decode"  # decode | prefill (prompt tokens, batched or one by one)
 
 
 class PccxDriver:
@@ -91,9 +104,11 @@ class PccxDriver:
         self.records: list[TokenRecord] = []
         self.stats = CompileStats()
         self.last_stats: CompileStats | None = None
+        self.last_prefill_stats: CompileStats | None = None
         self.variants: dict[tuple, Variant] = {}
         self._current: Variant | None = None
         self._pos = 0
+        self._prefill_limit: int | None = None
 
     # ---- setup -------------------------------------------------------------------------------
     def open(self) -> PccxDriver:
@@ -142,7 +157,7 @@ class PccxDriver:
 
     def variant(self, spans: dict[int, tuple[int, int]]) -> Variant:
         """The program for these spans' buckets, lowered and compiled on first use."""
-        key = tuple(sorted((wk, span_bucket(c, wk or self.ring.max_tokens)) for wk, (_, c) in spans.items()))
+        key = self._bucket_key(spans)
         v = self.variants.get(key)
         if v is None:
             self.model.reset()
@@ -156,14 +171,98 @@ class PccxDriver:
                                              ops.recipes, out)
         return v
 
+    def _bucket_key(self, spans: dict[int, tuple[int, int]]) -> tuple:
+        return tuple(sorted((wk, span_bucket(c, wk or self.ring.max_tokens)) for wk, (_, c) in spans.items()))
+
+    def prefill_variant(self, tokens: int, spans: dict[int, tuple[int, int]]) -> Variant:
+        """The prefill program for a chunk of ``tokens`` tokens whose last token sees ``spans``."""
+        key = ("prefill", tokens, self._bucket_key(spans))
+        v = self.variants.get(key)
+        if v is None:
+            self.model.cache.bucket = dict(key[2])
+            ops = lower_prefill(self.model, tokens)
+            prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+            dyn = {a for a, _ in ops.recipes}
+            (out,) = ops.outputs
+            v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
+                                             ops.recipes, out)
+        return v
+
+    # ---- prefill -----------------------------------------------------------------------------
+    def prefill_limit(self) -> int:
+        """T_max: the most prompt tokens one chunk holds. The allocator's L2 peak grows by a fixed
+        amount per token (T activation rows of every live value), so it is measured at T = 1 and 2
+        and extrapolated to ``hw.l2.words``; a chunk that still does not fit lowers T (`prefill`)."""
+        if self._prefill_limit is None:
+            spans = self.spans(2)
+            peaks = []
+            for t in (1, 2):
+                self.model.cache.bucket = dict(self._bucket_key(spans))
+                ops = lower_prefill(self.model, t)
+                peaks.append(CodeGen(self.hw, self.profile).compile(ops.nodes)[1].l2_peak_words)
+            per = max(peaks[1] - peaks[0], 1)
+            fit = 1 + (self.hw.l2.words - peaks[0]) // per
+            self._prefill_limit = max(1, min(fit, GEMM_MAX_N, self.store.config.vocab_size))
+        return self._prefill_limit
+
+    def batch_horizon(self) -> int:
+        """Positions below this may share a chunk: the smallest sliding window or ring cap (a later
+        write in the chunk at or past it would evict an entry an earlier token of the chunk reads)."""
+        return min((r.window or self.ring.max_tokens) for r in self.ring.layers.values())
+
+    def chunk_length(self, pos: int, remaining: int) -> int:
+        """Tokens in the next chunk from ``pos``: T_max, else the largest power of two that fits
+        (so few chunk lengths are ever compiled); 1 means `step`."""
+        room = min(remaining, self.prefill_limit(), max(1, self.batch_horizon() - pos))
+        return room if room == self.prefill_limit() else 1 << (room.bit_length() - 1)
+
+    def prefill(self, tokens: list[int] | np.ndarray, batched: bool = True) -> np.ndarray:
+        """Run the prompt; the logits (float32) of its last token. ``batched=False``: token by token."""
+        if self.model is None:
+            raise ConfigError("driver: start() before prefill()")
+        ids = [int(t) for t in np.asarray(tokens, dtype=np.int64).reshape(-1)]
+        cfg = self.store.config
+        if not ids:
+            raise ModelError("no input tokens")
+        bad = [t for t in ids if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise ModelError(f"token id {bad[0]} out of range [0, {cfg.vocab_size})")
+        if self._pos + len(ids) > cfg.max_position_embeddings:
+            raise ModelError(f"prompt of {len(ids)} tokens at position {self._pos} exceeds "
+                             f"max_position_embeddings {cfg.max_position_embeddings}")
+        i, logits = 0, None
+        while i < len(ids):
+            n = self.chunk_length(self._pos, len(ids) - i) if batched else 1
+            while n > 1:
+                try:
+                    logits = self._prefill_chunk(ids[i:i + n])
+                    break
+                except CapacityError:  # did not fit after all: remember the smaller limit
+                    self._prefill_limit = n - 1
+                    n = self.chunk_length(self._pos, len(ids) - i)
+            if n == 1:
+                logits = self.step(ids[i], phase="prefill")
+            i += n
+        return logits
+
+    def _prefill_chunk(self, ids: list[int]) -> np.ndarray:
+        t0 = time.perf_counter()
+        pos0, n = self._pos, len(ids)
+        v = self.prefill_variant(n, self.spans(pos0 + n))
+        spans = {(wk, t): sp for t in range(n) for wk, sp in self.spans(pos0 + t + 1).items()}
+        return self._run(v, ids, pos0, spans, t0, "prefill")
+
     # ---- one token ---------------------------------------------------------------------------
-    def step(self, token: int) -> np.ndarray:
+    def step(self, token: int, phase: str = "decode") -> np.ndarray:
         if self.model is None:
             raise ConfigError("driver: start() before step()")
         t0 = time.perf_counter()
         pos = self._pos
         spans = self.spans(pos + 1)
-        v = self.variant(spans)
+        return self._run(self.variant(spans), [int(token)], pos, spans, t0, phase)
+
+    def _run(self, v: Variant, ids: list[int], pos: int, spans: dict, t0: float, phase: str) -> np.ndarray:
+        """Patch, stage the inputs, run the segments with the host KV steps; the last token's logits."""
         v.program.patch(spans)
         host = self.dev.host
         if self._current is not v:
@@ -172,7 +271,7 @@ class PccxDriver:
             self._current = v
         memo: dict = {}
         for addr, recipe in v.recipes:
-            host.write(addr, eval_recipe(self.model, recipe, [int(token)], pos, memo).astype("<u2"))
+            host.write(addr, eval_recipe(self.model, recipe, ids, pos, memo).astype("<u2"))
         t1 = time.perf_counter()
         stats = v.program.stats
         works: list[Work] = []
@@ -196,18 +295,24 @@ class PccxDriver:
         t2 = time.perf_counter()
         timing = simulate_works(self.hw, works) if self.timing else None
         self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1,
-                                        None if timing is None else timing.cycles, timing))
-        self.last_stats = stats
-        self._pos += 1
+                                        None if timing is None else timing.cycles, timing, len(ids), phase))
+        if phase == "prefill" and len(ids) > 1:
+            self.last_prefill_stats = stats
+        else:
+            self.last_stats = stats
+        self._pos += len(ids)
         return logits
 
     def _host_step(self, st: Any, pos: int) -> None:
+        """Quantize the staged K/V blocks into the ring: one token (decode) or the chunk's T tokens,
+        at positions ``pos + t`` in order (prefill)."""
         cfg = self.store.config
         shape = (cfg.num_key_value_heads, cfg.head_dim)
         rd = self.dev.host.read
-        k = nx.from_bits(rd(st.k_addr, 2 * st.n).view("<u2")).reshape(shape)
-        v = nx.from_bits(rd(st.v_addr, 2 * st.n).view("<u2")).reshape(shape)
-        self.ring.write(st.layer, pos, k, v)
+        for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
+            k = nx.from_bits(rd(ka, 2 * st.n).view("<u2")).reshape(shape)
+            v = nx.from_bits(rd(va, 2 * st.n).view("<u2")).reshape(shape)
+            self.ring.write(st.layer, pos + t, k, v)
 
     # ---- reports -----------------------------------------------------------------------------
     def compile_report(self) -> dict[str, Any]:
@@ -218,6 +323,9 @@ class PccxDriver:
             "executor": self.executor,
             "per_token": st.to_json(),
             "extensions": report_extensions(st),
+            **({"prefill_chunk": self.last_prefill_stats.to_json(),
+                "prefill_extensions": report_extensions(self.last_prefill_stats),
+                "prefill_max_chunk": self._prefill_limit} if self.last_prefill_stats else {}),
             "l2_words": self.hw.l2.words,
             "host_ddr": {"weights_bytes": img.weight_bytes if img else 0,
                          "regions": [dataclasses.asdict(r) for r in (img.regions if img else [])],
