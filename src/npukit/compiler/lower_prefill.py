@@ -90,9 +90,9 @@ class PrefillOps(LoweringOps):
         return arr[:, :m]
 
 
-def lower_prefill(model: Gemma3nW4A8, tokens: int) -> PrefillOps:
+def lower_prefill(model: Gemma3nW4A8, tokens: int, logits: bool = True) -> PrefillOps:
     """Trace a prefill chunk of ``tokens`` tokens from position 0 into a fresh `PrefillOps` (attention
-    spans at the lengths in ``model.cache.bucket``)."""
+    spans at the lengths in ``model.cache.bucket``; ``logits=False``: the layers only)."""
     vocab = model.cfg.vocab_size
     if not 1 <= tokens <= vocab:
         raise CompileError(f"prefill chunk of {tokens} tokens: lowered with ids 0..T-1 < vocab {vocab}")
@@ -101,5 +101,5 @@ def lower_prefill(model: Gemma3nW4A8, tokens: int) -> PrefillOps:
     model.ops = ops
     model.cache.ops = ops  # type: ignore[attr-defined]
     model.reset()
-    model.forward_batch(list(range(tokens)))
+    model.forward_batch(list(range(tokens)), logits=logits)
     return ops

@@ -16,7 +16,7 @@
 * `prefill(tokens)`: the prompt in chunks of T tokens, each one program whose weight matrices are
   GEMMs with N = T (`npukit.compiler.lower_prefill`), compiled once per (T, span buckets). T is
   ``prefill_limit()`` (the most tokens whose activations fit L2, from the allocator's peak at T = 1
-  and 2) or a power of two below it; a chunk never holds a position at or past the smallest
+  and 2) or what is left of the prompt; a chunk never holds a position at or past the smallest
   sliding window or ring cap except as its first token (its later K/V writes would evict entries its
   earlier tokens still read), and such tokens, and chunks of one, run through `step`. One
   `TokenRecord` per chunk (``tokens`` = T, ``phase`` = "prefill"), timed as a whole.
@@ -94,7 +94,11 @@ class TokenRecord:
 
 class PccxDriver:
     def __init__(self, hw: PccxHw | None = None, profile: str = "extended", executor: str = "reference",
-                 timing: bool = True) -> None:
+                 timing: bool = True, prefill_chunk: int | None = None) -> None:
+        if prefill_chunk is not None and prefill_chunk < 1:
+            raise ConfigError(f"prefill chunk must be >= 1 token, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk  # an upper bound on T_max (None: what L2 allows)
+        self.last_works: list[Work] = []  # the Work records of the last program run
         self.hw = hw or PccxHw()
         self.profile, self.executor, self.timing = profile, executor, timing
         self.dev: Any = None
@@ -190,19 +194,21 @@ class PccxDriver:
 
     # ---- prefill -----------------------------------------------------------------------------
     def prefill_limit(self) -> int:
-        """T_max: the most prompt tokens one chunk holds. The allocator's L2 peak grows by a fixed
-        amount per token (T activation rows of every live value), so it is measured at T = 1 and 2
-        and extrapolated to ``hw.l2.words``; a chunk that still does not fit lowers T (`prefill`)."""
+        """T_max: the most prompt tokens one chunk holds. In the layers the allocator's L2 peak grows
+        by a fixed amount per token (T rows of every live activation), so the layers' peak is
+        measured at T = 1 and 2 and extrapolated to ``hw.l2.words`` (the last token's unembedding
+        and logits do not grow with T); a chunk that still does not fit lowers T (`prefill`)."""
         if self._prefill_limit is None:
             spans = self.spans(2)
             peaks = []
             for t in (1, 2):
                 self.model.cache.bucket = dict(self._bucket_key(spans))
-                ops = lower_prefill(self.model, t)
+                ops = lower_prefill(self.model, t, logits=False)
                 peaks.append(CodeGen(self.hw, self.profile).compile(ops.nodes)[1].l2_peak_words)
             per = max(peaks[1] - peaks[0], 1)
             fit = 1 + (self.hw.l2.words - peaks[0]) // per
-            self._prefill_limit = max(1, min(fit, GEMM_MAX_N, self.store.config.vocab_size))
+            self._prefill_limit = max(1, min(fit, GEMM_MAX_N, self.store.config.vocab_size,
+                                             self.prefill_chunk or GEMM_MAX_N))
         return self._prefill_limit
 
     def batch_horizon(self) -> int:
@@ -211,10 +217,9 @@ class PccxDriver:
         return min((r.window or self.ring.max_tokens) for r in self.ring.layers.values())
 
     def chunk_length(self, pos: int, remaining: int) -> int:
-        """Tokens in the next chunk from ``pos``: T_max, else the largest power of two that fits
-        (so few chunk lengths are ever compiled); 1 means `step`."""
-        room = min(remaining, self.prefill_limit(), max(1, self.batch_horizon() - pos))
-        return room if room == self.prefill_limit() else 1 << (room.bit_length() - 1)
+        """Tokens in the next chunk from ``pos``: T_max, or what is left of the prompt or of the batch
+        horizon (a prompt compiles at most two chunk lengths); 1 means `step`."""
+        return min(remaining, self.prefill_limit(), max(1, self.batch_horizon() - pos))
 
     def prefill(self, tokens: list[int] | np.ndarray, batched: bool = True) -> np.ndarray:
         """Run the prompt; the logits (float32) of its last token. ``batched=False``: token by token."""
@@ -237,8 +242,8 @@ class PccxDriver:
                 try:
                     logits = self._prefill_chunk(ids[i:i + n])
                     break
-                except CapacityError:  # did not fit after all: remember the smaller limit
-                    self._prefill_limit = n - 1
+                except CapacityError:  # did not fit after all: remember a smaller limit
+                    self._prefill_limit = max(1, n * 3 // 4)
                     n = self.chunk_length(self._pos, len(ids) - i)
             if n == 1:
                 logits = self.step(ids[i], phase="prefill")
@@ -294,6 +299,7 @@ class PccxDriver:
         logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
         t2 = time.perf_counter()
         timing = simulate_works(self.hw, works) if self.timing else None
+        self.last_works = works
         self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1,
                                         None if timing is None else timing.cycles, timing, len(ids), phase))
         if phase == "prefill" and len(ids) > 1:

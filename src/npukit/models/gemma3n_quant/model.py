@@ -100,7 +100,8 @@ class Gemma3nW4A8:
         self.pos += 1
         return self._logits(self._unembed(xs))
 
-    def forward_batch(self, ids: list[int] | np.ndarray, all_logits: bool = False) -> np.ndarray:
+    def forward_batch(self, ids: list[int] | np.ndarray, all_logits: bool = False, logits: bool = True
+                      ) -> np.ndarray:
         """One prefill chunk of T tokens at the next positions, weight matrices as GEMMs over the T
         activations; float32 logits [1 (the last token) or T, vocab], bit-identical to T `step` calls.
 
@@ -109,6 +110,7 @@ class Gemma3nW4A8:
         then causal attention of token t over positions ..pos+t (the later writes are past its span).
         A capped ring must not wrap inside the chunk (a write would evict an entry an earlier token
         of the chunk still reads): such a chunk is a `ModelError`; run those tokens with `step`.
+        ``logits=False`` stops after the layers (returns an empty array; a compiler's L2 probe).
         """
         cfg = self.cfg
         ids = [int(t) for t in np.asarray(ids, dtype=np.int64).reshape(-1)]
@@ -131,6 +133,8 @@ class Gemma3nW4A8:
         for i in range(cfg.num_hidden_layers):
             xs = self._layer_batch(i, xs, [p[i] for p in pli])
         self.pos += T
+        if not logits:
+            return np.zeros((0, cfg.vocab_size), F32)
         rows = xs if all_logits else xs[-1:]
         return np.stack([self._logits(self._unembed(x)) for x in rows])
 
