@@ -208,3 +208,31 @@ def test_empty_program_is_done():
     fast = FastSimulator()
     fast.load_program([])
     assert fast.run() == [] and fast.status == STATUS_DONE
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="fused SFU runs are a numba-backend path")
+def test_fused_sfu_run_matches_reference_and_is_used():
+    """A run of S-dependent arithmetic, REDUCE_SUM (plain and accm), LOAD_SCALAR and MEMSETs of S and
+    e_max, overlapping operands included, executes as one fused block and equals the reference."""
+    lines = ["cvo.square src=0x10 dst=0x20 len=40 flags=0",
+             "cvo.reduce_sum src=0x20 dst=0x30 len=40 flags=0",
+             "cvo.scale src=0x10 dst=0x11 len=37 flags=recip_scale",  # shifted overlap
+             "memset cache=sreg slot=0 a=0x0",
+             "cvo.scale src=0x40 dst=0x40 len=20 flags=recip_scale",  # S = 0: the ZERO op
+             "cvo.reduce_sum src=0x11 dst=0x31 len=33 flags=accm",
+             "cvo.load_scalar src=0x12 dst=0x12 len=5 flags=0",
+             "cvo.relu_bias src=0x50 dst=0x51 len=30 flags=accm",
+             "memset cache=sreg slot=1 a=0x3F80",
+             "cvo.mul src=0x60 dst=0x61 len=25 flags=0",
+             "cvo.exp src=0x70 dst=0x70 len=9 flags=sub_emax"]  # transcendental: ends the run
+    words = asm.assemble("\n".join(lines))
+    ref, fast = Simulator(), FastSimulator(backend="numba")
+    for sim in (ref, fast):
+        _setup(sim, 11, [])
+        sim.load_program(words)
+    assert fast._groups[0] is not None and fast._groups[0][0] == len(lines) - 1
+    for _ in range(2):
+        assert fast.run() == ref.run()
+        _assert_same(_state(fast), _state(ref))
+        for sim in (ref, fast):
+            sim.load_program(words)

@@ -95,6 +95,9 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
             cvo(op, src(), d, d, s, accm, *lut)
             return work
 
+        if numba and out_n == n:
+            sop = -3 if fn == CvoFunc.RELU_BIAS else (-2 if recip else -1)
+            arith.fuse = ((0, sop if fixed is None else fixed, s0, n, d0, int(accm), 0), work)
         return arith
     if fn in _TRANSCENDENTAL_SET:
         sub = bool(ins.flags & CvoFlag.SUB_EMAX)
@@ -128,6 +131,8 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
             word[1:] = _ZEROS7
             return work
 
+        if numba:
+            red_sum.fuse = ((1, 0, s0, n, d0, int(accm), 0), work)
         return red_sum
     if fn == CvoFunc.REDUCE_MAX:
         word = flat[d0: d0 + _E]
@@ -147,8 +152,48 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
             sim.s_reg = np.uint16(x[n - 1])
             return work
 
+        if numba:
+            load_scalar.fuse = ((2, 0, s0, n, 0, 0, 0), work)
         return load_scalar
     return None  # anything added to the ISA later: the reference path
+
+
+def fuse_groups(sim: FastSimulator, plan: list[Callable[[], Work]]) -> list[tuple[int, Callable] | None]:
+    """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, REDUCE_SUM, LOAD_SCALAR, MEMSET
+    of S/e_max on the numba backend) as one `cvo_block` call each: ``out[i] = (end, run)`` for a run
+    starting at i. The table rows replay exactly what the single steps do, in order (each CVO reads
+    its whole input before writing; none of them can fault once decoded), so a run equals its steps.
+    Steps whose rows equal a previous build's reuse its groups (per-token patches are descriptors)."""
+    n = len(plan)
+    out: list[tuple[int, Callable] | None] = [None] * n
+    i = 0
+    while i < n:
+        j = i
+        while j < n and getattr(plan[j], "fuse", None) is not None:
+            j += 1
+        if j - i >= 2:
+            out[i] = (j, _group(sim, plan[i:j]))
+        i = max(j, i + 1)
+    return out
+
+
+def _group(sim: FastSimulator, steps: list[Callable[[], Work]]) -> Callable[[], list[Work]]:
+    rows = [st.fuse for st in steps]
+    tab = np.array([r for r, _ in rows], np.int64)
+    items = [(st.fuse_ins, w) for st, (_, w) in zip(steps, rows, strict=True)]
+    works = [w for _, w in rows]
+    block, flat, trace = sim._k["cvo_block"], sim.l2.reshape(-1), sim.trace
+    state = np.zeros(2, np.uint16)
+    lut32, lut64 = kx.LUT32, kx.LUT64
+
+    def run() -> list[Work]:
+        state[0], state[1] = sim.s_reg, sim.e_max
+        block(tab, flat, state, lut32, lut64)
+        sim.s_reg, sim.e_max = state[0], state[1]
+        trace.extend(items)
+        return works
+
+    return run
 
 
 _TRANSCENDENTAL_SET = frozenset({CvoFunc.EXP, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.TANH})

@@ -34,6 +34,7 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import kernels as kx
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.fastcvo import fuse_groups
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
 from npukit.targets.pccx.sim import (
@@ -135,6 +136,8 @@ class FastSimulator(Simulator):
         self._by_len: dict[Any, tuple[tuple[int, ...], list[Callable[[], Work]]]] = {}
         self._codes_span = (0, 0)  # host bytes covered by cached codes (a cheap test in invalidate)
         self._plan: list[Callable[[], Work]] = []
+        self._fused: dict[tuple[int, ...], list] = {}  # program -> fused SFU runs (fastcvo.fuse_groups)
+        self._groups: list = []
         self._plan_of: list[int] | None = None
         self._qbuf = np.zeros(1 << 16, np.int8)
         self._decoded: dict[int, _Instr | DecodeError] = {}
@@ -165,17 +168,23 @@ class FastSimulator(Simulator):
             base = self._by_len.get(slot)
             if base is not None and len(base[0]) != len(key):
                 base = None
+            groups = None
             if base is not None:  # a patched program (new descriptors): rebuild only the changed steps
                 old_key, old_plan = base
                 plan = [st if w == ow else self._compile(i, w)
                         for i, (w, ow, st) in enumerate(zip(key, old_key, old_plan, strict=True))]
+                changed = [i for i, (a, b) in enumerate(zip(plan, old_plan, strict=True)) if a is not b]
+                if not any(hasattr(plan[i], "fuse") or hasattr(old_plan[i], "fuse") for i in changed):
+                    groups = self._fused.get(old_key)  # the fused SFU runs are untouched by the patch
             else:
                 plan = [self._compile(i, w) for i, w in enumerate(self.program)]
             if len(self._plans) >= _MAX_PLANS:
+                del self._fused[next(iter(self._plans))]
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
+            self._fused[key] = fuse_groups(self, plan) if groups is None else groups
         self._by_len[slot] = (key, plan)
-        self._plan, self._plan_of = plan, self.program
+        self._plan, self._plan_of, self._groups = plan, self.program, self._fused[key]
 
     # -- execution (same contract as Simulator.step/run) --
     def step(self) -> Work | None:
@@ -206,8 +215,14 @@ class FastSimulator(Simulator):
         if self.pc < limit:
             self.status |= STATUS_BUSY
         idx = self.pc
+        groups = self._groups
         try:
             while idx < limit:
+                g = groups[idx]
+                if g is not None and g[0] <= limit:  # a fused SFU run (fastcvo.fuse_groups)
+                    out.extend(g[1]())
+                    idx = g[0]
+                    continue
                 out.append(plan[idx]())
                 idx += 1
         except _EXC as exc:
@@ -271,6 +286,9 @@ class FastSimulator(Simulator):
             trace.append((ins, w))
             return w
 
+        fuse = getattr(body, "fuse", None)
+        if fuse is not None:  # a row of a fused SFU run (fastcvo.fuse_groups)
+            step.fuse, step.fuse_ins = fuse, ins
         return step
 
     def _reference(self, idx: int, ins: _Instr) -> Callable[[], Work]:
@@ -294,6 +312,8 @@ class FastSimulator(Simulator):
                 trace.append((ins, work))
                 return work
 
+            if self.backend == "numba":
+                sreg.fuse, sreg.fuse_ins = ((3, int(attr == "e_max"), 0, 0, 0, 0, int(a)), work), ins
             return sreg
         cache, slot = int(ins.dest_cache), ins.dest_addr
         vals = (ins.a_value, ins.b_value, ins.c_value)
