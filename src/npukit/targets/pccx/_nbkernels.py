@@ -178,6 +178,71 @@ def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
     return 0
 
 
+@nb.njit(**_OPTS)
+def _dot_vnni(p_addr, even_addr, odd_addr, chunks):
+    return dot_u4s8(p_addr, even_addr, odd_addr, chunks)
+
+
+@nb.njit(**_OPTS)
+def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0 without VNNI
+    return np.int32(0)
+
+
+_row_dot, _ROW_VNNI = _dot_none, False  # bound per build by `_variant`
+
+
+def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
+    """GEMM on packed INT4 rows: T activation vectors at flat[xoff[t]: +k], results into flat[doff[t]:
+    +M]; each vector quantized with its own exponent (the reference's per-vector GEMV numerics), each
+    weight row read once for all T. The caller guarantees inputs and outputs do not overlap."""
+    nt, kb = xoff.shape[0], p.shape[1]
+    es = np.empty(nt, np.int64)
+    qe = np.empty((nt, kb), np.int8)
+    qo = np.empty((nt, kb), np.int8)
+    offset = np.zeros(nt, np.int32)
+    chunks = kb // 64 if (_ROW_VNNI and p.strides[1] == 1) else 0
+    body = chunks * 64
+    for t in range(nt):
+        es[t] = quantize(flat[xoff[t]: xoff[t] + k], q2[t], lut64)
+        for j in range(kb):
+            qe[t, j] = q2[t, 2 * j]
+            qo[t, j] = q2[t, 2 * j + 1]
+        for j in range(body):
+            offset[t] += np.int32(qe[t, j]) + np.int32(qo[t, j])
+    base, stride = p.ctypes.data, p.strides[0]
+    ea, oa = qe.ctypes.data, qo.ctypes.data
+    accs = np.empty((nt, p.shape[0]), np.int32)
+    for m in nb.prange(p.shape[0]):
+        for t in range(nt):
+            acc = np.int32(0)
+            if chunks:
+                acc = _row_dot(base + m * stride, ea + t * kb, oa + t * kb, chunks) - 8 * offset[t]
+            for j in range(body, kb):
+                b = np.int8(p[m, j])
+                lo, hi = np.int32(np.int8(b << 4) >> 4), np.int32(b >> 4)
+                acc += lo * np.int32(qe[t, j]) + hi * np.int32(qo[t, j])
+            accs[t, m] = acc
+    mm = p.shape[0]
+    for t in range(nt):
+        d = flat[doff[t]: doff[t] + mm]
+        if es[t] == 999:
+            d[:] = 0x7FC0  # a non-finite activation: this vector's outputs NaN (numerics.gemv)
+        else:
+            _epilogue(accs[t].astype(np.float32), es[t], scale, d, accm, lut32)
+
+
+def _variant(f, name: str, **bound):
+    """``f`` compiled under its own name with some globals bound: the portable build never types the
+    VNNI intrinsic (which LLVM cannot select for a CPU without it)."""
+    g = types.FunctionType(f.__code__, {**f.__globals__, **bound}, name, f.__defaults__, f.__closure__)
+    g.__qualname__ = name
+    return nb.njit(parallel=True, **_OPTS)(g)
+
+
+gemm_p4_vnni = _variant(_gemm_p4, "gemm_p4_vnni", _row_dot=_dot_vnni, _ROW_VNNI=True)
+gemm_p4_portable = _variant(_gemm_p4, "gemm_p4_portable", _row_dot=_dot_none, _ROW_VNNI=False)
+
+
 @nb.njit(parallel=True, **_OPTS)
 def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
     """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite."""
@@ -425,6 +490,7 @@ def reduce_sum_bits(x, lut32):
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
            "max_bits": max_bits, "cvo_block": cvo_block,
+           "gemm_p4": gemm_p4_vnni if SIMD == "avx512-vnni" else gemm_p4_portable,
            "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
            "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni,
            "cvo": cvo,

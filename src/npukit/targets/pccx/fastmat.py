@@ -104,10 +104,19 @@ def bind_mat(sim: FastSimulator, idx: int, ins: Instr, key: bytes) -> _MatBindin
     if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8" or (
             sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS)):
         codes = sim.int4_codes(addr, m, k, w_scale)
+    findemax = bool(ins.flags & GemvFlag.FINDEMAX)
+    if n > 1 and fmt == "int4" and codes is None and sim.backend == "numba":
+        gemm = _gemm_kernel(sim, flat, s0, d0, kw, mw, n, k, body.reshape(m, rb), sbytes, accm)
+
+        def run_gemm() -> None:
+            gemm()
+            if findemax:
+                update_emax(sim, ds)
+
+        return _MatBinding(key, _mat_work(idx, ins, m, n, k, fmt, w_scale, accm), run_gemm, None)
     vec = _vector_kernel(sim, fmt, codes, body, sbytes, m, k, rb, accm)
     if vec is None:
         return None
-    findemax = bool(ins.flags & GemvFlag.FINDEMAX)
 
     def run() -> None:
         for x, d in zip(xs, ds, strict=True):
@@ -116,6 +125,21 @@ def bind_mat(sim: FastSimulator, idx: int, ins: Instr, key: bytes) -> _MatBindin
             update_emax(sim, ds)
 
     return _MatBinding(key, _mat_work(idx, ins, m, n, k, fmt, w_scale, accm), run, codes)
+
+
+def _gemm_kernel(sim: FastSimulator, flat: np.ndarray, s0: int, d0: int, kw: int, mw: int, n: int, k: int,
+                 p: np.ndarray, sbytes: np.ndarray | None, accm: bool) -> Callable[[], None]:
+    """All N vectors against the packed INT4 image in one call: each row is read once (prefill)."""
+    xoff = np.array([(s0 + j * kw) * _E for j in range(n)], np.int64)
+    doff = np.array([(d0 + j * mw) * _E for j in range(n)], np.int64)
+    q2 = np.zeros((n, k + 16), np.int8)
+    gemm, lut32, lut64 = sim._k["gemm_p4"], kx.LUT32, kx.LUT64
+
+    def run() -> None:
+        scale = sbytes.view("<f4").astype(np.float32) if sbytes is not None else _NO_SCALE
+        gemm(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64)
+
+    return run
 
 
 def update_emax(sim: FastSimulator, ds: list[np.ndarray]) -> None:
