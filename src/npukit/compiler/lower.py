@@ -9,6 +9,10 @@ reference's exact op sequence; host-side work (embedding and PLE row lookups, Ro
 for real and becomes staged host inputs. The program therefore computes what the reference
 computes by construction; the simulator checks the addressing, tiling and encoding.
 
+A prefill chunk (GEMMs over T tokens) is lowered by `npukit.compiler.lower_prefill` on the same
+machinery: `SymbolicKVCache.append_batch` (one host step for the chunk's T K/V rows) and per-token
+span keys (`KVOperand.slot`).
+
 Helpers swapped into the traced model: `TraceStore` (matrix codes are never unpacked; the row
 scales identify the weight tile), `SymbolicKVCache` (the KV ring: appends become a staging copy and
 a host step, reads become ring operands).

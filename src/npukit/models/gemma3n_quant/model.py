@@ -19,6 +19,11 @@ semantics are transformers' Gemma 3n (refs §5.3), mapped onto instructions as f
 * max(m, 1e-5) in the AltUp magnitude: RELU_BIAS(m, 1e-5) → ADD 1e-5 (equal to the max except
   when m lies within a factor ~2^8 of 1e-5, where the subtraction rounds).
 
+Prefill (`Gemma3nW4A8.forward_batch`): the same per-token ops for a chunk of T tokens, each weight
+matrix one GEMM (``ops.gemm`` over ``ops.batch``: N = T, one activation exponent per token, so each
+row equals the GEMV), the layer's T KV writes before the chunk's causal attention; bit-identical to
+T ``step`` calls (docs/compiler.md, "Prefill").
+
 Host side (float32, marked ``host``): token-embedding and per-layer-embedding row lookups from the
 INT4 tables (dequantized, scaled by √d), RoPE tables, sampling on the returned logits.
 
