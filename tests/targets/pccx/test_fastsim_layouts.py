@@ -50,16 +50,19 @@ def _program(sim, layout: dict, rng, x_bits: np.ndarray) -> None:
     if mode != "none":
         sim.host.write(S_ADDR, b"\0" * 4 + scales.tobytes())
         sim.set_cc(1, 1, *scale_entry(S_ADDR + 4))
-    sim.set_cc(0, 0, m, 1, k)
+    n = layout.get("n", 1)
+    sim.set_cc(0, 0, m, n, k)
     sim.set_cc(1, 0, *weight_entry(fmt, W_ADDR + off, ext))
-    sim.write_l2_bits(0, x_bits)
-    sim.write_l2_bits(0x200, rng.integers(0, 1 << 16, m).astype(np.uint16))  # accm operand
+    kw, mw = -(-k // 8), -(-m // 8)
+    for j in range(n):  # vector j at word j * kw (a GEMM's activation rows)
+        sim.write_l2_bits(j * kw, np.roll(x_bits, 3 * j))
+    sim.write_l2_bits(0x200, rng.integers(0, 1 << 16, n * mw * 8).astype(np.uint16))  # accm operand
 
 
-def _run(sim, flags: str):
+def _run(sim, flags: str, n: int = 1):
     sim.load_program(asm.assemble(
         "memset cache=sreg slot=1 a=0xFF80\n"
-        f"gemv dest=0x200 src=0 shape=0 size=0 flags={flags}\n"
+        f"{'gemm' if n > 1 else 'gemv'} dest=0x200 src=0 shape=0 size=0 flags={flags}\n"
         "cvo.load_scalar src=0x200 dst=0 len=3"))
     return sim.run()
 
@@ -69,7 +72,7 @@ layouts = st.fixed_dictionaries({
     "m": st.integers(1, 40), "k": st.integers(1, 70), "off": st.sampled_from([0, 4, 8, 12]),
     "kmajor": st.booleans(), "mode": st.sampled_from(["none", "split", "act"]),
     "flags": st.sampled_from(["w_scale", "w_scale|findemax", "0", "w_scale|accm", "findemax"]),
-    "sparse": st.floats(0.0, 0.95), "seed": st.integers(0, 2**31)})
+    "sparse": st.floats(0.0, 0.95), "seed": st.integers(0, 2**31), "n": st.sampled_from([1, 1, 2, 4])})
 
 
 @settings(max_examples=150)
@@ -90,7 +93,7 @@ def test_extended_layouts_match_reference(layout, backend):
     for sim in (ref, fast):
         _program(sim, layout, np.random.default_rng(layout["seed"]), bits)
     for rnd in range(2):  # replay after the host rewrites weights, scales and activations
-        wr, wf = _run(ref, layout["flags"]), _run(fast, layout["flags"])
+        wr, wf = _run(ref, layout["flags"], layout["n"]), _run(fast, layout["flags"], layout["n"])
         assert ref.error is None and fast.error is None, (ref.error, fast.error)
         assert np.array_equal(ref.l2, fast.l2)
         assert (ref.e_max, ref.s_reg) == (fast.e_max, fast.s_reg)
@@ -98,7 +101,10 @@ def test_extended_layouts_match_reference(layout, backend):
         seed = layout["seed"] + 1 + rnd
         for sim in (ref, fast):
             _program(sim, layout, np.random.default_rng(seed), np.flip(bits).copy())
-    assert fast.fallbacks == 0
+    # GEMM (N > 1) has fast steps on plain and K-major (prefill's sparse W_down) INT4/INT8 images
+    plain = not layout["kmajor"] and layout["mode"] == "none"
+    fast_path = layout["n"] == 1 or (layout["fmt"] != "fp16" and (layout["kmajor"] or plain))
+    assert (fast.fallbacks == 0) == fast_path
 
 
 @settings(max_examples=60)

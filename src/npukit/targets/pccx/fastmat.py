@@ -233,24 +233,28 @@ def _slot1(sim: FastSimulator, slot: int) -> int | None:
 def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: int, k: int, a: int, hi: int,
              lo: int) -> _MatBinding | None:
     """GEMV with the extended weight-layout bits (docs/targets/pccx.md): byte offset, split row scales,
-    K-major image with zero-row skipping, activation scales. GEMM (N > 1) and anything the reference
-    would fault on take the reference path."""
+    K-major image with zero-row skipping, activation scales. A K-major GEMM (N > 1, prefill's sparse
+    W_down) runs vector by vector with the reference's union of live rows in its Work; other GEMMs
+    with layout bits, overlapping GEMM operands and anything the reference would fault on take the
+    reference path."""
     from npukit.targets.pccx.fastsim import _MatBinding
 
     ext = a & ~W_FMT_MASK
-    if (ext & ~W_EXT_BITS or sim.profile != "extended" or (ext & W_SPLIT_SCALES and ext & W_ACT_SCALE)
-            or n != 1):
+    if ext & ~W_EXT_BITS or sim.profile != "extended" or (ext & W_SPLIT_SCALES and ext & W_ACT_SCALE):
         return None
     fmt = FORMATS[a & W_FMT_MASK]
     addr = ((hi << 16) | lo) * WORD_BYTES + ((a & W_OFFSET_MASK) >> W_OFFSET_SHIFT)
     kmajor, act = bool(ext & W_KMAJOR), bool(ext & W_ACT_SCALE)
-    if act and not kmajor:
+    if (act and not kmajor) or (n > 1 and not kmajor):
         return None
     rows, cols = (k, m) if kmajor else (m, k)
     rb = row_bytes(fmt, cols)
     s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
-    if s0 + words_of(k) > lim or d0 + words_of(m) > lim:
+    kw, mw = words_of(k), words_of(m)
+    if s0 + n * kw > lim or d0 + n * mw > lim:
         return None
+    if n > 1 and s0 < d0 + n * mw and d0 < s0 + n * kw:
+        return None  # the reference reads every input before writing any output
     w_scale = bool(ins.flags & GemvFlag.W_SCALE)
     accm = bool(ins.flags & GemvFlag.ACCM)
     s1 = _slot1(sim, ins.size_ptr_addr) if ext & (W_SPLIT_SCALES | W_ACT_SCALE) else None
@@ -263,16 +267,18 @@ def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: in
     if body is None or (w_scale and sbytes is None) or (act and abytes is None):
         return None
     flat = sim.l2.reshape(-1)
-    x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
+    xs = [flat[(s0 + j * kw) * _E: (s0 + j * kw) * _E + k] for j in range(n)]
+    ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
+    x, d = xs[0], ds[0]
     findemax = bool(ins.flags & GemvFlag.FINDEMAX)
-    base = _mat_work(idx, ins, m, 1, k, fmt, w_scale, accm)
+    base = _mat_work(idx, ins, m, n, k, fmt, w_scale, accm)
 
     def live_scale() -> np.ndarray:
         return sbytes.view("<f4").astype(np.float32) if sbytes is not None else _NO_SCALE
 
     def emax() -> None:
         if findemax:
-            update_emax(sim, [d])
+            update_emax(sim, ds)
 
     if not kmajor:  # row-major with split scales / byte offset: the weights change with the ring
         vec = _vector_kernel(sim, fmt, None, body, sbytes, m, k, rb, accm)
@@ -286,11 +292,11 @@ def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: in
         return _MatBinding(key, base, run_rows, None)
     static = fmt == "int4" and ext & ~W_OFFSET_MASK == W_KMAJOR  # a weight image, not a KV ring block
     codes = sim.int4_kmajor_codes(addr, m, k) if static else None
-    if fmt == "fp16" and sim.backend != "numba":
-        return None
+    if fmt == "fp16" and (sim.backend != "numba" or n > 1):
+        return None  # (N > 1: a non-finite live weight faults before the reference writes anything)
     pre = base.label.split("  ; ")[0]
     tail = f" ksplit={nx.k_splits(k)}"
-    head = f"{pre}  ; M={m} N=1 K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
+    head = f"{pre}  ; M={m} N={n} K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
     q = sim._qbuf
     kern = sim._k
 
@@ -305,7 +311,8 @@ def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: in
             return body.view("<u2").reshape(k, m)
         return w if sim.backend == "numba" else w.astype(np.float32)
 
-    def run_km() -> Work:
+    def one(x: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """One vector into ``d``; its live-row mask (None: all rows, a non-finite activation)."""
         xb = x
         if act:
             xb = nx.to_bits(nx.cvo_mul(kx.LUT32[x], abytes.view("<f4").astype(np.float32)))
@@ -317,19 +324,30 @@ def bind_ext(sim: FastSimulator, idx: int, ins: Instr, key: bytes, m: int, n: in
                 raise FormatError("FP16 weight operand has a non-finite element")
             if live < 0:
                 d[:] = 0x7FC0
-                live = k
-        else:
-            qe = kx.np_quantize(xb)
-            if qe is None:
-                d[:] = 0x7FC0
-                live = k
-            else:
-                live = int(np.count_nonzero(qe[0]))
-                acc = kx.np_int_dot(w.T, qe[0], kx.INT4_CHUNK if fmt == "int4" else kx.INT8_CHUNK)
-                kx.np_epilogue(acc, qe[1], live_scale() if w_scale else None, d, accm)
+                return None
+            return q[:k] != 0
+        qe = kx.np_quantize(xb)
+        if qe is None:
+            d[:] = 0x7FC0
+            return None
+        acc = kx.np_int_dot(w.T, qe[0], kx.INT4_CHUNK if fmt == "int4" else kx.INT8_CHUNK)
+        kx.np_epilogue(acc, qe[1], live_scale() if w_scale else None, d, accm)
+        return qe[0] != 0
+
+    def run_km() -> Work:
+        if n == 1:
+            mask = one(x, d)
+            live = k if mask is None else int(np.count_nonzero(mask))
+        else:  # the reference's Work counts the union of the vectors' live rows
+            union = np.zeros(k, bool)
+            for xj, dj in zip(xs, ds, strict=True):
+                mj = one(xj, dj)
+                union = np.ones(k, bool) if mj is None else union | mj
+            live = int(np.count_nonzero(union))
         emax()
         return dataclasses.replace(
-            base, macs=m * live, weight_bytes=live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0),
+            base, macs=m * n * live,
+            weight_bytes=live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0),
             label=f"{head} live_k={live}{' act_scale' if act else ''}{tail}")
 
     return _MatBinding(key, base, run_km, codes)
