@@ -158,12 +158,15 @@ def compile_cvo(sim: FastSimulator, idx: int, ins: Instr) -> Callable[[], Work] 
     return None  # anything added to the ISA later: the reference path
 
 
-def fuse_groups(sim: FastSimulator, plan: list[Callable[[], Work]]) -> list[tuple[int, Callable] | None]:
+def fuse_groups(sim: FastSimulator, plan: list[Callable[[], Work]], old: list | None = None,
+                changed: frozenset[int] = frozenset()) -> list[tuple[int, Callable] | None]:
     """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, REDUCE_SUM, LOAD_SCALAR, MEMSET
     of S/e_max on the numba backend) as one `cvo_block` call each: ``out[i] = (end, run)`` for a run
     starting at i. The table rows replay exactly what the single steps do, in order (each CVO reads
     its whole input before writing; none of them can fault once decoded), so a run equals its steps.
-    Steps whose rows equal a previous build's reuse its groups (per-token patches are descriptors)."""
+    ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
+    with the same bounds and no patched step keeps its old block (per token, only the softmax runs
+    whose length is the attention span are rebuilt)."""
     n = len(plan)
     out: list[tuple[int, Callable] | None] = [None] * n
     i = 0
@@ -172,7 +175,9 @@ def fuse_groups(sim: FastSimulator, plan: list[Callable[[], Work]]) -> list[tupl
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
         if j - i >= 2:
-            out[i] = (j, _group(sim, plan[i:j]))
+            prev = old[i] if old is not None else None
+            keep = prev is not None and prev[0] == j and not any(c in changed for c in range(i, j))
+            out[i] = prev if keep else (j, _group(sim, plan[i:j]))
         i = max(j, i + 1)
     return out
 

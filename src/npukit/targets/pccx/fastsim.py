@@ -168,21 +168,23 @@ class FastSimulator(Simulator):
             base = self._by_len.get(slot)
             if base is not None and len(base[0]) != len(key):
                 base = None
-            groups = None
+            groups, old_groups, changed = None, None, frozenset()
             if base is not None:  # a patched program (new descriptors): rebuild only the changed steps
                 old_key, old_plan = base
                 plan = [st if w == ow else self._compile(i, w)
                         for i, (w, ow, st) in enumerate(zip(key, old_key, old_plan, strict=True))]
-                changed = [i for i, (a, b) in enumerate(zip(plan, old_plan, strict=True)) if a is not b]
-                if not any(hasattr(plan[i], "fuse") or hasattr(old_plan[i], "fuse") for i in changed):
-                    groups = self._fused.get(old_key)  # the fused SFU runs are untouched by the patch
+                changed = frozenset(i for i, (w, ow) in enumerate(zip(key, old_key, strict=True)) if w != ow)
+                old_groups = self._fused.get(old_key)
+                if old_groups is not None and not any(
+                        hasattr(plan[i], "fuse") or hasattr(old_plan[i], "fuse") for i in changed):
+                    groups = old_groups  # the fused SFU runs are untouched by the patch
             else:
                 plan = [self._compile(i, w) for i, w in enumerate(self.program)]
             if len(self._plans) >= _MAX_PLANS:
                 del self._fused[next(iter(self._plans))]
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
-            self._fused[key] = fuse_groups(self, plan) if groups is None else groups
+            self._fused[key] = fuse_groups(self, plan, old_groups, changed) if groups is None else groups
         self._by_len[slot] = (key, plan)
         self._plan, self._plan_of, self._groups = plan, self.program, self._fused[key]
 

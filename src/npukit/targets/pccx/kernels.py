@@ -193,6 +193,18 @@ def one_thread() -> Iterator[None]:
         _nb.set_num_threads(n)
 
 
+def simd() -> str:
+    """The numba kernels' SIMD path: "avx512-vnni" (probed by a trial run), "portable", or "none"."""
+    if _nb is None:
+        return "none"
+    from npukit.targets.pccx import _nbkernels
+
+    return _nbkernels.SIMD
+
+
+VNNI = simd() == "avx512-vnni"  # packed INT4 then beats unpacked int8 codes from K = 128 (2 chunks)
+
+
 def _numba_kernels() -> dict[str, Any]:
     """Compiled kernels (compiled lazily on first call, cached on disk); empty without numba."""
     if _nb is None:
