@@ -117,6 +117,7 @@ def _one_line_error(capsys, *argv, match):
 
 def test_bad_inputs_are_one_line_errors(capsys):
     d = cached_dir(0)
+    capsys.readouterr()  # building the cached model may print transformers' save progress
     v = TINY["vocab_size"]
     _one_line_error(capsys, d, "--prompt-ids", f"1,{v}", match=f"token id {v} out of range")
     _one_line_error(capsys, d, "--prompt-ids", "1,-3", match="token id -3 out of range")

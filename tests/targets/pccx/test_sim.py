@@ -145,8 +145,9 @@ def _ref(fn, x, emax=None, s=None, d=None):
             return math.exp(v - emax) if emax is not None else math.exp(v)
         if fn == "sqrt":
             return math.sqrt(v) if v >= 0 else math.nan
-        if fn == "gelu":
-            return 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v)))
+        if fn == "gelu":  # NumPy's tanh (the contract, docs/numerics.md): for x < -5, 1 + tanh(.)
+            # cancels, and libm's tanh (math.tanh) differs from NumPy's by an ulp there
+            return 0.5 * v * (1 + float(np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v * v * v))))
         if fn == "sin":
             return math.sin(v)
         if fn == "cos":

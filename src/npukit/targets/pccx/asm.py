@@ -15,6 +15,7 @@ text, one 16-digit word per line (``//`` comments allowed).
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,13 @@ def _mnemonic(ins: Instr) -> str:
     return ins.op.name.lower()
 
 
+@functools.cache
+def _enum_text(kind: str, v: int) -> str:
+    names = {int(m): m.name.lower() for m in _ENUMS[kind]}
+    return names.get(v, str(v))
+
+
+@functools.cache
 def _flag_text(v: int, tp: type) -> str:
     names = [m.name.lower() for m in sorted(tp, key=lambda m: -int(m)) if v & int(m)]
     rest = v & ~sum(int(m) for m in tp)
@@ -89,7 +97,7 @@ def format_instr(ins: Instr) -> str:
         if f.kind == "flags":
             text = _flag_text(int(v), _FLAG_TYPES[ins.op])
         elif f.kind in _ENUMS:
-            text = _ENUMS[f.kind](v).name.lower() if int(v) in iter(_ENUMS[f.kind]) else str(int(v))
+            text = _enum_text(f.kind, int(v))
         elif f.kind in ("l2", "aux") or (ins.op == Op.MEMSET and ins.dest_cache == DestCache.SREG
                                          and f.name == "a_value"):
             text = f"0x{int(v):X}"
