@@ -19,8 +19,12 @@ The host memory-bandwidth floor: the INT4 weight bytes one token streams (Σ Wor
 token's INT4 GEMVs) divided by the host bandwidth measured in this run (NumPy sum over 512 MiB).
 
 Marginal s/token = (time for tokens 1..N+1 − time for token 1) / N, median over ``--repeats``; token
-1 includes compiling the program. Timings are tier ``measured`` on this machine; ratios ``derived``.
-Usage: ``python benchmarks/gemma3n_decode.py [--layers 4] [--tokens 8] [--repeats 3] [--json]``.
+1 includes compiling the program. Prefill (``--prompt P`` tokens, 0 to skip): transformers runs the
+prompt in one forward call, pccx through ``PccxDriver.prefill`` (GEMM chunks on the systolic-array
+path, each weight tile read once per chunk); seconds per prompt token, the first (compiling) run
+excluded. Timings are tier ``measured`` on this machine; ratios ``derived``.
+Usage: ``python benchmarks/gemma3n_decode.py [--layers 4] [--tokens 8] [--prompt 32] [--repeats 3]
+[--threads 2] [--check] [--json]``.
 """
 
 from __future__ import annotations
@@ -120,6 +124,32 @@ def hf_tokens(model: Any, n_tok: int) -> list[float]:
     return per
 
 
+def hf_prefill(model: Any, ids: list[int]) -> float:
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        return (time.perf_counter() - t0) / len(ids)
+
+
+def pccx_prefill(drv: PccxDriver, ids: list[int], ref: Gemma3nW4A8 | None = None) -> float:
+    drv.reset()
+    t0 = time.perf_counter()
+    logits = drv.prefill(ids)
+    dt = (time.perf_counter() - t0) / len(ids)
+    drv.dev.trace.clear()
+    if ref is not None:
+        ref.reset()
+        for t in ids:
+            want = ref.step(t)
+        if not np.array_equal(want.view(np.uint32), logits.view(np.uint32)):
+            raise SystemExit("pccx GEMM prefill logits differ from the quant reference run token by token")
+    return dt
+
+
 def host_bandwidth() -> float:
     a = np.ones(1 << 27, np.float32)  # 512 MiB
     best = float("inf")
@@ -151,6 +181,13 @@ def run_case(name: str, hf: Any, weights: Gemma3nWeights, args: Any, led: Ledger
         px_m.append(marginal(per))
     hf_s, px_s = statistics.median(hf_m), statistics.median(px_m)
     st = drv.last_stats
+    pre: dict[str, float] = {}
+    if args.prompt:
+        ids = [int(i) for i in np.random.default_rng(1).integers(3, weights.config.vocab_size, args.prompt)]
+        pccx_prefill(drv, ids, ref)  # compiles the chunk programs (and checks the bits with --check)
+        hf_prefill(hf, ids)
+        pre = {"hf": statistics.median(hf_prefill(hf, ids) for _ in range(args.repeats)),
+               "pccx": statistics.median(pccx_prefill(drv, ids) for _ in range(args.repeats))}
     p = f"{name}: "
     led.add(p + "transformers fp32 eager s/token", hf_s, "s", Tier.MEASURED, src)
     led.add(p + "pccx s/token", px_s, "s", Tier.MEASURED, src + " (compiled model, PccxDriver fast)")
@@ -158,9 +195,15 @@ def run_case(name: str, hf: Any, weights: Gemma3nWeights, args: Any, led: Ledger
     led.add(p + "speedup vs transformers", hf_s / px_s, "x", Tier.DERIVED, src)
     led.add(p + "pccx first token s", statistics.median(first), "s", Tier.MEASURED,
             src + " (includes compile)")
+    if pre:
+        ps = f"{src}; prompt {args.prompt} tokens"
+        led.add(p + "transformers fp32 prefill s/prompt token", pre["hf"], "s", Tier.MEASURED, ps)
+        led.add(p + "pccx GEMM prefill s/prompt token", pre["pccx"], "s", Tier.MEASURED,
+                ps + " (PccxDriver.prefill)")
+        led.add(p + "prefill speedup vs transformers", pre["hf"] / pre["pccx"], "x", Tier.DERIVED, ps)
     return {"name": name, "hf": hf_s, "pccx": px_s, "wbytes": wbytes, "first": statistics.median(first),
             "instructions": sum(st.counts.values()), "fallbacks": drv.dev.fallbacks, "setup_s": setup,
-            "variants": len(drv.variants), "checked": bool(args.check)}
+            "variants": len(drv.variants), "checked": bool(args.check), "prefill": pre}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--tokens", type=int, default=8, help="N: marginal = (T(N+1) - T(1)) / N")
+    ap.add_argument("--prompt", type=int, default=32, help="prefill prompt tokens (0: no prefill timing)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", action="store_true", help="require bit-identical logits vs --target quant")
@@ -181,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         import numba
 
         numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    simd = ""
+    if kernels.HAVE_NUMBA:
+        from npukit.sim.nb_simd import probe
+
+        simd = f" ({probe()[0]})"
     machine = (f"{platform.machine()} {os.cpu_count()} cpu, {platform.processor() or 'cpu'}; torch "
-               f"{torch.__version__} threads {args.threads}; fastsim {kernels.BACKENDS[0]}; KV {KV}")
+               f"{torch.__version__} threads {args.threads}; fastsim {kernels.BACKENDS[0]}{simd}; KV {KV}")
     base = f"benchmarks/gemma3n_decode.py N={args.tokens} median of {args.repeats}; {machine}"
     led = Ledger()
     hf = hf_model(args.layers, args.vocab)
@@ -209,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                      str(c["fallbacks"])])
     ui.table(rows, ["model", "transformers ms/tok", "pccx ms/tok", "speedup", "INT4 floor ms", "pccx/floor",
                     "instr/tok", "fallbacks"], align="lrrrrrrr")
+    if args.prompt:
+        print(f"\nprefill, {args.prompt}-token prompt (ms per prompt token):")
+        ui.table([[c["name"], f"{c['prefill']['hf'] * 1e3:.2f}", f"{c['prefill']['pccx'] * 1e3:.2f}",
+                   f"{c['prefill']['hf'] / c['prefill']['pccx']:.2f}x"] for c in cases],
+                 ["model", "transformers", "pccx GEMM prefill", "speedup"], align="lrrr")
     print(f"\nhost bandwidth {bw / 1e9:.1f} GB/s; goal: e2b-width speedup >= 3x; "
           f"bit-exact check vs quant: {'on' if args.check else 'off (--check)'}")
     print(f"tier: measured (speedups, floors derived); source: {base}")

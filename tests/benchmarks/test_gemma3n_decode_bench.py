@@ -18,7 +18,7 @@ def test_json_figures_carry_tiers_and_consistent_ratios(capsys):
     sys.modules["bench_gemma3n_decode"] = mod
     spec.loader.exec_module(mod)
     assert mod.main(["--layers", "1", "--vocab", "8192", "--tokens", "2", "--repeats", "1", "--check",
-                     "--json"]) == 0
+                     "--prompt", "6", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     f = res["ledger"]["figures"]
     for case in ("e2b-width", "embedded"):
@@ -31,5 +31,11 @@ def test_json_figures_carry_tiers_and_consistent_ratios(capsys):
     assert f["host bandwidth"]["tier"] == "measured"
     # one E2B-width layer + 8192-row LM head: INT4 codes + FP32 row scales streamed per token
     assert f["e2b-width: INT4 bytes/token"]["value"] > 30e6
+    for case in ("e2b-width", "embedded"):  # GEMM prefill timed (its logits checked under --check)
+        pre = f[f"{case}: prefill speedup vs transformers"]
+        assert pre["tier"] == "derived" and pre["value"] == pytest.approx(
+            f[f"{case}: transformers fp32 prefill s/prompt token"]["value"]
+            / f[f"{case}: pccx GEMM prefill s/prompt token"]["value"])
     for c in res["cases"]:  # the compiled model ran: every instruction on a fast path, logits checked
-        assert c["fallbacks"] == 0 and c["checked"] and c["instructions"] > 100 and c["variants"] == 1
+        assert c["fallbacks"] == 0 and c["checked"] and c["instructions"] > 100
+        assert c["variants"] == 2  # one decode program (one span bucket) + one 6-token prefill chunk
