@@ -338,25 +338,42 @@ def decode(word: int, profile: str = "extended", hw: Any = None) -> Instr:
         raise DecodeError(0, f"not an integer word: {word!r}") from None
     if not 0 <= w < 1 << 64:
         raise DecodeError(w & ((1 << 64) - 1), "word does not fit in 64 bits")
+    key = (w, profile, Limits.of(hw))
+    hit = _DECODED.get(key)
+    if hit is None:
+        hit = _decode(w, profile, key[2])
+        if len(_DECODED) >= _MAX_DECODED:
+            _DECODED.clear()
+        _DECODED[key] = hit
+    if isinstance(hit, str):
+        raise DecodeError(w, hit)
+    return hit
+
+
+# decode is a pure function of (word, profile, limits) and instructions are immutable: the compiler's
+# encode-time validation and the simulators' decode of the same words share one result
+_DECODED: dict[tuple[int, str, Limits], Instr | str] = {}
+_MAX_DECODED = 1 << 18
+
+
+def _decode(w: int, profile: str, lim: Limits) -> Instr | str:
+    """The instruction, or the reason the word is invalid."""
     opc = w >> 60
     if opc > 4:
-        raise DecodeError(w, f"unknown opcode 0x{opc:X}")
+        return f"unknown opcode 0x{opc:X}"
     op = Op(opc)
     kw: dict[str, Any] = {}
     for f in SPEC[op]:
         raw = (w >> f.lo) & f.mask
         if f.kind == "reserved":
             if raw:
-                raise DecodeError(w, f"reserved bits [{f.hi}:{f.lo}] are nonzero")
+                return f"reserved bits [{f.hi}:{f.lo}] are nonzero"
             continue
         kw[f.name] = _field_value(f, raw)
     if op == Op.MEMSET and not isinstance(kw["dest_cache"], DestCache):
-        raise DecodeError(w, f"dest_cache {kw['dest_cache']} is reserved")
+        return f"dest_cache {kw['dest_cache']} is reserved"
     ins = CLASSES[op](**kw)
-    reason = check(ins, profile, hw)
-    if reason:
-        raise DecodeError(w, reason)
-    return ins
+    return check(ins, profile, lim) or ins
 
 
 def encode(ins: Instr, profile: str = "extended", hw: Any = None) -> int:
