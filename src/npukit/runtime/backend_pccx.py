@@ -3,7 +3,8 @@
 Options (``npukit generate --target pccx``): ``hw`` (preset name or TOML path, default
 ``pccx-v002-kv260``) with ``set`` overrides, ``kv_max_tokens`` / ``kv_sink`` / ``kv_window`` (the
 KV ring; window = max_tokens - sink), ``trace`` (Perfetto JSON of the timed tokens), ``executor``
-(``reference`` | ``fast``), ``prefill`` (``gemm``, the default: the prompt in chunks whose weight
+(``fast``, the default: the pre-decoded bit-identical replay; ``reference``: the readable
+simulator), ``prefill`` (``gemm``, the default: the prompt in chunks whose weight
 matrices are GEMMs, `PccxDriver.prefill`; ``decode``: token by token through the decode program).
 
 Stats: simulated cycles per decode token, per-engine utilisation, the bottleneck and the projected
@@ -38,7 +39,7 @@ class Gemma3nPccx:
 
     def __init__(self, model: Any, kv: str = "fp16", hw: str | None = None, overrides: Sequence[str] = (),
                  kv_max_tokens: int | None = None, kv_sink: int | None = None, kv_window: int | None = None,
-                 trace: str | None = None, executor: str = "reference", profile: str = "extended",
+                 trace: str | None = None, executor: str = "fast", profile: str = "extended",
                  prefill: str = "gemm") -> None:
         t0 = time.perf_counter()
         if prefill not in PREFILL_MODES:
