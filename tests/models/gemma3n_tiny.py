@@ -15,6 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
+SL, FU = "sliding_attention", "full_attention"
+# the npukit-side quant tests' config: 6 mixed layers, KV sharing, two sparse layers, window 5
+MIXED = dict(
+    model_type="gemma3n_text", vocab_size=128, vocab_size_per_layer_input=112, hidden_size=64,
+    hidden_size_per_layer_input=8, intermediate_size=[128, 96, 128, 96, 128, 96], num_hidden_layers=6,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, laurel_rank=8, num_kv_shared_layers=2,
+    sliding_window=5, layer_types=[SL, SL, FU, SL, SL, FU],
+    activation_sparsity_pattern=[0.95, 0.9, 0, 0, 0, 0], max_position_embeddings=256,
+    final_logit_softcapping=30.0,
+)
+
 TINY = dict(
     vocab_size=96, vocab_size_per_layer_input=80, hidden_size=32, hidden_size_per_layer_input=8,
     intermediate_size=[48, 64, 48, 64, 48, 64, 48, 64], num_hidden_layers=8, num_attention_heads=4,

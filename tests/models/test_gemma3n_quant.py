@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from gemma3n_tiny import MIXED, SL
 
 from npukit.errors import ConfigError, ModelError
 from npukit.formats.int4 import dequantize_int4, quantize_int4
@@ -22,15 +23,7 @@ from npukit.models.gemma3n_quant.ops import DEVICE_OPS, EXTENDED_OPS, MOVE_OPS
 from npukit.targets.pccx import numerics as nx
 
 F64 = np.float64
-SL, FU = "sliding_attention", "full_attention"
-CFG = dict(
-    model_type="gemma3n_text", vocab_size=128, vocab_size_per_layer_input=112, hidden_size=64,
-    hidden_size_per_layer_input=8, intermediate_size=[128, 96, 128, 96, 128, 96], num_hidden_layers=6,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=16, laurel_rank=8, num_kv_shared_layers=2,
-    sliding_window=5, layer_types=[SL, SL, FU, SL, SL, FU],
-    activation_sparsity_pattern=[0.95, 0.9, 0, 0, 0, 0], max_position_embeddings=256,
-    final_logit_softcapping=30.0,
-)
+CFG = MIXED
 SEQ = 16  # > sliding_window: the window, KV sharing and both RoPE thetas are all exercised
 
 

@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gemma3n_tiny import MIXED
 
 from npukit.errors import ModelError
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.models.gemma3n_quant import Gemma3nW4A8, Int4Store, RecordingOps
 
-SL, FU = "sliding_attention", "full_attention"
-CFG = dict(
-    model_type="gemma3n_text", vocab_size=128, vocab_size_per_layer_input=112, hidden_size=64,
-    hidden_size_per_layer_input=8, intermediate_size=[128, 96, 128, 96, 128, 96], num_hidden_layers=6,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=16, laurel_rank=8, num_kv_shared_layers=2,
-    sliding_window=5, layer_types=[SL, SL, FU, SL, SL, FU],
-    activation_sparsity_pattern=[0.95, 0.9, 0, 0, 0, 0], max_position_embeddings=256,
-    final_logit_softcapping=30.0,
-)
+CFG = MIXED
 IDS = [3, 77, 12, 5, 100, 64, 9, 31, 2, 88, 41]
 
 
