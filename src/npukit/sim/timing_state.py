@@ -55,30 +55,31 @@ def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], strea
 
 
 class Sim:
+    """One `simulate` call: static per-op tables, then `run` (one pass of the event loop per event)."""
+
     def __init__(self, machine: Machine, ops: Sequence[Op]) -> None:
         self.m, self.ops = machine, list(ops)
         ops = self.ops
-        n = len(ops)
-        self.capacity = {r.name: r.bytes_per_cycle for r in machine.resources}
+        self.capacity = capacity = {r.name: r.bytes_per_cycle for r in machine.resources}
         self.streams = {s.name: s for s in machine.streams}
-        _validate(machine, ops, self.capacity, self.streams)
-        eidx = {e: i for i, e in enumerate(machine.engines)}
-        self.ename = list(machine.engines)
+        _validate(machine, ops, capacity, self.streams)
+        rix = {r: i for i, r in enumerate(capacity)}
+        six = {s: i for i, s in enumerate(self.streams)}
         self.queue = [[p for p, o in enumerate(ops) if o.engine == e] for e in machine.engines]
-        self.head = [0] * len(self.queue)
-        self.cur = [q[0] if q else -1 for q in self.queue]  # head op of each engine, -1 once drained
-        # static per-op attributes
-        self.eng = [eidx[o.engine] for o in ops]
         self.cyc = [o.cycles for o in ops]
         self.lat = [o.latency for o in ops]
         self.tail = [o.tail for o in ops]
-        self.path = [o.path for o in ops]
         self.xfer = [o.xfer_bytes for o in ops]
-        self.strm = [o.stream for o in ops]
-        self.sbr = [o.stream_bytes for o in ops]  # raw stream_bytes
-        self.sb = [o.stream_bytes if o.stream is not None else 0.0 for o in ops]
+        self.rpath = [tuple(rix[r] for r in o.path) for o in ops]  # resource ordinals
+        self.sidx = [-1 if o.stream is None else six[o.stream] for o in ops]
+        self.sbr = [o.stream_bytes for o in ops]  # as given
+        self.sb = [o.stream_bytes if o.stream is not None else 0.0 for o in ops]  # drawn from a stream
         self.isasync = [o.is_async for o in ops]
         self.cap = [1.0 / o.cycles if o.cycles > 0 else math.inf for o in ops]
+        self.xcap = [c * o.xfer_bytes for c, o in zip(self.cap, ops, strict=True)]  # transfer's rate cap
+        self.xlow = [c * (1 - 1e-6) for c in self.xcap]  # below this a transfer is bandwidth-bound
+        pid: dict[tuple[str, ...], int] = {}
+        self.xkey = [(c, pid.setdefault(o.path, len(pid))) for c, o in zip(self.xcap, ops, strict=True)]
         link: list[int | None] = []
         for o in ops:
             pr = o.fifo_from
@@ -91,222 +92,95 @@ class Sim:
         for o in ops:
             nom = 1.0 / o.cycles if o.cycles > 0 else math.inf
             if o.xfer_bytes > 0:
-                alone = min(self.capacity[r] for r in o.path) if o.path else math.inf
+                alone = min(capacity[r] for r in o.path) if o.path else math.inf
                 nom = min(nom, alone / o.xfer_bytes)
             nominal.append(nom)
         self.nominal = nominal
         self.dep_why = [f"dep_{o.engine}" for o in ops]
         self.wait_why = [f"wait_{o.engine}" for o in ops]
-        self.deps: list[list[int] | None] = [None] * n  # hazards found at issue, program order
-        self.dptr = [0] * n
-        self.s_ops = {s: [p for p, o in enumerate(ops) if o.stream == s and o.stream_bytes > 0]
-                      for s in self.streams}
-        self.s_cur = dict.fromkeys(self.streams, 0)
-        self.s_fetched = dict.fromkeys(self.streams, 0.0)
-        self.s_consumed = dict.fromkeys(self.streams, 0.0)  # by finished ops
-        self.inflight: dict[int, None] = {}  # issued, not finished, program order
-        self.act: list[int] = []  # issued, unfinished consumers with an active FIFO coupling
-        self.unstarted = 0
-        self.running: list[int] = []
-        inf = math.inf
-        self.issue, self.start, self.end = [inf] * n, [inf] * n, [inf] * n
-        self.frac = [0.0] * n
-        self.prog_end = [inf] * n  # when the op's work ran out (its tail follows)
-        self.fetched = [0.0] * n
-        self.fetch_t0, self.fetch_t1 = [inf] * n, [inf] * n
-        self.busy = [0.0] * n
-        self.ostall: list[dict[str, float]] = [{} for _ in range(n)]
-        self.estats = [EngineStats(e) for e in machine.engines]
-        self.res_bytes = dict.fromkeys(self.capacity, 0.0)
-        self.usage: list[tuple[float, dict[str, float]]] = []
-        self.levels: list[tuple[float, dict[str, float]]] = []
-        self.t = 0.0
-        self.next_issue, self.k, self.blocker = 0.0, 0, -1
-        self.n_done = 0
+        self.s_ops = [[p for p, o in enumerate(ops) if o.stream == s and o.stream_bytes > 0]
+                      for s in self.streams]
         self.wf_memo: dict[tuple, list[float]] = {}
 
     # --- hazards ---------------------------------------------------------------------------------
-    def _hazards(self, p: int) -> list[int] | None:
-        """Ops in flight when ``p`` issues that ``p`` must wait for (RAW/WAR/WAW), program order."""
+    def _hazards(self, p: int, inflight: dict[int, None]) -> list[int]:
+        """Ops in flight when ``p`` issues that ``p`` must wait for (RAW/WAR/WAW), program order.
+
+        Ops issued later cannot block ``p``, and an op once finished never blocks again, so the
+        first unfinished entry of this list is the op ``p`` waits for at any later time.
+        """
         op = self.ops[p]
-        if not (op.reads or op.writes):
-            return None
         wr, rw = op.writes, op.reads + op.writes
         fifo = op.fifo_from
         ops, isasync = self.ops, self.isasync
         out = []
-        for q in self.inflight:
+        for q in inflight:
             if q == fifo and isasync[q]:
                 continue  # streamed through the FIFO instead of via L2
             e = ops[q]
-            if (any(x0 < y1 and y0 < x1 for x0, x1 in e.writes for y0, y1 in rw)
-                    or (wr and any(x0 < y1 and y0 < x1 for x0, x1 in e.reads for y0, y1 in wr))):
+            hit = False
+            for x0, x1 in e.writes:  # its writes against our reads and writes
+                for y0, y1 in rw:
+                    if x0 < y1 and y0 < x1:
+                        hit = True
+                        break
+                if hit:
+                    break
+            if not hit and wr:
+                for x0, x1 in e.reads:  # its reads against our writes
+                    for y0, y1 in wr:
+                        if x0 < y1 and y0 < x1:
+                            hit = True
+                            break
+                    if hit:
+                        break
+            if hit:
                 out.append(q)
         return out
 
-    def _blocking(self, p: int) -> int | None:
-        """An earlier unfinished op this one must wait for, else None."""
-        d = self.deps[p]
-        if not d:
-            return None
-        end, i, m = self.end, self.dptr[p], len(d)
-        while i < m and end[d[i]] != _INF:
-            i += 1
-        self.dptr[p] = i
-        return d[i] if i < m else None
-
-    # --- instantaneous transitions ---------------------------------------------------------------
-    def _settle(self) -> None:
-        t = self.t
-        n = len(self.ops)
-        win = self.m.issue_window
-        ic = self.m.issue_cycles
-        issue, start, end, frac = self.issue, self.start, self.end, self.frac
-        cur, head, queue = self.cur, self.head, self.queue
-        inflight, link, strm = self.inflight, self.link, self.strm
-        changed = True
-        while changed:
-            changed = False
-            while (self.k < n and self.blocker < 0 and t >= self.next_issue - _EPS
-                   and (win is None or self.unstarted < win)):
-                p = self.k
-                issue[p] = t
-                self.next_issue = t + ic
-                if not self.isasync[p]:
-                    self.blocker = p
-                self.k += 1
-                self.unstarted += 1
-                self.deps[p] = self._hazards(p)
-                inflight[p] = None
-                if link[p] is not None:
-                    self.act.append(p)
-                changed = True
-            for e, p in enumerate(cur):
-                if p < 0:
-                    continue
-                if start[p] == _INF and issue[p] <= t and self._blocking(p) is None:
-                    start[p] = t
-                    self.unstarted -= 1
-                    changed = True
-                if start[p] <= t and self._complete(p):
-                    end[p] = t
-                    frac[p] = 1.0
-                    h = head[e] = head[e] + 1
-                    q = queue[e]
-                    cur[e] = q[h] if h < len(q) else -1
-                    self.n_done += 1
-                    del inflight[p]
-                    if strm[p] is not None:
-                        self.s_consumed[strm[p]] += self.sb[p]
-                    if self.blocker == p:
-                        self.blocker = -1
-                        self.next_issue = t + ic
-                    changed = True
-            fetched, sb = self.fetched, self.sb
-            for s, lst in self.s_ops.items():
-                i = self.s_cur[s]
-                while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
-                    p = lst[i]
-                    self.s_fetched[s] += sb[p] - fetched[p]
-                    fetched[p] = sb[p]
-                    self.fetch_t1[p] = min(self.fetch_t1[p], t)
-                    self.fetch_t0[p] = min(self.fetch_t0[p], t)
-                    i += 1
-                    self.s_cur[s] = i
-                    changed = True
-
-    def _complete(self, p: int) -> bool:
-        t = self.t
-        if t < self.start[p] + self.lat[p] - _EPS:
-            return False
-        if self.frac[p] < 1 - _EPS:
-            if self.haswork[p]:
-                return False
-            self.frac[p], self.prog_end[p] = 1.0, t  # no work: only latency and tail
-        return t >= self.prog_end[p] + self.tail[p] - _EPS
-
-    def _links(self) -> list[tuple[int, int]]:
-        """Active (producer, consumer) FIFO couplings: both unfinished, consumer issued."""
-        end, link = self.end, self.link
-        out = []
-        keep = []
-        for c in self.act:
-            if end[c] != _INF:
-                continue
-            keep.append(c)
-            pr = link[c]
-            if end[pr] == _INF:  # type: ignore[index]
-                out.append((pr, c))
-        self.act = keep
-        return out  # type: ignore[return-value]
-
-    def _fetch_target(self, s: str) -> int | None:
-        lst = self.s_ops[s]
-        i = self.s_cur[s]
-        if i >= len(lst):
-            return None
-        p = lst[i]
-        if self.issue[p] > self.t:
-            return None
-        if i > 0 and self.start[lst[i - 1]] > self.t:
-            return None
-        return p
-
     # --- rates -----------------------------------------------------------------------------------
-    def _running(self) -> list[int]:
-        t, start, lat, frac = self.t, self.start, self.lat, self.frac
-        return [p for p in self.cur
-                if p >= 0 and start[p] + lat[p] <= t + _EPS and start[p] <= t and frac[p] < 1]
-
-    def _level(self, s: str) -> float:
-        frac, sbr, strm = self.frac, self.sbr, self.strm
-        run = sum(frac[p] * sbr[p] for p in self.running if strm[p] == s)
-        return self.s_fetched[s] - self.s_consumed[s] - run
-
-    def _waterfill(self, caps: list[float], paths: list[tuple[str, ...]]) -> list[float]:
-        key = (tuple(caps), tuple(paths))
-        got = self.wf_memo.get(key)
-        if got is None:
-            got = self.wf_memo[key] = _waterfill(caps, paths, self.capacity)
-        return got
-
-    def _rates(self, running: list[int], links: list[tuple[int, int]], level: dict[str, float]):
-        cap, xfer, path, strm, sbr, frac, fetched = (self.cap, self.xfer, self.path, self.strm, self.sbr,
-                                                      self.frac, self.fetched)
-        streams = self.streams
-        targets = {s: self._fetch_target(s) for s in streams}
-        scap = {s: streams[s].bytes_per_cycle for s, p in targets.items() if p is not None}
-        xops = [p for p in running if xfer[p] > 0]
-        xcaps = [cap[p] * xfer[p] for p in xops]
-        xpaths = [path[p] for p in xops]
+    def _rates(self, t: float, running: list[int], links: list[tuple[int, int]], lvl: list[float],
+               tg: list[int | None], start: list[float], frac: list[float], fetched: list[float]):
+        """Progress rates (op → fraction/cycle), their limiting reasons, and each stream's inflow."""
+        cap, xfer, xcap, xlow, sidx, sbr = self.cap, self.xfer, self.xcap, self.xlow, self.sidx, self.sbr
+        streams = self.m.streams
+        nstr = len(streams)
+        scap = [(si, streams[si].bytes_per_cycle) for si in range(nstr) if tg[si] is not None]
+        xops = tuple([p for p in running if xfer[p] > 0])
         nx = len(xops)
-        wants = [p for p in running if strm[p] is not None and sbr[p] > 0]
+        wants = [p for p in running if sbr[p] > 0 and sidx[p] >= 0]
+        memo, xkey = self.wf_memo, self.xkey
         rate: dict[int, float] = {}
         why: dict[int, str] = {}
-        share: dict[str, float] = {}
+        share = [0.0] * nstr
         for _ in range(12):
-            caps = xcaps + list(scap.values())
-            got = self._waterfill(caps, xpaths + [streams[s].path for s in scap]) if caps else []
-            share = {}
+            # max-min fair shares: a function of the transfers' caps and paths and the stream caps
+            key = (tuple([xkey[p] for p in xops]), tuple(scap))
+            got = memo.get(key)
+            if got is None:
+                caps = [xcap[p] for p in xops] + [c for _, c in scap]
+                paths = [self.ops[p].path for p in xops] + [streams[si].path for si, _ in scap]
+                got = memo[key] = _waterfill(caps, paths, self.capacity) if caps else []
+            share = [0.0] * nstr
             new_rate, new_why = {}, {}
             for i in range(nx):
                 p, g = xops[i], got[i]
                 new_rate[p] = g / xfer[p]
-                if g < xcaps[i] * (1 - 1e-6):
+                if g < xlow[p]:
                     new_why[p] = "bandwidth"
-            for s, g in zip(scap, got[nx:], strict=True):
-                share[s] = g
+            for j in range(len(scap)):
+                share[scap[j][0]] = got[nx + j]
             for p in running:
                 new_rate[p], new_why[p] = min(cap[p], new_rate.get(p, math.inf)), new_why.get(p, "")
             for p in wants:  # weights must have arrived
                 sb = sbr[p]
                 avail = fetched[p] - frac[p] * sb
                 if avail <= _BEPS and fetched[p] < sb - _BEPS:
-                    s = strm[p]
-                    inflow = share.get(s, 0.0) if targets.get(s) == p else 0.0  # type: ignore[arg-type]
+                    si = sidx[p]
+                    inflow = share[si] if tg[si] == p else 0.0
                     lim = inflow / sb
                     if lim < new_rate[p]:
-                        new_rate[p], new_why[p] = lim, s  # type: ignore[assignment]
+                        new_rate[p], new_why[p] = lim, streams[si].name
             for pr, c in links + links[::-1]:  # forward then backward along chains
                 gap = frac[pr] - frac[c]
                 rc = new_rate.get(c, 0.0)
@@ -314,162 +188,326 @@ class Sim:
                 if gap <= _EPS and c in new_rate and rp < rc:  # FIFO empty: consumer follows
                     new_rate[c], new_why[c] = rp, self.wait_why[pr]
                 # FIFO full (only once the consumer runs): the producer waits
-                if gap >= self.full[c] - _EPS and pr in new_rate and rc < rp and self.start[c] <= self.t:
+                if gap >= self.full[c] - _EPS and pr in new_rate and rc < rp and start[c] <= t:
                     new_rate[pr], new_why[pr] = rc, self.wait_why[c]
-            new_scap = {}
-            for s, p in targets.items():
-                if p is None:
+            new_scap = []
+            for si in range(nstr):
+                if tg[si] is None:
                     continue
-                c = streams[s].bytes_per_cycle
-                if level[s] >= streams[s].capacity_bytes - _BEPS:
-                    c = sum(new_rate.get(q, 0.0) * sbr[q] for q in running if strm[q] == s)
-                new_scap[s] = c
-            # the rates depend on the stream caps alone: equal caps mean the next round repeats this one
+                c = streams[si].bytes_per_cycle
+                if lvl[si] >= streams[si].capacity_bytes - _BEPS:
+                    c = sum(new_rate.get(q, 0.0) * sbr[q] for q in running if sidx[q] == si)
+                new_scap.append((si, c))
+            # the rates are a function of the stream caps: equal caps, and the next round repeats this one
             stable = new_scap == scap
             rate, why, scap = new_rate, new_why, new_scap
             if stable:
                 break
-        return rate, why, share, targets
+        return rate, why, share
 
-    # --- main loop -------------------------------------------------------------------------------
+    # --- the event loop --------------------------------------------------------------------------
     def run(self) -> TimingResult:
-        n = len(self.ops)
-        stuck = 0
-        while self.n_done < n:
-            self._settle()
-            if self.n_done >= n:
+        ops, m = self.ops, self.m
+        n, inf = len(ops), math.inf
+        queue = self.queue
+        ne = len(queue)
+        head = [0] * ne
+        cur = [q[0] if q else -1 for q in queue]  # head op of each engine queue, -1 once drained
+        live = [e for e in range(ne) if cur[e] >= 0]  # engines with ops left, in engine order
+        lat, tail, xfer, rpath = self.lat, self.tail, self.xfer, self.rpath
+        sidx, sbr, sb = self.sidx, self.sbr, self.sb
+        isasync, link, full, haswork, nominal = self.isasync, self.link, self.full, self.haswork, self.nominal
+        dep_why = self.dep_why
+        streams = m.streams
+        nstr = len(streams)
+        s_ops = self.s_ops
+        s_cur = [0] * nstr
+        s_fetched = [0.0] * nstr
+        s_consumed = [0.0] * nstr  # by finished ops
+        s_capb = [s.capacity_bytes for s in streams]
+        s_rpath = [tuple(list(self.capacity).index(r) for r in s.path) for s in streams]
+        snames = [s.name for s in streams]
+        rnames = list(self.capacity)
+        zeros_s = [0.0] * nstr
+        nres = len(rnames)
+        issue, start, end = [inf] * n, [inf] * n, [inf] * n
+        frac = [0.0] * n
+        prog_end = [inf] * n  # when the op's work ran out (its tail follows)
+        fetched = [0.0] * n
+        fetch_t0, fetch_t1 = [inf] * n, [inf] * n
+        busy = [0.0] * n
+        ostall: list[dict[str, float]] = [{} for _ in range(n)]
+        deps: list[list[int] | None] = [None] * n  # hazards found at issue, program order
+        dptr = [0] * n  # deps[p][:dptr[p]] have finished
+        e_busy, e_idle = [0.0] * ne, [0.0] * ne
+        e_stalls: list[dict[str, float]] = [{} for _ in range(ne)]
+        res_bytes = [0.0] * nres
+        usage: list[tuple[float, dict[str, float]]] = []
+        levels: list[tuple[float, dict[str, float]]] = []
+        last_used: list[float] | None = None
+        inflight: dict[int, None] = {}  # issued, not finished, program order
+        act: list[int] = []  # issued, unfinished consumers with an active FIFO coupling
+        win, ic = m.issue_window, m.issue_cycles
+        t, next_issue, k, blocker, unstarted, n_done, stuck = 0.0, 0.0, 0, -1, 0, 0, 0
+        while n_done < n:
+            # --- instantaneous transitions at t: issue, start, complete, fetches done ----------
+            changed = True
+            while changed:
+                done_any = started_any = False
+                while k < n and blocker < 0 and t >= next_issue - _EPS and (win is None or unstarted < win):
+                    p = k
+                    issue[p] = t
+                    next_issue = t + ic
+                    if not isasync[p]:
+                        blocker = p
+                    k += 1
+                    unstarted += 1
+                    if ops[p].reads or ops[p].writes:
+                        deps[p] = self._hazards(p, inflight)
+                    inflight[p] = None
+                    if link[p] is not None:
+                        act.append(p)
+                for e in live:
+                    p = cur[e]
+                    if p < 0 or p >= k:  # drained, or its head not issued yet
+                        continue
+                    if start[p] == inf:
+                        d = deps[p]
+                        if d:  # the first unfinished hazard, if any, blocks the start
+                            i, dn = dptr[p], len(d)
+                            while i < dn and end[d[i]] != inf:
+                                i += 1
+                            dptr[p] = i
+                            if i < dn:
+                                continue
+                        start[p] = t
+                        unstarted -= 1
+                        started_any = True
+                    if t < start[p] + lat[p] - _EPS:
+                        continue
+                    if frac[p] < 1 - _EPS:
+                        if haswork[p]:
+                            continue
+                        frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
+                    if t >= prog_end[p] + tail[p] - _EPS:
+                        end[p] = t
+                        frac[p] = 1.0
+                        h = head[e] = head[e] + 1
+                        if h < len(queue[e]):
+                            cur[e] = queue[e][h]
+                        else:
+                            cur[e] = -1
+                            live = [e for e in live if cur[e] >= 0]
+                        n_done += 1
+                        del inflight[p]
+                        if sidx[p] >= 0:
+                            s_consumed[sidx[p]] += sb[p]
+                        if blocker == p:
+                            blocker = -1
+                            next_issue = t + ic
+                        done_any = True
+                # another pass changes something only if a head moved on (a new head, freed hazards,
+                # the issuer unblocked) or a start freed a command slot the issuer can now use
+                changed = done_any or (started_any and k < n and blocker < 0 and t >= next_issue - _EPS
+                                       and (win is None or unstarted < win))
+            # fetches complete (nothing above reads or enables these, so once per instant is enough)
+            for si in range(nstr):
+                lst = s_ops[si]
+                i = s_cur[si]
+                while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
+                    p = lst[i]
+                    s_fetched[si] += sb[p] - fetched[p]
+                    fetched[p] = sb[p]
+                    fetch_t1[p] = min(fetch_t1[p], t)
+                    fetch_t0[p] = min(fetch_t0[p], t)
+                    i += 1
+                    s_cur[si] = i
+            if n_done >= n:
                 break
-            running = self.running = self._running()
-            links = self._links()
-            level = {s: self._level(s) for s in self.streams}
-            rate, why, share, targets = self._rates(running, links, level)
-            dt = self._next_dt(running, rate, share, targets, links, level)
-            if math.isinf(dt):
-                p = next(p for p in range(n) if self.end[p] == math.inf)
-                raise TimingError(f"deadlock at cycle {self.t:.0f}: op {self.ops[p].index} "
-                                  f"({self.ops[p].label or self.ops[p].engine}) can never finish")
-            stuck = stuck + 1 if dt <= 0 else 0
-            if stuck > 10 * n + 100:
-                raise TimingError(f"no progress at cycle {self.t:.0f}")
-            self._account(dt, running, rate, why, share, targets)
-            self.t += dt
-        return self._result()
-
-    def _next_dt(self, running, rate, share, targets, links, level) -> float:
-        t, frac, fetched, sbr, strm = self.t, self.frac, self.fetched, self.sbr, self.strm
-        cand = []
-        if self.k < len(self.ops) and self.blocker < 0 and self.next_issue > t + _EPS:
-            cand.append(self.next_issue - t)
-        for p in running:
-            r = rate.get(p, 0.0)
-            if r > 0:
-                cand.append((1 - frac[p]) / r)
-                s = strm[p]
-                if s is not None and sbr[p] > 0:
-                    inflow = share.get(s, 0.0) if targets.get(s) == p else 0.0
-                    avail = fetched[p] - frac[p] * sbr[p]
-                    out = r * sbr[p]
-                    if out > inflow * (1 + 1e-12) and avail > _BEPS:
-                        cand.append(avail / (out - inflow))
-        start, lat, prog_end, tail = self.start, self.lat, self.prog_end, self.tail
-        for p in self.cur:
-            if p >= 0:
+            # --- what runs, the FIFO couplings, fetch targets and buffer levels ------------------
+            heads = [cur[e] for e in live]
+            running = [p for p in heads if start[p] + lat[p] <= t + _EPS and start[p] <= t and frac[p] < 1]
+            links = []
+            if act:
+                keep = []
+                for c in act:
+                    if end[c] != inf:
+                        continue
+                    keep.append(c)
+                    pr = link[c]
+                    if end[pr] == inf:  # type: ignore[index]
+                        links.append((pr, c))
+                act = keep
+            rs = [p for p in running if sidx[p] >= 0]  # running ops that draw from a stream
+            tg: list[int | None] = [None] * nstr  # the op each stream fetches for now
+            lvl = [0.0] * nstr  # buffered bytes (needed where a stream fetches)
+            fetching = False
+            for si in range(nstr):
+                lst = s_ops[si]
+                i = s_cur[si]
+                if i < len(lst) and issue[lst[i]] <= t and not (i > 0 and start[lst[i - 1]] > t):
+                    tg[si] = lst[i]
+                    fetching = True
+                    lvl[si] = (s_fetched[si] - s_consumed[si]
+                               - sum(frac[p] * sbr[p] for p in rs if sidx[p] == si))
+            if running or fetching:
+                rate, why, share = self._rates(t, running, links, lvl, tg, start, frac, fetched)
+            else:
+                rate, why, share = {}, {}, zeros_s
+            # --- time to the next event ----------------------------------------------------------
+            # the first smallest non-negative candidate, as min() over them would pick
+            dt = inf
+            if k < n and blocker < 0 and next_issue > t + _EPS:
+                c = next_issue - t
+                if c >= 0 and c < dt:
+                    dt = c
+            for p in running:
+                r = rate.get(p, 0.0)
+                if r > 0:
+                    c = (1 - frac[p]) / r
+                    if c >= 0 and c < dt:
+                        dt = c
+                    si = sidx[p]
+                    if si >= 0 and sbr[p] > 0:
+                        inflow = share[si] if tg[si] == p else 0.0
+                        avail = fetched[p] - frac[p] * sbr[p]
+                        out = r * sbr[p]
+                        if out > inflow * (1 + 1e-12) and avail > _BEPS:
+                            c = avail / (out - inflow)
+                            if c >= 0 and c < dt:
+                                dt = c
+            for p in heads:
                 lat_end = start[p] + lat[p]
                 if lat_end > t + _EPS:
-                    cand.append(lat_end - t)
+                    c = lat_end - t
+                    if c >= 0 and c < dt:
+                        dt = c
                 tail_end = prog_end[p] + tail[p]
-                if t + _EPS < tail_end < math.inf:
-                    cand.append(tail_end - t)
-        for s, p in targets.items():
-            if p is None:
+                if t + _EPS < tail_end < inf:
+                    c = tail_end - t
+                    if c >= 0 and c < dt:
+                        dt = c
+            if fetching:
+                for si in range(nstr):
+                    p = tg[si]
+                    if p is None:
+                        continue
+                    f = share[si]
+                    if f > 0:
+                        c = (sbr[p] - fetched[p]) / f
+                        if c >= 0 and c < dt:
+                            dt = c
+                        cons = sum(rate.get(q, 0.0) * sbr[q] for q in running if sidx[q] == si)
+                        room = s_capb[si] - lvl[si]
+                        if f > cons * (1 + 1e-12) and room > _BEPS:
+                            c = room / (f - cons)
+                            if c >= 0 and c < dt:
+                                dt = c
+            for pr, c in links:
+                gap = frac[pr] - frac[c]
+                rc, rp = rate.get(c, 0.0), rate.get(pr, 0.0)
+                if rc > rp and gap > _EPS:
+                    d = gap / (rc - rp)
+                    if d >= 0 and d < dt:
+                        dt = d
+                if rp > rc and full[c] - gap > _EPS and start[c] <= t:
+                    d = (full[c] - gap) / (rp - rc)
+                    if d >= 0 and d < dt:
+                        dt = d
+            if dt < inf:
+                dt = max(dt, 0.0)
+            if dt == inf:
+                p = next(p for p in range(n) if end[p] == inf)
+                raise TimingError(f"deadlock at cycle {t:.0f}: op {ops[p].index} "
+                                  f"({ops[p].label or ops[p].engine}) can never finish")
+            stuck = stuck + 1 if dt <= 0 else 0
+            if stuck > 10 * n + 100:
+                raise TimingError(f"no progress at cycle {t:.0f}")
+            if dt <= 0:
                 continue
-            f = share.get(s, 0.0)
-            if f > 0:
-                cand.append((sbr[p] - fetched[p]) / f)
-                cons = sum(rate.get(q, 0.0) * sbr[q] for q in running if strm[q] == s)
-                room = self.streams[s].capacity_bytes - level[s]
-                if f > cons * (1 + 1e-12) and room > _BEPS:
-                    cand.append(room / (f - cons))
-        for pr, c in links:
-            gap = frac[pr] - frac[c]
-            rc, rp = rate.get(c, 0.0), rate.get(pr, 0.0)
-            full = self.full[c]
-            if rc > rp and gap > _EPS:
-                cand.append(gap / (rc - rp))
-            if rp > rc and full - gap > _EPS and start[c] <= t:
-                cand.append((full - gap) / (rp - rc))
-        cand = [c for c in cand if c >= 0]
-        return max(min(cand), 0.0) if cand else math.inf
-
-    def _account(self, dt, running, rate, why, share, targets) -> None:
-        if dt <= 0:
-            return
-        t, frac, xfer, path, prog_end = self.t, self.frac, self.xfer, self.path, self.prog_end
-        used = dict.fromkeys(self.capacity, 0.0)
-        for p in running:
-            r = rate.get(p, 0.0)
-            frac[p] = min(1.0, frac[p] + r * dt)
-            if frac[p] >= 1 - _EPS:
-                frac[p], prog_end[p] = 1.0, t + dt
-            if xfer[p] > 0:
-                for res in path[p]:
-                    used[res] += r * xfer[p]
-        fetched, sbr = self.fetched, self.sbr
-        for s, p in targets.items():
-            if p is None:
-                continue
-            f = share.get(s, 0.0)
-            if f > 0:
-                self.fetch_t0[p] = min(self.fetch_t0[p], t)
-                got = min(sbr[p], fetched[p] + f * dt) - fetched[p]
-                fetched[p] += got
-                self.s_fetched[s] += got
-                for res in self.streams[s].path:
-                    used[res] += f
-        for res, u in used.items():
-            self.res_bytes[res] += u * dt
-        if not self.usage or self.usage[-1][1] != used:
-            self.usage.append((t, used))
-        if self.streams:
-            self.levels.append((t, {s: self._level(s) for s in self.streams}))
-        issue, start, busy, ostall = self.issue, self.start, self.busy, self.ostall
-        for e, p in enumerate(self.cur):
-            st = self.estats[e]
-            if p < 0:
-                st.idle += dt
-                continue
-            if issue[p] > t:
-                reason = "sync" if self.blocker >= 0 else "issue"
-            elif start[p] > t:
-                b = self._blocking(p)
-                reason = self.dep_why[b] if b is not None else "issue"
-            elif p not in running:  # pipeline fill, drain and setup latency count as busy
-                st.busy += dt
-                busy[p] += dt
-                continue
-            else:
-                nominal = self.nominal[p]
-                fr = min(1.0, rate.get(p, 0.0) / nominal) if nominal > 0 else 1.0
-                st.busy += dt * fr
-                busy[p] += dt * fr
-                if fr >= 1 - 1e-9:
+            # --- advance to t + dt: progress, fetches, resource use, engine attribution ---------
+            used = [0.0] * nres
+            for p in running:
+                r = rate.get(p, 0.0)
+                frac[p] = min(1.0, frac[p] + r * dt)
+                if frac[p] >= 1 - _EPS:
+                    frac[p], prog_end[p] = 1.0, t + dt
+                if xfer[p] > 0:
+                    for ri in rpath[p]:
+                        used[ri] += r * xfer[p]
+            for si in range(nstr):
+                p = tg[si]
+                if p is None:
                     continue
-                reason, dt_s = why.get(p) or "bandwidth", dt * (1 - fr)
-                st.stalls[reason] = st.stalls.get(reason, 0.0) + dt_s
-                ostall[p][reason] = ostall[p].get(reason, 0.0) + dt_s
-                continue
-            st.stalls[reason] = st.stalls.get(reason, 0.0) + dt
-            if issue[p] <= t:
-                ostall[p][reason] = ostall[p].get(reason, 0.0) + dt
-
-    def _result(self) -> TimingResult:
-        total = max(self.end, default=0.0)
-        for st in self.estats:  # engines finished early idle until the end
-            st.idle += max(0.0, total - self.t)
-        ops = [OpTiming(o.index, o.engine, o.label, self.issue[p], self.start[p], self.end[p], self.busy[p],
-                        self.ostall[p], dict(o.args)) for p, o in enumerate(self.ops)]
-        fetches = [Fetch(o.stream, o.index, self.fetch_t0[p], self.fetch_t1[p], o.stream_bytes)
-                   for p, o in enumerate(self.ops) if o.stream is not None and o.stream_bytes > 0]
-        self.usage.append((total, dict.fromkeys(self.capacity, 0.0)))
-        return TimingResult(total, self.m.clock_hz, ops, {st.name: st for st in self.estats}, fetches,
-                            self.res_bytes, self.usage, self.levels)
+                f = share[si]
+                if f > 0:
+                    fetch_t0[p] = min(fetch_t0[p], t)
+                    got = min(sbr[p], fetched[p] + f * dt) - fetched[p]
+                    fetched[p] += got
+                    s_fetched[si] += got
+                    for ri in s_rpath[si]:
+                        used[ri] += f
+            if running or fetching:  # (adding 0.0 changes no byte count)
+                for ri in range(nres):
+                    res_bytes[ri] += used[ri] * dt
+            if last_used != used:
+                usage.append((t, dict(zip(rnames, used, strict=True))))
+                last_used = used
+            if nstr:
+                lv = {}
+                for si in range(nstr):
+                    lv[snames[si]] = s_fetched[si] - s_consumed[si] - (
+                        sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0)
+                levels.append((t, lv))
+            for e in range(ne):
+                p = cur[e]
+                if p < 0:
+                    e_idle[e] += dt
+                    continue
+                if issue[p] > t:
+                    reason = "sync" if blocker >= 0 else "issue"
+                elif start[p] > t:
+                    reason = "issue"
+                    d = deps[p]
+                    if d:
+                        i, dn = dptr[p], len(d)
+                        while i < dn and end[d[i]] != inf:
+                            i += 1
+                        dptr[p] = i
+                        if i < dn:
+                            reason = dep_why[d[i]]
+                elif p not in running:  # pipeline fill, drain and setup latency count as busy
+                    e_busy[e] += dt
+                    busy[p] += dt
+                    continue
+                else:
+                    nom = nominal[p]
+                    fr = min(1.0, rate.get(p, 0.0) / nom) if nom > 0 else 1.0
+                    e_busy[e] += dt * fr
+                    busy[p] += dt * fr
+                    if fr >= 1 - 1e-9:
+                        continue
+                    reason, dt_s = why.get(p) or "bandwidth", dt * (1 - fr)
+                    st = e_stalls[e]
+                    st[reason] = st.get(reason, 0.0) + dt_s
+                    st = ostall[p]
+                    st[reason] = st.get(reason, 0.0) + dt_s
+                    continue
+                st = e_stalls[e]
+                st[reason] = st.get(reason, 0.0) + dt
+                if issue[p] <= t:
+                    st = ostall[p]
+                    st[reason] = st.get(reason, 0.0) + dt
+            t += dt
+        # --- the result ------------------------------------------------------------------------
+        total = max(end, default=0.0)
+        engines = {}
+        for e, name in enumerate(m.engines):  # engines finished early idle until the end
+            engines[name] = EngineStats(name, e_busy[e], e_idle[e] + max(0.0, total - t), e_stalls[e])
+        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
+                        dict(o.args)) for p, o in enumerate(ops)]
+        fetches = [Fetch(o.stream, o.index, fetch_t0[p], fetch_t1[p], o.stream_bytes)
+                   for p, o in enumerate(ops) if o.stream is not None and o.stream_bytes > 0]
+        usage.append((total, dict.fromkeys(self.capacity, 0.0)))
+        return TimingResult(total, m.clock_hz, res, engines, fetches,
+                            dict(zip(rnames, res_bytes, strict=True)), usage, levels)
