@@ -1,6 +1,10 @@
 """Compile full-size Gemma 3n E4B (synthetic weights) onto pccx and run decode tokens on the simulator.
 
-Usage: ``python scripts/pccx_e4b_decode.py [--preset gemma3n-e4b] [--tokens 2] [--kv fp16] [--json OUT]``
+Usage: ``python scripts/pccx_e4b_decode.py [--preset gemma3n-e4b] [--tokens 2] [--kv fp16]
+[--prefill N] [--executor reference|fast] [--json OUT]``
+
+``--prefill N`` first runs an N-token prompt through `PccxDriver.prefill` (GEMM chunks) and reports
+the chunk's instruction counts, simulated cycles and wall time; the decode tokens follow it.
 
 Prints (and with --json writes) the wall time of each phase, peak RSS, the compile report
 (instruction counts per type, extensions and why, L2 peak, constant-cache use, host DDR image)
@@ -35,6 +39,8 @@ def main() -> None:
     ap.add_argument("--kv", default="fp16")
     ap.add_argument("--kv-max-tokens", type=int, default=8192)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--prefill", type=int, default=0, help="prompt tokens run as GEMM chunks first")
+    ap.add_argument("--executor", default="reference", choices=("reference", "fast"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     out: dict = {"preset": a.preset, "kv": a.kv}
@@ -45,9 +51,25 @@ def main() -> None:
     out["rss_after_quantize_mib"] = rss_mib()
     hw = load_hw("pccx-v002-kv260")
     t = time.perf_counter()
-    drv = PccxDriver(hw).open().load(store).kv_init(a.kv, a.kv_max_tokens).start()
+    drv = PccxDriver(hw, executor=a.executor).open().load(store).kv_init(a.kv, a.kv_max_tokens).start()
     out["load_s"] = time.perf_counter() - t
     ref = Gemma3nW4A8(store, kv=a.kv) if a.check else None
+    if a.prefill:
+        ids = [int(i) for i in np.random.default_rng(0).integers(3, store.config.vocab_size, a.prefill)]
+        t = time.perf_counter()
+        logits = drv.prefill(ids)
+        recs = drv.records[:]
+        row = {"prefill_tokens": a.prefill, "wall_s": time.perf_counter() - t,
+               "chunks": [{"tokens": getattr(r, "tokens", None), "instructions": r.instructions,
+                           "cycles": r.cycles, "compile_s": r.compile_s, "run_s": r.run_s} for r in recs],
+               "cycles_per_token": sum(r.cycles or 0 for r in recs) / a.prefill,
+               "compile": drv.compile_report().get("prefill_chunk"), "rss_mib": rss_mib()}
+        if ref is not None:
+            for i in ids:
+                want = ref.step(i)
+            row["bit_exact"] = bool(np.array_equal(want.view(np.uint32), logits.view(np.uint32)))
+        out["prefill"] = row
+        print(json.dumps(row, default=str), flush=True)
     toks = [2, 100, 200, 300][: a.tokens]
     out["tokens"] = []
     for tok in toks:
