@@ -187,3 +187,90 @@ def test_tail_delays_completion_and_dependents():
     assert r.ops[2].start == pytest.approx(120)  # in-order mac queue: after op 0's drain
     assert r.ops[2].end == pytest.approx(121)
     assert r.engines["mac"].busy == pytest.approx(121)
+
+
+# --- pinned regression: the event loop's optimisations must not move a single bit -----------------
+
+PIN_MACHINE = Machine(engines=("mac", "vec", "dma"), resources=(Resource("ddr", 8.0), Resource("port", 12.0)),
+                      streams=(Stream("w", ("ddr", "port"), 512.0, 6.0),), issue_window=4, issue_cycles=0.5)
+
+
+def pinned_program(n=160, seed=7):
+    """A fixed pseudo-random program: streams, FIFO couplings, transfers, hazards, sync and async ops."""
+    import random
+
+    rnd = random.Random(seed)
+    ops = []
+    for i in range(n):
+        kind = ("mac", "vec", "dma")[rnd.randrange(3)]
+        a, b = rnd.randrange(8), rnd.randrange(8)
+        common = dict(index=i, engine=kind, is_async=rnd.random() < 0.6,
+                      reads=((a, a + 1 + rnd.randrange(3)),),
+                      writes=((b, b + 1 + rnd.randrange(2)),) if i % 3 else (),
+                      latency=(0.0, 3.0)[rnd.randrange(2)], tail=(0.0, 2.0)[rnd.randrange(2)])
+        if kind == "mac":
+            ops.append(Op(cycles=1 + rnd.randrange(200), stream="w", stream_bytes=rnd.randrange(3000),
+                          **common))
+        elif kind == "vec":
+            prods = [p for p, o in enumerate(ops) if o.engine == "mac"][-3:]
+            src = prods[rnd.randrange(len(prods))] if prods and rnd.random() < 0.7 else None
+            ops.append(Op(cycles=1 + rnd.randrange(100), fifo_from=src, fifo_depth=16.0,
+                          fifo_elems=64.0 if src is not None else 0.0, path=("port",),
+                          xfer_bytes=rnd.randrange(500), **common))
+        else:
+            ops.append(Op(xfer_bytes=1 + rnd.randrange(2000),
+                          path=(("ddr",), ("ddr", "port"))[rnd.randrange(2)], **common))
+    return ops
+
+
+def result_digest(r):
+    """sha256 over every field of a TimingResult, floats by their bits, dicts in their order."""
+    import hashlib
+    import struct
+
+    out = []
+
+    def canon(x):
+        if isinstance(x, float):
+            out.append(struct.pack("<d", x))
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                canon(k)
+                canon(v)
+        elif isinstance(x, (list, tuple)):
+            out.append(b"[%d" % len(x))
+            for v in x:
+                canon(v)
+        else:
+            out.append(repr(x).encode())
+
+    canon((r.cycles, r.clock_hz, r.resource_bytes, r.usage, r.levels))
+    for e in r.engines.values():
+        canon((e.name, e.busy, e.idle, e.stalls))
+    for o in r.ops:
+        canon((o.index, o.engine, o.label, o.issue, o.start, o.end, o.busy, o.stalls, o.args))
+    for f in r.fetches:
+        canon((f.stream, f.index, f.start, f.end, f.bytes))
+    return hashlib.sha256(b"".join(out)).hexdigest()[:16]
+
+
+def test_pinned_schedule_is_bit_identical():
+    """Pinned from the pre-optimisation implementation at commit 4afa6c5 (the per-event re-scan
+    `_Sim`), run on `pinned_program()`: exact floats, and a digest of every field of the result.
+    A change of the model may move these; a change of how the event loop finds things may not."""
+    r = simulate(PIN_MACHINE, pinned_program())
+    assert r.cycles == 21176.37333987063
+    assert (len(r.usage), len(r.levels)) == (285, 523)
+    e = r.engines
+    assert (e["mac"].busy, e["mac"].idle) == (5373.000000000001, 101.0)
+    assert e["mac"].stalls == {"sync": 3585.5833333333335, "issue": 45.5, "dep_dma": 1544.6249999999995,
+                               "w": 9934.462625584927, "wait_vec": 3.0, "dep_vec": 589.202380952381}
+    assert e["vec"].busy == 2730.083333333334
+    assert e["vec"].stalls["wait_mac"] == 631.9166666666666
+    assert e["dma"].stalls == {"sync": 9968.748339870644, "issue": 314.0, "bandwidth": 1751.3749999999995,
+                               "dep_mac": 3718.916666666668, "dep_vec": 270.83333333333337}
+    assert r.resource_bytes == {"ddr": 128594.0, "port": 120447.99999999994}
+    assert [(o.start, o.end) for o in r.ops[40:43]] == [(5971.624999999999, 6060.624999999999),
+                                                        (6061.124999999999, 6100.291666666666),
+                                                        (6061.624999999999, 6242.124999999999)]
+    assert result_digest(r) == "1a309d6d700c959d"

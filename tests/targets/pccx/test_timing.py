@@ -155,3 +155,53 @@ def test_fast_gemv_waits_for_the_sfu():
     r = simulate_works(h, [g, cvo])
     assert r.engines["gemv"].stalls.get("wait_sfu", 0) > 0
     assert r.cycles == pytest.approx(65535 + 20, rel=0.01)
+
+
+def decode_like_works(layers=3):
+    """Per layer: a DMA in, three async GEMVs each followed by a CVO on its output (the direct FIFO),
+    an L2 copy, a memset, and a sync GEMV that blocks the issuer (one writes its result to DDR)."""
+    ws = []
+
+    def add(**kw):
+        ws.append(Work(index=len(ws), **kw))
+
+    for layer in range(layers):
+        base = layer * 4096
+        add(engine="dma", label="memcpy in", ddr_read_bytes=4096, onchip_write_bytes=4096, is_async=True,
+            writes=((base, base + 256),))
+        for j, (m, k) in enumerate([(512, 512), (1024, 512), (512, 1024)]):
+            src, dst = base + 256 * j, base + 1024 + 256 * j
+            add(engine="gemv", label=f"gemv {m}x{k}", macs=m * k, weight_bytes=m * k // 2 + 4 * m,
+                onchip_read_bytes=2 * k, onchip_write_bytes=2 * m, is_async=True, lanes=(0, 2, 4)[j],
+                reads=((src, src + k // 8),), writes=((dst, dst + m // 8),))
+            add(engine="sfu", label="cvo", sfu_elems=m, onchip_read_bytes=2 * m, onchip_write_bytes=2 * m,
+                is_async=j != 1, reads=((dst, dst + m // 8),), writes=((dst + 128, dst + 128 + m // 8),))
+        add(engine="dma", label="l2 copy", onchip_read_bytes=2048, onchip_write_bytes=2048, is_async=True,
+            reads=((base + 1024, base + 1280),), writes=((base + 2048, base + 2304),))
+        add(engine="ctrl", label="memset", writes=((base + 3000, base + 3008),))
+        add(engine="gemv", label="gemv sync", macs=256 * 2048, weight_bytes=256 * 1024 + 1024,
+            onchip_read_bytes=4096, onchip_write_bytes=512, ddr_write_bytes=512 if layer == 1 else 0,
+            reads=((base + 2048, base + 2304),), writes=((base + 3500, base + 3532),))
+    return ws
+
+
+def test_pinned_decode_like_schedule():
+    """Pinned from the pre-optimisation implementation at commit 4afa6c5 (adapter + per-event
+    re-scan timing core) on `decode_like_works()` with the kv260 preset: exact floats."""
+    h = hw.load_hw(PRESET, [])
+    r = simulate_works(h, decode_like_works())
+    assert r.cycles == 111840.81809045226
+    assert len(r.usage) == 49
+    e = r.engines
+    assert (e["gemv"].busy, e["gemv"].idle) == (55356.0, 0.0)
+    assert e["gemv"].stalls == {"dep_dma": 1420.8000000000002, "weights": 55019.018090452264, "sync": 45.0}
+    assert (e["sfu"].busy, e["sfu"].idle) == (6324.0, 10516.72)
+    assert e["sfu"].stalls == {"wait_gemv": 73913.75999999998, "sync": 21086.33809045226}
+    assert (e["dma"].busy, e["ctrl"].busy, e["gemm"].idle) == (1996.8000000000002, 3.0, 111840.81809045226)
+    assert [(o.start, o.end, o.stalls) for o in r.ops[1:4]] == [
+        (473.6, 5493.639999999999, {"dep_dma": 473.6, "weights": 2967.04}),
+        (0.0, 5508.639999999999, {"wait_gemv": 4976.639999999999}),
+        (5493.639999999999, 16143.239999999998, {"weights": 2452.5999999999995})]
+    assert [(o.start, o.end) for o in r.ops if o.label == "gemv sync"] == [
+        (26730.92, 37262.64), (63993.55999999999, 74578.17809045225),
+        (101309.09809045226, 111840.81809045226)]
