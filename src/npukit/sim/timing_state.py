@@ -65,41 +65,57 @@ class Sim:
         _validate(machine, ops, capacity, self.streams)
         rix = {r: i for i, r in enumerate(capacity)}
         six = {s: i for i, s in enumerate(self.streams)}
-        self.queue = [[p for p, o in enumerate(ops) if o.engine == e] for e in machine.engines]
-        self.cyc = [o.cycles for o in ops]
-        self.lat = [o.latency for o in ops]
-        self.tail = [o.tail for o in ops]
-        self.xfer = [o.xfer_bytes for o in ops]
-        self.rpath = [tuple(rix[r] for r in o.path) for o in ops]  # resource ordinals
-        self.sidx = [-1 if o.stream is None else six[o.stream] for o in ops]
-        self.sbr = [o.stream_bytes for o in ops]  # as given
-        self.sb = [o.stream_bytes if o.stream is not None else 0.0 for o in ops]  # drawn from a stream
-        self.isasync = [o.is_async for o in ops]
-        self.cap = [1.0 / o.cycles if o.cycles > 0 else math.inf for o in ops]
-        self.xcap = [c * o.xfer_bytes for c, o in zip(self.cap, ops, strict=True)]  # transfer's rate cap
-        self.xlow = [c * (1 - 1e-6) for c in self.xcap]  # below this a transfer is bandwidth-bound
+        eix = {e: i for i, e in enumerate(machine.engines)}
+        self.queue = queue = [[] for _ in machine.engines]
+        self.s_ops = s_ops = [[] for _ in self.streams]
+        self.lat, self.tail, self.xfer, self.rpath = lat, tail, xfer, rpath = [], [], [], []
+        self.sidx, self.sbr, self.sb, self.isasync = sidx, sbr, sb, isasync = [], [], [], []
+        self.cap, self.xcap, self.xlow, self.xkey = cap, xcap, xlow, xkey = [], [], [], []
+        self.link, self.full, self.haswork, self.nominal = link, full, haswork, nominal = [], [], [], []
+        self.dep_why, self.wait_why = dep_why, wait_why = [], []
+        inf = math.inf
         pid: dict[tuple[str, ...], int] = {}
-        self.xkey = [(c, pid.setdefault(o.path, len(pid))) for c, o in zip(self.xcap, ops, strict=True)]
-        link: list[int | None] = []
-        for o in ops:
+        paths: dict[tuple[str, ...], tuple[int, ...]] = {}
+        dep = {e: f"dep_{e}" for e in machine.engines}
+        wait = {e: f"wait_{e}" for e in machine.engines}
+        for c, o in enumerate(ops):
+            queue[eix[o.engine]].append(c)
+            cyc, xb, path, stream, stb = o.cycles, o.xfer_bytes, o.path, o.stream, o.stream_bytes
+            lat.append(o.latency)
+            tail.append(o.tail)
+            xfer.append(xb)
+            rp = paths.get(path)
+            if rp is None:
+                rp = paths[path] = tuple(rix[r] for r in path)  # resource ordinals
+            rpath.append(rp)
+            if stream is None:
+                sidx.append(-1)
+                sb.append(0.0)  # drawn from a stream
+            else:
+                sidx.append(six[stream])
+                sb.append(stb)
+                if stb > 0:
+                    s_ops[six[stream]].append(c)
+            sbr.append(stb)  # as given
+            isasync.append(o.is_async)
+            cp = 1.0 / cyc if cyc > 0 else inf
+            cap.append(cp)
+            xc = cp * xb
+            xcap.append(xc)  # the transfer's rate cap
+            xlow.append(xc * (1 - 1e-6))  # below this the transfer is bandwidth-bound
+            xkey.append((xc, pid.setdefault(path, len(pid))))
             pr = o.fifo_from
-            link.append(None if pr is None or not ops[pr].is_async or o.fifo_elems <= 0 else pr)
-        self.link = link
-        self.full = [o.fifo_depth / o.fifo_elems if link[c] is not None else 0.0 for c, o in enumerate(ops)]
-        self.haswork = [bool(o.cycles or o.xfer_bytes or self.sb[c] or link[c] is not None)
-                        for c, o in enumerate(ops)]
-        nominal = []
-        for o in ops:
-            nom = 1.0 / o.cycles if o.cycles > 0 else math.inf
-            if o.xfer_bytes > 0:
-                alone = min(capacity[r] for r in o.path) if o.path else math.inf
-                nom = min(nom, alone / o.xfer_bytes)
+            lk = None if pr is None or not ops[pr].is_async or o.fifo_elems <= 0 else pr
+            link.append(lk)
+            full.append(o.fifo_depth / o.fifo_elems if lk is not None else 0.0)
+            haswork.append(bool(cyc or xb or sb[c] or lk is not None))
+            nom = 1.0 / cyc if cyc > 0 else inf
+            if xb > 0:
+                alone = min(capacity[r] for r in path) if path else inf
+                nom = min(nom, alone / xb)
             nominal.append(nom)
-        self.nominal = nominal
-        self.dep_why = [f"dep_{o.engine}" for o in ops]
-        self.wait_why = [f"wait_{o.engine}" for o in ops]
-        self.s_ops = [[p for p, o in enumerate(ops) if o.stream == s and o.stream_bytes > 0]
-                      for s in self.streams]
+            dep_why.append(dep[o.engine])
+            wait_why.append(wait[o.engine])
         self.wf_memo: dict[tuple, list[float]] = {}
 
     # --- hazards ---------------------------------------------------------------------------------
@@ -138,11 +154,19 @@ class Sim:
                 out.append(q)
         return out
 
+    def _fill(self, key: tuple, xops: Sequence[int], scap: list[tuple[int, float]]) -> list[float]:
+        """Water-fill the transfers of ``xops`` and the stream flows ``scap``; memoised under ``key``."""
+        streams = self.m.streams
+        caps = [self.xcap[p] for p in xops] + [c for _, c in scap]
+        paths = [self.ops[p].path for p in xops] + [streams[si].path for si, _ in scap]
+        got = self.wf_memo[key] = _waterfill(caps, paths, self.capacity) if caps else []
+        return got
+
     # --- rates -----------------------------------------------------------------------------------
     def _rates(self, t: float, running: list[int], links: list[tuple[int, int]], lvl: list[float],
                tg: list[int | None], start: list[float], frac: list[float], fetched: list[float]):
         """Progress rates (op → fraction/cycle), their limiting reasons, and each stream's inflow."""
-        cap, xfer, xcap, xlow, sidx, sbr = self.cap, self.xfer, self.xcap, self.xlow, self.sidx, self.sbr
+        cap, xfer, xlow, sidx, sbr = self.cap, self.xfer, self.xlow, self.sidx, self.sbr
         streams = self.m.streams
         nstr = len(streams)
         scap = [(si, streams[si].bytes_per_cycle) for si in range(nstr) if tg[si] is not None]
@@ -158,9 +182,7 @@ class Sim:
             key = (tuple([xkey[p] for p in xops]), tuple(scap))
             got = memo.get(key)
             if got is None:
-                caps = [xcap[p] for p in xops] + [c for _, c in scap]
-                paths = [self.ops[p].path for p in xops] + [streams[si].path for si, _ in scap]
-                got = memo[key] = _waterfill(caps, paths, self.capacity) if caps else []
+                got = self._fill(key, xops, scap)
             share = [0.0] * nstr
             new_rate, new_why = {}, {}
             for i in range(nx):
@@ -218,6 +240,7 @@ class Sim:
         sidx, sbr, sb = self.sidx, self.sbr, self.sb
         isasync, link, full, haswork, nominal = self.isasync, self.link, self.full, self.haswork, self.nominal
         dep_why = self.dep_why
+        cap, xlow, xkey, wf_memo = self.cap, self.xlow, self.xkey, self.wf_memo
         streams = m.streams
         nstr = len(streams)
         s_ops = self.s_ops
@@ -325,8 +348,25 @@ class Sim:
             if n_done >= n:
                 break
             # --- what runs, the FIFO couplings, fetch targets and buffer levels ------------------
-            heads = [cur[e] for e in live]
-            running = [p for p in heads if start[p] + lat[p] <= t + _EPS and start[p] <= t and frac[p] < 1]
+            # (the time to the next event is the first smallest non-negative candidate, as min() over
+            # them all would pick; the heads' latency and tail ends are the first candidates)
+            running = []
+            dt = inf
+            for e in live:
+                p = cur[e]
+                s0 = start[p]
+                lat_end = s0 + lat[p]
+                if lat_end > t + _EPS:
+                    c = lat_end - t
+                    if c < dt:
+                        dt = c
+                elif s0 <= t and frac[p] < 1:
+                    running.append(p)
+                tail_end = prog_end[p] + tail[p]
+                if t + _EPS < tail_end < inf:
+                    c = tail_end - t
+                    if c < dt:
+                        dt = c
             links = []
             if act:
                 keep = []
@@ -350,13 +390,25 @@ class Sim:
                     fetching = True
                     lvl[si] = (s_fetched[si] - s_consumed[si]
                                - sum(frac[p] * sbr[p] for p in rs if sidx[p] == si))
-            if running or fetching:
+            if fetching or links or rs:
                 rate, why, share = self._rates(t, running, links, lvl, tg, start, frac, fetched)
-            else:
+            else:  # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)
                 rate, why, share = {}, {}, zeros_s
+                if running:
+                    xops = [p for p in running if xfer[p] > 0]
+                    if xops:
+                        key = (tuple([xkey[p] for p in xops]), ())
+                        got = wf_memo.get(key)
+                        if got is None:
+                            got = self._fill(key, xops, [])
+                        for i, p in enumerate(xops):
+                            g = got[i]
+                            rate[p] = g / xfer[p]
+                            if g < xlow[p]:
+                                why[p] = "bandwidth"
+                    for p in running:
+                        rate[p], why[p] = min(cap[p], rate.get(p, inf)), why.get(p, "")
             # --- time to the next event ----------------------------------------------------------
-            # the first smallest non-negative candidate, as min() over them would pick
-            dt = inf
             if k < n and blocker < 0 and next_issue > t + _EPS:
                 c = next_issue - t
                 if c >= 0 and c < dt:
@@ -376,17 +428,6 @@ class Sim:
                             c = avail / (out - inflow)
                             if c >= 0 and c < dt:
                                 dt = c
-            for p in heads:
-                lat_end = start[p] + lat[p]
-                if lat_end > t + _EPS:
-                    c = lat_end - t
-                    if c >= 0 and c < dt:
-                        dt = c
-                tail_end = prog_end[p] + tail[p]
-                if t + _EPS < tail_end < inf:
-                    c = tail_end - t
-                    if c >= 0 and c < dt:
-                        dt = c
             if fetching:
                 for si in range(nstr):
                     p = tg[si]

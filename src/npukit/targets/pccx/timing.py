@@ -56,56 +56,70 @@ def _overlaps(a, b) -> bool:
 def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
     ops: list[Op] = []
     last_mat: int | None = None  # position of the latest GEMV/GEMM, a candidate FIFO producer
+    mat_writes: tuple = ()  # its writes
     linked: set[int] = set()
+    # the device numbers (properties of the preset), read once
+    gemv_cores, gemv_mpc, gemv_tail = hw.gemv.cores, hw.gemv.macs_per_core, float(hw.gemv.pipeline_cycles)
+    gemm_rate, gemm_tail = hw.gemm.macs_per_clk, float(hw.gemm.pipeline_cycles)
+    sfu_rate, sfu_tail = hw.sfu.instances * hw.sfu.elems_per_clk, float(hw.sfu.pipeline_cycles)
+    sfu_depth = float(hw.sfu.fifo_depth)
+    dma_setup, memset = float(hw.dma.setup_cycles), float(hw.dma.memset_cycles_per_entry)
+    ceil = math.ceil
+    # Op fields by position: index, engine, label, cycles, latency, tail, path, xfer_bytes, stream,
+    # stream_bytes, fifo_from, fifo_depth, fifo_elems, is_async, reads, writes, args
     for w in works:
         pos = len(ops)
-        args = {"macs": w.macs, "bytes": w.weight_bytes + w.ddr_read_bytes + w.ddr_write_bytes,
-                "weight_bytes": w.weight_bytes, "sfu_elems": w.sfu_elems}
-        args = {k: v for k, v in args.items() if v}
+        engine, wb, dr, dw = w.engine, w.weight_bytes, w.ddr_read_bytes, w.ddr_write_bytes
+        args = {}
+        if w.macs:
+            args["macs"] = w.macs
+        if wb + dr + dw:
+            args["bytes"] = wb + dr + dw
+        if wb:
+            args["weight_bytes"] = wb
+        if w.sfu_elems:
+            args["sfu_elems"] = w.sfu_elems
         onchip = float(w.onchip_read_bytes + w.onchip_write_bytes)
-        common = dict(index=w.index, engine=w.engine, label=w.label, is_async=w.is_async,
-                      reads=tuple(w.reads), writes=tuple(w.writes), args=args)
-        if w.engine in ("gemv", "gemm"):
-            if w.engine == "gemv":
-                lanes = w.lanes or hw.gemv.cores
-                if not 0 < lanes <= hw.gemv.cores:
-                    raise TimingError(f"work {w.index}: {lanes} GEMV lanes, the device has {hw.gemv.cores}")
-                rate, lat = lanes * hw.gemv.macs_per_core, hw.gemv.pipeline_cycles
+        reads, writes = tuple(w.reads), tuple(w.writes)
+        if engine == "gemv" or engine == "gemm":
+            if engine == "gemv":
+                lanes = w.lanes or gemv_cores
+                if not 0 < lanes <= gemv_cores:
+                    raise TimingError(f"work {w.index}: {lanes} GEMV lanes, the device has {gemv_cores}")
+                rate, tail = lanes * gemv_mpc, gemv_tail
             else:
-                rate, lat = hw.gemm.macs_per_clk, hw.gemm.pipeline_cycles
-            streamed = float(w.weight_bytes + w.ddr_read_bytes)
-            cycles = float(max(1, math.ceil(w.macs / rate)))
-            path, xfer = _compute_traffic(onchip, w.ddr_write_bytes)
-            ops.append(Op(cycles=cycles, tail=float(lat), stream=WEIGHTS if streamed else None,
-                          stream_bytes=streamed, path=path, xfer_bytes=xfer, **common))
-            last_mat = pos
-        elif w.engine == "sfu":
-            rate = hw.sfu.instances * hw.sfu.elems_per_clk
-            cycles = float(max(1, math.ceil(w.sfu_elems / rate)))
+                rate, tail = gemm_rate, gemm_tail
+            streamed = float(wb + dr)
+            path, xfer = _compute_traffic(onchip, dw)
+            ops.append(Op(w.index, engine, w.label, float(max(1, ceil(w.macs / rate))), 0.0, tail, path, xfer,
+                          WEIGHTS if streamed else None, streamed, None, 0.0, 0.0, w.is_async, reads, writes,
+                          args))
+            last_mat, mat_writes = pos, writes
+        elif engine == "sfu":
+            cycles = float(max(1, ceil(w.sfu_elems / sfu_rate)))
             producer = None
             if (last_mat is not None and last_mat not in linked and ops[last_mat].is_async
-                    and _overlaps(ops[last_mat].writes, w.reads)):
+                    and _overlaps(mat_writes, reads)):
                 producer = last_mat
                 linked.add(producer)
-            path, xfer = _compute_traffic(onchip, w.ddr_write_bytes)
-            ops.append(Op(cycles=cycles, tail=float(hw.sfu.pipeline_cycles), path=path, xfer_bytes=xfer,
-                          fifo_from=producer, fifo_depth=float(hw.sfu.fifo_depth),
-                          fifo_elems=float(max(w.sfu_elems, 1)) if producer is not None else 0.0,
-                          **common))
-        elif w.engine == "dma":
-            ddr = float(w.ddr_read_bytes + w.ddr_write_bytes + w.weight_bytes)
+            path, xfer = _compute_traffic(onchip, dw)
+            ops.append(Op(w.index, engine, w.label, cycles, 0.0, sfu_tail, path, xfer, None, 0.0, producer,
+                          sfu_depth, float(max(w.sfu_elems, 1)) if producer is not None else 0.0, w.is_async,
+                          reads, writes, args))
+        elif engine == "dma":
+            ddr = float(dr + dw + wb)
             if ddr:
                 path, xfer = ("ddr", "acp", "l2a"), ddr
             else:
                 path, xfer = ("l2a",), onchip
-            ops.append(Op(cycles=0.0, latency=float(hw.dma.setup_cycles), path=path if xfer else (),
-                          xfer_bytes=xfer, **common))
-        elif w.engine == "ctrl":
-            ops.append(Op(cycles=float(hw.dma.memset_cycles_per_entry), **common))
+            ops.append(Op(w.index, engine, w.label, 0.0, dma_setup, 0.0, path if xfer else (), xfer, None,
+                          0.0, None, 0.0, 0.0, w.is_async, reads, writes, args))
+        elif engine == "ctrl":
+            ops.append(Op(w.index, engine, w.label, memset, 0.0, 0.0, (), 0.0, None, 0.0, None, 0.0, 0.0,
+                          w.is_async, reads, writes, args))
         else:
             raise TimingError(f"work {w.index}: no pccx engine {w.engine!r} (known: {', '.join(ENGINES)})")
-        if w.engine != "sfu" and last_mat is not None and last_mat != pos and _overlaps(
-                ops[last_mat].writes, w.writes):
+        if engine != "sfu" and last_mat is not None and last_mat != pos and _overlaps(mat_writes, writes):
             last_mat = None  # the GEMV result was overwritten before any CVO read it
     return ops
 
