@@ -1,0 +1,122 @@
+"""Cost of the pccx timing model per decoded token, against the fast executor's replay of that token.
+
+The embedded default model (``npukit/assets/gemma3n-tiny``) runs through the real driver,
+``PccxDriver(executor="fast", timing=True)``, INT4 weights (`Int4Store`), FP16 KV ring. For each of
+``--tokens`` decode tokens (after ``--warmup`` tokens that compile the programs), the driver records
+the fast executor's replay time of the token's program segments (`TokenRecord.run_s`: the peer,
+functional simulation only) and keeps the token's Work list (`PccxDriver.last_works`, the list the
+driver itself times); this script then times ``simulate_works(drv.hw, works)`` on that list, best of
+``--repeats``. Reported: seconds per token of each (median over the tokens) and their ratio,
+"timing model cost / functional simulation cost". With ``--prompt P`` (default 20) the same for one
+GEMM prefill chunk of P prompt tokens (`PccxDriver.prefill`), per chunk.
+
+Timings are tier ``measured`` on this machine, the ratio ``derived`` from them.
+Usage: ``python benchmarks/timing_model.py [--tokens 5] [--warmup 2] [--repeats 3] [--prompt 20] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from typing import Any
+
+from npukit.cli import ui
+from npukit.evidence import Ledger, Tier
+from npukit.models.embedded import default_model_dir
+from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
+from npukit.models.gemma3n_quant import Int4Store
+from npukit.models.safetensors import open_checkpoint
+from npukit.runtime.pccx_driver import PccxDriver
+from npukit.targets.pccx.timing import simulate_works
+
+
+def _best(fn: Any, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def driver() -> PccxDriver:
+    d = default_model_dir()
+    cfg = Gemma3nConfig.from_hf(json.loads((d / "config.json").read_text()))
+    store = Int4Store(Gemma3nWeights(cfg, open_checkpoint(d), str(d)))
+    drv = PccxDriver(executor="fast", timing=True).open().load(store).kv_init("fp16")
+    drv.start()
+    return drv
+
+
+def decode(drv: PccxDriver, args: Any) -> dict[str, Any]:
+    drv.reset()
+    for _ in range(args.warmup):
+        drv.step(2)
+    model_s, exec_s, n_works, cycles = [], [], 0, 0.0
+    for _ in range(args.tokens):
+        drv.step(2)
+        rec, works = drv.records[-1], list(drv.last_works)
+        exec_s.append(rec.run_s)
+        model_s.append(_best(lambda w=works: simulate_works(drv.hw, w), args.repeats))
+        n_works, cycles = len(works), float(rec.cycles or 0.0)
+        drv.dev.trace.clear()
+    return {"model_s": statistics.median(model_s), "exec_s": statistics.median(exec_s),
+            "works": n_works, "cycles": cycles}
+
+
+def prefill(drv: PccxDriver, args: Any) -> dict[str, Any]:
+    ids = list(range(5, 5 + args.prompt))
+    drv.reset()
+    drv.prefill(ids)  # compiles the chunk program
+    drv.reset()
+    drv.prefill(ids)
+    rec, works = drv.records[-1], list(drv.last_works)
+    drv.dev.trace.clear()
+    model = _best(lambda: simulate_works(drv.hw, works), max(1, args.repeats // 2))
+    return {"model_s": model, "exec_s": rec.run_s, "works": len(works), "tokens": rec.tokens,
+            "cycles": float(rec.cycles or 0.0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompt", type=int, default=20, help="prefill chunk of P prompt tokens (0: skip)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    drv = driver()
+    dec = decode(drv, args)
+    pre = prefill(drv, args) if args.prompt else None
+    src = (f"benchmarks/timing_model.py embedded model, PccxDriver fast, {args.tokens} tokens after "
+           f"{args.warmup}, simulate_works best of {args.repeats}; {platform.machine()} "
+           f"{platform.python_implementation()} {platform.python_version()}")
+    led = Ledger()
+    led.add("decode: timing model s/token", dec["model_s"], "s", Tier.MEASURED,
+            src + f"; simulate_works on the token's {dec['works']} Works")
+    led.add("decode: fast executor s/token (peer)", dec["exec_s"], "s", Tier.MEASURED,
+            src + "; TokenRecord.run_s (segments replayed, functional only)")
+    led.add("decode: timing model / fast executor", dec["model_s"] / dec["exec_s"], "x", Tier.DERIVED, src)
+    rows = [["decode token", dec["works"], f"{dec['model_s'] * 1e3:.1f}", f"{dec['exec_s'] * 1e3:.1f}",
+             f"{dec['model_s'] / dec['exec_s']:.1f}x"]]
+    if pre is not None:
+        ps = src + f"; prefill chunk of {pre['tokens']} tokens, {pre['works']} Works"
+        led.add("prefill: timing model s/chunk", pre["model_s"], "s", Tier.MEASURED, ps)
+        led.add("prefill: fast executor s/chunk (peer)", pre["exec_s"], "s", Tier.MEASURED, ps)
+        led.add("prefill: timing model / fast executor", pre["model_s"] / pre["exec_s"], "x", Tier.DERIVED,
+                ps)
+        rows.append([f"prefill chunk ({pre['tokens']} tok)", pre["works"], f"{pre['model_s'] * 1e3:.1f}",
+                     f"{pre['exec_s'] * 1e3:.1f}", f"{pre['model_s'] / pre['exec_s']:.1f}x"])
+    if args.json:
+        ui.emit_json({"decode": dec, "prefill": pre, "ledger": led})
+        return 0
+    ui.table(rows, ["run", "Works", "timing model ms", "fast executor ms", "model / executor"], align="lrrrr")
+    print(f"\ntier: measured (ratio derived); source: {src}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
