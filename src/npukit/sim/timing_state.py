@@ -54,6 +54,20 @@ def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], strea
                 raise TimingError(f"stream {s.name!r} crosses unknown resource {r!r}")
 
 
+def _conflict(early: Op, late: Op) -> bool:
+    """RAW, WAW or WAR overlap of the half-open on-chip ranges."""
+    rw = late.reads + late.writes
+    for x0, x1 in early.writes:  # its writes against our reads and writes
+        for y0, y1 in rw:
+            if x0 < y1 and y0 < x1:
+                return True
+    for x0, x1 in early.reads:  # its reads against our writes
+        for y0, y1 in late.writes:
+            if x0 < y1 and y0 < x1:
+                return True
+    return False
+
+
 class Sim:
     """One `simulate` call: static per-op tables, then `run` (one pass of the event loop per event)."""
 
@@ -73,6 +87,8 @@ class Sim:
         self.cap, self.xcap, self.xlow, self.xkey = cap, xcap, xlow, xkey = [], [], [], []
         self.link, self.full, self.haswork, self.nominal = link, full, haswork, nominal = [], [], [], []
         self.dep_why, self.wait_why = dep_why, wait_why = [], []
+        self.eng = eng = []  # engine ordinal
+        self.upath = upath = []  # the distinct resource ordinals of its path
         inf = math.inf
         pid: dict[tuple[str, ...], int] = {}
         paths: dict[tuple[str, ...], tuple[int, ...]] = {}
@@ -80,6 +96,7 @@ class Sim:
         wait = {e: f"wait_{e}" for e in machine.engines}
         for c, o in enumerate(ops):
             queue[eix[o.engine]].append(c)
+            eng.append(eix[o.engine])
             cyc, xb, path, stream, stb = o.cycles, o.xfer_bytes, o.path, o.stream, o.stream_bytes
             lat.append(o.latency)
             tail.append(o.tail)
@@ -88,6 +105,7 @@ class Sim:
             if rp is None:
                 rp = paths[path] = tuple(rix[r] for r in path)  # resource ordinals
             rpath.append(rp)
+            upath.append(tuple(dict.fromkeys(rp)))
             if stream is None:
                 sidx.append(-1)
                 sb.append(0.0)  # drawn from a stream
@@ -126,31 +144,21 @@ class Sim:
         first unfinished entry of this list is the op ``p`` waits for at any later time.
         """
         op = self.ops[p]
-        wr, rw = op.writes, op.reads + op.writes
+        ops, isasync, lo, hi = self.ops, self.isasync, self.lo, self.hi
+        rw = op.reads + op.writes
+        plo, phi = rw[0]
+        for x0, x1 in rw:
+            if x0 < plo:
+                plo = x0
+            if x1 > phi:
+                phi = x1
+        lo[p], hi[p] = plo, phi  # the span of all its ranges: disjoint spans cannot conflict
         fifo = op.fifo_from
-        ops, isasync = self.ops, self.isasync
         out = []
         for q in inflight:
-            if q == fifo and isasync[q]:
-                continue  # streamed through the FIFO instead of via L2
-            e = ops[q]
-            hit = False
-            for x0, x1 in e.writes:  # its writes against our reads and writes
-                for y0, y1 in rw:
-                    if x0 < y1 and y0 < x1:
-                        hit = True
-                        break
-                if hit:
-                    break
-            if not hit and wr:
-                for x0, x1 in e.reads:  # its reads against our writes
-                    for y0, y1 in wr:
-                        if x0 < y1 and y0 < x1:
-                            hit = True
-                            break
-                    if hit:
-                        break
-            if hit:
+            if hi[q] <= plo or phi <= lo[q]:
+                continue
+            if _conflict(ops[q], op) and not (q == fifo and isasync[q]):  # (a FIFO producer streams)
                 out.append(q)
         return out
 
@@ -236,10 +244,11 @@ class Sim:
         head = [0] * ne
         cur = [q[0] if q else -1 for q in queue]  # head op of each engine queue, -1 once drained
         live = [e for e in range(ne) if cur[e] >= 0]  # engines with ops left, in engine order
+        dead = [e for e in range(ne) if cur[e] < 0]
         lat, tail, xfer, rpath = self.lat, self.tail, self.xfer, self.rpath
         sidx, sbr, sb = self.sidx, self.sbr, self.sb
         isasync, link, full, haswork, nominal = self.isasync, self.link, self.full, self.haswork, self.nominal
-        dep_why = self.dep_why
+        dep_why, eng, upath = self.dep_why, self.eng, self.upath
         cap, xlow, xkey, wf_memo = self.cap, self.xlow, self.xkey, self.wf_memo
         streams = m.streams
         nstr = len(streams)
@@ -253,6 +262,8 @@ class Sim:
         rnames = list(self.capacity)
         zeros_s = [0.0] * nstr
         nres = len(rnames)
+        zeros_r = [0.0] * nres
+        fmoved = list(range(nstr))  # streams whose fetched bytes moved (all, before the first instant)
         issue, start, end = [inf] * n, [inf] * n, [inf] * n
         frac = [0.0] * n
         prog_end = [inf] * n  # when the op's work ran out (its tail follows)
@@ -262,6 +273,7 @@ class Sim:
         ostall: list[dict[str, float]] = [{} for _ in range(n)]
         deps: list[list[int] | None] = [None] * n  # hazards found at issue, program order
         dptr = [0] * n  # deps[p][:dptr[p]] have finished
+        self.lo, self.hi = [inf] * n, [-inf] * n  # span of an issued op's ranges (empty: none)
         e_busy, e_idle = [0.0] * ne, [0.0] * ne
         e_stalls: list[dict[str, float]] = [{} for _ in range(ne)]
         res_bytes = [0.0] * nres
@@ -270,14 +282,15 @@ class Sim:
         last_used: list[float] | None = None
         inflight: dict[int, None] = {}  # issued, not finished, program order
         act: list[int] = []  # issued, unfinished consumers with an active FIFO coupling
-        win, ic = m.issue_window, m.issue_cycles
+        win = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
+        ic = m.issue_cycles
         t, next_issue, k, blocker, unstarted, n_done, stuck = 0.0, 0.0, 0, -1, 0, 0, 0
         while n_done < n:
             # --- instantaneous transitions at t: issue, start, complete, fetches done ----------
             changed = True
             while changed:
                 done_any = started_any = False
-                while k < n and blocker < 0 and t >= next_issue - _EPS and (win is None or unstarted < win):
+                while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
                     p = k
                     issue[p] = t
                     next_issue = t + ic
@@ -292,7 +305,7 @@ class Sim:
                         act.append(p)
                 for e in live:
                     p = cur[e]
-                    if p < 0 or p >= k:  # drained, or its head not issued yet
+                    if p >= k:  # its head not issued yet (drained engines left `live` when they drained)
                         continue
                     if start[p] == inf:
                         d = deps[p]
@@ -321,6 +334,7 @@ class Sim:
                         else:
                             cur[e] = -1
                             live = [e for e in live if cur[e] >= 0]
+                            dead = [e for e in range(ne) if cur[e] < 0]
                         n_done += 1
                         del inflight[p]
                         if sidx[p] >= 0:
@@ -331,10 +345,11 @@ class Sim:
                         done_any = True
                 # another pass changes something only if a head moved on (a new head, freed hazards,
                 # the issuer unblocked) or a start freed a command slot the issuer can now use
-                changed = done_any or (started_any and k < n and blocker < 0 and t >= next_issue - _EPS
-                                       and (win is None or unstarted < win))
-            # fetches complete (nothing above reads or enables these, so once per instant is enough)
-            for si in range(nstr):
+                changed = done_any or (started_any and k < n and blocker < 0 and unstarted < win
+                                       and t >= next_issue - _EPS)
+            # fetches complete (nothing above reads or enables these, so once per instant is enough;
+            # and only `fetched` moving, in the last step, can complete one)
+            for si in fmoved:
                 lst = s_ops[si]
                 i = s_cur[si]
                 while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
@@ -347,21 +362,38 @@ class Sim:
                     s_cur[si] = i
             if n_done >= n:
                 break
+            fmoved = []
             # --- what runs, the FIFO couplings, fetch targets and buffer levels ------------------
             # (the time to the next event is the first smallest non-negative candidate, as min() over
             # them all would pick; the heads' latency and tail ends are the first candidates)
+            # (heads not issued or not started offer no candidate: their ends are all infinite)
             running = []
+            rs = []  # running ops that draw from a stream
+            waiting = []  # engines whose head is not issued yet
+            blocked = []  # engines whose head waits for a hazard
+            filling = []  # heads started but not progressing: setup latency, pipeline drain
             dt = inf
             for e in live:
                 p = cur[e]
+                if p >= k:
+                    waiting.append(e)
+                    continue
                 s0 = start[p]
+                if s0 == inf:
+                    blocked.append(e)
+                    continue
                 lat_end = s0 + lat[p]
                 if lat_end > t + _EPS:
                     c = lat_end - t
                     if c < dt:
                         dt = c
+                    filling.append(p)
                 elif s0 <= t and frac[p] < 1:
                     running.append(p)
+                    if sidx[p] >= 0:
+                        rs.append(p)
+                else:
+                    filling.append(p)
                 tail_end = prog_end[p] + tail[p]
                 if t + _EPS < tail_end < inf:
                     c = tail_end - t
@@ -378,7 +410,6 @@ class Sim:
                     if end[pr] == inf:  # type: ignore[index]
                         links.append((pr, c))
                 act = keep
-            rs = [p for p in running if sidx[p] >= 0]  # running ops that draw from a stream
             tg: list[int | None] = [None] * nstr  # the op each stream fetches for now
             lvl = [0.0] * nstr  # buffered bytes (needed where a stream fetches)
             fetching = False
@@ -467,78 +498,81 @@ class Sim:
             if dt <= 0:
                 continue
             # --- advance to t + dt: progress, fetches, resource use, engine attribution ---------
-            used = [0.0] * nres
-            for p in running:
-                r = rate.get(p, 0.0)
-                frac[p] = min(1.0, frac[p] + r * dt)
-                if frac[p] >= 1 - _EPS:
-                    frac[p], prog_end[p] = 1.0, t + dt
-                if xfer[p] > 0:
-                    for ri in rpath[p]:
-                        used[ri] += r * xfer[p]
-            for si in range(nstr):
-                p = tg[si]
-                if p is None:
-                    continue
-                f = share[si]
-                if f > 0:
-                    fetch_t0[p] = min(fetch_t0[p], t)
-                    got = min(sbr[p], fetched[p] + f * dt) - fetched[p]
-                    fetched[p] += got
-                    s_fetched[si] += got
-                    for ri in s_rpath[si]:
-                        used[ri] += f
-            if running or fetching:  # (adding 0.0 changes no byte count)
-                for ri in range(nres):
-                    res_bytes[ri] += used[ri] * dt
-            if last_used != used:
-                usage.append((t, dict(zip(rnames, used, strict=True))))
-                last_used = used
-            if nstr:
-                lv = {}
+            if running or fetching:
+                used = [0.0] * nres
+                for p in running:
+                    r = rate.get(p, 0.0)
+                    frac[p] = min(1.0, frac[p] + r * dt)
+                    if frac[p] >= 1 - _EPS:
+                        frac[p], prog_end[p] = 1.0, t + dt
+                    if xfer[p] > 0:
+                        for ri in rpath[p]:
+                            used[ri] += r * xfer[p]
                 for si in range(nstr):
-                    lv[snames[si]] = s_fetched[si] - s_consumed[si] - (
-                        sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0)
-                levels.append((t, lv))
-            for e in range(ne):
-                p = cur[e]
-                if p < 0:
-                    e_idle[e] += dt
-                    continue
-                if issue[p] > t:
-                    reason = "sync" if blocker >= 0 else "issue"
-                elif start[p] > t:
-                    reason = "issue"
-                    d = deps[p]
-                    if d:
-                        i, dn = dptr[p], len(d)
-                        while i < dn and end[d[i]] != inf:
-                            i += 1
-                        dptr[p] = i
-                        if i < dn:
-                            reason = dep_why[d[i]]
-                elif p not in running:  # pipeline fill, drain and setup latency count as busy
-                    e_busy[e] += dt
-                    busy[p] += dt
-                    continue
-                else:
-                    nom = nominal[p]
-                    fr = min(1.0, rate.get(p, 0.0) / nom) if nom > 0 else 1.0
-                    e_busy[e] += dt * fr
-                    busy[p] += dt * fr
-                    if fr >= 1 - 1e-9:
+                    p = tg[si]
+                    if p is None:
                         continue
-                    reason, dt_s = why.get(p) or "bandwidth", dt * (1 - fr)
+                    f = share[si]
+                    if f > 0:
+                        fetch_t0[p] = min(fetch_t0[p], t)
+                        fmoved.append(si)
+                        got = min(sbr[p], fetched[p] + f * dt) - fetched[p]
+                        fetched[p] += got
+                        s_fetched[si] += got
+                        for ri in s_rpath[si]:
+                            used[ri] += f
+                for ri in (upath[running[0]] if len(running) == 1 and not fetching else range(nres)):
+                    res_bytes[ri] += used[ri] * dt  # (an untouched resource would add 0.0: no change)
+            else:  # nothing moves (no bytes to add either)
+                used = zeros_r
+            if last_used != used:  # samples kept raw here, made dicts at the end
+                usage.append((t, used))  # type: ignore[arg-type]
+                last_used = used
+            if nstr == 1:
+                levels.append((t, s_fetched[0] - s_consumed[0] - (  # type: ignore[arg-type]
+                    sum(frac[p] * sbr[p] for p in rs if sidx[p] == 0) if rs else 0)))
+            elif nstr:
+                levels.append((t, tuple([s_fetched[si] - s_consumed[si] - (  # type: ignore[arg-type]
+                    sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0) for si in range(nstr)])))
+            # engine attribution (each engine's and op's figures are its own: any engine order will do)
+            for e in dead:
+                e_idle[e] += dt
+            if waiting:
+                reason = "sync" if blocker >= 0 else "issue"
+                for e in waiting:
                     st = e_stalls[e]
-                    st[reason] = st.get(reason, 0.0) + dt_s
-                    st = ostall[p]
-                    st[reason] = st.get(reason, 0.0) + dt_s
-                    continue
+                    st[reason] = st.get(reason, 0.0) + dt
+            for e in blocked:
+                p = cur[e]
+                reason = "issue"
+                d = deps[p]
+                if d:
+                    i, dn = dptr[p], len(d)
+                    while i < dn and end[d[i]] != inf:
+                        i += 1
+                    dptr[p] = i
+                    if i < dn:
+                        reason = dep_why[d[i]]
                 st = e_stalls[e]
                 st[reason] = st.get(reason, 0.0) + dt
-                if issue[p] <= t:
-                    st = ostall[p]
-                    st[reason] = st.get(reason, 0.0) + dt
+                st = ostall[p]
+                st[reason] = st.get(reason, 0.0) + dt
+            for p in filling:  # pipeline fill, drain and setup latency count as busy
+                e_busy[eng[p]] += dt
+                busy[p] += dt
+            for p in running:
+                e = eng[p]
+                nom = nominal[p]
+                fr = min(1.0, rate.get(p, 0.0) / nom) if nom > 0 else 1.0
+                e_busy[e] += dt * fr
+                busy[p] += dt * fr
+                if fr >= 1 - 1e-9:
+                    continue
+                reason, dt_s = why.get(p) or "bandwidth", dt * (1 - fr)
+                st = e_stalls[e]
+                st[reason] = st.get(reason, 0.0) + dt_s
+                st = ostall[p]
+                st[reason] = st.get(reason, 0.0) + dt_s
             t += dt
         # --- the result ------------------------------------------------------------------------
         total = max(end, default=0.0)
@@ -549,6 +583,11 @@ class Sim:
                         dict(o.args)) for p, o in enumerate(ops)]
         fetches = [Fetch(o.stream, o.index, fetch_t0[p], fetch_t1[p], o.stream_bytes)
                    for p, o in enumerate(ops) if o.stream is not None and o.stream_bytes > 0]
+        usage = [(u_t, dict(zip(rnames, u))) for u_t, u in usage]  # noqa: B905 (same lengths)
         usage.append((total, dict.fromkeys(self.capacity, 0.0)))
+        if nstr == 1:
+            levels = [(l_t, {snames[0]: v}) for l_t, v in levels]
+        elif nstr:
+            levels = [(l_t, dict(zip(snames, v))) for l_t, v in levels]  # noqa: B905
         return TimingResult(total, m.clock_hz, res, engines, fetches,
                             dict(zip(rnames, res_bytes, strict=True)), usage, levels)
