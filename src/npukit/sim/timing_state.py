@@ -299,7 +299,9 @@ class Sim:
                     k += 1
                     unstarted += 1
                     if ops[p].reads or ops[p].writes:
-                        deps[p] = self._hazards(p, inflight)
+                        d = self._hazards(p, inflight)
+                        if d:
+                            deps[p] = d
                     inflight[p] = None
                     if link[p] is not None:
                         act.append(p)
@@ -309,16 +311,22 @@ class Sim:
                         continue
                     if start[p] == inf:
                         d = deps[p]
-                        if d:  # the first unfinished hazard, if any, blocks the start
-                            i, dn = dptr[p], len(d)
+                        if d is not None:  # the first unfinished hazard, if any, blocks the start
+                            i = dptr[p]
+                            if end[d[i]] == inf:
+                                continue  # (still the same one)
+                            dn = len(d)
                             while i < dn and end[d[i]] != inf:
                                 i += 1
                             dptr[p] = i
                             if i < dn:
                                 continue
+                            deps[p] = None  # every hazard has finished
                         start[p] = t
                         unstarted -= 1
                         started_any = True
+                    elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
+                        continue
                     if t < start[p] + lat[p] - _EPS:
                         continue
                     if frac[p] < 1 - _EPS:
