@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import attrgetter
 
 from npukit.sim.timing import (
     _BEPS,
@@ -54,20 +55,6 @@ def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], strea
                 raise TimingError(f"stream {s.name!r} crosses unknown resource {r!r}")
 
 
-def _conflict(early: Op, late: Op) -> bool:
-    """RAW, WAW or WAR overlap of the half-open on-chip ranges."""
-    rw = late.reads + late.writes
-    for x0, x1 in early.writes:  # its writes against our reads and writes
-        for y0, y1 in rw:
-            if x0 < y1 and y0 < x1:
-                return True
-    for x0, x1 in early.reads:  # its reads against our writes
-        for y0, y1 in late.writes:
-            if x0 < y1 and y0 < x1:
-                return True
-    return False
-
-
 class Sim:
     """One `simulate` call: static per-op tables, then `run` (one pass of the event loop per event)."""
 
@@ -77,63 +64,51 @@ class Sim:
         self.capacity = capacity = {r.name: r.bytes_per_cycle for r in machine.resources}
         self.streams = {s.name: s for s in machine.streams}
         _validate(machine, ops, capacity, self.streams)
-        rix = {r: i for i, r in enumerate(capacity)}
-        six = {s: i for i, s in enumerate(self.streams)}
+        n, inf = len(ops), math.inf
+        col = {a: list(map(attrgetter(a), ops)) for a in (
+            "engine", "cycles", "latency", "tail", "path", "xfer_bytes", "stream", "stream_bytes", "is_async",
+            "fifo_from")}
+        engine, cycles, path, stream, fifo = (col["engine"], col["cycles"], col["path"], col["stream"],
+                                              col["fifo_from"])
+        self.lat, self.tail, self.xfer = col["latency"], col["tail"], col["xfer_bytes"]
+        self.sbr, self.isasync = col["stream_bytes"], col["is_async"]  # stream bytes as given
+        xfer, sbr, isasync = self.xfer, self.sbr, self.isasync
         eix = {e: i for i, e in enumerate(machine.engines)}
+        self.eng = eng = list(map(eix.__getitem__, engine))  # engine ordinal
         self.queue = queue = [[] for _ in machine.engines]
-        self.s_ops = s_ops = [[] for _ in self.streams]
-        self.lat, self.tail, self.xfer, self.rpath = lat, tail, xfer, rpath = [], [], [], []
-        self.sidx, self.sbr, self.sb, self.isasync = sidx, sbr, sb, isasync = [], [], [], []
-        self.cap, self.xcap, self.xlow, self.xkey = cap, xcap, xlow, xkey = [], [], [], []
-        self.link, self.full, self.haswork, self.nominal = link, full, haswork, nominal = [], [], [], []
-        self.dep_why, self.wait_why = dep_why, wait_why = [], []
-        self.eng = eng = []  # engine ordinal
-        self.upath = upath = []  # the distinct resource ordinals of its path
-        inf = math.inf
-        pid: dict[tuple[str, ...], int] = {}
-        paths: dict[tuple[str, ...], tuple[int, ...]] = {}
+        for c, e in enumerate(eng):
+            queue[e].append(c)
+        rix = {r: i for i, r in enumerate(capacity)}
+        pinfo = {}  # per distinct path: resource ordinals, distinct ones, an id, the narrowest resource
+        for pth in dict.fromkeys(path):
+            rp = tuple(rix[r] for r in pth)
+            pinfo[pth] = (rp, tuple(dict.fromkeys(rp)), len(pinfo),
+                          min(capacity[r] for r in pth) if pth else inf)
+        self.rpath = [pinfo[pth][0] for pth in path]
+        self.upath = [pinfo[pth][1] for pth in path]
+        six = {s: i for i, s in enumerate(self.streams)}
+        self.s_ops = [[c for c in range(n) if stream[c] == s and sbr[c] > 0] for s in self.streams]
+        self.sidx = [-1 if s is None else six[s] for s in stream]
+        self.sb = sb = [b if s is not None else 0.0 for s, b in zip(stream, sbr, strict=True)]  # drawn
+        self.cap = cap = [1.0 / c if c > 0 else inf for c in cycles]
+        self.xcap = xcap = [c * x for c, x in zip(cap, xfer, strict=True)]  # a transfer's rate cap
+        self.xlow = [c * (1 - 1e-6) for c in xcap]  # below this a transfer is bandwidth-bound
+        self.xkey = [(c, pinfo[pth][2]) for c, pth in zip(xcap, path, strict=True)]  # water-filling memo keys
+        self.link = link = [None] * n
+        self.full = full = [0.0] * n
+        for c in [c for c in range(n) if fifo[c] is not None]:
+            pr, o = fifo[c], ops[c]
+            if isasync[pr] and o.fifo_elems > 0:
+                link[c] = pr
+                full[c] = o.fifo_depth / o.fifo_elems
+        self.haswork = [bool(c or x or b or lk is not None)
+                        for c, x, b, lk in zip(cycles, xfer, sb, link, strict=True)]
+        self.nominal = [min(c, pinfo[pth][3] / x) if x > 0 else c  # full rate alone on the machine
+                        for c, x, pth in zip(cap, xfer, path, strict=True)]
         dep = {e: f"dep_{e}" for e in machine.engines}
         wait = {e: f"wait_{e}" for e in machine.engines}
-        for c, o in enumerate(ops):
-            queue[eix[o.engine]].append(c)
-            eng.append(eix[o.engine])
-            cyc, xb, path, stream, stb = o.cycles, o.xfer_bytes, o.path, o.stream, o.stream_bytes
-            lat.append(o.latency)
-            tail.append(o.tail)
-            xfer.append(xb)
-            rp = paths.get(path)
-            if rp is None:
-                rp = paths[path] = tuple(rix[r] for r in path)  # resource ordinals
-            rpath.append(rp)
-            upath.append(tuple(dict.fromkeys(rp)))
-            if stream is None:
-                sidx.append(-1)
-                sb.append(0.0)  # drawn from a stream
-            else:
-                sidx.append(six[stream])
-                sb.append(stb)
-                if stb > 0:
-                    s_ops[six[stream]].append(c)
-            sbr.append(stb)  # as given
-            isasync.append(o.is_async)
-            cp = 1.0 / cyc if cyc > 0 else inf
-            cap.append(cp)
-            xc = cp * xb
-            xcap.append(xc)  # the transfer's rate cap
-            xlow.append(xc * (1 - 1e-6))  # below this the transfer is bandwidth-bound
-            xkey.append((xc, pid.setdefault(path, len(pid))))
-            pr = o.fifo_from
-            lk = None if pr is None or not ops[pr].is_async or o.fifo_elems <= 0 else pr
-            link.append(lk)
-            full.append(o.fifo_depth / o.fifo_elems if lk is not None else 0.0)
-            haswork.append(bool(cyc or xb or sb[c] or lk is not None))
-            nom = 1.0 / cyc if cyc > 0 else inf
-            if xb > 0:
-                alone = min(capacity[r] for r in path) if path else inf
-                nom = min(nom, alone / xb)
-            nominal.append(nom)
-            dep_why.append(dep[o.engine])
-            wait_why.append(wait[o.engine])
+        self.dep_why = list(map(dep.__getitem__, engine))
+        self.wait_why = list(map(wait.__getitem__, engine))
         self.wf_memo: dict[tuple, list[float]] = {}
 
     # --- hazards ---------------------------------------------------------------------------------
@@ -153,13 +128,29 @@ class Sim:
             if x1 > phi:
                 phi = x1
         lo[p], hi[p] = plo, phi  # the span of all its ranges: disjoint spans cannot conflict
-        fifo = op.fifo_from
+        fifo, wr = op.fifo_from, op.writes
         out = []
         for q in inflight:
-            if hi[q] <= plo or phi <= lo[q]:
+            if hi[q] <= plo or phi <= lo[q] or (q == fifo and isasync[q]):  # (a FIFO producer streams)
                 continue
-            if _conflict(ops[q], op) and not (q == fifo and isasync[q]):  # (a FIFO producer streams)
+            e = ops[q]
+            for x0, x1 in e.writes:  # RAW/WAW: its writes against our reads and writes
+                for y0, y1 in rw:
+                    if x0 < y1 and y0 < x1:
+                        break
+                else:
+                    continue
                 out.append(q)
+                break
+            else:
+                for x0, x1 in e.reads:  # WAR: its reads against our writes
+                    for y0, y1 in wr:
+                        if x0 < y1 and y0 < x1:
+                            break
+                    else:
+                        continue
+                    out.append(q)
+                    break
         return out
 
     def _fill(self, key: tuple, xops: Sequence[int], scap: list[tuple[int, float]]) -> list[float]:
@@ -289,7 +280,7 @@ class Sim:
             # --- instantaneous transitions at t: issue, start, complete, fetches done ----------
             changed = True
             while changed:
-                done_any = started_any = False
+                done_any = started_any = blocked_any = False
                 while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
                     p = k
                     issue[p] = t
@@ -305,44 +296,39 @@ class Sim:
                     inflight[p] = None
                     if link[p] is not None:
                         act.append(p)
-                for e in live:
+                for e in live:  # each head, and the next one whenever a head completes
                     p = cur[e]
-                    if p >= k:  # its head not issued yet (drained engines left `live` when they drained)
-                        continue
-                    if start[p] == inf:
-                        d = deps[p]
-                        if d is not None:  # the first unfinished hazard, if any, blocks the start
-                            i = dptr[p]
-                            if end[d[i]] == inf:
-                                continue  # (still the same one)
-                            dn = len(d)
-                            while i < dn and end[d[i]] != inf:
-                                i += 1
-                            dptr[p] = i
-                            if i < dn:
-                                continue
-                            deps[p] = None  # every hazard has finished
-                        start[p] = t
-                        unstarted -= 1
-                        started_any = True
-                    elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
-                        continue
-                    if t < start[p] + lat[p] - _EPS:
-                        continue
-                    if frac[p] < 1 - _EPS:
-                        if haswork[p]:
-                            continue
-                        frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
-                    if t >= prog_end[p] + tail[p] - _EPS:
+                    while p < k:  # (a head not issued yet waits; drained engines left `live`)
+                        if start[p] == inf:
+                            d = deps[p]
+                            if d is not None:  # the first unfinished hazard, if any, blocks the start
+                                i = dptr[p]
+                                if end[d[i]] == inf:  # (still the same one)
+                                    blocked_any = True
+                                    break
+                                dn = len(d)
+                                while i < dn and end[d[i]] != inf:
+                                    i += 1
+                                dptr[p] = i
+                                if i < dn:
+                                    blocked_any = True
+                                    break
+                                deps[p] = None  # every hazard has finished
+                            start[p] = t
+                            unstarted -= 1
+                            started_any = True
+                        elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
+                            break
+                        if t < start[p] + lat[p] - _EPS:
+                            break
+                        if frac[p] < 1 - _EPS:
+                            if haswork[p]:
+                                break
+                            frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
+                        if not t >= prog_end[p] + tail[p] - _EPS:
+                            break
                         end[p] = t
                         frac[p] = 1.0
-                        h = head[e] = head[e] + 1
-                        if h < len(queue[e]):
-                            cur[e] = queue[e][h]
-                        else:
-                            cur[e] = -1
-                            live = [e for e in live if cur[e] >= 0]
-                            dead = [e for e in range(ne) if cur[e] < 0]
                         n_done += 1
                         del inflight[p]
                         if sidx[p] >= 0:
@@ -351,10 +337,19 @@ class Sim:
                             blocker = -1
                             next_issue = t + ic
                         done_any = True
-                # another pass changes something only if a head moved on (a new head, freed hazards,
-                # the issuer unblocked) or a start freed a command slot the issuer can now use
-                changed = done_any or (started_any and k < n and blocker < 0 and unstarted < win
-                                       and t >= next_issue - _EPS)
+                        h = head[e] = head[e] + 1
+                        if h >= len(queue[e]):
+                            cur[e] = -1
+                            live = [e for e in live if cur[e] >= 0]
+                            dead = [e for e in range(ne) if cur[e] < 0]
+                            break
+                        p = cur[e] = queue[e][h]
+                # Another pass can change something only if a completion may have freed a head found
+                # blocked, or the issuer may go on. (A new head is looked at as soon as it is one: of
+                # the effects at this instant only the order of the stream byte sums could depend on
+                # that, and an op that draws from a stream cannot start and finish at one instant.)
+                changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
+                                                         and unstarted < win and t >= next_issue - _EPS)
             # fetches complete (nothing above reads or enables these, so once per instant is enough;
             # and only `fetched` moving, in the last step, can complete one)
             for si in fmoved:
