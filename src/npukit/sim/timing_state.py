@@ -430,25 +430,30 @@ class Sim:
                 rate, why, share = {}, {}, zeros_s
                 if running:
                     xops = [p for p in running if xfer[p] > 0]
+                    got = []
                     if xops:
                         key = (tuple([xkey[p] for p in xops]), ())
                         got = wf_memo.get(key)
                         if got is None:
                             got = self._fill(key, xops, [])
-                        for i, p in enumerate(xops):
+                    i = 0
+                    for p in running:  # min(cap, share / bytes), as min() picks
+                        c = cap[p]
+                        if xfer[p] > 0:
                             g = got[i]
-                            rate[p] = g / xfer[p]
-                            if g < xlow[p]:
-                                why[p] = "bandwidth"
-                    for p in running:
-                        rate[p], why[p] = min(cap[p], rate.get(p, inf)), why.get(p, "")
+                            i += 1
+                            r = g / xfer[p]
+                            rate[p] = r if r < c else c
+                            why[p] = "bandwidth" if g < xlow[p] else ""
+                        else:
+                            rate[p], why[p] = c, ""
             # --- time to the next event ----------------------------------------------------------
             if k < n and blocker < 0 and next_issue > t + _EPS:
                 c = next_issue - t
                 if c >= 0 and c < dt:
                     dt = c
             for p in running:
-                r = rate.get(p, 0.0)
+                r = rate[p]
                 if r > 0:
                     c = (1 - frac[p]) / r
                     if c >= 0 and c < dt:
@@ -489,8 +494,7 @@ class Sim:
                     d = (full[c] - gap) / (rp - rc)
                     if d >= 0 and d < dt:
                         dt = d
-            if dt < inf:
-                dt = max(dt, 0.0)
+            # (every candidate is >= 0, so max(dt, 0.0) would change nothing)
             if dt == inf:
                 p = next(p for p in range(n) if end[p] == inf)
                 raise TimingError(f"deadlock at cycle {t:.0f}: op {ops[p].index} "
@@ -504,10 +508,14 @@ class Sim:
             if running or fetching:
                 used = [0.0] * nres
                 for p in running:
-                    r = rate.get(p, 0.0)
-                    frac[p] = min(1.0, frac[p] + r * dt)
-                    if frac[p] >= 1 - _EPS:
+                    r = rate[p]
+                    f = frac[p] + r * dt
+                    if not f < 1.0:  # min(1.0, f)
+                        f = 1.0
+                    if f >= 1 - _EPS:
                         frac[p], prog_end[p] = 1.0, t + dt
+                    else:
+                        frac[p] = f
                     if xfer[p] > 0:
                         for ri in rpath[p]:
                             used[ri] += r * xfer[p]
@@ -517,7 +525,8 @@ class Sim:
                         continue
                     f = share[si]
                     if f > 0:
-                        fetch_t0[p] = min(fetch_t0[p], t)
+                        if t < fetch_t0[p]:
+                            fetch_t0[p] = t
                         fmoved.append(si)
                         got = min(sbr[p], fetched[p] + f * dt) - fetched[p]
                         fetched[p] += got
@@ -566,7 +575,11 @@ class Sim:
             for p in running:
                 e = eng[p]
                 nom = nominal[p]
-                fr = min(1.0, rate.get(p, 0.0) / nom) if nom > 0 else 1.0
+                fr = 1.0
+                if nom > 0:
+                    fr = rate[p] / nom
+                    if not fr < 1.0:  # min(1.0, fr)
+                        fr = 1.0
                 e_busy[e] += dt * fr
                 busy[p] += dt * fr
                 if fr >= 1 - 1e-9:

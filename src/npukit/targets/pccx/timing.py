@@ -24,7 +24,10 @@ the program expresses with async instructions and disjoint ranges; nothing here 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
+from typing import Any
 
 from npukit.sim.timing import Machine, Op, Resource, Stream, TimingError, TimingResult, simulate
 from npukit.sim.work import Work
@@ -49,12 +52,19 @@ def machine(hw: PccxHw) -> Machine:
                    issue_cycles=0.0, issue_window=hw.frontend.cmd_fifo_depth)
 
 
+# `Op`'s fields in `Op`'s order as a plain named tuple: what `simulate_works` hands the timing core, which
+# only reads the fields (a frozen dataclass costs several times more to build, once per instruction)
+_OpRecord = namedtuple("_OpRecord", [f.name for f in fields(Op)])  # type: ignore[misc]
+
+
 def _overlaps(a, b) -> bool:
     return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b)
 
 
-def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
-    ops: list[Op] = []
+def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op) -> list[Op]:
+    """One `Op` per Work (``record``: what to build from `Op`'s fields, given in `Op`'s order)."""
+    ops: list[Any] = []
+    make = record
     last_mat: int | None = None  # position of the latest GEMV/GEMM, a candidate FIFO producer
     mat_writes: tuple = ()  # its writes
     linked: set[int] = set()
@@ -91,9 +101,9 @@ def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
                 rate, tail = gemm_rate, gemm_tail
             streamed = float(wb + dr)
             path, xfer = _compute_traffic(onchip, dw)
-            ops.append(Op(w.index, engine, w.label, float(max(1, ceil(w.macs / rate))), 0.0, tail, path, xfer,
-                          WEIGHTS if streamed else None, streamed, None, 0.0, 0.0, w.is_async, reads, writes,
-                          args))
+            ops.append(make(w.index, engine, w.label, float(max(1, ceil(w.macs / rate))), 0.0, tail, path,
+                            xfer, WEIGHTS if streamed else None, streamed, None, 0.0, 0.0, w.is_async, reads,
+                            writes, args))
             last_mat, mat_writes = pos, writes
         elif engine == "sfu":
             cycles = float(max(1, ceil(w.sfu_elems / sfu_rate)))
@@ -103,20 +113,20 @@ def to_ops(hw: PccxHw, works: Iterable[Work]) -> list[Op]:
                 producer = last_mat
                 linked.add(producer)
             path, xfer = _compute_traffic(onchip, dw)
-            ops.append(Op(w.index, engine, w.label, cycles, 0.0, sfu_tail, path, xfer, None, 0.0, producer,
-                          sfu_depth, float(max(w.sfu_elems, 1)) if producer is not None else 0.0, w.is_async,
-                          reads, writes, args))
+            ops.append(make(w.index, engine, w.label, cycles, 0.0, sfu_tail, path, xfer, None, 0.0, producer,
+                            sfu_depth, float(max(w.sfu_elems, 1)) if producer is not None else 0.0,
+                            w.is_async, reads, writes, args))
         elif engine == "dma":
             ddr = float(dr + dw + wb)
             if ddr:
                 path, xfer = ("ddr", "acp", "l2a"), ddr
             else:
                 path, xfer = ("l2a",), onchip
-            ops.append(Op(w.index, engine, w.label, 0.0, dma_setup, 0.0, path if xfer else (), xfer, None,
-                          0.0, None, 0.0, 0.0, w.is_async, reads, writes, args))
+            ops.append(make(w.index, engine, w.label, 0.0, dma_setup, 0.0, path if xfer else (), xfer, None,
+                            0.0, None, 0.0, 0.0, w.is_async, reads, writes, args))
         elif engine == "ctrl":
-            ops.append(Op(w.index, engine, w.label, memset, 0.0, 0.0, (), 0.0, None, 0.0, None, 0.0, 0.0,
-                          w.is_async, reads, writes, args))
+            ops.append(make(w.index, engine, w.label, memset, 0.0, 0.0, (), 0.0, None, 0.0, None, 0.0, 0.0,
+                            w.is_async, reads, writes, args))
         else:
             raise TimingError(f"work {w.index}: no pccx engine {w.engine!r} (known: {', '.join(ENGINES)})")
         if engine != "sfu" and last_mat is not None and last_mat != pos and _overlaps(mat_writes, writes):
@@ -132,7 +142,7 @@ def _compute_traffic(onchip: float, ddr_write: int) -> tuple[tuple[str, ...], fl
 
 def simulate_works(hw: PccxHw, works: Sequence[Work]) -> TimingResult:
     """Time a functional simulator's Work stream on ``hw``."""
-    return simulate(machine(hw), to_ops(hw, works))
+    return simulate(machine(hw), to_ops(hw, works, _OpRecord))
 
 
 def roofline_cycles(hw: PccxHw, macs: int, weight_bytes: int, engine: str = "gemv", lanes: int = 0) -> float:
