@@ -30,6 +30,7 @@ from npukit.sim.timing import (
 )
 
 _INF = math.inf
+_MASK_SPAN = 1 << 16  # addresses below this are compared as bit sets
 
 
 def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> None:
@@ -119,7 +120,7 @@ class Sim:
         first unfinished entry of this list is the op ``p`` waits for at any later time.
         """
         op = self.ops[p]
-        ops, isasync, lo, hi = self.ops, self.isasync, self.lo, self.hi
+        ops, isasync, lo, hi, wmask, rmask = self.ops, self.isasync, self.lo, self.hi, self.wmask, self.rmask
         rw = op.reads + op.writes
         plo, phi = rw[0]
         for x0, x1 in rw:
@@ -128,10 +129,30 @@ class Sim:
             if x1 > phi:
                 phi = x1
         lo[p], hi[p] = plo, phi  # the span of all its ranges: disjoint spans cannot conflict
+        wm = rm = 0  # its ranges as address bit sets, where they are plain small ranges
+        if plo >= 0 and phi <= _MASK_SPAN:
+            for x0, x1 in op.reads:
+                if x0 >= x1:
+                    break
+                rm |= ((1 << (x1 - x0)) - 1) << x0
+            else:
+                for x0, x1 in op.writes:
+                    if x0 >= x1:
+                        break
+                    wm |= ((1 << (x1 - x0)) - 1) << x0
+                else:
+                    wmask[p], rmask[p] = wm, rm
+        pm = wmask[p]
+        rwm = wm | rm
         fifo, wr = op.fifo_from, op.writes
         out = []
         for q in inflight:
             if hi[q] <= plo or phi <= lo[q] or (q == fifo and isasync[q]):  # (a FIFO producer streams)
+                continue
+            qm = wmask[q]
+            if pm is not None and qm is not None:  # bit sets meet exactly where two ranges overlap
+                if qm & rwm or rmask[q] & wm:
+                    out.append(q)
                 continue
             e = ops[q]
             for x0, x1 in e.writes:  # RAW/WAW: its writes against our reads and writes
@@ -265,6 +286,8 @@ class Sim:
         deps: list[list[int] | None] = [None] * n  # hazards found at issue, program order
         dptr = [0] * n  # deps[p][:dptr[p]] have finished
         self.lo, self.hi = [inf] * n, [-inf] * n  # span of an issued op's ranges (empty: none)
+        self.wmask: list[int | None] = [None] * n  # bit sets of its written / read addresses (None: not
+        self.rmask = [0] * n  # made, for ranges that are empty, negative or beyond _MASK_SPAN)
         e_busy, e_idle = [0.0] * ne, [0.0] * ne
         e_stalls: list[dict[str, float]] = [{} for _ in range(ne)]
         res_bytes = [0.0] * nres
