@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, le
 
 from npukit.sim.timing import (
     _BEPS,
@@ -33,7 +34,28 @@ _INF = math.inf
 _MASK_SPAN = 1 << 16  # addresses below this are compared as bit sets
 
 
+def _valid(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> bool:
+    """True where `_validate` has nothing to say (checked column by column; False: look op by op)."""
+    col = {a: list(map(attrgetter(a), ops)) for a in (
+        "engine", "path", "stream", "fifo_from", "cycles", "latency", "tail", "xfer_bytes", "stream_bytes")}
+    if not (set(col["engine"]) <= set(machine.engines) and set(col["stream"]) <= {None, *streams}
+            and {r for pth in set(col["path"]) for r in pth} <= capacity.keys()
+            and {r for s in machine.streams for r in s.path} <= capacity.keys()):
+        return False
+    for a in ("cycles", "latency", "tail", "xfer_bytes", "stream_bytes"):  # (a NaN or a negative: not >= 0)
+        if col[a] and not min(col[a]) >= 0:
+            return False
+    for pos in [c for c, f in enumerate(col["fifo_from"]) if f is not None]:
+        op = ops[pos]
+        if not 0 <= op.fifo_from < pos or op.cycles <= 0 or (op.fifo_elems > 0 and op.fifo_depth <= 0):
+            return False
+    idle_draw = list(compress(col["stream_bytes"], map(le, col["cycles"], repeat(0))))  # ops with cycles <= 0
+    return not idle_draw or max(idle_draw) <= 0
+
+
 def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> None:
+    if _valid(machine, ops, capacity, streams):
+        return
     for pos, op in enumerate(ops):
         if op.engine not in machine.engines:
             raise TimingError(f"op {op.index} uses unknown engine {op.engine!r}")
@@ -54,6 +76,19 @@ def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], strea
         for r in s.path:
             if r not in capacity:
                 raise TimingError(f"stream {s.name!r} crosses unknown resource {r!r}")
+
+
+def _overlap(early: Op, rw: tuple, wr: tuple) -> bool:
+    """RAW/WAW: ``early``'s writes against the reads and writes ``rw``; WAR: its reads against ``wr``."""
+    for x0, x1 in early.writes:
+        for y0, y1 in rw:
+            if x0 < y1 and y0 < x1:
+                return True
+    for x0, x1 in early.reads:
+        for y0, y1 in wr:
+            if x0 < y1 and y0 < x1:
+                return True
+    return False
 
 
 class Sim:
@@ -130,6 +165,7 @@ class Sim:
                 phi = x1
         lo[p], hi[p] = plo, phi  # the span of all its ranges: disjoint spans cannot conflict
         wm = rm = 0  # its ranges as address bit sets, where they are plain small ranges
+        pm = None
         if plo >= 0 and phi <= _MASK_SPAN:
             for x0, x1 in op.reads:
                 if x0 >= x1:
@@ -141,37 +177,20 @@ class Sim:
                         break
                     wm |= ((1 << (x1 - x0)) - 1) << x0
                 else:
-                    wmask[p], rmask[p] = wm, rm
-        pm = wmask[p]
+                    pm = wm
+        wmask[p], rmask[p] = pm, rm
         rwm = wm | rm
         fifo, wr = op.fifo_from, op.writes
         out = []
         for q in inflight:
-            if hi[q] <= plo or phi <= lo[q] or (q == fifo and isasync[q]):  # (a FIFO producer streams)
-                continue
             qm = wmask[q]
             if pm is not None and qm is not None:  # bit sets meet exactly where two ranges overlap
-                if qm & rwm or rmask[q] & wm:
-                    out.append(q)
-                continue
-            e = ops[q]
-            for x0, x1 in e.writes:  # RAW/WAW: its writes against our reads and writes
-                for y0, y1 in rw:
-                    if x0 < y1 and y0 < x1:
-                        break
-                else:
+                if not (qm & rwm or rmask[q] & wm):
                     continue
+            elif hi[q] <= plo or phi <= lo[q] or not _overlap(ops[q], rw, wr):
+                continue
+            if not (q == fifo and isasync[q]):  # (a FIFO producer streams to p instead of via L2)
                 out.append(q)
-                break
-            else:
-                for x0, x1 in e.reads:  # WAR: its reads against our writes
-                    for y0, y1 in wr:
-                        if x0 < y1 and y0 < x1:
-                            break
-                    else:
-                        continue
-                    out.append(q)
-                    break
         return out
 
     def _fill(self, key: tuple, xops: Sequence[int], scap: list[tuple[int, float]]) -> list[float]:
@@ -190,30 +209,35 @@ class Sim:
         streams = self.m.streams
         nstr = len(streams)
         scap = [(si, streams[si].bytes_per_cycle) for si in range(nstr) if tg[si] is not None]
-        xops = tuple([p for p in running if xfer[p] > 0])
+        xops = [p for p in running if xfer[p] > 0]
         nx = len(xops)
+        xk = tuple([self.xkey[p] for p in xops])
         wants = [p for p in running if sbr[p] > 0 and sidx[p] >= 0]
-        memo, xkey = self.wf_memo, self.xkey
+        memo, wait_why, full = self.wf_memo, self.wait_why, self.full
         rate: dict[int, float] = {}
         why: dict[int, str] = {}
         share = [0.0] * nstr
         for _ in range(12):
             # max-min fair shares: a function of the transfers' caps and paths and the stream caps
-            key = (tuple([xkey[p] for p in xops]), tuple(scap))
+            key = (xk, tuple(scap))
             got = memo.get(key)
             if got is None:
                 got = self._fill(key, xops, scap)
             share = [0.0] * nstr
-            new_rate, new_why = {}, {}
-            for i in range(nx):
-                p, g = xops[i], got[i]
-                new_rate[p] = g / xfer[p]
-                if g < xlow[p]:
-                    new_why[p] = "bandwidth"
             for j in range(len(scap)):
                 share[scap[j][0]] = got[nx + j]
-            for p in running:
-                new_rate[p], new_why[p] = min(cap[p], new_rate.get(p, math.inf)), new_why.get(p, "")
+            new_rate, new_why = {}, {}
+            i = 0
+            for p in running:  # min(cap, share / bytes), as min() picks
+                c = cap[p]
+                if xfer[p] > 0:
+                    g = got[i]
+                    i += 1
+                    r = g / xfer[p]
+                    new_rate[p] = r if r < c else c
+                    new_why[p] = "bandwidth" if g < xlow[p] else ""
+                else:
+                    new_rate[p], new_why[p] = c, ""
             for p in wants:  # weights must have arrived
                 sb = sbr[p]
                 avail = fetched[p] - frac[p] * sb
@@ -228,10 +252,10 @@ class Sim:
                 rc = new_rate.get(c, 0.0)
                 rp = new_rate.get(pr, 0.0)
                 if gap <= _EPS and c in new_rate and rp < rc:  # FIFO empty: consumer follows
-                    new_rate[c], new_why[c] = rp, self.wait_why[pr]
+                    new_rate[c], new_why[c] = rp, wait_why[pr]
                 # FIFO full (only once the consumer runs): the producer waits
-                if gap >= self.full[c] - _EPS and pr in new_rate and rc < rp and start[c] <= t:
-                    new_rate[pr], new_why[pr] = rc, self.wait_why[c]
+                if gap >= full[c] - _EPS and pr in new_rate and rc < rp and start[c] <= t:
+                    new_rate[pr], new_why[pr] = rc, wait_why[c]
             new_scap = []
             for si in range(nstr):
                 if tg[si] is None:
@@ -286,8 +310,10 @@ class Sim:
         deps: list[list[int] | None] = [None] * n  # hazards found at issue, program order
         dptr = [0] * n  # deps[p][:dptr[p]] have finished
         self.lo, self.hi = [inf] * n, [-inf] * n  # span of an issued op's ranges (empty: none)
-        self.wmask: list[int | None] = [None] * n  # bit sets of its written / read addresses (None: not
-        self.rmask = [0] * n  # made, for ranges that are empty, negative or beyond _MASK_SPAN)
+        # bit sets of an op's written / read addresses (no ranges: 0; None: not made, for ranges that
+        # are empty, negative or beyond _MASK_SPAN), made when an op with ranges issues
+        self.wmask: list[int | None] = [0] * n
+        self.rmask = [0] * n
         e_busy, e_idle = [0.0] * ne, [0.0] * ne
         e_stalls: list[dict[str, float]] = [{} for _ in range(ne)]
         res_bytes = [0.0] * nres
