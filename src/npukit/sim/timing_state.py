@@ -155,39 +155,31 @@ class Sim:
         first unfinished entry of this list is the op ``p`` waits for at any later time.
         """
         op = self.ops[p]
-        ops, isasync, lo, hi, wmask, rmask = self.ops, self.isasync, self.lo, self.hi, self.wmask, self.rmask
-        rw = op.reads + op.writes
-        plo, phi = rw[0]
-        for x0, x1 in rw:
-            if x0 < plo:
-                plo = x0
-            if x1 > phi:
-                phi = x1
-        lo[p], hi[p] = plo, phi  # the span of all its ranges: disjoint spans cannot conflict
+        ops, isasync, wmask, rmask = self.ops, self.isasync, self.wmask, self.rmask
         wm = rm = 0  # its ranges as address bit sets, where they are plain small ranges
         pm = None
-        if plo >= 0 and phi <= _MASK_SPAN:
-            for x0, x1 in op.reads:
-                if x0 >= x1:
+        for x0, x1 in op.reads:
+            if not (type(x0) is type(x1) is int and 0 <= x0 < x1 <= _MASK_SPAN):  # (plain ints only)
+                break
+            rm |= ((1 << (x1 - x0)) - 1) << x0
+        else:
+            for x0, x1 in op.writes:
+                if not (type(x0) is type(x1) is int and 0 <= x0 < x1 <= _MASK_SPAN):
                     break
-                rm |= ((1 << (x1 - x0)) - 1) << x0
+                wm |= ((1 << (x1 - x0)) - 1) << x0
             else:
-                for x0, x1 in op.writes:
-                    if x0 >= x1:
-                        break
-                    wm |= ((1 << (x1 - x0)) - 1) << x0
-                else:
-                    pm = wm
+                pm = wm
         wmask[p], rmask[p] = pm, rm
         rwm = wm | rm
         fifo, wr = op.fifo_from, op.writes
+        rw = op.reads + wr
         out = []
         for q in inflight:
             qm = wmask[q]
             if pm is not None and qm is not None:  # bit sets meet exactly where two ranges overlap
                 if not (qm & rwm or rmask[q] & wm):
                     continue
-            elif hi[q] <= plo or phi <= lo[q] or not _overlap(ops[q], rw, wr):
+            elif not _overlap(ops[q], rw, wr):
                 continue
             if not (q == fifo and isasync[q]):  # (a FIFO producer streams to p instead of via L2)
                 out.append(q)
@@ -309,7 +301,6 @@ class Sim:
         ostall: list[dict[str, float]] = [{} for _ in range(n)]
         deps: list[list[int] | None] = [None] * n  # hazards found at issue, program order
         dptr = [0] * n  # deps[p][:dptr[p]] have finished
-        self.lo, self.hi = [inf] * n, [-inf] * n  # span of an issued op's ranges (empty: none)
         # bit sets of an op's written / read addresses (no ranges: 0; None: not made, for ranges that
         # are empty, negative or beyond _MASK_SPAN), made when an op with ranges issues
         self.wmask: list[int | None] = [0] * n
