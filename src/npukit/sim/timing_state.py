@@ -282,6 +282,8 @@ class Sim:
         nstr = len(streams)
         s_ops = self.s_ops
         s_cur = [0] * nstr
+        s_next = [lst[0] if lst else -1 for lst in s_ops]  # the op a stream fetches for next (-1: none)
+        s_prev = [n] * nstr  # the stream's op before that (n: none; start[n] is -inf)
         s_fetched = [0.0] * nstr
         s_consumed = [0.0] * nstr  # by finished ops
         s_capb = [s.capacity_bytes for s in streams]
@@ -292,7 +294,7 @@ class Sim:
         nres = len(rnames)
         zeros_r = [0.0] * nres
         fmoved = list(range(nstr))  # streams whose fetched bytes moved (all, before the first instant)
-        issue, start, end = [inf] * n, [inf] * n, [inf] * n
+        issue, start, end = [inf] * n, [inf] * n + [-inf], [inf] * n  # (start[n]: see s_prev)
         frac = [0.0] * n
         prog_end = [inf] * n  # when the op's work ran out (its tail follows)
         fetched = [0.0] * n
@@ -403,6 +405,8 @@ class Sim:
                     fetch_t0[p] = min(fetch_t0[p], t)
                     i += 1
                     s_cur[si] = i
+                    s_next[si] = lst[i] if i < len(lst) else -1
+                    s_prev[si] = p
             if n_done >= n:
                 break
             fmoved = []
@@ -457,10 +461,9 @@ class Sim:
             lvl = [0.0] * nstr  # buffered bytes (needed where a stream fetches)
             fetching = False
             for si in range(nstr):
-                lst = s_ops[si]
-                i = s_cur[si]
-                if i < len(lst) and issue[lst[i]] <= t and not (i > 0 and start[lst[i - 1]] > t):
-                    tg[si] = lst[i]
+                p = s_next[si]  # fetched once issued and the stream's previous op has started
+                if 0 <= p < k and start[s_prev[si]] <= t:
+                    tg[si] = p
                     fetching = True
                     lvl[si] = (s_fetched[si] - s_consumed[si]
                                - sum(frac[p] * sbr[p] for p in rs if sidx[p] == si))
