@@ -272,7 +272,8 @@ class Sim:
         head = [0] * ne
         cur = [q[0] if q else -1 for q in queue]  # head op of each engine queue, -1 once drained
         live = [e for e in range(ne) if cur[e] >= 0]  # engines with ops left, in engine order
-        dead = [e for e in range(ne) if cur[e] < 0]
+        unused = [e for e in range(ne) if cur[e] < 0]  # engines without ops: idle all along (see the end)
+        dead: list[int] = []  # engines whose queue has drained since
         lat, tail, xfer, rpath = self.lat, self.tail, self.xfer, self.rpath
         sidx, sbr, sb = self.sidx, self.sbr, self.sb
         isasync, link, full, haswork, nominal = self.isasync, self.link, self.full, self.haswork, self.nominal
@@ -383,7 +384,7 @@ class Sim:
                         if h >= len(queue[e]):
                             cur[e] = -1
                             live = [e for e in live if cur[e] >= 0]
-                            dead = [e for e in range(ne) if cur[e] < 0]
+                            dead = [e for e in range(ne) if cur[e] < 0 and e not in unused]
                             break
                         p = cur[e] = queue[e][h]
                 # Another pass can change something only if a completion may have freed a head found
@@ -636,6 +637,8 @@ class Sim:
         # --- the result ------------------------------------------------------------------------
         total = max(end, default=0.0)
         engines = {}
+        for e in unused:  # idle at every step: the same sums, in the same order, as t itself
+            e_idle[e] = t
         for e, name in enumerate(m.engines):  # engines finished early idle until the end
             engines[name] = EngineStats(name, e_busy[e], e_idle[e] + max(0.0, total - t), e_stalls[e])
         res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
