@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, le
 from typing import Any
 
 from npukit.errors import NpukitError
@@ -188,6 +190,70 @@ def _waterfill(caps: list[float], paths: list[tuple[str, ...]], capacity: dict[s
             if rate[i] >= caps[i] * (1 - _EPS) or any(left[r] <= capacity[r] * _EPS for r in paths[i]):
                 frozen[i] = True
     return rate
+
+
+def _valid(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> bool:
+    """True where `_validate` has nothing to say (checked column by column; False: look op by op)."""
+    try:
+        return _valid_columns(machine, ops, capacity, streams)
+    except TypeError:  # something unhashable or not comparable: look op by op
+        return False
+
+
+def _valid_columns(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> bool:
+    col = {a: list(map(attrgetter(a), ops)) for a in (
+        "engine", "path", "stream", "fifo_from", "cycles", "latency", "tail", "xfer_bytes", "stream_bytes")}
+    if not (set(col["engine"]) <= set(machine.engines) and set(col["stream"]) <= {None, *streams}
+            and {r for pth in set(col["path"]) for r in pth} <= capacity.keys()
+            and {r for s in machine.streams for r in s.path} <= capacity.keys()):
+        return False
+    for a in ("cycles", "latency", "tail", "xfer_bytes", "stream_bytes"):  # (a NaN or a negative: not >= 0)
+        if col[a] and not min(col[a]) >= 0:
+            return False
+    for pos in [c for c, f in enumerate(col["fifo_from"]) if f is not None]:
+        op = ops[pos]
+        if not 0 <= op.fifo_from < pos or op.cycles <= 0 or (op.fifo_elems > 0 and op.fifo_depth <= 0):
+            return False
+    idle_draw = list(compress(col["stream_bytes"], map(le, col["cycles"], repeat(0))))  # ops with cycles <= 0
+    return not idle_draw or max(idle_draw) <= 0
+
+
+def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> None:
+    if _valid(machine, ops, capacity, streams):
+        return
+    for pos, op in enumerate(ops):
+        if op.engine not in machine.engines:
+            raise TimingError(f"op {op.index} uses unknown engine {op.engine!r}")
+        for r in op.path:
+            if r not in capacity:
+                raise TimingError(f"op {op.index} crosses unknown resource {r!r}")
+        if op.stream is not None and op.stream not in streams:
+            raise TimingError(f"op {op.index} draws from unknown stream {op.stream!r}")
+        if op.fifo_from is not None and not 0 <= op.fifo_from < pos:
+            raise TimingError(f"op {op.index}: fifo producer must be an earlier op")
+        if min(op.cycles, op.latency, op.tail, op.xfer_bytes, op.stream_bytes) < 0:
+            raise TimingError(f"op {op.index} has a negative cost")
+        if op.cycles <= 0 and (op.stream_bytes > 0 or op.fifo_from is not None):
+            raise TimingError(f"op {op.index} consumes a stream or FIFO but has no engine cycles")
+        if op.fifo_from is not None and op.fifo_elems > 0 and op.fifo_depth <= 0:
+            raise TimingError(f"op {op.index}: a FIFO needs a positive depth")
+    for s in machine.streams:
+        for r in s.path:
+            if r not in capacity:
+                raise TimingError(f"stream {s.name!r} crosses unknown resource {r!r}")
+
+
+def _overlap(early: Op, rw: tuple, wr: tuple) -> bool:
+    """RAW/WAW: ``early``'s writes against the reads and writes ``rw``; WAR: its reads against ``wr``."""
+    for x0, x1 in early.writes:
+        for y0, y1 in rw:
+            if x0 < y1 and y0 < x1:
+                return True
+    for x0, x1 in early.reads:
+        for y0, y1 in wr:
+            if x0 < y1 and y0 < x1:
+                return True
+    return False
 
 
 def simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult:
