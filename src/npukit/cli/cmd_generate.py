@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-window", type=int, default=None, metavar="N",
                    help="KV ring: most recent positions kept (max tokens = sink + window)")
     p.add_argument("--executor", default=None, choices=("reference", "fast"),
-                   help="pccx program executor: fast (pre-decoded replay, bit-identical; default) or reference (the readable simulator)")
+                   help="pccx program executor: fast (pre-decoded replay, bit-identical; default) "
+                        "or reference (the readable simulator)")
     p.add_argument("--prefill", default=None, choices=("gemm", "decode"),
                    help="pccx prompt: GEMM chunks (default) or token by token through the decode program")
     p.add_argument("--json", action="store_true", help="print one JSON object")
