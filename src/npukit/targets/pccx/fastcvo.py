@@ -48,11 +48,12 @@ def _cvo_work(idx: int, ins: Instr) -> Work:
     out_n = cvo_out_elems(fn, n)
     src = (ins.src_addr, ins.src_addr + words_of(n))
     dst = (ins.dst_addr, ins.dst_addr + words_of(out_n))
-    reads = (src, dst) if out_n and (accm or fn in BINARY) else (src,)
+    two = out_n and (accm or fn in BINARY)
+    reads = (src, dst) if two else (src,)
     writes = (dst,) if fn != CvoFunc.LOAD_SCALAR else ()
-    return Work(idx, "sfu", format_instr(ins), sfu_elems=n,
-                onchip_read_bytes=sum(e - b for b, e in reads) * 16,
-                onchip_write_bytes=sum(e - b for b, e in writes) * 16,
+    rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
+    return Work(idx, "sfu", format_instr(ins), sfu_elems=n, onchip_read_bytes=rd * 16,
+                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0,
                 is_async=bool(ins.async_), reads=reads, writes=writes)
 
 

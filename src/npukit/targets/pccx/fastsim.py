@@ -34,7 +34,7 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import kernels as kx
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
-from npukit.targets.pccx.fastcvo import fuse_groups
+from npukit.targets.pccx.fastcvo import compile_cvo, fuse_groups
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
 from npukit.targets.pccx.sim import (
@@ -272,8 +272,6 @@ class FastSimulator(Simulator):
         if ins.op == Op.MEMSET:
             return self._compile_memset(idx, ins)
         if ins.op == Op.CVO:
-            from npukit.targets.pccx.fastcvo import compile_cvo
-
             body = compile_cvo(self, idx, ins)
             return self._reference(idx, ins) if body is None else self._traced(ins, body)
         if ins.op == Op.MEMCPY:
