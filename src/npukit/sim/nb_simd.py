@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
+import time
 
 import numba as nb
 import numpy as np
@@ -80,6 +82,24 @@ def _trial_ok() -> bool:
 
 
 _PROBED: tuple[str, str] | None = None
+_TRIAL_TIMEOUT_S = 120.0  # a first run compiles the trial kernel (about a second); a fork can hang
+
+
+def _wait(pid: int, timeout_s: float) -> int | None:
+    """The child's wait status, or None after killing it at the timeout (a child forked while another
+    thread held a lock it needs would wait forever)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def probe() -> tuple[str, str]:
@@ -102,8 +122,10 @@ def probe() -> tuple[str, str]:
                 code = 0 if _trial_ok() else 2
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        status = _wait(pid, _TRIAL_TIMEOUT_S)
+        if status is None:
+            _PROBED = ("portable", f"vpdpbusd trial did not finish in {_TRIAL_TIMEOUT_S:.0f} s")
+        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
             _PROBED = ("avx512-vnni", "vpdpbusd trial run exact")
         elif os.WIFSIGNALED(status):
             _PROBED = ("portable", f"vpdpbusd trial killed by signal {os.WTERMSIG(status)}")
