@@ -102,7 +102,7 @@ def bind_mat(sim: FastSimulator, idx: int, ins: Instr, key: bytes) -> _MatBindin
     ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
     codes = None
     if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8" or (
-            sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS and not (kx.VNNI and k >= 128))):
+            sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS and not (sim.vnni and k >= 128))):
         codes = sim.int4_codes(addr, m, k, w_scale)
     findemax = bool(ins.flags & GemvFlag.FINDEMAX)
     if n > 1 and fmt == "int4" and codes is None and sim.backend == "numba":

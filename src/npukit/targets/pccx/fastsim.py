@@ -130,6 +130,8 @@ class FastSimulator(Simulator):
         self.host = TrackedDDR(self.hw.ddr.size_bytes, self.invalidate)
         self.fallbacks = 0
         self._k = kx._numba_kernels() if backend == "numba" else {}
+        # packed INT4 on VNNI beats unpacked int8 codes from K = 128 (two 64-byte runs per row)
+        self.vnni = backend == "numba" and kx.simd() == "avx512-vnni"
         self._codes: dict[tuple, _Codes] = {}
         self._cached_bytes = 0
         self._plans: dict[tuple[int, ...], list[Callable[[], Work]]] = {}
@@ -171,9 +173,11 @@ class FastSimulator(Simulator):
             groups, old_groups, changed = None, None, frozenset()
             if base is not None:  # a patched program (new descriptors): rebuild only the changed steps
                 old_key, old_plan = base
-                plan = [st if w == ow else self._compile(i, w)
-                        for i, (w, ow, st) in enumerate(zip(key, old_key, old_plan, strict=True))]
-                changed = frozenset(i for i, (w, ow) in enumerate(zip(key, old_key, strict=True)) if w != ow)
+                patched = [i for i, (w, ow) in enumerate(zip(key, old_key, strict=True)) if w != ow]
+                plan = list(old_plan)
+                for i in patched:
+                    plan[i] = self._compile(i, key[i])
+                changed = frozenset(patched)
                 old_groups = self._fused.get(old_key)
                 if old_groups is not None and not any(
                         hasattr(plan[i], "fuse") or hasattr(old_plan[i], "fuse") for i in changed):

@@ -202,8 +202,6 @@ def simd() -> str:
     return _nbkernels.SIMD
 
 
-VNNI = simd() == "avx512-vnni"  # packed INT4 then beats unpacked int8 codes from K = 128 (2 chunks)
-
 
 def _numba_kernels() -> dict[str, Any]:
     """Compiled kernels (compiled lazily on first call, cached on disk); empty without numba."""
