@@ -147,6 +147,29 @@ def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
     return 0
 
 
+@nb.njit(**_OPTS)
+def _split_codes(q, qe, qo, body):
+    """Even/odd activation codes into ``qe``/``qo`` (one per packed byte); returns Σ(qe + qo) over the
+    first ``body`` bytes, the correction of their offset-binary (s + 8) VNNI sums."""
+    for j in range(qe.shape[0]):
+        qe[j] = q[2 * j]
+        qo[j] = q[2 * j + 1]
+    offset = np.int32(0)
+    for j in range(body):
+        offset += np.int32(qe[j]) + np.int32(qo[j])
+    return offset
+
+
+@nb.njit(**_OPTS)
+def _tail_p4(p, m, j0, qe, qo):
+    """Row ``m`` of the packed image from byte ``j0`` on, two's-complement nibbles, exact int32."""
+    acc = np.int32(0)
+    for j in range(j0, p.shape[1]):
+        b = np.int8(p[m, j])
+        acc += np.int32(np.int8(b << 4) >> 4) * np.int32(qe[j]) + np.int32(b >> 4) * np.int32(qo[j])
+    return acc
+
+
 @nb.njit(parallel=True, **_OPTS)
 def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
     """`gemv_p4` with the row dot product on AVX-512 VNNI (`npukit.sim.nb_simd.dot_u4s8`) over whole
@@ -159,20 +182,14 @@ def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
     body = chunks * 64
     qe = np.empty(kb, np.int8)
     qo = np.empty(kb, np.int8)
-    offset = 0  # Σ q over the VNNI part: its nibbles are offset-binary (s + 8)
-    for j in range(kb):
-        qe[j] = q[2 * j]
-        qo[j] = q[2 * j + 1]
-    for j in range(body):
-        offset += np.int32(qe[j]) + np.int32(qo[j])
+    offset = _split_codes(q, qe, qo, body)
     base, stride = p.ctypes.data, p.strides[0]
     ea, oa = qe.ctypes.data, qo.ctypes.data
     accs = np.empty(p.shape[0], np.int32)
     for m in nb.prange(p.shape[0]):
         acc = dot_u4s8(base + m * stride, ea, oa, chunks) - 8 * offset
-        for j in range(body, kb):
-            b = np.int8(p[m, j])
-            acc += np.int32(np.int8(b << 4) >> 4) * np.int32(qe[j]) + np.int32(b >> 4) * np.int32(qo[j])
+        if body < kb:
+            acc += _tail_p4(p, m, body, qe, qo)
         accs[m] = acc
     _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
     return 0
@@ -204,11 +221,7 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
     body = chunks * 64
     for t in range(nt):
         es[t] = quantize(flat[xoff[t]: xoff[t] + k], q2[t], lut64)
-        for j in range(kb):
-            qe[t, j] = q2[t, 2 * j]
-            qo[t, j] = q2[t, 2 * j + 1]
-        for j in range(body):
-            offset[t] += np.int32(qe[t, j]) + np.int32(qo[t, j])
+        offset[t] = _split_codes(q2[t], qe[t], qo[t], body)
     base, stride = p.ctypes.data, p.strides[0]
     ea, oa = qe.ctypes.data, qo.ctypes.data
     accs = np.empty((nt, p.shape[0]), np.int32)
@@ -217,10 +230,8 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
             acc = np.int32(0)
             if chunks:
                 acc = _row_dot(base + m * stride, ea + t * kb, oa + t * kb, chunks) - 8 * offset[t]
-            for j in range(body, kb):
-                b = np.int8(p[m, j])
-                lo, hi = np.int32(np.int8(b << 4) >> 4), np.int32(b >> 4)
-                acc += lo * np.int32(qe[t, j]) + hi * np.int32(qo[t, j])
+            if body < kb:
+                acc += _tail_p4(p, m, body, qe[t], qo[t])
             accs[t, m] = acc
     mm = p.shape[0]
     for t in range(nt):
