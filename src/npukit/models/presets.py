@@ -13,42 +13,24 @@ import copy
 from typing import Any
 
 from npukit.errors import ConfigError
+from npukit.models.gemma3n.config import HF_TEXT_DEFAULTS
 
 
 def _gemma3n(num_layers: int, intermediate: int, kv_shared: int) -> dict[str, Any]:
+    """transformers' defaults (E4B text) with a model's depth, FFN width, KV sharing and the fields a
+    hub config.json spells out."""
     return {
         "architectures": ["Gemma3nForCausalLM"],
         "model_type": "gemma3n_text",
-        "vocab_size": 262400,
-        "vocab_size_per_layer_input": 262144,
-        "hidden_size": 2048,
-        "hidden_size_per_layer_input": 256,
+        **HF_TEXT_DEFAULTS,
         "intermediate_size": [intermediate] * num_layers,
         "num_hidden_layers": num_layers,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "hidden_activation": "gelu_pytorch_tanh",
-        "max_position_embeddings": 32768,
-        "rms_norm_eps": 1e-6,
-        "pad_token_id": 0,
-        "eos_token_id": 1,
-        "bos_token_id": 2,
-        "tie_word_embeddings": True,
-        "attention_bias": False,
-        "sliding_window": 512,
         "layer_types": [
             "full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(num_layers)
         ],
         "rope_theta": 1_000_000.0,
         "rope_local_base_freq": 10_000.0,
-        "final_logit_softcapping": 30.0,
-        "altup_active_idx": 0,
-        "altup_coef_clip": 120.0,
-        "altup_correct_scale": True,
-        "altup_num_inputs": 4,
         "num_kv_shared_layers": kv_shared,
-        "laurel_rank": 64,
         "activation_sparsity_pattern": [0.95] * 10 + [0.0] * (num_layers - 10),
     }
 

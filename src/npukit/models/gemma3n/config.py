@@ -23,8 +23,9 @@ SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh",)
 TEXT_MODEL_TYPES = ("gemma3n_text",)
 MULTIMODAL_MODEL_TYPES = ("gemma3n",)
 
-# transformers Gemma3nTextConfig defaults (E4B text), used for fields a config.json leaves out.
-_DEFAULTS: dict[str, Any] = {
+# transformers Gemma3nTextConfig defaults (E4B text), used for fields a config.json leaves out (and the
+# base of the E2B/E4B shape presets, `npukit.models.presets`).
+HF_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262_400,
     "vocab_size_per_layer_input": 262_144,
     "hidden_size": 2048,
@@ -183,7 +184,7 @@ class Gemma3nConfig:
             mt = raw.get("model_type", "gemma3n_text")
         if mt not in TEXT_MODEL_TYPES:
             raise ConfigError(f"model config: model_type {mt!r} is not a Gemma 3n text decoder")
-        c = {**_DEFAULTS, **{k: v for k, v in raw.items() if k in _DEFAULTS}}
+        c = {**HF_TEXT_DEFAULTS, **{k: v for k, v in raw.items() if k in HF_TEXT_DEFAULTS}}
         n = _pos_int(c, "num_hidden_layers")
         hidden = _pos_int(c, "hidden_size")
         for f in ("vocab_size", "vocab_size_per_layer_input", "hidden_size_per_layer_input",
