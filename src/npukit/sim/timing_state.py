@@ -143,10 +143,27 @@ class Sim:
         return got
 
     # --- rates -----------------------------------------------------------------------------------
+    def _share_rates(self, running: list[int], got: list[float], rate: dict[int, float],
+                     why: dict[int, str]) -> None:
+        """Each running op's rate from its water-filled share (``got``, in order of the running ops that
+        transfer): min(cap, share / bytes) as min() picks, "bandwidth" where the share binds."""
+        cap, xfer, xlow = self.cap, self.xfer, self.xlow
+        i = 0
+        for p in running:
+            c = cap[p]
+            if xfer[p] > 0:
+                g = got[i]
+                i += 1
+                r = g / xfer[p]
+                rate[p] = r if r < c else c
+                why[p] = "bandwidth" if g < xlow[p] else ""
+            else:
+                rate[p], why[p] = c, ""
+
     def _rates(self, t: float, running: list[int], links: list[tuple[int, int]], lvl: list[float],
                tg: list[int | None], start: list[float], frac: list[float], fetched: list[float]):
         """Progress rates (op → fraction/cycle), their limiting reasons, and each stream's inflow."""
-        cap, xfer, xlow, sidx, sbr = self.cap, self.xfer, self.xlow, self.sidx, self.sbr
+        xfer, sidx, sbr = self.xfer, self.sidx, self.sbr
         streams = self.m.streams
         nstr = len(streams)
         scap = [(si, streams[si].bytes_per_cycle) for si in range(nstr) if tg[si] is not None]
@@ -168,17 +185,7 @@ class Sim:
             for j in range(len(scap)):
                 share[scap[j][0]] = got[nx + j]
             new_rate, new_why = {}, {}
-            i = 0
-            for p in running:  # min(cap, share / bytes), as min() picks
-                c = cap[p]
-                if xfer[p] > 0:
-                    g = got[i]
-                    i += 1
-                    r = g / xfer[p]
-                    new_rate[p] = r if r < c else c
-                    new_why[p] = "bandwidth" if g < xlow[p] else ""
-                else:
-                    new_rate[p], new_why[p] = c, ""
+            self._share_rates(running, got, new_rate, new_why)
             for p in wants:  # weights must have arrived
                 sb = sbr[p]
                 avail = fetched[p] - frac[p] * sb
@@ -227,7 +234,7 @@ class Sim:
         sidx, sbr, sb = self.sidx, self.sbr, self.sb
         isasync, link, full, haswork, nominal = self.isasync, self.link, self.full, self.haswork, self.nominal
         dep_why, eng, upath = self.dep_why, self.eng, self.upath
-        cap, xlow, xkey, wf_memo = self.cap, self.xlow, self.xkey, self.wf_memo
+        xkey, wf_memo = self.xkey, self.wf_memo
         streams = m.streams
         nstr = len(streams)
         s_ops = self.s_ops
@@ -429,17 +436,7 @@ class Sim:
                         got = wf_memo.get(key)
                         if got is None:
                             got = self._fill(key, xops, [])
-                    i = 0
-                    for p in running:  # min(cap, share / bytes), as min() picks
-                        c = cap[p]
-                        if xfer[p] > 0:
-                            g = got[i]
-                            i += 1
-                            r = g / xfer[p]
-                            rate[p] = r if r < c else c
-                            why[p] = "bandwidth" if g < xlow[p] else ""
-                        else:
-                            rate[p], why[p] = c, ""
+                    self._share_rates(running, got, rate, why)
             # --- time to the next event ----------------------------------------------------------
             if k < n and blocker < 0 and next_issue > t + _EPS:
                 c = next_issue - t
