@@ -1,0 +1,122 @@
+"""The one place that says what a target is.
+
+A target is a folder ``npukit/targets/<name>/`` whose module ``target.py`` defines ``TARGET``, a
+`Target` record. Every capability is named by a lazy ``"module:attribute"`` reference, so listing the
+targets imports nothing heavy and this base-layer module never imports a target (layers stay
+enforceable). Out-of-tree targets (a user's, or the toy machine in the tests) register the same way:
+put their module names in ``NPUKIT_TARGETS`` (comma-separated) or call `register`.
+
+Capabilities, each optional (``None`` = the target does not offer it):
+
+* ``hw`` — the hardware-description dataclass that TOML presets with ``target = "<name>"`` build;
+* ``isa`` — the ISA spec (`npukit.isa` toolkit object) behind asm/disasm and the docs table;
+* ``assemble(text, hw) -> list[int]``, ``disassemble(words, hw) -> str``,
+  ``load_program(path, hw) -> list[int]``, ``simulate(words, hw, **options) -> result`` —
+  what ``npukit asm|disasm|sim --target <name>`` call;
+* ``perf(hw) -> npukit.perf.machine.Machine`` — the roofline/energy adapter;
+* ``ledger(hw, cfg, **kw) -> Ledger`` — the target's own evidence ledger;
+* ``backends`` — modules that register (model family, target) generation backends on import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from npukit.errors import ConfigError
+
+ENV_VAR = "NPUKIT_TARGETS"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    summary: str
+    hw: str | None = None
+    isa: str | None = None
+    assemble: str | None = None
+    disassemble: str | None = None
+    load_program: str | None = None
+    simulate: str | None = None
+    perf: str | None = None
+    ledger: str | None = None
+    backends: tuple[str, ...] = ()
+    extra: dict[str, str] = field(default_factory=dict)  # target-specific named entry points
+
+    def provides(self, capability: str) -> bool:
+        return bool(getattr(self, capability, None) or self.extra.get(capability))
+
+    def resolve(self, capability: str) -> Any:
+        """Import and return the object behind a capability; `ConfigError` if the target lacks it."""
+        ref = getattr(self, capability, None) if capability in _CAPABILITIES else self.extra.get(capability)
+        if not ref:
+            raise ConfigError(f"target {self.name!r} does not provide {capability!r}")
+        return load_ref(ref)
+
+
+_CAPABILITIES = frozenset(
+    ("hw", "isa", "assemble", "disassemble", "load_program", "simulate", "perf", "ledger")
+)
+_TARGETS: dict[str, Target] = {}
+_discovered = False
+
+
+def load_ref(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def register(target: Target) -> Target:
+    """Add (or replace) a target record."""
+    _TARGETS[target.name] = target
+    return target
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import npukit.targets as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.ispkg:
+            _import_target_module(f"npukit.targets.{info.name}.target", required=False)
+    for name in filter(None, (s.strip() for s in os.environ.get(ENV_VAR, "").split(","))):
+        _import_target_module(name, required=True)
+
+
+def _import_target_module(module: str, *, required: bool) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if not required and exc.name == module:
+            return  # a target folder without target.py (work in progress)
+        raise ConfigError(f"cannot import target module {module!r}: {exc}") from None
+    target = getattr(mod, "TARGET", None)
+    if not isinstance(target, Target):
+        raise ConfigError(f"target module {module!r} defines no TARGET record")
+    register(target)
+
+
+def names(capability: str | None = None) -> list[str]:
+    """Registered target names, optionally only those providing ``capability``."""
+    _discover()
+    return sorted(n for n, t in _TARGETS.items() if capability is None or t.provides(capability))
+
+
+def get(name: str, capability: str | None = None) -> Target:
+    """The record of ``name``; `ConfigError` naming the choices if unknown or lacking ``capability``."""
+    _discover()
+    target = _TARGETS.get(name)
+    if target is None or (capability is not None and not target.provides(capability)):
+        have = names(capability)
+        what = f"with {capability!r} " if capability else ""
+        raise ConfigError(f"unknown target {name!r} {what}(known: {', '.join(have) or 'none'})")
+    return target
