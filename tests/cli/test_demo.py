@@ -38,3 +38,24 @@ def test_demo_json_is_one_object_with_generation_and_tiered_summary(capsys):
     figs = obj["summary"]["figures"]
     assert figs["tokens_per_second"]["tier"] == "derived" and figs["tokens_per_second"]["value"] > 0
     assert obj["summary"]["bound"]
+
+
+def test_demo_list_names_every_system(capsys):
+    assert main(["demo", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("pccx", "tern"):
+        assert any(line.split()[:1] == [name] for line in out.splitlines())
+
+
+def test_demo_unknown_system_is_one_line_exit_2(capsys):
+    assert main(["demo", "no-such-system"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("npukit: error: unknown demo 'no-such-system'") and "\n" not in err
+
+
+def test_demo_tern_prints_the_tiered_ledger(capsys):
+    assert main(["demo", "tern"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1]}
+    assert "tokens_per_second" in rows and any(t in rows["tokens_per_second"]
+                                               for t in ("measured", "derived", "projected"))
