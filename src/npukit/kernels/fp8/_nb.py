@@ -1,0 +1,287 @@
+"""numba kernels of the fused FP8-as-storage GEMM (imported only where numba is installed).
+
+Per tile of output columns the weight bytes are transcoded through a per-column 256-entry int8 table
+(the seed's ``v2_i8lut`` idea: ``w = sat_s8(rne(fp16(lut[b] · inv_n)))`` computed once per column
+and byte value) into a small workspace of ``tile × Kp`` bytes, which the int8 GEMM micro-kernel then
+reads for every row of A. No full-size int8/fp16/fp32 weight copy exists at any time.
+
+AVX-512 path: the table lookup is two ``vpermi2b`` (VBMI, 128-entry byte permutes) and a select on
+the code's top bit, 64 bytes at a time; the GEMM is ``vpdpbusd`` (VNNI) on a 4×4 (or 1×4) register
+block of int32 accumulators. ``vpdpbusd`` multiplies *unsigned* by signed bytes, so the table holds
+``u = w ^ 0x80 = w + 128`` and ``Σ w·a = Σ u·a − 128·Σ a`` (exact in int32 for K ≤ 65536:
+255·128·65536 < 2^31). The portable path runs the same tiles with plain loops.
+
+fp16 rounding without float16 arithmetic: a product of two fp16 values is exact in float32, and only
+values in [0.5, 128) survive the final round-and-saturate non-trivially, all of them normal fp16
+numbers, so the fp16 rounding is integer arithmetic on the float32 bits (RNE to 10 mantissa bits)
+followed by an integer round-half-even to an integer (`_sat_rni_f16`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from npukit.sim import nb_simd
+
+_OPTS = {"cache": True, "nogil": True}
+CHUNK = 64
+_I8X64 = ir.VectorType(ir.IntType(8), 64)
+_I32X16 = ir.VectorType(ir.IntType(32), 16)
+
+
+def _addr_loader(builder, off, ptr_t):
+    def load(base):
+        return builder.load(builder.inttoptr(builder.add(base, off), ptr_t), align=1)
+
+    return load
+
+
+def _make_dot(mr: int, nr: int):
+    """Intrinsic ``dot(a, a_stride, b, b_stride, chunks, out)``: out[i·nr + j] (int32) = Σ over
+    chunks × 64 bytes of ``b_j`` (unsigned) × ``a_i`` (signed), an mr × nr block of vpdpbusd sums."""
+
+    @intrinsic
+    def dot(typingctx, a_addr, a_stride, b_addr, b_stride, chunks, out_addr):
+        sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            a, sa, b, sb, n, out = args
+            mod = builder.module
+            dpbusd = cgutils.get_or_insert_function(
+                mod, ir.FunctionType(_I32X16, [_I32X16, _I32X16, _I32X16]), "llvm.x86.avx512.vpdpbusd.512")
+            hsum = cgutils.get_or_insert_function(
+                mod, ir.FunctionType(ir.IntType(32), [_I32X16]), "llvm.vector.reduce.add.v16i32")
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None)) for _ in range(mr * nr)]
+            ptr_t = _I8X64.as_pointer()
+            rows_a = [builder.add(a, builder.mul(sa, ir.Constant(sa.type, i))) for i in range(mr)]
+            rows_b = [builder.add(b, builder.mul(sb, ir.Constant(sb.type, j))) for j in range(nr)]
+            with cgutils.for_range(builder, n) as loop:
+                load = _addr_loader(builder, builder.mul(loop.index, ir.Constant(n.type, CHUNK)), ptr_t)
+                av = [builder.bitcast(load(r), _I32X16) for r in rows_a]
+                bv = [builder.bitcast(load(r), _I32X16) for r in rows_b]
+                for i in range(mr):
+                    for j in range(nr):
+                        acc = accs[i * nr + j]
+                        builder.store(builder.call(dpbusd, [builder.load(acc), bv[j], av[i]]), acc)
+            i32p = ir.IntType(32).as_pointer()
+            for k, acc in enumerate(accs):
+                dst = builder.inttoptr(builder.add(out, ir.Constant(out.type, 4 * k)), i32p)
+                builder.store(builder.call(hsum, [builder.load(acc)]), dst)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot
+
+
+dot4x4 = _make_dot(4, 4)
+dot1x4 = _make_dot(1, 4)
+
+
+@intrinsic
+def transcode64(typingctx, src_addr, tab_addr, dst_addr, chunks):
+    """dst[k] = tab[src[k]] for chunks × 64 bytes (tab: 256 bytes), by two vpermi2b and a select."""
+    sig = types.void(types.intp, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        src, tab, dst, n = args
+        perm = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_I8X64, [_I8X64, _I8X64, _I8X64]),
+            "llvm.x86.avx512.vpermi2var.qi.512")
+        ptr_t = _I8X64.as_pointer()
+        quarter = [builder.load(builder.inttoptr(builder.add(tab, ir.Constant(tab.type, 64 * q)), ptr_t),
+                                align=1) for q in range(4)]
+        zero = ir.Constant(_I8X64, None)
+        with cgutils.for_range(builder, n) as loop:
+            off = builder.mul(loop.index, ir.Constant(n.type, CHUNK))
+            idx = builder.load(builder.inttoptr(builder.add(src, off), ptr_t), align=1)
+            lo = builder.call(perm, [quarter[0], idx, quarter[1]])
+            hi = builder.call(perm, [quarter[2], idx, quarter[3]])
+            val = builder.select(builder.icmp_signed("<", idx, zero), hi, lo)
+            builder.store(val, builder.inttoptr(builder.add(dst, off), ptr_t), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(inline="always")
+def _sat_rni_f16(bits):
+    """sat_s8(rne(fp16(x))) for the float32 bit pattern of x, in int arithmetic; NaN -> 0."""
+    mag = bits & np.uint32(0x7FFFFFFF)
+    neg = (bits >> np.uint32(31)) != 0
+    if mag > np.uint32(0x7F800000):
+        return 0
+    r = (mag + np.uint32(0xFFF) + ((mag >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    if r >= np.uint32(0x43000000):  # >= 128 (inf included): saturate
+        return -128 if neg else 127
+    if r < np.uint32(0x3F000000):  # < 0.5 rounds to 0
+        return 0
+    shift = np.int64(150) - np.int64(r >> np.uint32(23))
+    sig = np.int64((r & np.uint32(0x7FFFFF)) | np.uint32(0x800000))
+    q = (sig + (np.int64(1) << (shift - 1)) - 1 + ((sig >> shift) & 1)) >> shift
+    return -q if neg else min(q, 127)  # [127.5, 128) rounds to 128
+
+
+@nb.njit(**_OPTS)
+def column_table(lut32, inv, prod, tab):
+    """tab[b] = uint8(w_b + 128) with w_b = sat_s8(rne(fp16(lut[b] · inv))), for one column."""
+    for b in range(256):
+        prod[b] = lut32[b] * inv  # fp16 × fp16: exact in float32
+    bits = prod.view(np.uint32)
+    for b in range(256):
+        tab[b] = np.uint8(_sat_rni_f16(bits[b]) + 128)
+
+
+@nb.njit(**_OPTS, parallel=True)
+def quantize_rows(a32, a_inv, a8, asum):
+    """a8[m, :K] = sat_s8(rne(fp16(a · a_inv))) (a32 holds fp16 values), zero tail; asum[m] = Σ a8[m]."""
+    m_rows, k = a32.shape
+    for m in nb.prange(m_rows):
+        prod = np.empty(k, np.float32)
+        for i in range(k):
+            prod[i] = a32[m, i] * a_inv
+        bits = prod.view(np.uint32)
+        s = 0
+        for i in range(k):
+            q = _sat_rni_f16(bits[i])
+            a8[m, i] = q
+            s += q
+        asum[m] = s
+
+
+@nb.njit(**_OPTS)
+def _tile_tables(codes, lut32, inv, n0, rows, kp, ws, vnni):
+    """Transcode columns n0 .. n0+rows-1 into ws[:rows, :Kp] (u8 = w + 128; tail and absent rows 0)."""
+    n_cols, k = codes.shape
+    full = k // CHUNK
+    prod = np.empty(256, np.float32)
+    tab = np.empty(256, np.uint8)
+    for j in range(rows):
+        n = n0 + j
+        if n >= n_cols:
+            ws[j, :] = 0
+            continue
+        column_table(lut32, inv[n], prod, tab)
+        if vnni and full:
+            transcode64(codes[n].ctypes.data, tab.ctypes.data, ws[j].ctypes.data, full)
+            start = full * CHUNK
+        else:
+            start = 0
+        for i in range(start, k):
+            ws[j, i] = tab[codes[n, i]]
+        ws[j, k:kp] = 0
+
+
+@nb.njit(**_OPTS)
+def _block_portable(a8, ws, m0, mr, j0, kp, res):
+    for i in range(mr):
+        for j in range(4):
+            s = 0
+            for t in range(kp):
+                s += np.int32(a8[m0 + i, t]) * np.int32(ws[j0 + j, t])
+            res[i * 4 + j] = s
+
+
+@nb.njit(**_OPTS)
+def gemm_tile(a8, asum, codes, lut32, inv, scale, out, n0, ws, res, vnni):
+    """One tile of output columns n0 .. n0 + len(ws) - 1 for every row (see `fused_gemm`)."""
+    m_rows, kp = a8.shape
+    n_cols = codes.shape[0]
+    tile = ws.shape[0]
+    chunks = kp // CHUNK
+    _tile_tables(codes, lut32, inv, n0, tile, kp, ws, vnni)
+    for m0 in range(0, m_rows, 4):
+        mr = min(4, m_rows - m0)
+        for j0 in range(0, min(tile, n_cols - n0), 4):
+            if vnni and mr == 4:
+                dot4x4(a8[m0].ctypes.data, kp, ws[j0].ctypes.data, kp, chunks, res.ctypes.data)
+            elif vnni:
+                for i in range(mr):
+                    dot1x4(a8[m0 + i].ctypes.data, kp, ws[j0].ctypes.data, kp, chunks,
+                           res[4 * i:].ctypes.data)
+            else:
+                _block_portable(a8, ws, m0, mr, j0, kp, res)
+            for i in range(mr):
+                for j in range(min(4, n_cols - n0 - j0)):
+                    n = n0 + j0 + j
+                    out[m0 + i, n] = np.float32(res[i * 4 + j] - 128 * asum[m0 + i]) * scale[n]
+
+
+@nb.njit(**_OPTS, parallel=True)
+def fused_gemm(a8, asum, codes, lut32, inv, scale, out, ws, res):
+    """out[m, n] (float32) = f32(acc) · scale[n], acc = Σ_k a8[m, k] · w[n, k], w transcoded per tile of
+    ``ws.shape[1]`` columns (a multiple of 4) into ``ws[thread]``; a8 is [M, Kp] int8 zero-padded to a
+    multiple of 64; ``res`` [threads, 16] int32 scratch. AVX-512 VBMI + VNNI inner loops."""
+    tile = ws.shape[1]
+    n_tiles = (codes.shape[0] + tile - 1) // tile
+    for t in nb.prange(n_tiles):
+        tid = nb.get_thread_id()
+        gemm_tile(a8, asum, codes, lut32, inv, scale, out, t * tile, ws[tid], res[tid], True)
+
+
+@nb.njit(**_OPTS, parallel=True)
+def fused_gemm_portable(a8, asum, codes, lut32, inv, scale, out, ws, res):
+    """`fused_gemm` with the plain-loop transcode and dot product."""
+    tile = ws.shape[1]
+    n_tiles = (codes.shape[0] + tile - 1) // tile
+    for t in nb.prange(n_tiles):
+        tid = nb.get_thread_id()
+        gemm_tile(a8, asum, codes, lut32, inv, scale, out, t * tile, ws[tid], res[tid], False)
+
+
+def _trial() -> bool:
+    """Run the VBMI transcode and VNNI micro-kernels once, serially, against integer NumPy."""
+    rng = np.random.default_rng(3)
+    m, n, k = 5, 9, 200
+    kp = -(-k // CHUNK) * CHUNK
+    a8 = np.zeros((m, kp), np.int8)
+    a8[:, :k] = rng.integers(-128, 128, (m, k))
+    asum = a8.astype(np.int64).sum(1).astype(np.int32)
+    codes = rng.integers(0, 256, (n, k), dtype=np.uint8)
+    lut32 = rng.integers(-300, 300, 256).astype(np.float32)
+    inv = np.full(n, 0.5, np.float32)
+    w = np.clip(np.rint(lut32 * np.float32(0.5)), -128, 127).astype(np.int64)[codes]
+    want = (a8[:, :k].astype(np.int64) @ w.T).astype(np.float32)
+    out = np.zeros((m, n), np.float32)
+    ws = np.empty((8, kp), np.uint8)
+    res = np.empty(16, np.int32)
+    for n0 in range(0, n, 8):
+        gemm_tile(a8, asum, codes, lut32, inv, np.ones(n, np.float32), out, n0, ws, res, True)
+    return bool(np.array_equal(out, want))
+
+
+_PROBED: tuple[str, str] | None = None
+
+
+def probe() -> tuple[str, str]:
+    """("avx512-vnni-vbmi" | "portable", reason): nb_simd's VNNI probe, then a forked trial of this
+    module's VBMI transcode and VNNI micro-kernels (a VM can advertise what it faults on)."""
+    global _PROBED
+    if _PROBED is not None:
+        return _PROBED
+    kind, why = nb_simd.probe()
+    if kind != "avx512-vnni":
+        _PROBED = ("portable", why)
+        return _PROBED
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if _trial() else 2
+        finally:
+            os._exit(code)
+    status = nb_simd._wait(pid, nb_simd._TRIAL_TIMEOUT_S)
+    if status is None:
+        _PROBED = ("portable", "fused FP8 trial did not finish")
+    elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        _PROBED = ("avx512-vnni-vbmi", "vpermi2b + vpdpbusd trial run exact")
+    else:
+        _PROBED = ("portable", f"vpermi2b/vpdpbusd trial failed (status {status})")
+    return _PROBED

@@ -1,0 +1,81 @@
+"""The fused CPU implementation of the contract (bit-identical to `contract.gemm_reference`).
+
+Steps per call: activations -> int8 (v4 quantization in numba, or int8 passed through), padded to a
+multiple of 64 along K; the per-column fp16 reciprocals (N values, NumPy, as the contract says);
+then `_nb.fused_gemm`: per tile of output columns, decode -> scale -> int8 through a 256-entry table
+per column into a tile workspace, an int8 GEMM on it, and the fp32 epilogue product; finally
+float32 -> float16 (NumPy's conversion rounds to nearest even, as ``__float2half_rn``).
+
+Memory per call: the int8 activations (M × Kp), one tile workspace per thread (tile × Kp bytes),
+and the M × N float32 epilogue buffer; never a weight-sized array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npukit.kernels.fp8 import contract as C
+
+CHUNK = 64
+
+
+def available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def simd() -> tuple[str, str]:
+    """("avx512-vnni-vbmi" | "portable", reason) — which inner loops this CPU runs."""
+    from npukit.kernels.fp8 import _nb
+
+    return _nb.probe()
+
+
+def tile_for(m: int) -> int:
+    """Columns per tile: wide tiles amortize streaming A when M is large; narrow ones keep both
+    threads busy for small N."""
+    return 64 if m > 16 else 16
+
+
+def prepare_activations(op: C.Operands) -> tuple[np.ndarray, np.ndarray]:
+    """int8 activations [M, Kp] (zero tail) and their row sums (int32)."""
+    from npukit.kernels.fp8 import _nb
+
+    m, k = op.a.shape
+    kp = -(-k // CHUNK) * CHUNK
+    a8 = np.zeros((m, kp), np.int8)
+    asum = np.empty(m, np.int32)
+    if op.a.dtype == np.int8:
+        a8[:, :k] = op.a
+        np.sum(op.a, axis=1, dtype=np.int32, out=asum)
+    else:
+        a32 = np.ascontiguousarray(C.to_f16(op.a).astype(np.float32))
+        _nb.quantize_rows(a32, np.float32(C.a_inv_f16(op.a_inv_scale)), a8, asum)
+    return a8, asum
+
+
+def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float = 1.0,
+              a_inv_scale: float | None = None, out_layout: str = "nm", portable: bool | None = None
+              ) -> np.ndarray:
+    """The fused kernel. ``portable=None`` uses the AVX-512 path where the trial ran exactly."""
+    from npukit.kernels.fp8 import _nb
+
+    op = C.check_operands(a, b_codes, col_scales, fmt, global_scale, a_inv_scale, out_layout)
+    vnni = simd()[0] != "portable" if portable is None else not portable
+    a8, asum = prepare_activations(op)
+    lut32 = C.lut_f16(fmt).astype(np.float32)
+    inv = C.inv_scales(op.col_scales).astype(np.float32)
+    scale = op.col_scales.astype(np.float32) * np.float32(op.global_scale)
+    m, n = a8.shape[0], op.b_codes.shape[0]
+    out = np.empty((m, n), np.float32)
+    threads = _nb.nb.get_num_threads()
+    ws = np.empty((threads, tile_for(m), a8.shape[1]), np.uint8)  # one tile per thread
+    res = np.empty((threads, 16), np.int32)
+    kernel = _nb.fused_gemm if vnni else _nb.fused_gemm_portable
+    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, ws, res)
+    with np.errstate(over="ignore"):
+        res = out.astype(np.float16)
+    return np.ascontiguousarray(res.T) if out_layout == "nm" else res
