@@ -1,0 +1,71 @@
+"""ADD, SUB and MUL on int8 tensors (NumPy broadcasting stands in for TFLite's broadcast loops).
+
+ADD and SUB rescale both inputs to ``2·max(s1, s2)`` after a 2^20 pre-shift (``kernels/add.cc``,
+``kernels/sub.cc``); SUB's output multiplier may exceed one. MUL multiplies the offset inputs and
+rescales once by ``s1·s2/s_out``, computed in float32 as ``kernels/mul.cc`` does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npukit.errors import FormatError
+from npukit.formats import fixedpoint as fp
+from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, finish, mbqm
+
+
+def _operands(ctx: Ctx):
+    a_t, b_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
+    ctx.int8(a_t, b_t, y_t)
+    return a_t, b_t, y_t, ctx.q(a_t), ctx.q(b_t), ctx.q(y_t)
+
+
+def prepare_add(ctx: Ctx) -> Kernel:
+    _a_t, _b_t, y_t, qa, qb, qy = _operands(ctx)
+    try:
+        p = fp.add_params(qa.s, qa.zp, qb.s, qb.zp, qy.s, qy.zp)
+    except FormatError as exc:
+        raise ctx.fail(str(exc)) from None
+    lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        a, b = ins[0].astype(np.int64), ins[1].astype(np.int64)
+        sa = mbqm((a + p.input1_offset) << p.left_shift, p.input1_multiplier, p.input1_shift)
+        sb = mbqm((b + p.input2_offset) << p.left_shift, p.input2_multiplier, p.input2_shift)
+        return [finish(mbqm(sa + sb, p.output_multiplier, p.output_shift), p.output_offset, lo, hi)]
+
+    return run
+
+
+def prepare_sub(ctx: Ctx) -> Kernel:
+    _a_t, _b_t, y_t, qa, qb, qy = _operands(ctx)
+    s1, s2, so = (np.float64(np.float32(v)) for v in (qa.s, qb.s, qy.s))
+    left_shift = 20
+    twice = 2.0 * max(s1, s2)
+    m1, e1 = fp.quantize_multiplier(s1 / twice)
+    m2, e2 = fp.quantize_multiplier(s2 / twice)
+    mo, eo = fp.quantize_multiplier(twice / ((1 << left_shift) * so))
+    lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
+    za, zb, zy = qa.zp, qb.zp, qy.zp
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        a, b = ins[0].astype(np.int64), ins[1].astype(np.int64)
+        sa = mbqm((a - za) << left_shift, m1, e1)
+        sb = mbqm((b - zb) << left_shift, m2, e2)
+        return [finish(mbqm(sa - sb, mo, eo), zy, lo, hi)]
+
+    return run
+
+
+def prepare_mul(ctx: Ctx) -> Kernel:
+    _a_t, _b_t, y_t, qa, qb, qy = _operands(ctx)
+    real = np.float32(qa.s) * np.float32(qb.s) / np.float32(qy.s)  # float arithmetic in mul.cc
+    m, e = fp.quantize_multiplier(float(real))
+    lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
+    za, zb, zy = qa.zp, qb.zp, qy.zp
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        a, b = ins[0].astype(np.int64), ins[1].astype(np.int64)
+        return [finish(mbqm((a - za) * (b - zb), m, e), zy, lo, hi)]
+
+    return run

@@ -1,0 +1,162 @@
+"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED, int8 with per-tensor or per-channel weights.
+
+Accumulation: ``Σ (x − zp_in) · w + bias`` as TFLite's ``reference_integer_ops`` (weights symmetric,
+padding taps skipped, which equals padding with the input zero point). The sums are computed with a
+BLAS float matmul only where it is provably exact: every product is an integer of at most
+255 · max|w| and a float32 (float64) matmul is exact while any partial sum stays below 2^24 (2^53),
+so ``K · 255 · max|w| < 2^24`` picks float32 and anything else float64 (always exact for int8 data).
+
+Requantization: CONV_2D and DEPTHWISE_CONV_2D use ``MultiplyByQuantizedMultiplier`` with per-channel
+``QuantizeMultiplier(s_in · s_w[c] / s_out)`` in double (``PopulateConvolutionQuantizationParams``);
+LiteRT's reference FULLY_CONNECTED int8 rescales in double instead:
+``round(acc · (double(s_in) · double(s_w) / double(s_out)))``, ties away from zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npukit.formats import fixedpoint as fp
+from npukit.models.tflite.kernels.common import (
+    Arrays,
+    Ctx,
+    Kernel,
+    finish,
+    geometry,
+    mbqm,
+    pad_input,
+    round_half_away,
+    window_slices,
+)
+
+
+def _exact_float_dtype(k: int, w: np.ndarray) -> np.dtype:
+    wmax = int(np.abs(w.astype(np.int64)).max()) if w.size else 0
+    return np.dtype(np.float32) if k * 255 * max(wmax, 1) < 2**24 else np.dtype(np.float64)
+
+
+def _bias(ctx: Ctx, k: int, n: int) -> np.ndarray:
+    if not ctx.has_input(k):
+        return np.zeros(n, np.int64)
+    b = ctx.t(k)
+    if b.dtype != np.int32:
+        raise ctx.fail(f"bias {b.name} is {b.dtype}, expected int32")
+    return ctx.const(b).astype(np.int64).reshape(n)
+
+
+def _channel_multipliers(ctx: Ctx, s_in: float, w_scales: np.ndarray, s_out: float, n: int):
+    if w_scales.size not in (1, n):
+        raise ctx.fail(f"filter has {w_scales.size} scales for {n} output channels")
+    scales = np.broadcast_to(w_scales.astype(np.float64), (n,))
+    reals = np.float64(s_in) * scales / np.float64(s_out)
+    return fp.quantize_multipliers(reals)
+
+
+def prepare_conv2d(ctx: Ctx) -> Kernel:
+    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
+    ctx.int8(x_t, w_t, y_t)
+    o = ctx.op.options
+    w = ctx.const(w_t).astype(np.int64)  # OHWI
+    n, kh, kw, cin = w.shape
+    if x_t.shape[3] != cin:
+        raise ctx.fail(f"grouped convolution (input {x_t.shape[3]} channels, filter {cin}) is not supported")
+    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
+    if np.any(qw.zero_point != 0):
+        raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
+    mult, shift = _channel_multipliers(ctx, qx.s, qw.scale, qy.s, n)
+    bias = _bias(ctx, 2, n)
+    lo, hi = ctx.activation(o.fused_activation_function, y_t)
+    zp_in, zp_out = qx.zp, qy.zp
+    sh, sw, dh, dw = o.stride_h, o.stride_w, o.dilation_h_factor, o.dilation_w_factor
+    k = kh * kw * cin
+    dt = _exact_float_dtype(k, w)
+    wmat = w.transpose(1, 2, 3, 0).reshape(k, n).astype(dt)  # (KH·KW·C, N), im2col column order
+    pointwise = kh == kw == 1 and sh == sw == 1
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = ins[0]
+        nb, h, wd, _ = x.shape
+        g = geometry(h, wd, kh, kw, sh, sw, dh, dw, o.padding)
+        xo = x.astype(dt) - dt.type(zp_in)
+        if pointwise:
+            cols = xo.reshape(-1, cin)
+        else:
+            xp = pad_input(xo, g.pt, g.pl, g.hp, g.wp, 0)
+            cols = np.empty((nb, g.oh, g.ow, kh, kw, cin), dtype=dt)
+            for i in range(kh):
+                rows = window_slices(g.hp, g.oh, sh, i, dh)
+                for j in range(kw):
+                    cols[:, :, :, i, j, :] = xp[:, rows, window_slices(g.wp, g.ow, sw, j, dw), :]
+            cols = cols.reshape(-1, k)
+        acc = (cols @ wmat).astype(np.int64) + bias
+        return [finish(mbqm(acc, mult, shift), zp_out, lo, hi).reshape(nb, g.oh, g.ow, n)]
+
+    return run
+
+
+def prepare_depthwise(ctx: Ctx) -> Kernel:
+    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
+    ctx.int8(x_t, w_t, y_t)
+    o = ctx.op.options
+    w = ctx.const(w_t).astype(np.int32)  # 1HWO
+    _, kh, kw, n = w.shape
+    cin = x_t.shape[3]
+    mul = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
+    if cin * mul != n:
+        raise ctx.fail(f"input channels {cin} × depth multiplier {mul} ≠ {n} output channels")
+    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
+    if np.any(qw.zero_point != 0):
+        raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
+    mult, shift = _channel_multipliers(ctx, qx.s, qw.scale, qy.s, n)
+    bias = _bias(ctx, 2, n)
+    lo, hi = ctx.activation(o.fused_activation_function, y_t)
+    zp_in, zp_out = qx.zp, qy.zp
+    sh, sw, dh, dw = o.stride_h, o.stride_w, o.dilation_h_factor, o.dilation_w_factor
+    taps = w.reshape(kh, kw, cin, mul)  # output channel c·mul + m
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = ins[0]
+        nb, h, wd, _ = x.shape
+        g = geometry(h, wd, kh, kw, sh, sw, dh, dw, o.padding)
+        xp = pad_input(x.astype(np.int32) - zp_in, g.pt, g.pl, g.hp, g.wp, 0)
+        acc = np.zeros((nb, g.oh, g.ow, cin, mul), np.int32)  # |acc| ≤ KH·KW·255·128: no overflow
+        for i in range(kh):
+            rows = window_slices(g.hp, g.oh, sh, i, dh)
+            for j in range(kw):
+                patch = xp[:, rows, window_slices(g.wp, g.ow, sw, j, dw), :]
+                acc += patch[..., None] * taps[i, j]
+        acc64 = acc.reshape(nb, g.oh, g.ow, n).astype(np.int64) + bias
+        return [finish(mbqm(acc64, mult, shift), zp_out, lo, hi)]
+
+    return run
+
+
+def prepare_fully_connected(ctx: Ctx) -> Kernel:
+    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
+    ctx.int8(x_t, w_t, y_t)
+    o = ctx.op.options
+    if o.weights_format != 0:
+        raise ctx.fail("shuffled FULLY_CONNECTED weights are not supported")
+    w = ctx.const(w_t).astype(np.int64)  # (N, K)
+    n, k = w.shape
+    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
+    if qw.scale.size not in (1, n):
+        raise ctx.fail(f"filter has {qw.scale.size} scales for {n} output units")
+    w_offset = -int(qw.zero_point[0]) if not qw.per_channel else 0
+    bias = _bias(ctx, 2, n)
+    lo, hi = ctx.activation(o.fused_activation_function, y_t)
+    zp_in, zp_out = qx.zp, qy.zp
+    scale = np.float64(qx.s) * np.broadcast_to(qw.scale.astype(np.float64), (n,)) / np.float64(qy.s)
+    dt = _exact_float_dtype(k, w + w_offset)
+    wmat = (w + w_offset).T.astype(dt)
+    out_shape = y_t.shape
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = ins[0]
+        xo = x.reshape(-1, k).astype(dt) - dt.type(zp_in)
+        acc = (xo @ wmat).astype(np.int64) + bias
+        scaled = round_half_away(acc.astype(np.float64) * scale).astype(np.int64)
+        y = finish(scaled, zp_out, lo, hi)
+        return [y.reshape(out_shape) if y.size == int(np.prod(out_shape)) else y]
+
+    return run
