@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install the Debian packages the npukit test suite needs, only those that are missing.
+# Idempotent: when everything is present it prints nothing and changes nothing.
+#   qemu-system-x86, nvme-cli, busybox-static, cpio, kmod: the NVMe/TCP guest test (tests/devices/nvme)
+#   clang-14: builds eBPF objects for the Alkali firmware tests
+set -euo pipefail
+
+PACKAGES=(qemu-system-x86 nvme-cli busybox-static cpio kmod clang-14)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    if [[ "$status" != "install ok installed" ]]; then
+        missing+=("$pkg")
+    fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+else
+    echo "ensure_debian_deps: missing ${missing[*]} and not root (no sudo); install them with apt-get" >&2
+    exit 1
+fi
+
+echo "ensure_debian_deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# An update only when the package lists cannot resolve a missing package (fresh container).
+if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
+    "${SUDO[@]}" apt-get update -qq
+fi
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,369 @@
+"""An NVMe/TCP initiator (host) on blocking sockets: the library behind ``npukit nvme`` verbs.
+
+``NvmeTcpHost`` connects an admin queue (and optionally I/O queues, each on its own connection),
+enables the controller through properties, and offers admin/I/O passthrough plus helpers shaped like
+nvme-cli's verbs. A command that completes with an error raises :class:`NvmeStatusError`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+
+from npukit.devices.nvme import pdu
+from npukit.devices.nvme.command import (
+    SGL_DATA_BLOCK_OFFSET,
+    SGL_TRANSPORT_DATA_BLOCK,
+    Command,
+    Cqe,
+    sgl_descriptor,
+)
+from npukit.devices.nvme.fabrics import DYNAMIC_CNTLID, ConnectData
+from npukit.devices.nvme.identify import CONTROLLER_FIELDS, NAMESPACE_FIELDS, unpack_fields
+from npukit.devices.nvme.logs import parse_discovery, parse_firmware_slots, parse_smart
+from npukit.devices.nvme.pdu import PduType
+from npukit.devices.nvme.spec import (
+    DISCOVERY_NQN,
+    LBA_SIZE,
+    NSID_ALL,
+    AdminOpcode,
+    FabricsType,
+    IoOpcode,
+    ProtocolError,
+    Register,
+    status_name,
+)
+from npukit.errors import NpukitError
+
+PSDT_SGL = 0x40
+
+
+class NvmeStatusError(NpukitError):
+    """A command completed with a non-zero status; ``cqe`` holds the whole completion."""
+
+    def __init__(self, what: str, cqe: Cqe) -> None:
+        self.cqe = cqe
+        dnr = " DNR" if cqe.dnr else ""
+        super().__init__(f"{what}: {status_name(cqe.status)} (SCT {cqe.sct}, SC {cqe.sc:#04x}{dnr})")
+
+
+def default_hostnqn() -> str:
+    return f"nqn.2014-08.org.nvmexpress:uuid:{uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname())}"
+
+
+@dataclass
+class Reply:
+    cqe: Cqe
+    data: bytes
+
+
+class TcpQueue:
+    """One NVMe/TCP connection: ICReq/ICResp, then commands one at a time (plus stray AER replies)."""
+
+    def __init__(self, host: str, port: int, *, hdgst: bool = False, ddgst: bool = False, timeout: float = 10.0,
+                 hpda: int = 0) -> None:
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ProtocolError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.hdgst, self.ddgst, self.hpda = hdgst, ddgst, hpda
+        self.in_capsule = 8192
+        self._cid = 0
+        self.stray: list[Cqe] = []
+        self.maxh2cdata = 0
+        self._send(pdu.ic_req(hpda=hpda, hdgst=hdgst, ddgst=ddgst))
+        resp = self.read_pdu(ic=True)
+        if resp.type != PduType.IC_RESP:
+            raise ProtocolError(f"expected ICResp, got PDU type {resp.type:#x}")
+        _pfv, cpda, dgst, self.maxh2cdata = struct.unpack_from("<HBBI", resp.header, 8)
+        if bool(dgst & 1) != hdgst or bool(dgst & 2) != ddgst:
+            raise ProtocolError("the target did not accept the requested digests")
+        self.cpda = cpda
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _send(self, buffers: list[bytes | memoryview]) -> None:
+        try:
+            self.sock.sendall(b"".join(bytes(b) for b in buffers))
+        except OSError as exc:
+            raise ProtocolError(f"send failed: {exc}") from None
+
+    def send_raw(self, data: bytes) -> None:
+        self._send([data])
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            try:
+                k = self.sock.recv_into(view[got:])
+            except OSError as exc:
+                raise ProtocolError(f"receive failed: {exc}") from None
+            if k == 0:
+                raise ProtocolError("the target closed the connection")
+            got += k
+        return bytes(buf)
+
+    def read_pdu(self, *, ic: bool = False) -> pdu.Pdu:
+        ch = self._recv_exact(pdu.CH.size)
+        plen = pdu.CH.unpack(ch)[4]
+        if plen < 8 or plen > 64 << 20:
+            raise ProtocolError(f"PDU length {plen} from the target")
+        raw = ch + self._recv_exact(plen - 8)
+        if raw[0] == PduType.C2H_TERM_REQ:
+            fes, fei = struct.unpack_from("<HI", raw, 8)
+            raise ProtocolError(f"target terminated the connection: FES {fes:#x}, FEI {fei}")
+        return pdu.parse(raw, hdgst=self.hdgst and not ic, ddgst=self.ddgst and not ic)
+
+    def next_cid(self) -> int:
+        self._cid = (self._cid + 1) & 0xFFFF
+        return self._cid
+
+    def submit(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> Reply:
+        """Send one command (host data ``data`` or ``read_len`` bytes to read) and wait for its reply."""
+        cmd.flags = (cmd.flags & 0x3F) | PSDT_SGL
+        data = memoryview(bytes(data)) if data else memoryview(b"")
+        in_capsule = b""
+        if len(data) and len(data) <= self.in_capsule:
+            cmd.dptr = sgl_descriptor(0, len(data), SGL_DATA_BLOCK_OFFSET)
+            in_capsule = data
+        elif len(data):
+            cmd.dptr = sgl_descriptor(0, len(data), SGL_TRANSPORT_DATA_BLOCK)
+        else:
+            cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
+        self._send(pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst))
+        return self.wait(cmd.cid, data if not in_capsule else memoryview(b""), read_len)
+
+    def wait(self, cid: int, pending: memoryview = memoryview(b""), read_len: int = 0) -> Reply:
+        received = bytearray(read_len)
+        while True:
+            p = self.read_pdu()
+            if p.flags & 0x80:
+                raise ProtocolError("data digest mismatch on a PDU from the target")
+            if p.type == PduType.CAPSULE_RESP:
+                cqe = Cqe.decode(p.header[8:24])
+                if cqe.cid == cid:
+                    return Reply(cqe, bytes(received))
+                self.stray.append(cqe)
+            elif p.type == PduType.C2H_DATA:
+                cccid, _ttag, offset, length = pdu.data_fields(p)
+                if cccid != cid or offset + length > len(received):
+                    raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
+                received[offset:offset + length] = p.data
+            elif p.type == PduType.R2T:
+                cccid, ttag, offset, length = pdu.data_fields(p)
+                if cccid != cid or offset + length > len(pending):
+                    raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
+                self._send_h2c(cid, ttag, pending[offset:offset + length], offset)
+            else:
+                raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+
+    def _send_h2c(self, cid: int, ttag: int, data: memoryview, base: int) -> None:
+        step = self.maxh2cdata or len(data)
+        for start in range(0, len(data), step):
+            chunk = data[start:start + step]
+            self._send(pdu.data_pdu(PduType.H2C_DATA, cid, ttag, base + start, chunk,
+                                    last=start + step >= len(data), hdgst=self.hdgst, ddgst=self.ddgst))
+
+
+def _fabrics(fctype: int, cid: int, **cdws: int) -> Command:
+    cmd = Command.build(AdminOpcode.FABRICS, cid, nsid=fctype, cdws={int(k[3:]): v for k, v in cdws.items()})
+    return cmd
+
+
+def _property_cmd(fctype: int, cid: int, offset: int, size: int, value: int = 0) -> Command:
+    raw = bytearray(_fabrics(fctype, cid).encode())
+    raw[40] = 1 if size == 8 else 0
+    struct.pack_into("<I", raw, 44, offset)
+    struct.pack_into("<Q", raw, 48, value)
+    return Command.decode(bytes(raw))
+
+
+class NvmeTcpHost:
+    """A host's association with one controller: admin queue plus ``io_queues`` I/O queues."""
+
+    def __init__(self, addr: str, port: int, subnqn: str, *, hostnqn: str | None = None,
+                 hostid: bytes | None = None, hdgst: bool = False, ddgst: bool = False, kato_ms: int = 0,
+                 io_queues: int = 1, queue_size: int = 32, timeout: float = 10.0) -> None:
+        self.addr, self.port, self.subnqn = addr, port, subnqn
+        self.hostnqn = hostnqn or default_hostnqn()
+        self.hostid = hostid or uuid.uuid5(uuid.NAMESPACE_URL, self.hostnqn).bytes
+        self.hdgst, self.ddgst, self.timeout = hdgst, ddgst, timeout
+        self.queue_size = queue_size
+        self.admin_q = self._open_queue(0, DYNAMIC_CNTLID, kato_ms)
+        self.identify: dict[str, object] = {}
+        self.io_qs: list[TcpQueue] = []
+        try:
+            self._enable()
+            self.identify = unpack_fields(CONTROLLER_FIELDS, self.admin(
+                Command.build(AdminOpcode.IDENTIFY, cdws={10: 1}), read_len=4096).data)
+            ioccsz = int(self.identify.get("ioccsz") or 0)
+            if io_queues and subnqn != DISCOVERY_NQN:
+                granted = self.set_features(0x07, (io_queues - 1) | ((io_queues - 1) << 16))
+                n = min(io_queues, (granted & 0xFFFF) + 1)
+                for qid in range(1, n + 1):
+                    q = self._open_queue(qid, self.cntlid, 0)
+                    q.in_capsule = max(ioccsz * 16 - 64, 0)
+                    self.io_qs.append(q)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_queue(self, qid: int, cntlid: int, kato_ms: int) -> TcpQueue:
+        q = TcpQueue(self.addr, self.port, hdgst=self.hdgst, ddgst=self.ddgst, timeout=self.timeout)
+        data = ConnectData(self.hostid, cntlid, self.subnqn, self.hostnqn).encode()
+        size = 32 if qid == 0 else self.queue_size
+        cmd = _fabrics(FabricsType.CONNECT, q.next_cid(), cdw10=qid << 16, cdw11=size - 1, cdw12=kato_ms)
+        reply = q.submit(cmd, data)
+        if reply.cqe.status:
+            q.close()
+            raise NvmeStatusError(f"Connect (QID {qid})", reply.cqe)
+        if qid == 0:
+            self.cntlid = reply.cqe.dw0 & 0xFFFF
+        return q
+
+    def _enable(self) -> None:
+        self.cap = self.property_get(Register.CAP, 8)
+        cc = 1 | (6 << 16) | (4 << 20)
+        self.property_set(Register.CC, cc)
+        deadline = time.monotonic() + ((self.cap >> 24) & 0xFF) * 0.5 + 1
+        while not self.property_get(Register.CSTS) & 1:
+            if time.monotonic() > deadline:
+                raise ProtocolError("the controller did not become ready (CSTS.RDY)")
+            time.sleep(0.01)
+
+    # passthrough ----------------------------------------------------------------------------------
+    def admin(self, cmd: Command, data: bytes = b"", read_len: int = 0, *, check: bool = True) -> Reply:
+        return self._submit(self.admin_q, cmd, data, read_len, check)
+
+    def io(self, cmd: Command, data: bytes = b"", read_len: int = 0, *, qid: int = 1, check: bool = True) -> Reply:
+        if not 1 <= qid <= len(self.io_qs):
+            raise NpukitError(f"I/O queue {qid} is not connected ({len(self.io_qs)} connected)")
+        return self._submit(self.io_qs[qid - 1], cmd, data, read_len, check)
+
+    @staticmethod
+    def _submit(q: TcpQueue, cmd: Command, data: bytes, read_len: int, check: bool) -> Reply:
+        cmd.cid = q.next_cid()
+        reply = q.submit(cmd, data, read_len)
+        if check and reply.cqe.status:
+            raise NvmeStatusError(f"opcode {cmd.opcode:#04x}", reply.cqe)
+        return reply
+
+    def property_get(self, offset: int, size: int = 4) -> int:
+        cmd = _property_cmd(FabricsType.PROPERTY_GET, 0, offset, size)
+        reply = self.admin(cmd)
+        return reply.cqe.dw0 | (reply.cqe.dw1 << 32 if size == 8 else 0)
+
+    def property_set(self, offset: int, value: int, size: int = 4) -> None:
+        self.admin(_property_cmd(FabricsType.PROPERTY_SET, 0, offset, size, value))
+
+    # helpers shaped like nvme-cli verbs -------------------------------------------------------------
+    @property
+    def cntlid(self) -> int:
+        return self._cntlid
+
+    @cntlid.setter
+    def cntlid(self, value: int) -> None:
+        self._cntlid = value
+
+    def identify_raw(self, cns: int, nsid: int = 0, cntid: int = 0) -> bytes:
+        return self.admin(Command.build(AdminOpcode.IDENTIFY, nsid=nsid, cdws={10: cns | (cntid << 16)}),
+                          read_len=4096).data
+
+    def identify_namespace(self, nsid: int = 1) -> dict[str, object]:
+        return unpack_fields(NAMESPACE_FIELDS, self.identify_raw(0, nsid))
+
+    def list_namespaces(self, after: int = 0) -> list[int]:
+        raw = self.identify_raw(2, after)
+        ids = struct.unpack("<1024I", raw)
+        return [n for n in ids if n]
+
+    def get_log(self, lid: int, length: int, *, nsid: int = NSID_ALL, offset: int = 0, lsp: int = 0,
+                rae: bool = False, lsi: int = 0) -> bytes:
+        numd = length // 4 - 1
+        cdws = {10: lid | (lsp << 8) | (int(rae) << 15) | ((numd & 0xFFFF) << 16),
+                11: (numd >> 16) | (lsi << 16), 12: offset & 0xFFFFFFFF, 13: offset >> 32}
+        return self.admin(Command.build(AdminOpcode.GET_LOG_PAGE, nsid=nsid, cdws=cdws), read_len=length).data
+
+    def smart_log(self) -> dict[str, int]:
+        return parse_smart(self.get_log(0x02, 512))
+
+    def firmware_log(self) -> dict[str, object]:
+        return parse_firmware_slots(self.get_log(0x03, 512))
+
+    def discovery_log(self) -> dict:
+        header = self.get_log(0x70, 1024, nsid=0, rae=True)
+        numrec = struct.unpack_from("<Q", header, 8)[0]
+        page = self.get_log(0x70, 1024 * (numrec + 1), nsid=0) if numrec else header
+        return parse_discovery(page)
+
+    def set_features(self, fid: int, value: int, *, save: bool = False) -> int:
+        cmd = Command.build(AdminOpcode.SET_FEATURES, cdws={10: fid | (int(save) << 31), 11: value})
+        return self.admin(cmd).cqe.dw0
+
+    def get_features(self, fid: int, *, sel: int = 0, cdw11: int = 0) -> int:
+        cmd = Command.build(AdminOpcode.GET_FEATURES, cdws={10: fid | (sel << 8), 11: cdw11})
+        return self.admin(cmd).cqe.dw0
+
+    def read(self, slba: int, nlb: int, *, nsid: int = 1, qid: int = 1) -> bytes:
+        cmd = Command.build(IoOpcode.READ, nsid=nsid, cdws={10: slba & 0xFFFFFFFF, 11: slba >> 32, 12: nlb - 1})
+        return self.io(cmd, read_len=nlb * LBA_SIZE, qid=qid).data
+
+    def write(self, slba: int, data: bytes, *, nsid: int = 1, qid: int = 1, fua: bool = False) -> None:
+        nlb = len(data) // LBA_SIZE
+        cmd = Command.build(IoOpcode.WRITE, nsid=nsid,
+                            cdws={10: slba & 0xFFFFFFFF, 11: slba >> 32, 12: (nlb - 1) | (int(fua) << 30)})
+        self.io(cmd, data, qid=qid)
+
+    def flush(self, *, nsid: int = 1, qid: int = 1) -> None:
+        self.io(Command.build(IoOpcode.FLUSH, nsid=nsid), qid=qid)
+
+    def fw_download(self, image: bytes, *, xfer: int = 4096, offset: int = 0) -> None:
+        image = image + bytes(-len(image) % 4)
+        for start in range(0, len(image), xfer):
+            chunk = image[start:start + xfer]
+            cdws = {10: len(chunk) // 4 - 1, 11: (offset + start) // 4}
+            self.admin(Command.build(AdminOpcode.FIRMWARE_DOWNLOAD, cdws=cdws), chunk)
+
+    def fw_commit(self, slot: int, action: int) -> Cqe:
+        return self.admin(Command.build(AdminOpcode.FIRMWARE_COMMIT, cdws={10: slot | (action << 3)})).cqe
+
+    # teardown -------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Normal shutdown (CC.SHN = 01b), waiting for CSTS.SHST = complete."""
+        cc = self.property_get(Register.CC)
+        self.property_set(Register.CC, (cc & ~0xC000) | 0x4000)
+        deadline = time.monotonic() + 5
+        while (self.property_get(Register.CSTS) >> 2) & 3 != 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        for q in self.io_qs:
+            q.close()
+        self.io_qs = []
+        self.admin_q.close()
+
+    def disconnect(self) -> None:
+        try:
+            self.shutdown()
+        finally:
+            self.close()
+
+    def __enter__(self) -> NvmeTcpHost:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def random_hostid() -> bytes:
+    return os.urandom(16)

@@ -1,0 +1,355 @@
+"""NVMe/TCP target: an asyncio server, one :class:`Connection` per TCP connection (= one NVMe queue).
+
+Robustness rules: a malformed PDU ends its connection with a C2HTermReq; a bad command gets an NVMe
+error status; no exception leaves a connection handler; every connection buffers at most one PDU
+(bounded by the in-capsule / MAXH2CDATA limits) plus the data of commands waiting on R2T (bounded by
+the queue depth times MDTS). The data path hands memoryviews of received PDUs to the namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from npukit.devices.nvme import pdu
+from npukit.devices.nvme.command import SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK, Command, Completion
+from npukit.devices.nvme.controller import Controller
+from npukit.devices.nvme.fabrics import FabricsQueue, fabrics_data_in
+from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
+from npukit.devices.nvme.registry import CommandSpec
+from npukit.devices.nvme.spec import NvmeError, Status
+from npukit.devices.nvme.subsystem import Subsystem
+
+log = logging.getLogger("npukit.nvme.tcp")
+
+ADMIN_IN_CAPSULE = 8192  # NVME_TCP_ADMIN_CCSZ: what Linux puts in-capsule on the admin queue
+MAX_H2C_DATA = 128 * 1024
+C2H_CHUNK = 128 * 1024
+_HOST_TO_TARGET = {PduType.IC_REQ, PduType.H2C_TERM_REQ, PduType.CAPSULE_CMD, PduType.H2C_DATA}
+
+
+@dataclass
+class PendingWrite:
+    """A command waiting for its data through R2T / H2CData."""
+
+    cmd: Command
+    spec: CommandSpec | None  # None for fabrics commands
+    n_out: int
+    buffer: bytearray
+    received: int = 0
+    digest_error: bool = False
+    chunks: list[memoryview] = field(default_factory=list)
+
+
+class Connection:
+    def __init__(self, target: TcpTarget, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.target = target
+        self.reader = reader
+        self.writer = writer
+        self.fabrics = FabricsQueue(target.subsystems)
+        self.hdgst = self.ddgst = False
+        self.hpda = 0
+        self.connected_ic = False
+        self.sqhd = 0
+        self.pending: dict[int, PendingWrite] = {}
+        self._next_ttag = 0
+        self.closed = False
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    @property
+    def ctrl(self) -> Controller | None:
+        return self.fabrics.ctrl
+
+    # I/O helpers ----------------------------------------------------------------------------------
+    def send(self, buffers: list[bytes | memoryview]) -> None:
+        if not self.closed:
+            self.writer.writelines(buffers)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+    async def _read_pdu(self) -> pdu.Pdu:
+        ch = await self.reader.readexactly(pdu.CH.size)
+        limit = max(self.target.in_capsule_limit(self.fabrics.qid), MAX_H2C_DATA)
+        kind, plen = pdu.validate_common(ch, max_data=limit, hdgst=self.hdgst, ddgst=self.ddgst)
+        if kind not in _HOST_TO_TARGET:
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 0, ch, f"{kind.name} is not sent by a host")
+        raw = ch + await self.reader.readexactly(plen - 8)
+        if not self.connected_ic and kind != PduType.IC_REQ:
+            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, raw[:24], "a PDU before ICReq")
+        if self.connected_ic and kind == PduType.IC_REQ:
+            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, raw[:24], "a second ICReq")
+        return pdu.parse(raw, hdgst=self.hdgst and self.connected_ic, ddgst=self.ddgst and self.connected_ic)
+
+    # main loop ------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            while not self.closed:
+                p = await self._read_pdu()
+                self._dispatch(p)
+                await self.writer.drain()
+                if self.fabrics.disconnect_requested:
+                    break
+        except FatalPduError as exc:
+            log.info("%s: fatal PDU error: %s", self.peer, exc)
+            self.send(pdu.term_req(PduType.C2H_TERM_REQ, exc.fes, exc.fei, exc.header))
+            with contextlib.suppress(Exception):
+                await self.writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception:  # the last line of defence: log it, drop this connection only
+            log.exception("%s: connection handler failed", self.peer)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        ctrl, qid = self.ctrl, self.fabrics.qid
+        self.fabrics.release()
+        self.close()
+        self.target.connections.discard(self)
+        if ctrl is not None and qid == 0:
+            self.target.drop_controller(ctrl)
+
+    def _dispatch(self, p: pdu.Pdu) -> None:
+        if p.type == PduType.IC_REQ:
+            self._ic_req(p)
+        elif p.type == PduType.CAPSULE_CMD:
+            self._capsule(p)
+        elif p.type == PduType.H2C_DATA:
+            self._h2c_data(p)
+        elif p.type == PduType.H2C_TERM_REQ:
+            log.info("%s: host terminated the connection (FES %#x)", self.peer, p.u16(8))
+            self.close()
+
+    def _ic_req(self, p: pdu.Pdu) -> None:
+        pfv, hpda, dgst, _maxr2t = struct.unpack_from("<HBBI", p.header, 8)
+        if p.plen != 128:
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 4, p.header, "ICReq PLEN must be 128")
+        if pfv != 0:
+            raise FatalPduError(Fes.UNSUPPORTED_PARAMETER, 8, p.header, f"PDU format version {pfv}")
+        if hpda > 31:
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 10, p.header, f"HPDA {hpda}")
+        self.hpda, self.hdgst, self.ddgst = hpda, bool(dgst & 1), bool(dgst & 2)
+        self.send(pdu.ic_resp(0, self.hdgst, self.ddgst, MAX_H2C_DATA))
+        self.connected_ic = True
+
+    # commands -------------------------------------------------------------------------------------
+    def _capsule(self, p: pdu.Pdu) -> None:
+        cmd = Command.decode(p.header[8:72])
+        in_capsule = p.data
+        if len(in_capsule) > self.target.in_capsule_limit(self.fabrics.qid):
+            raise FatalPduError(Fes.DATA_LIMIT_EXCEEDED, 4, p.header, f"{len(in_capsule)} bytes in-capsule")
+        self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
+        try:
+            spec, n_in, n_out = self._prepare(cmd)
+            data = self._gather(cmd, p, n_in, spec, n_out)
+        except NvmeError as err:
+            self._respond(self._error(cmd, err))
+            return
+        if data is not None:
+            self._run(cmd, spec, data, n_out, digest_error=bool(p.flags & 0x80))
+
+    def _prepare(self, cmd: Command) -> tuple[CommandSpec | None, int, int]:
+        if cmd.opcode == 0x7F:
+            return None, fabrics_data_in(cmd), 0
+        if self.ctrl is None:
+            raise NvmeError(Status.COMMAND_SEQUENCE_ERROR, "Connect first")
+        return (*self.ctrl.prepare(self.fabrics.qid, cmd),)
+
+    def _gather(self, cmd: Command, p: pdu.Pdu, n_in: int, spec: CommandSpec | None,
+                n_out: int) -> memoryview | None:
+        """The command's input data if it is here (in-capsule); None when an R2T was sent."""
+        if n_in and n_out:
+            raise NvmeError(Status.INVALID_FIELD, "bidirectional transfers are not supported on NVMe/TCP")
+        if not n_in and not n_out:
+            return memoryview(b"")
+        if cmd.psdt != 1:
+            raise NvmeError(Status.INVALID_FIELD, "NVMe/TCP needs SGLs (PSDT=01b)", param_loc=1)
+        addr, length, sgl_type = cmd.sgl
+        if n_out:
+            if sgl_type != SGL_TRANSPORT_DATA_BLOCK:
+                raise NvmeError(Status.SGL_DESCRIPTOR_TYPE_INVALID, f"SGL type {sgl_type:#x} for a read")
+            if length < n_out:
+                raise NvmeError(Status.DATA_SGL_LENGTH_INVALID, f"SGL {length} bytes, command needs {n_out}")
+            return memoryview(b"")
+        if sgl_type == SGL_DATA_BLOCK_OFFSET:
+            if addr != 0:
+                raise NvmeError(Status.SGL_OFFSET_INVALID, f"in-capsule offset {addr}")
+            if length != len(p.data) or length < n_in:
+                raise NvmeError(Status.DATA_SGL_LENGTH_INVALID,
+                                f"SGL {length} bytes, {len(p.data)} in-capsule, command needs {n_in}")
+            return p.data
+        if sgl_type != SGL_TRANSPORT_DATA_BLOCK:
+            raise NvmeError(Status.SGL_DESCRIPTOR_TYPE_INVALID, f"SGL type {sgl_type:#x}")
+        if length < n_in or length > max(n_in, self.target.max_transfer):
+            raise NvmeError(Status.DATA_SGL_LENGTH_INVALID, f"SGL {length} bytes, command needs {n_in}")
+        ttag = self._ttag()
+        self.pending[ttag] = PendingWrite(cmd, spec, n_out, bytearray(length))
+        self.send(pdu.r2t(cmd.cid, ttag, 0, length, hdgst=self.hdgst))
+        return None
+
+    def _ttag(self) -> int:
+        for _ in range(0xFFFF):
+            self._next_ttag = (self._next_ttag + 1) % 0xFFFF
+            if self._next_ttag not in self.pending:
+                return self._next_ttag
+        raise NvmeError(Status.INTERNAL_ERROR, "no free transfer tag")
+
+    def _h2c_data(self, p: pdu.Pdu) -> None:
+        cccid, ttag, offset, length = pdu.data_fields(p)
+        pending = self.pending.get(ttag)
+        if pending is None:
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 10, p.header, f"unknown TTAG {ttag}")
+        if cccid != pending.cmd.cid:
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 8, p.header, f"CCCID {cccid} for TTAG {ttag}")
+        if length != len(p.data):
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 16, p.header, f"DATAL {length} with {len(p.data)} bytes")
+        if offset != pending.received or offset + length > len(pending.buffer):
+            raise FatalPduError(Fes.DATA_OUT_OF_RANGE, 12, p.header, f"DATAO {offset} DATAL {length}")
+        if offset == 0 and length == len(pending.buffer):
+            data = p.data  # the whole transfer in one PDU: no copy
+        else:
+            pending.buffer[offset:offset + length] = p.data
+            data = memoryview(pending.buffer)
+        pending.received += length
+        pending.digest_error |= bool(p.flags & 0x80)
+        if pending.received < len(pending.buffer):
+            return
+        del self.pending[ttag]
+        self._run(pending.cmd, pending.spec, data, pending.n_out, digest_error=pending.digest_error)
+
+    def _run(self, cmd: Command, spec: CommandSpec | None, data: memoryview, n_out: int, *,
+             digest_error: bool = False) -> None:
+        if digest_error:
+            self._respond(self._error(cmd, NvmeError(Status.TRANSIENT_TRANSPORT_ERROR, "data digest", dnr=False)))
+            return
+        if spec is None:
+            self._respond(self.fabrics.handle(cmd, data))
+            return
+        result = self.ctrl.execute(self.fabrics.qid, cmd, spec, data, n_out, complete=self._complete)
+        if result is not None:
+            self._complete(*result)
+
+    def _complete(self, completion: Completion, data: bytes | memoryview) -> None:
+        if len(data) and not completion.status:
+            view = memoryview(data)
+            align = (self.hpda + 1) * 4
+            for start in range(0, len(view), C2H_CHUNK):
+                chunk = view[start:start + C2H_CHUNK]
+                last = start + C2H_CHUNK >= len(view)
+                self.send(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, start, chunk, last=last,
+                                       hdgst=self.hdgst, ddgst=self.ddgst, alignment=align))
+        self._respond(completion)
+
+    def _error(self, cmd: Command, err: NvmeError) -> Completion:
+        if self.ctrl is not None:
+            return self.ctrl.error_completion(cmd, err, self.fabrics.qid or 0)
+        return Completion(cmd.cid, err.field, err.dw0)
+
+    def _respond(self, completion: Completion) -> None:
+        qid = self.fabrics.qid or 0
+        self.send(pdu.capsule_resp(completion.encode(self.sqhd, qid, 0), hdgst=self.hdgst))
+
+
+class TcpTarget:
+    """Serves one or more subsystems (the NVM subsystem, the discovery subsystem) on its listeners."""
+
+    def __init__(self, subsystems: list[Subsystem]) -> None:
+        self.subsystems = {s.nqn: s for s in subsystems}
+        self.connections: set[Connection] = set()
+        self.servers: list[asyncio.base_events.Server] = []
+        self._watchdog: asyncio.Task | None = None
+
+    @property
+    def max_transfer(self) -> int:
+        return max((1 << s.mdts) * 4096 for s in self.subsystems.values())
+
+    def in_capsule_limit(self, qid: int | None) -> int:
+        if not qid:
+            return ADMIN_IN_CAPSULE
+        return max(s.in_capsule_bytes for s in self.subsystems.values())
+
+    async def listen(self, host: str, port: int) -> int:
+        server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
+        self.servers.append(server)
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._keep_alive_watchdog())
+        return server.sockets[0].getsockname()[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer)
+        self.connections.add(conn)
+        await conn.run()
+
+    def drop_controller(self, ctrl: Controller) -> None:
+        """Close every connection of a controller (its admin queue went away or KATO expired)."""
+        ctrl.subsystem.remove_controller(ctrl.cntlid)
+        for conn in list(self.connections):
+            if conn.ctrl is ctrl:
+                conn.fabrics.release()
+                conn.close()
+
+    async def _keep_alive_watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            for sub in self.subsystems.values():
+                for ctrl in list(sub.controllers.values()):
+                    if ctrl.keep_alive_expired(now):
+                        log.info("controller %d: keep alive timeout (KATO %d ms)", ctrl.cntlid,
+                                 ctrl.features.kato_ms)
+                        self.drop_controller(ctrl)
+
+    async def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+
+class TargetThread:
+    """A target running its own event loop in a daemon thread (tests, in-process tools)."""
+
+    def __init__(self, subsystems: list[Subsystem], host: str = "127.0.0.1", port: int = 0) -> None:
+        self.target = TcpTarget(subsystems)
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        ready = threading.Event()
+
+        async def start() -> None:
+            self.port = await self.target.listen(host, port)
+            ready.set()
+
+        def main() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.create_task(start())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=main, daemon=True, name="nvme-tcp-target")
+        self.thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the NVMe/TCP target did not start")
+
+    def call(self, fn, *args):
+        """Run ``fn(*args)`` on the target's loop and return its result (thread-safe)."""
+        async def wrapper():
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(wrapper(), self.loop).result(10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.target.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
