@@ -2,7 +2,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from npukit import hw
+from npukit import hw, registry
 from npukit.errors import ConfigError
 
 
@@ -28,7 +28,7 @@ class _Dev:
             raise ConfigError("lanes_log2 must be >= 0")
 
 
-hw.hardware("_testdev")(_Dev)
+registry.register(registry.Target("_testdev", "test device", hw=f"{__name__}:_Dev"))
 
 TOML = """
 target = "_testdev"

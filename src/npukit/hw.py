@@ -1,8 +1,8 @@
 """Hardware descriptions as data: typed (nested) dataclasses loaded from TOML presets.
 
-A target registers its description class with ``@hardware("pccx")``. A preset is a TOML file in
-``npukit/presets/hw/`` (or any path) whose top-level ``target`` key names the class; every other
-key maps onto a dataclass field, nested tables onto nested dataclasses. Users override single
+A target names its description class in its `npukit.registry.Target` record (``hw=``). A preset is
+a TOML file in ``npukit/presets/hw/`` (or any path) whose top-level ``target`` key names the target;
+every other key maps onto a dataclass field, nested tables onto nested dataclasses. Users override single
 fields with dotted ``key=value`` strings (``--set ddr.bandwidth_gbps=12.8``), so a sweep never
 edits code. Unknown keys, wrong types and missing fields raise `ConfigError` with one line.
 
@@ -20,19 +20,19 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from npukit import registry
 from npukit.errors import ConfigError
 
 T = TypeVar("T")
-_REGISTRY: dict[str, type] = {}
 
 
 def hardware(target: str):
-    """Class decorator: register a dataclass as the hardware description of ``target``."""
+    """Deprecated no-op, kept only so modules written before the registry still import: a target's
+    description class is registered by its ``Target(hw="module:Class")`` record, nowhere else."""
 
     def deco(cls: type[T]) -> type[T]:
         if not dataclasses.is_dataclass(cls):
             raise TypeError(f"{cls.__name__} must be a dataclass")
-        _REGISTRY[target] = cls
         return cls
 
     return deco
@@ -178,23 +178,34 @@ def load_hw(name_or_path: str | Path, overrides: list[str] | dict[str, Any] | No
         raise ConfigError(f"{origin}: missing top-level 'target' key")
     if expect is not None and target != expect:
         raise ConfigError(f"{origin} describes a {target!r} device, not {expect!r}")
-    _ensure_target_loaded(target)
-    cls = _REGISTRY.get(target)
-    if cls is None:
-        raise ConfigError(f"{origin}: no hardware description registered for target {target!r}")
-    return _build(cls, apply_overrides(data, overrides), "")
+    return _build(description_class(target, origin), apply_overrides(data, overrides), "")
 
 
-def _ensure_target_loaded(target: str) -> None:
-    """Import ``npukit.targets.<target>`` so its @hardware class registers itself."""
-    if target in _REGISTRY:
-        return
-    import importlib
-
+def description_class(target: str, origin: str = "") -> type:
+    """The hardware-description dataclass of ``target``, from its registry record."""
+    where = f"{origin}: " if origin else ""
     try:
-        importlib.import_module(f"npukit.targets.{target}")
-    except ModuleNotFoundError:
-        raise ConfigError(f"unknown target {target!r}") from None
+        cls = registry.get(str(target), "hw").resolve("hw")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ConfigError(f"{where}target {target!r}: hardware description {cls!r} is not a dataclass")
+    return cls
+
+
+def target_of(desc: Any) -> str:
+    """The target whose hardware description ``desc`` is an instance of (compared by class name, so
+    no target is imported to answer)."""
+    cls = type(desc)
+    ref = f"{cls.__module__}:{cls.__qualname__}"
+    names = registry.names("hw")
+    for name in names:
+        if registry.get(name).hw == ref:
+            return name
+    for name in names:  # a record may name the class through a re-export
+        if registry.get(name).resolve("hw") is cls:
+            return name
+    raise ConfigError(f"{cls.__name__} is not the hardware description of any registered target")
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def test_generate_gemm_prefill_equals_quant_and_decode_prefill(capsys):
 
 def test_unknown_prefill_mode_is_rejected(capsys):
     from npukit.errors import ConfigError
-    from npukit.runtime.backend_pccx import Gemma3nPccx
+    from npukit.targets.pccx.backend import Gemma3nPccx
 
     with pytest.raises(SystemExit):  # argparse choices
         main(["generate", "--target", "pccx", "--prefill", "gemv", "--max-new-tokens", "1"])

@@ -1,15 +1,16 @@
 """The evidence ledger of one analysis: every reported number with its tier and source.
 
-Merging with target ledgers: if ``npukit.targets.<target>.ledger.build_ledger`` exists, its figures
-are authoritative — a figure of the same name replaces the analytic one, which stays in the ledger
-as ``analytic.<name>`` so the two can be compared; figures only the target knows are appended.
+Merging with target ledgers: if the target's `npukit.registry.Target` record names a ``ledger``
+(``build_ledger(hw, cfg, *, context, weights, kv, sparsity) -> Ledger``), its figures are
+authoritative — a figure of the same name replaces the analytic one, which stays in the ledger as
+``analytic.<name>`` so the two can be compared; figures only the target knows are appended.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from npukit import registry
 from npukit.evidence import Figure, Ledger, Tier
 from npukit.perf.roofline import Analysis
 
@@ -139,16 +140,10 @@ def add_target_check(led: Ledger, a: Analysis, tps: float, source: str, tier: Ti
 
 def target_ledger(target: str, hw: Any, cfg: dict[str, Any], *, context: int, weights: str | None,
                   kv: str | None, sparsity: float | None) -> Ledger | None:
-    """The target's own ledger, if it ships ``npukit.targets.<target>.ledger.build_ledger``."""
-    try:
-        mod = importlib.import_module(f"npukit.targets.{target}.ledger")
-    except ModuleNotFoundError as exc:
-        if exc.name in (f"npukit.targets.{target}.ledger", f"npukit.targets.{target}"):
-            return None
-        raise
-    fn = getattr(mod, "build_ledger", None)
-    if fn is None:
+    """The target's own ledger, if its registry record names one."""
+    if target not in registry.names("ledger"):
         return None
+    fn = registry.get(target).resolve("ledger")
     return fn(hw, cfg, context=context, weights=weights, kv=kv, sparsity=sparsity)
 
 

@@ -4,24 +4,24 @@ Targets describe their hardware in their own dataclasses (`npukit.hw`); an *adap
 turns one into a `Machine`. Every number a Machine holds also sits in ``machine.figures`` with its
 tier and source, so a report can say where each input came from.
 
-Adapters are looked up, in order: a ``perf_machine(hw) -> Machine`` function in
-``npukit.targets.<target>.perf`` (a target may ship its own), then this module's registry
-(``@adapter("pccx")``). The ``roofline`` target is a plain description built here, for devices
-that have no npukit target (and for tests).
+The adapter is the ``perf`` capability of the target's `npukit.registry.Target` record
+(``perf_machine(hw) -> Machine`` in ``npukit/targets/<target>/perf.py``). The ``roofline``
+target is a plain description built here, for devices that have no npukit target (and for tests);
+it registers its own record when this module is imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from npukit import hw as hwmod
+from npukit import registry
 from npukit.errors import ConfigError
-from npukit.evidence import Figure, Ledger, Tier
+from npukit.evidence import Ledger, Tier
 from npukit.perf import energy
 
 TRAFFIC = ("weights", "kv", "act")  # classes of bytes a memory level may carry
@@ -128,34 +128,16 @@ class Machine:
 
 # --- adapters ---------------------------------------------------------------------------------
 
-_ADAPTERS: dict[str, Callable[[Any], Machine]] = {}
-
-
-def adapter(target: str):
-    def deco(fn: Callable[[Any], Machine]) -> Callable[[Any], Machine]:
-        _ADAPTERS[target] = fn
-        return fn
-
-    return deco
-
-
-def target_of(desc: Any) -> str:
-    for name, cls in hwmod._REGISTRY.items():
-        if type(desc) is cls:
-            return name
-    raise ConfigError(f"{type(desc).__name__} is not a registered hardware description")
+target_of = hwmod.target_of
 
 
 def machine_from_hw(desc: Any) -> Machine:
+    """The Machine of a hardware description, from its target's ``perf`` adapter."""
     target = target_of(desc)
     try:
-        mod = importlib.import_module(f"npukit.targets.{target}.perf")
-        fn = getattr(mod, "perf_machine", None)
-    except ModuleNotFoundError:
-        fn = None
-    fn = fn or _ADAPTERS.get(target)
-    if fn is None:
-        raise ConfigError(f"no performance adapter for target {target!r}")
+        fn: Callable[[Any], Machine] = registry.get(target, "perf").resolve("perf")
+    except ConfigError:
+        raise ConfigError(f"no performance adapter for target {target!r}") from None
     return fn(desc)
 
 
@@ -175,58 +157,6 @@ def load_machine(preset: str, overrides: list[str] | None = None) -> tuple[Any, 
     return desc, (m.replace(**perf_over) if perf_over else m)
 
 
-# --- pccx ---------------------------------------------------------------------------------------
-
-PCCX_SRC = "presets/hw/pccx-v002-kv260.toml (refs/pccx_gemma3n.md §3)"
-# No seed or pccx document gives a measured or estimated KV260 power; this is a stated assumption.
-PCCX_STATIC_W = Figure(5.0, "W", Tier.PROJECTED,
-                       "assumption: KV260 board power while streaming (no pccx or seed figure exists); "
-                       "override with --set perf.static_power_w=W")
-
-
-@adapter("pccx")
-def _pccx(h: Any) -> Machine:
-    scale = energy.Scale(node_nm=16.0, vdd=0.85, fpga=True)  # ZU5EV: 16 nm FinFET, 0.85 V core
-    core = h.clocks.core_hz
-    l2_bps = 2 * h.l2.port_bytes_per_clk * core  # ports A and B
-    ddr = energy.dram_pj_per_bit("ddr4")
-    l2_pj = energy.sram_pj_per_bit(h.l2.size_bytes, scale)
-    hp = h.hp_ports.peak_bytes_per_s(h.clocks)
-    levels = (
-        MemLevel("ddr", float(h.ddr.size_bytes), h.ddr.peak_gbps * 1e9, ("weights", "kv"), ddr.value,
-                 effective_bps=h.ddr.bandwidth_gbps * 1e9),
-        MemLevel("hp_ports", math.inf, hp, ("weights", "kv"), 0.0),  # KV is a GEMV operand too
-        MemLevel("l2", float(h.l2.size_bytes), l2_bps, ("act",), l2_pj.value, clocked=True),
-    )
-    # GEMV cores take INT4 weights through a 16-entry product LUT; other weight widths are not
-    # native (they would need bit-serial passes), so they run at the int4 rate here and are flagged.
-    per_lane = {"int4": float(h.gemv.macs_per_core)}
-    macpj = {k: energy.mac_pj(k, scale).value for k in energy.MAC45}
-    f = Ledger()
-    f.add("hw.clock", core / 1e6, "MHz", Tier.DERIVED, f"{PCCX_SRC}: clocks.core_mhz")
-    f.add("hw.peak_macs", h.gemv_peak_macs_per_s / 1e9, "GMAC/s", Tier.DERIVED,
-          f"{PCCX_SRC}: {h.gemv.cores} GEMV cores × {h.gemv.macs_per_core} MAC/clk × clock")
-    f.add("hw.sfu_rate", h.sfu.elems_per_s_per_hz * core / 1e9, "Gelem/s", Tier.DERIVED,
-          f"{PCCX_SRC}: sfu.instances × elems_per_clk × clock")
-    f.add("hw.ddr_peak", h.ddr.peak_gbps, "GB/s", Tier.DERIVED,
-          f"{PCCX_SRC}: ddr.peak_gbps (KV260 DDR4 spec)")
-    f.add("hw.ddr_effective", h.ddr.bandwidth_gbps, "GB/s", Tier.PROJECTED,
-          f"{PCCX_SRC}: ddr.bandwidth_gbps (pccx kv_cache.rst '~10 GB/s effective', not measured)")
-    f.add("hw.hp_ports", hp / 1e9, "GB/s", Tier.DERIVED,
-          f"{PCCX_SRC}: {h.hp_ports.count} HP ports × {h.hp_ports.width_bits} bit × AXI clock")
-    f.add("hw.l2_bandwidth", l2_bps / 1e9, "GB/s", Tier.DERIVED,
-          f"{PCCX_SRC}: 2 ports × 256 bit × core clock")
-    f.add("hw.l2_capacity", h.l2.size_bytes / 2**20, "MiB", Tier.DERIVED, f"{PCCX_SRC}: l2.words × 16 B")
-    f.figures["energy.ddr"] = ddr
-    f.figures["energy.l2"] = l2_pj
-    f.figures["energy.mac.int4"] = energy.mac_pj("int4", scale)
-    f.figures["energy.sfu"] = energy.sfu_pj(scale)
-    f.figures["power.static"] = PCCX_STATIC_W
-    return Machine(h.name, "pccx", core, h.gemv.cores, per_lane, float(h.sfu.elems_per_s_per_hz) / 1,
-                   levels, macpj, energy.sfu_pj(scale).value, PCCX_STATIC_W.value,
-                   sfu_overlaps_mac=True, figures=f)
-
-
 # --- generic "roofline" description ----------------------------------------------------------
 
 
@@ -241,7 +171,6 @@ class MemSpec:
     clocked: bool = False
 
 
-@hwmod.hardware("roofline")
 @dataclass
 class RooflineHw:
     """A device given directly by rates: for hardware without an npukit target."""
@@ -284,8 +213,7 @@ class RooflineHw:
                 if (v := getattr(self, f"macs_per_lane_cycle_{k}")) > 0}
 
 
-@adapter("roofline")
-def _roofline(h: RooflineHw) -> Machine:
+def roofline_machine(h: RooflineHw) -> Machine:
     scale = energy.Scale(h.node_nm, h.vdd, h.fpga)
     levels = tuple(MemLevel(m.name, m.capacity_mb * 1e6, m.bandwidth_gbps * 1e9, tuple(m.carries),
                             m.pj_per_bit, m.effective_gbps * 1e9 or None, m.clocked) for m in h.memories)
@@ -299,33 +227,10 @@ def _roofline(h: RooflineHw) -> Machine:
                    energy.sfu_pj(scale).value, h.static_power_w, h.sfu_overlaps_mac, f)
 
 
-# --- tern ---------------------------------------------------------------------------------------
-
-
-@adapter("tern")
-def _tern(h: Any) -> Machine:
-    """ternfpga: K sign-select lanes at the measured cycles/tile, DDR3 at the measured read rate.
-    Energy follows ternfpga's own method — board power (dynamic + static, Vivado estimate) × time —
-    so per-action energies are zero here (adding them would count dynamic power twice)."""
-    src = f"presets/hw/{h.name}.toml"
-    clock = h.clock_hz
-    bram_bytes = h.bram.total * 36 * 1024 / 8
-    levels = (
-        MemLevel("ddr", h.ddr.size_mb * 1e6, h.ddr.peak_mbps * 1e6, ("weights", "kv"), 0.0,
-                 effective_bps=h.ddr.read_mbps * 1e6),
-        # one 128-bit word per cycle per BRAM port pair: generous; activations never bind here
-        MemLevel("bram", bram_bytes, 16 * clock, ("act",), 0.0, clocked=True),
-    )
-    f = Ledger()
-    f.add("hw.clock", h.clock_mhz, "MHz", Tier.MEASURED, f"{src}: {h.clock_source or 'clock_mhz'}")
-    f.add("hw.peak_macs", h.engine.lanes / h.engine.cycles_per_tile * clock / 1e9, "GMAC/s",
-          Tier(h.engine.tier), f"{src}: engine.lanes / cycles_per_tile × clock; {h.engine.source}")
-    f.add("hw.ddr_peak", h.ddr.peak_mbps / 1e3, "GB/s", Tier.DERIVED, f"{src}: ddr.peak_mbps (port peak)")
-    f.add("hw.ddr_effective", h.ddr.read_mbps / 1e3, "GB/s", Tier(h.ddr.tier), f"{src}: {h.ddr.source}")
-    f.add("hw.sfu_rate", clock / 1e9, "Gelem/s", Tier.PROJECTED,
-          "assumption: fabric glue units retire 1 element/cycle (FFN-glue unit is pipelined)")
-    f.add("power.static", h.power.total_w, "W", Tier(h.power.tier),
-          f"{src}: dynamic + static board power × time (ternfpga's method); {h.power.source}")
-    zero = {k: 0.0 for k in energy.MAC45}
-    return Machine(h.name, "tern", clock, h.engine.lanes, {"ternary": 1.0 / h.engine.cycles_per_tile},
-                   1.0, levels, zero, 0.0, h.power.total_w, sfu_overlaps_mac=False, figures=f)
+# The generic description registers like any target (perf is below targets, so it registers itself).
+ROOFLINE = registry.register(registry.Target(
+    name="roofline",
+    summary="a device given directly by peak rates and memory levels (no npukit target)",
+    hw=f"{__name__}:RooflineHw",
+    perf=f"{__name__}:roofline_machine",
+))

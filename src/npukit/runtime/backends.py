@@ -8,21 +8,25 @@ A backend runs one sequence at a time:
 * ``step(token) -> logits`` — run one token at the next position;
 * ``stats() -> dict`` — JSON-ready counters (KV bytes, cycles, …) for the generation report.
 
-Registration: put a module named ``npukit/runtime/backend_<anything>.py`` that calls
-`register_backend` at import (it is discovered automatically, like CLI subcommands), or call
-`register_backend` from any module imported before use. The factory is called as
+Registration: a module calls `register_backend` at import. Two kinds are discovered: a target's
+backends are the modules its `npukit.registry.Target` record lists in ``backends`` (``pccx``,
+``tern``, ... — the target owns them); the references of a model family that belong to no target
+(``golden``, ``quant``) are ``npukit/runtime/backend_<family>.py``. Any other module may call
+`register_backend` before use (tests do). The factory is called as
 ``factory(model, kv=<mode>, **options)`` with a `npukit.models.loading.LoadedModel`; ``kv_modes``
 lists the ``--kv`` values the backend accepts, the first being its default.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from npukit import registry
 from npukit.errors import ConfigError
 from npukit.plugins import import_prefixed
 
@@ -86,6 +90,9 @@ def _discover() -> None:
         return
     _discovered = True
     import_prefixed("npukit.runtime", "backend_")
+    for name in registry.names("backends"):
+        for module in registry.get(name).backends:
+            importlib.import_module(module)
 
 
 def specs() -> list[BackendSpec]:

@@ -1,3 +1,1 @@
-"""pccx v002 target: hardware description, ISA, functional simulator, timing adapter."""
-
-from npukit.targets.pccx import hw as hw  # registers @hardware("pccx")
+"""pccx v002 target: its record is `target.TARGET` (hardware, ISA, simulators, compiler, perf, backends)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from npukit.errors import ConfigError
-from npukit.hw import hardware
 
 
 def _log2_range(where: str, value: int, lo: int, hi: int) -> None:
@@ -260,7 +259,6 @@ class Frontend:
     opcode_bits: int = 4
 
 
-@hardware("pccx")
 @dataclass
 class PccxHw:
     name: str = "pccx-v002-kv260"

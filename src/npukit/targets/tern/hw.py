@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from npukit.errors import ConfigError
-from npukit.hw import hardware
 from npukit.targets.tern.units import AttentionTiming, FFNGlueTiming
 
 TIERS = ("measured", "derived", "projected")
@@ -126,7 +125,6 @@ class Board:
     source: str = ""
 
 
-@hardware("tern")
 @dataclass
 class TernHW:
     name: str
