@@ -122,15 +122,21 @@ class Interpreter:
         return values
 
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
-        values = self.bind(feeds)
-        with self._blas:
-            self._walk(values)
+        """Outputs by tensor name."""
+        values = self.run_all(feeds)
         result = {}
         for t in self.model.output_tensors():
             if values[t.index] is None:
                 raise ModelError(f"output {t.name} was never computed")
             result[t.name] = values[t.index]
         return result
+
+    def run_all(self, feeds: Feeds) -> list[np.ndarray | None]:
+        """Every tensor's value after the run, by tensor index (None for tensors never produced)."""
+        values = self.bind(feeds)
+        with self._blas:
+            self._walk(values)
+        return values
 
     def _walk(self, values: list[np.ndarray | None]) -> None:
         t0 = time.perf_counter()
