@@ -1,0 +1,120 @@
+"""``npukit bpf asm|disasm|run``: the eBPF firmware VM (RFC 9669, uBPF text syntax, clang ELF objects).
+
+``npukit bpf run PROGRAM`` takes an ELF ``.o``, a ``.s`` in uBPF/conformance syntax or raw little-endian
+slots; ``--mem`` reads hex bytes as the bpf_conformance corpus writes them. A fault or budget stop is
+one ``npukit: error:`` line and exit status 2. Imports stay light (no NumPy) so a run starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from npukit.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bpf", help="eBPF VM: assemble, disassemble and run programs (uBPF / Alkali firmware)")
+    bsub = p.add_subparsers(dest="bpf_command", metavar="ACTION")
+    a = bsub.add_parser("asm", help="assemble uBPF-syntax text into 8-byte slots")
+    a.add_argument("file")
+    a.add_argument("-o", "--output", help="write raw little-endian bytes here (default: hex bytes on stdout)")
+    a.set_defaults(func=run_asm)
+    d = bsub.add_parser("disasm", help="disassemble an ELF object, raw slots or hex into uBPF syntax")
+    d.add_argument("file")
+    d.add_argument("--section", help="ELF program section (default: the first executable one)")
+    d.add_argument("--no-labels", action="store_true", help="numeric jump offsets instead of labels")
+    d.set_defaults(func=run_disasm)
+    r = bsub.add_parser("run", help="run a program and print r0, the output buffer and printed strings")
+    r.add_argument("program", help="ELF .o, uBPF .s, raw little-endian slots or hex text")
+    r.add_argument("--mem", metavar="HEXFILE", help="input memory as hex bytes (aa bb 11 cc), the corpus's -- mem")
+    r.add_argument("--input", metavar="FILE", help="input memory as a binary file")
+    r.add_argument("--output-size", type=int, default=0, metavar="N", help="output buffer bytes (Alkali ABI)")
+    r.add_argument("--abi", choices=("ubpf", "alkali"), help="entry ABI (default: alkali for ELF, else ubpf)")
+    r.add_argument("--helpers", choices=("alkali", "conformance"),
+                   help="helper set (default: alkali with --abi alkali, else conformance)")
+    r.add_argument("--section", help="ELF program section (default: the first executable one)")
+    r.add_argument("--legacy-relocations", action="store_true",
+                   help="reproduce the Alkali uBPF fork: R_BPF_64_64 addends ignored (strings all point at "
+                        "the start of .rodata)")
+    r.add_argument("--div-by-zero", choices=("rfc", "fault"), default="rfc",
+                   help="rfc: x/0 = 0, x%%0 = x (default); fault: stop like the Alkali fork")
+    r.add_argument("--budget", type=int, default=None, metavar="N", help="instruction budget (default 50,000,000)")
+    r.add_argument("--engine", choices=("fast", "interp"), default="fast", help="fast path or reference interpreter")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=run_run)
+    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def run_asm(args: argparse.Namespace) -> int:
+    from npukit.targets.ebpf.asm import assemble_bytes
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise ConfigError(f"no such file {args.file!r}")
+    data = assemble_bytes(path.read_text(errors="replace"))
+    if args.output:
+        try:
+            Path(args.output).write_bytes(data)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {args.output!r}: {exc.strerror}") from None
+    else:
+        for i in range(0, len(data), 8):
+            print(" ".join(f"{b:02x}" for b in data[i:i + 8]))
+    return 0
+
+
+def run_disasm(args: argparse.Namespace) -> int:
+    from npukit.targets.ebpf.asm import disassemble
+    from npukit.targets.ebpf.load import read_program
+
+    loaded = read_program(args.file, section=args.section)
+    sys.stdout.write(disassemble(loaded.program, labels=not args.no_labels))
+    return 0
+
+
+def _input_bytes(args: argparse.Namespace) -> bytes:
+    from npukit.targets.ebpf.load import parse_hex_bytes
+
+    if args.mem and args.input:
+        raise ConfigError("give --mem or --input, not both")
+    for name, is_hex in ((args.mem, True), (args.input, False)):
+        if name:
+            path = Path(name)
+            if not path.is_file():
+                raise ConfigError(f"no such file {name!r}")
+            return parse_hex_bytes(path.read_text(errors="replace"), name) if is_hex else path.read_bytes()
+    return b""
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from npukit.targets.ebpf.helpers import REGISTRIES
+    from npukit.targets.ebpf.load import program_from_bytes
+    from npukit.targets.ebpf.vm import DEFAULT_BUDGET, Machine
+
+    if args.output_size < 0 or (args.budget is not None and args.budget <= 0):
+        raise ConfigError("--output-size must be >= 0 and --budget > 0")
+    data = _input_bytes(args)
+    path = Path(args.program)
+    if not path.is_file():
+        raise ConfigError(f"no such program file {args.program!r}")
+    raw = path.read_bytes()
+    is_elf = raw[:4] == b"\x7fELF"
+    abi = args.abi or ("alkali" if is_elf else "ubpf")
+    helpers = REGISTRIES[args.helpers or ("alkali" if abi == "alkali" else "conformance")]()
+    loaded = program_from_bytes(raw, section=args.section, legacy_relocations=args.legacy_relocations,
+                                helper_names={name: i for i, name in helpers.names().items()})
+    machine = Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry, div_by_zero=args.div_by_zero)
+    result = machine.run(data, args.output_size, abi, budget=args.budget or DEFAULT_BUDGET, engine=args.engine)
+    if args.json:
+        print(json.dumps(result.to_json()))
+        return 0
+    for line in result.printed:
+        print(f"printed: {line}")
+    print(f"r0 = {result.r0} (0x{result.r0:x})")
+    if result.output:
+        print(f"output ({len(result.output)} bytes): {result.output.hex(' ')}")
+    print(f"instructions: {result.instructions}")
+    return 0

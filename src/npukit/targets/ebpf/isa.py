@@ -1,0 +1,304 @@
+"""The BPF instruction set of RFC 9669 as data: opcode table, encoder, decoder with validation.
+
+An instruction slot is 64 bits, little-endian: ``opcode:8 | dst:4 src:4 | offset:s16 | imm:s32``.
+``lddw`` (opcode 0x18) takes two slots; the second carries the upper 32 bits of the immediate and
+must otherwise be zero. `decode` turns bytes into `Insn` records and rejects every encoding RFC 9669
+does not define (unknown opcode, non-zero unused fields, bad byte-swap width, bad register) with a
+typed `EncodingError` naming the slot. Control-flow checks (jump targets, fall-through, r10 writes)
+live in ``verify.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from npukit.targets.ebpf.errors import EncodingError
+
+# instruction classes
+LD, LDX, ST, STX, ALU, JMP, JMP32, ALU64 = range(8)
+CLASS_NAMES = ("LD", "LDX", "ST", "STX", "ALU", "JMP", "JMP32", "ALU64")
+# source bit (ALU/JMP) and load/store size and mode fields
+SRC_K, SRC_X = 0x00, 0x08
+SIZE_W, SIZE_H, SIZE_B, SIZE_DW = 0x00, 0x08, 0x10, 0x18
+SIZE_BYTES = {SIZE_W: 4, SIZE_H: 2, SIZE_B: 1, SIZE_DW: 8}
+SIZE_SUFFIX = {SIZE_W: "w", SIZE_H: "h", SIZE_B: "b", SIZE_DW: "dw"}
+MODE_IMM, MODE_ABS, MODE_IND, MODE_MEM, MODE_MEMSX, MODE_ATOMIC = 0x00, 0x20, 0x40, 0x60, 0x80, 0xC0
+
+# ALU operation codes (opcode bits 7..4)
+ALU_OPS = {
+    "add": 0x0, "sub": 0x1, "mul": 0x2, "div": 0x3, "or": 0x4, "and": 0x5, "lsh": 0x6, "rsh": 0x7,
+    "neg": 0x8, "mod": 0x9, "xor": 0xA, "mov": 0xB, "arsh": 0xC, "end": 0xD,
+}
+ALU_NAMES = {v: k for k, v in ALU_OPS.items()}
+# jump operation codes (opcode bits 7..4)
+JMP_OPS = {
+    "ja": 0x0, "jeq": 0x1, "jgt": 0x2, "jge": 0x3, "jset": 0x4, "jne": 0x5, "jsgt": 0x6, "jsge": 0x7,
+    "call": 0x8, "exit": 0x9, "jlt": 0xA, "jle": 0xB, "jslt": 0xC, "jsle": 0xD,
+}
+JMP_NAMES = {v: k for k, v in JMP_OPS.items()}
+CONDITIONAL_JUMPS = frozenset(v for k, v in JMP_OPS.items() if k not in ("ja", "call", "exit"))
+# atomic operations (imm field of STX|ATOMIC); FETCH is or-ed in
+ATOMIC_FETCH = 0x01
+ATOMIC_OPS = {0x00: "add", 0x40: "or", 0x50: "and", 0xA0: "xor", 0xE1: "xchg", 0xF1: "cmpxchg"}
+ATOMIC_VALID_IMMS = frozenset((0x00, 0x01, 0x40, 0x41, 0x50, 0x51, 0xA0, 0xA1, 0xE1, 0xF1))
+
+LDDW = LD | MODE_IMM | SIZE_DW  # 0x18
+OP_CALL = JMP | 0x80  # 0x85
+OP_CALLX = JMP | 0x80 | SRC_X  # 0x8d
+OP_EXIT = JMP | 0x90  # 0x95
+OP_JA = JMP  # 0x05
+OP_JA32 = JMP32  # 0x06 (gotol: offset in imm)
+CALL_HELPER, CALL_LOCAL, CALL_BTF = 0, 1, 2
+MOVSX_OFFSETS = {ALU: (8, 16), ALU64: (8, 16, 32)}
+NUM_REGS = 11
+
+_SLOT = struct.Struct("<BBhi")
+
+
+class Insn(NamedTuple):
+    """One decoded instruction. ``imm`` is signed 32-bit, except for ``lddw``: the 64-bit value."""
+
+    opcode: int
+    dst: int
+    src: int
+    off: int
+    imm: int
+
+    @property
+    def cls(self) -> int:
+        return self.opcode & 0x07
+
+    @property
+    def slots(self) -> int:
+        return 2 if self.opcode == LDDW else 1
+
+
+@dataclass(frozen=True)
+class Program:
+    """Decoded instructions indexed by slot: ``insns[pc]`` is None on the second slot of an lddw."""
+
+    insns: tuple[Insn | None, ...]
+
+    def __len__(self) -> int:
+        return len(self.insns)
+
+    def encode(self) -> bytes:
+        return encode([i for i in self.insns if i is not None])
+
+
+def _s32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def _s16(value: int) -> int:
+    value &= 0xFFFF
+    return value - (1 << 16) if value & 0x8000 else value
+
+
+def encode_insn(insn: Insn) -> bytes:
+    """The slot bytes of one instruction (two slots for lddw)."""
+    if not (0 <= insn.dst < 16 and 0 <= insn.src < 16):
+        raise EncodingError(f"register field out of range in {insn}")
+    if not -(1 << 15) <= insn.off < (1 << 16):
+        raise EncodingError(f"offset {insn.off} does not fit 16 bits")
+    regs = insn.dst | (insn.src << 4)
+    if insn.opcode == LDDW:
+        if not -(1 << 63) <= insn.imm < (1 << 64):
+            raise EncodingError(f"lddw immediate {insn.imm} does not fit 64 bits")
+        value = insn.imm & 0xFFFFFFFFFFFFFFFF
+        return _SLOT.pack(LDDW, regs, _s16(insn.off), _s32(value)) + _SLOT.pack(0, 0, 0, _s32(value >> 32))
+    if not -(1 << 31) <= insn.imm < (1 << 32):
+        raise EncodingError(f"immediate {insn.imm} does not fit 32 bits")
+    return _SLOT.pack(insn.opcode & 0xFF, regs, _s16(insn.off), _s32(insn.imm))
+
+
+def encode(insns: list[Insn]) -> bytes:
+    return b"".join(encode_insn(i) for i in insns)
+
+
+def words_to_bytes(words: list[int]) -> bytes:
+    return b"".join((w & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") for w in words)
+
+
+def bytes_to_words(data: bytes) -> list[int]:
+    if len(data) % 8:
+        raise EncodingError(f"program of {len(data)} bytes is not a whole number of 8-byte slots")
+    return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+
+
+def decode(data: bytes) -> Program:
+    """Decode and validate a program; `EncodingError` names the first bad slot."""
+    if len(data) % 8:
+        raise EncodingError(f"program of {len(data)} bytes is not a whole number of 8-byte slots")
+    if not data:
+        raise EncodingError("empty program")
+    slots = [_SLOT.unpack_from(data, i) for i in range(0, len(data), 8)]
+    out: list[Insn | None] = []
+    pc = 0
+    while pc < len(slots):
+        opcode, regs, off, imm = slots[pc]
+        insn = Insn(opcode, regs & 0x0F, regs >> 4, off, imm)
+        if opcode == LDDW:
+            if pc + 1 >= len(slots):
+                raise EncodingError(f"pc {pc}: lddw is missing its second slot")
+            op2, regs2, off2, imm2 = slots[pc + 1]
+            if op2 or regs2 or off2:
+                raise EncodingError(f"pc {pc + 1}: second slot of lddw must have opcode, registers and offset 0")
+            insn = insn._replace(imm=(imm & 0xFFFFFFFF) | ((imm2 & 0xFFFFFFFF) << 32))
+        reason = check_fields(insn)
+        if reason:
+            raise EncodingError(f"pc {pc}: {reason} (slot 0x{int.from_bytes(data[pc * 8:pc * 8 + 8], 'little'):016x})")
+        out.append(insn)
+        if insn.slots == 2:
+            out.append(None)
+        pc += insn.slots
+    return Program(tuple(out))
+
+
+def _zero(insn: Insn, *fields: str) -> str | None:
+    for name in fields:
+        if getattr(insn, name):
+            return f"unused field {name} must be 0 in {describe_opcode(insn.opcode)}"
+    return None
+
+
+def _check_reg(reg: int, what: str) -> str | None:
+    return None if reg < NUM_REGS else f"invalid {what} register r{reg}"
+
+
+def check_fields(insn: Insn) -> str | None:
+    """Why ``insn`` is not a valid RFC 9669 encoding, or None."""
+    cls = insn.cls
+    checker = _CHECKERS[cls]
+    reason = checker(insn)
+    if reason:
+        return reason
+    return _check_reg(insn.dst, "destination") or _check_reg(insn.src, "source")
+
+
+def _check_alu(insn: Insn) -> str | None:
+    code, source = insn.opcode >> 4, insn.opcode & SRC_X
+    if code not in ALU_NAMES:
+        return f"unknown ALU operation 0x{code:x}"
+    if code == ALU_OPS["end"]:
+        if insn.cls == ALU64 and source:
+            return "byte swap with source bit set"
+        if insn.imm not in (16, 32, 64):
+            return f"byte-swap width {insn.imm} (must be 16, 32 or 64)"
+        return _zero(insn, "src", "off")
+    if code == ALU_OPS["neg"]:
+        return "neg with source bit set" if source else _zero(insn, "src", "off", "imm")
+    allowed_offsets: tuple[int, ...] = (0,)
+    if code in (ALU_OPS["div"], ALU_OPS["mod"]):
+        allowed_offsets = (0, 1)
+    elif code == ALU_OPS["mov"] and source:
+        allowed_offsets = (0, *MOVSX_OFFSETS[insn.cls])
+    if insn.off not in allowed_offsets:
+        return f"offset {insn.off} not allowed for {ALU_NAMES[code]}"
+    return _zero(insn, "imm") if source else _zero(insn, "src")
+
+
+def _check_jmp(insn: Insn) -> str | None:
+    code, source = insn.opcode >> 4, insn.opcode & SRC_X
+    if code not in JMP_NAMES:
+        return f"unknown jump operation 0x{code:x}"
+    if insn.cls == JMP32 and code in (JMP_OPS["call"], JMP_OPS["exit"]):
+        return f"{JMP_NAMES[code]} is not defined in class JMP32"
+    if code == JMP_OPS["ja"]:
+        if source:
+            return "ja with source bit set"
+        return _zero(insn, "dst", "src", "off") if insn.cls == JMP32 else _zero(insn, "dst", "src", "imm")
+    if code == JMP_OPS["exit"]:
+        return "exit with source bit set" if source else _zero(insn, "dst", "src", "off", "imm")
+    if code == JMP_OPS["call"]:
+        if source:  # callx: helper index in dst
+            return _zero(insn, "src", "off", "imm")
+        if insn.src not in (CALL_HELPER, CALL_LOCAL, CALL_BTF):
+            return f"call with unknown source type {insn.src}"
+        return _zero(insn, "dst", "off")
+    return _zero(insn, "imm") if source else _zero(insn, "src")
+
+
+def _check_ld(insn: Insn) -> str | None:
+    if insn.opcode != LDDW:
+        mode = insn.opcode & 0xE0
+        if mode in (MODE_ABS, MODE_IND):
+            return "legacy packet access (ABS/IND) is not supported"
+        return f"unknown load opcode 0x{insn.opcode:02x}"
+    if insn.src != 0:
+        return f"lddw pseudo source {insn.src} (maps, BTF variables) is not supported"
+    return _zero(insn, "off")
+
+
+def _check_ldx(insn: Insn) -> str | None:
+    mode, size = insn.opcode & 0xE0, insn.opcode & 0x18
+    if mode == MODE_MEMSX and size == SIZE_DW:
+        return "sign-extending load of a double word is not defined"
+    if mode not in (MODE_MEM, MODE_MEMSX):
+        return f"unknown load mode 0x{mode:02x}"
+    return _zero(insn, "imm")
+
+
+def _check_st(insn: Insn) -> str | None:
+    if insn.opcode & 0xE0 != MODE_MEM:
+        return f"unknown store mode 0x{insn.opcode & 0xE0:02x}"
+    return _zero(insn, "src")
+
+
+def _check_stx(insn: Insn) -> str | None:
+    mode, size = insn.opcode & 0xE0, insn.opcode & 0x18
+    if mode == MODE_MEM:
+        return _zero(insn, "imm")
+    if mode != MODE_ATOMIC:
+        return f"unknown store mode 0x{mode:02x}"
+    if size not in (SIZE_W, SIZE_DW):
+        return "atomic operations need size w or dw"
+    if insn.imm not in ATOMIC_VALID_IMMS:
+        return f"unknown atomic operation 0x{insn.imm & 0xFFFFFFFF:x}"
+    return None
+
+
+_CHECKERS = {LD: _check_ld, LDX: _check_ldx, ST: _check_st, STX: _check_stx,
+             ALU: _check_alu, ALU64: _check_alu, JMP: _check_jmp, JMP32: _check_jmp}
+
+
+def describe_opcode(opcode: int) -> str:
+    return f"opcode 0x{opcode:02x} ({CLASS_NAMES[opcode & 7]})"
+
+
+def opcode_table() -> list[tuple[int, str, str]]:
+    """Every valid opcode byte: (opcode, mnemonic, meaning) — the docs table."""
+    rows: list[tuple[int, str, str]] = []
+    for cls, suffix in ((ALU64, ""), (ALU, "32")):
+        width = "64" if cls == ALU64 else "32"
+        for name, code in ALU_OPS.items():
+            if name == "end":
+                continue
+            for source, operand in ((SRC_K, "imm"), (SRC_X, "src")):
+                if name == "neg" and source:
+                    continue
+                rows.append((cls | code << 4 | source, f"{name}{suffix}",
+                             f"{width}-bit dst = dst {name} {operand}" if name != "neg" else f"{width}-bit dst = -dst"))
+    for opcode, name in ((0xD4, "le16/32/64"), (0xDC, "be16/32/64"), (0xD7, "bswap16/32/64")):
+        rows.append((opcode, name, "byte swap, width in imm; le/be zero-extend"))
+    rows.append((LDDW, "lddw", "dst = 64-bit imm (two slots)"))
+    for size, suf in SIZE_SUFFIX.items():
+        rows.append((LDX | MODE_MEM | size, f"ldx{suf}", f"dst = *(u{SIZE_BYTES[size] * 8} *)(src + off)"))
+        if size != SIZE_DW:
+            rows.append((LDX | MODE_MEMSX | size, f"ldxs{suf}", f"dst = *(s{SIZE_BYTES[size] * 8} *)(src + off)"))
+        rows.append((ST | MODE_MEM | size, f"st{suf}", "*(dst + off) = imm"))
+        rows.append((STX | MODE_MEM | size, f"stx{suf}", "*(dst + off) = src"))
+    rows.append((STX | MODE_ATOMIC | SIZE_W, "lock ...32", "32-bit atomic add/or/and/xor [fetch], xchg, cmpxchg"))
+    rows.append((STX | MODE_ATOMIC | SIZE_DW, "lock ...", "64-bit atomic add/or/and/xor [fetch], xchg, cmpxchg"))
+    for cls, suffix in ((JMP, ""), (JMP32, "32")):
+        for name, code in JMP_OPS.items():
+            if code in CONDITIONAL_JUMPS:
+                for source, operand in ((SRC_K, "imm"), (SRC_X, "src")):
+                    rows.append((cls | code << 4 | source, f"{name}{suffix}", f"if dst {name[1:]} {operand}: pc += off"))
+    rows += [(OP_JA, "ja", "pc += off"), (OP_JA32, "ja32", "pc += imm"),
+             (OP_CALL, "call", "src 0: helper imm; src 1: local function at pc + imm"),
+             (OP_CALLX, "callx", "helper whose index is in dst"), (OP_EXIT, "exit", "return r0 / return from call")]
+    return sorted(rows)
