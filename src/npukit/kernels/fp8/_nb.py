@@ -139,14 +139,17 @@ def column_table(lut32, inv, prod, tab):
         tab[b] = np.uint8(_sat_rni_f16(bits[b]) + 128)
 
 
+F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
 @nb.njit(**_OPTS, parallel=True)
-def quantize_rows(a32, a_inv, a8, asum):
-    """a8[m, :K] = sat_s8(rne(fp16(a · a_inv))) (a32 holds fp16 values), zero tail; asum[m] = Σ a8[m]."""
-    m_rows, k = a32.shape
+def quantize_rows(a16_bits, f16_to_f32, a_inv, a8, asum):
+    """a8[m, :K] = sat_s8(rne(fp16(a · a_inv))) for fp16 activations given as bits; asum[m] = Σ a8[m]."""
+    m_rows, k = a16_bits.shape
     for m in nb.prange(m_rows):
         prod = np.empty(k, np.float32)
         for i in range(k):
-            prod[i] = a32[m, i] * a_inv
+            prod[i] = f16_to_f32[a16_bits[m, i]] * a_inv  # fp16 × fp16: exact in float32
         bits = prod.view(np.uint32)
         s = 0
         for i in range(k):

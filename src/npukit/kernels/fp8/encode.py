@@ -11,8 +11,10 @@
 `Fp8Weights.linear` runs a float layer through the contract (v4 mode): one dynamic per-tensor
 activation scale ``a_inv = 127 / max|fp16(x)|``, ``global_scale = t / fp16(a_inv)`` folded in as the
 contract requires. A per-column ``t_n`` cannot be folded into the kernel's single per-column scale
-(it would move the int8 grid too), so ``"column"`` multiplies the fp16 output by ``t_n`` afterwards:
-an extension of the seed's contract, recorded as ``post_scales``.
+(it would move the int8 grid too), so ``"column"`` folds ``t_min = min_n t_n`` into
+``global_scale`` (the fp16 output then cannot exceed the layer's natural range) and multiplies the
+output by ``t_n / t_min`` afterwards in float32: an extension of the seed's contract, recorded as
+``post_scales``.
 
 `from_codes` is the load path for stored bytes: codes that decode to inf/NaN are counted and
 refused unless explicitly allowed (the contract would silently clamp them to ±127/−128 and 0).
@@ -102,7 +104,11 @@ def encode(w: np.ndarray, fmt: str = "e4m3fn", scaling: str = "column") -> Fp8We
     amax = np.max(np.abs(w32), axis=1, initial=0.0)
     t = np.where(amax > 0, amax / fmax, np.float32(1.0)).astype(np.float32)
     codes = fp8.encode(w32 / t[:, None], fmt, saturate=True)
-    return Fp8Weights(codes, int8_col_scales(codes, fmt), fmt, post_scales=t)
+    # the kernel's fp16 output must not overflow: fold the smallest column scale into global_scale
+    # (outputs shrink by t_min / t_n <= 1) and multiply by t_n / t_min >= 1 afterwards
+    t_min = np.float32(t[amax > 0].min()) if np.any(amax > 0) else np.float32(1.0)
+    return Fp8Weights(codes, int8_col_scales(codes, fmt), fmt, tensor_scale=float(t_min),
+                      post_scales=(t / t_min).astype(np.float32))
 
 
 def nonfinite_codes(codes: np.ndarray, fmt: str) -> np.ndarray:

@@ -52,8 +52,8 @@ def prepare_activations(op: C.Operands) -> tuple[np.ndarray, np.ndarray]:
         a8[:, :k] = op.a
         np.sum(op.a, axis=1, dtype=np.int32, out=asum)
     else:
-        a32 = np.ascontiguousarray(C.to_f16(op.a).astype(np.float32))
-        _nb.quantize_rows(a32, np.float32(C.a_inv_f16(op.a_inv_scale)), a8, asum)
+        a16 = np.ascontiguousarray(C.to_f16(op.a)).view(np.uint16)
+        _nb.quantize_rows(a16, _nb.F16_TO_F32, np.float32(C.a_inv_f16(op.a_inv_scale)), a8, asum)
     return a8, asum
 
 
