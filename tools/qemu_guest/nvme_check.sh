@@ -1,0 +1,44 @@
+#!/bin/sh
+# Runs inside the QEMU guest as /test.sh: the Linux kernel's NVMe/TCP host and nvme-cli against an
+# `npukit nvme serve` target on the host (10.0.2.2). Settings come from /test.env; every result goes
+# to the second serial port (/dev/ttyS1) between "@@BEGIN name" / "@@END name" lines, which the test
+# on the host parses. Nothing here decides pass/fail: the host-side test does.
+. /test.env
+R=/dev/ttyS1
+stty -F $R raw -echo 2>/dev/null
+
+block() {  # block NAME COMMAND...: the command's output and exit status
+    name=$1; shift
+    echo "@@BEGIN $name" > $R
+    "$@" > /tmp/out 2>&1
+    rc=$?
+    cat /tmp/out > $R
+    echo "@@END $name rc=$rc" > $R
+}
+value() { echo "@@VALUE $1 $2" > $R; }
+
+ID="-q $HOSTNQN -I $HOSTID"
+block discover nvme discover -t tcp -a $HOST -s $DISC_PORT $ID -o json
+block connect nvme connect -t tcp -a $HOST -s $PORT -n $NQN $ID -g -G
+i=0
+while [ ! -b /dev/nvme0n1 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+value size_sectors "$(cat /sys/block/nvme0n1/size 2>/dev/null || echo missing)"
+block smart_before nvme smart-log /dev/nvme0 -o json
+
+# 1 MiB at byte 1 MiB in 64 KiB direct writes (beyond in-capsule size: R2T/H2CData), then 128 KiB at
+# byte 3 MiB in 4 KiB direct writes (in-capsule data)
+dd if=/dev/urandom of=/tmp/pattern bs=65536 count=16 2>/dev/null
+value pattern_sha256 "$(sha256sum /tmp/pattern | cut -d' ' -f1)"
+value head_sha256 "$(head -c 131072 /tmp/pattern | sha256sum | cut -d' ' -f1)"
+block dd_write_64k dd if=/tmp/pattern of=/dev/nvme0n1 bs=65536 count=16 seek=16 oflag=direct
+block dd_write_4k dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 count=32 seek=768 oflag=direct
+value readback_sha256 "$(dd if=/dev/nvme0n1 bs=65536 count=16 skip=16 iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)"
+value readback_head_sha256 "$(dd if=/dev/nvme0n1 bs=4096 count=32 skip=768 iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)"
+block flush nvme flush /dev/nvme0n1
+
+block id_ctrl nvme id-ctrl /dev/nvme0 -o json
+block id_ns nvme id-ns /dev/nvme0n1 -o json
+block smart_after nvme smart-log /dev/nvme0 -o json
+block vendor_passthru nvme admin-passthru /dev/nvme0 -o 0xc2 -l 16 -r -4 4
+block disconnect nvme disconnect -n $NQN
+value done 1
