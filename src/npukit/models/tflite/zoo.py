@@ -103,7 +103,12 @@ def fetch(name: str, download: bool = True) -> Path:
 
 
 def resolve(spec: str) -> Path:
-    """A model argument: ``zoo:NAME`` fetches a zoo model, anything else is a file path."""
+    """A model argument: ``zoo:digits`` is the shipped project-trained model, ``zoo:NAME`` fetches a
+    zoo model, anything else is a file path."""
+    if spec == "zoo:digits":
+        from npukit.models.tflite import digits
+
+        return digits.asset_dir() / "digits_int8.tflite"
     if spec.startswith("zoo:"):
         return fetch(spec[4:])
     return Path(spec)
