@@ -112,7 +112,7 @@ def run_run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json()))
         return 0
     for line in result.printed:
-        print(f"printed: {line}")
+        print(f"printed: {line.rstrip(chr(10))}")
     print(f"r0 = {result.r0} (0x{result.r0:x})")
     if result.output:
         print(f"output ({len(result.output)} bytes): {result.output.hex(' ')}")

@@ -1,0 +1,27 @@
+/* ADD firmware: run the ADD model on the VTA delegate and check the sums.
+ *
+ * Input buffer: the .tflite model (MODEL_SIZE bytes) followed by the two int8 input vectors.
+ * Output buffer: the model's int8 output (N bytes). Returns the index of the first output that
+ * differs from the expected values, or -1 when all match (entry ABI of the Alkali uBPF fork:
+ * r1 = input, r2 = output, r3 = input length).
+ */
+#include "bpf_helpers.h"
+
+#define MODEL_SIZE 1024
+#define N 4
+
+int bpf_prog(char *imem, char *omem)
+{
+    char expected[N] = {7, 12, 4, 5};
+
+    print("ADD on VTA: running the model\n");
+    tflite_vta(imem, omem, 2 * N, N, MODEL_SIZE);
+    for (int i = 0; i < N; i++) {
+        if (omem[i] != expected[i]) {
+            print("ADD on VTA: output differs from the expected sums\n");
+            return i;
+        }
+    }
+    print("ADD on VTA: all outputs match\n");
+    return -1;
+}
