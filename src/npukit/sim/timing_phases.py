@@ -1,0 +1,378 @@
+"""The phases of one event of the timing event loop (`npukit.sim.timing_state.Sim.run` calls them in order).
+
+1. **settle** (`_settle`) — everything that happens at the instant ``t``, repeated until nothing more
+   can: *issue* ops in program order, *start and complete heads* of the engine queues (`_heads`),
+   then mark the prefetches that completed.
+2. **survey** (`_survey`) — what each engine's head is doing now (running, setting up or draining,
+   blocked, not yet issued), the active FIFO couplings, what each stream fetches and its buffer level.
+3. **solve rates** (`Rates._solve`, in `timing_rates`) — every running op's progress rate until the
+   next event.
+4. **horizon** (`_horizon`) — the time to the next event: an op or a prefetch finishing, a buffer
+   filling or draining, a FIFO emptying or filling, the issuer going on, a latency or tail ending.
+5. **advance** (`_advance`) — progress, fetched bytes and resource use over that time, and
+   **attribute** (`_attribute`) it to every engine and op as busy, idle or a named stall.
+
+Every phase reads and writes the `Sim`'s per-op lists (indexed by program position), bound once per
+run into one tuple per phase (``b_<phase>``: one load and an unpack per call instead of an attribute
+load per list, which is most of what a phase call costs); scalars that outlive a phase (``k``,
+``blocker``, ``next_issue``, ``unstarted``, ``n_done``) and lists rebound as a whole (``live``) are
+the Sim's attributes.
+"""
+
+from __future__ import annotations
+
+from npukit.sim.timing import _BEPS, _EPS
+
+_INF = float("inf")
+
+
+def _drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: list[int]):
+    """Bytes the running ops ``rs`` have drawn from stream ``si`` so far: the sum() the model defines
+    (0 for none; one term alone is exactly that term, so sum() is skipped for it)."""
+    if len(rs) == 1:
+        p = rs[0]
+        return frac[p] * sbr[p] if sidx[p] == si else 0
+    return sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0
+
+
+class Phases:
+    """Mixed into `npukit.sim.timing_state.Sim`: the per-event phases."""
+
+    __slots__ = ()
+
+    # --- 1. settle: issue, start, complete at t ---------------------------------------------------
+    def _settle(self, t: float) -> None:
+        """Issue, start and complete at ``t`` until nothing changes, then note completed prefetches."""
+        n, win, ic, heads = self.n, self.win, self.ic, self._heads
+        ops, isasync, link, issue, deps, inflight, act, hazards = self.b_issue
+        k, blocker, next_issue, unstarted = self.k, self.blocker, self.next_issue, self.unstarted
+        changed = True
+        while changed:
+            # issue in program order while the issuer is free, the window has room and it is time
+            while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
+                p = k
+                issue[p] = t
+                next_issue = t + ic
+                if not isasync[p]:
+                    blocker = p
+                k += 1
+                unstarted += 1
+                if ops[p].reads or ops[p].writes:
+                    d = hazards(p, inflight)
+                    if d:
+                        deps[p] = d
+                inflight[p] = None
+                if link[p] is not None:
+                    act.append(p)
+            self.k, self.blocker, self.next_issue, self.unstarted = k, blocker, next_issue, unstarted
+            done_any, started_any, blocked_any = heads(t)
+            blocker, next_issue, unstarted = self.blocker, self.next_issue, self.unstarted
+            # Another pass can change something only if a completion may have freed a head found
+            # blocked, or the issuer may go on. (A new head is looked at as soon as it is one: of
+            # the effects at this instant only the order of the stream byte sums could depend on
+            # that, and an op that draws from a stream cannot start and finish at one instant.)
+            changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
+                                                     and unstarted < win and t >= next_issue - _EPS)
+        fmoved = self.fmoved
+        if fmoved:  # prefetches whose bytes have all arrived (only `_advance` moves them: once per instant)
+            s_ops, s_cur, s_next, s_prev, s_fetched, fetched, sb, fetch_t0, fetch_t1 = self.b_fetches
+            for si in fmoved:
+                lst = s_ops[si]
+                i = s_cur[si]
+                while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
+                    p = lst[i]
+                    s_fetched[si] += sb[p] - fetched[p]
+                    fetched[p] = sb[p]
+                    fetch_t1[p] = min(fetch_t1[p], t)
+                    fetch_t0[p] = min(fetch_t0[p], t)
+                    i += 1
+                    s_cur[si] = i
+                    s_next[si] = lst[i] if i < len(lst) else -1
+                    s_prev[si] = p
+            fmoved.clear()
+
+    def _heads(self, t: float) -> tuple[bool, bool, bool]:
+        """Start each engine's head op when it may, complete it when its work and tail are done, and
+        go on to the next head; returns (a completion, a start, a head found blocked by a hazard)."""
+        queue, head, cur, start, end, frac, prog_end, lat, tail, deps, dptr, haswork, inflight, sidx = \
+            self.b_heads
+        k, blocker, unstarted, n_done = self.k, self.blocker, self.unstarted, self.n_done
+        done_any = started_any = blocked_any = False
+        for e in self.live:  # each head, and the next one whenever a head completes
+            p = cur[e]
+            while p < k:  # (a head not issued yet waits; drained engines left `live`)
+                if start[p] == _INF:
+                    d = deps[p]
+                    if d is not None:  # the first unfinished hazard, if any, blocks the start
+                        i = dptr[p]
+                        if end[d[i]] == _INF:  # (still the same one)
+                            blocked_any = True
+                            break
+                        dn = len(d)
+                        while i < dn and end[d[i]] != _INF:
+                            i += 1
+                        dptr[p] = i
+                        if i < dn:
+                            blocked_any = True
+                            break
+                        deps[p] = None  # every hazard has finished
+                    start[p] = t
+                    unstarted -= 1
+                    started_any = True
+                elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
+                    break
+                if t < start[p] + lat[p] - _EPS:
+                    break
+                if frac[p] < 1 - _EPS:
+                    if haswork[p]:
+                        break
+                    frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
+                if not t >= prog_end[p] + tail[p] - _EPS:
+                    break
+                end[p] = t
+                frac[p] = 1.0
+                n_done += 1
+                del inflight[p]
+                if sidx[p] >= 0:
+                    self.s_consumed[sidx[p]] += self.sb[p]
+                if blocker == p:
+                    blocker = -1
+                    self.next_issue = t + self.ic
+                done_any = True
+                h = head[e] = head[e] + 1
+                if h >= len(queue[e]):
+                    cur[e] = -1
+                    self._drained()
+                    break
+                p = cur[e] = queue[e][h]
+        self.blocker, self.unstarted, self.n_done = blocker, unstarted, n_done
+        return done_any, started_any, blocked_any
+
+    def _drained(self) -> None:
+        """An engine queue ran out: it leaves ``live`` (the list the heads loop walks: rebound, not
+        changed under it) and idles from now on."""
+        cur, unused = self.cur, self.unused
+        self.live = [e for e in self.live if cur[e] >= 0]
+        self.dead[:] = [e for e in range(len(cur)) if cur[e] < 0 and e not in unused]
+
+    # --- 2. survey: what every head is doing ------------------------------------------------------
+    def _survey(self, t: float):
+        """Classify each live engine's head, collect the FIFO couplings, stream targets and levels.
+
+        Returns (running, rs, waiting, blocked, filling, dt, links, tg, lvl, fetching): running ops
+        (and those of them that draw from a stream), engines whose head is not issued or is blocked,
+        heads started but not progressing (setup latency, pipeline drain), the first event candidate
+        (a latency or tail ending), producer→consumer pairs coupled now, the op each stream fetches
+        for (None: none), buffered bytes per stream and whether any stream fetches.
+        """
+        cur, start, lat, tail, frac, prog_end, sidx, act = self.b_survey
+        k = self.k
+        running, rs, waiting, blocked, filling = [], [], [], [], []
+        dt = _INF  # (the first smallest candidate, as min() over them all would pick)
+        for e in self.live:
+            p = cur[e]
+            if p >= k:
+                waiting.append(e)
+                continue
+            s0 = start[p]
+            if s0 == _INF:
+                blocked.append(e)
+                continue
+            lat_end = s0 + lat[p]
+            if lat_end > t + _EPS:
+                c = lat_end - t
+                if c < dt:
+                    dt = c
+                filling.append(p)
+            elif s0 <= t and frac[p] < 1:
+                running.append(p)
+                if sidx[p] >= 0:
+                    rs.append(p)
+            else:
+                filling.append(p)
+            tail_end = prog_end[p] + tail[p]
+            if t + _EPS < tail_end < _INF:
+                c = tail_end - t
+                if c < dt:
+                    dt = c
+        links = []
+        if act:
+            end, link, keep = self.end, self.link, []
+            for c in act:
+                if end[c] != _INF:
+                    continue
+                keep.append(c)
+                pr = link[c]
+                if end[pr] == _INF:  # type: ignore[index]
+                    links.append((pr, c))
+            act[:] = keep
+        nstr = self.nstr
+        tg: list[int | None] = [None] * nstr  # the op each stream fetches for now
+        lvl = [0.0] * nstr  # buffered bytes (needed where a stream fetches)
+        fetching = False
+        if nstr:
+            s_next, s_prev, s_fetched, s_consumed, sbr = self.b_levels
+            for si in range(nstr):
+                p = s_next[si]  # fetched once issued and the stream's previous op has started
+                if 0 <= p < k and start[s_prev[si]] <= t:
+                    tg[si] = p
+                    fetching = True
+                    lvl[si] = s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
+        return running, rs, waiting, blocked, filling, dt, links, tg, lvl, fetching
+
+    # --- 4. horizon: time to the next event -------------------------------------------------------
+    def _horizon(self, t: float, dt: float, running: list[int], links: list[tuple[int, int]],
+                 tg: list[int | None], lvl: list[float], fetching: bool, rate: dict[int, float],
+                 share: list[float]) -> float:
+        """The time to the next event: the first smallest non-negative candidate after ``dt`` (from
+        `_survey`), as min() over them all would pick; every candidate is >= 0."""
+        if self.k < self.n and self.blocker < 0 and self.next_issue > t + _EPS:
+            c = self.next_issue - t
+            if c >= 0 and c < dt:
+                dt = c
+        frac, sidx, sbr, fetched, s_capb, full, start = self.b_horizon
+        for p in running:
+            r = rate[p]
+            if r > 0:
+                c = (1 - frac[p]) / r
+                if c >= 0 and c < dt:
+                    dt = c
+                si = sidx[p]
+                if si >= 0 and sbr[p] > 0:
+                    inflow = share[si] if tg[si] == p else 0.0
+                    avail = fetched[p] - frac[p] * sbr[p]
+                    out = r * sbr[p]
+                    if out > inflow * (1 + 1e-12) and avail > _BEPS:
+                        c = avail / (out - inflow)
+                        if c >= 0 and c < dt:
+                            dt = c
+        if fetching:
+            for si in range(self.nstr):
+                p = tg[si]
+                if p is None:
+                    continue
+                f = share[si]
+                if f > 0:
+                    c = (sbr[p] - fetched[p]) / f
+                    if c >= 0 and c < dt:
+                        dt = c
+                    cons = sum(rate.get(q, 0.0) * sbr[q] for q in running if sidx[q] == si)
+                    room = s_capb[si] - lvl[si]
+                    if f > cons * (1 + 1e-12) and room > _BEPS:
+                        c = room / (f - cons)
+                        if c >= 0 and c < dt:
+                            dt = c
+        if links:
+            for pr, c in links:
+                gap = frac[pr] - frac[c]
+                rc, rp = rate.get(c, 0.0), rate.get(pr, 0.0)
+                if rc > rp and gap > _EPS:
+                    d = gap / (rc - rp)
+                    if d >= 0 and d < dt:
+                        dt = d
+                if rp > rc and full[c] - gap > _EPS and start[c] <= t:
+                    d = (full[c] - gap) / (rp - rc)
+                    if d >= 0 and d < dt:
+                        dt = d
+        return dt
+
+    # --- 5. advance and attribute -----------------------------------------------------------------
+    def _advance(self, t: float, dt: float, running: list[int], rs: list[int], tg: list[int | None],
+                 fetching: bool, rate: dict[int, float], share: list[float]) -> None:
+        """Progress, fetched bytes, resource bytes and the usage / buffer-level samples over [t, t+dt)."""
+        nstr, frac, sbr, sidx, nres, xfer, rpath, prog_end = self.b_advance
+        if running or fetching:
+            used = [0.0] * nres
+            for p in running:
+                r = rate[p]
+                f = frac[p] + r * dt
+                if not f < 1.0:  # min(1.0, f)
+                    f = 1.0
+                if f >= 1 - _EPS:
+                    frac[p], prog_end[p] = 1.0, t + dt
+                else:
+                    frac[p] = f
+                if xfer[p] > 0:
+                    for ri in rpath[p]:
+                        used[ri] += r * xfer[p]
+            if fetching:
+                fetched, fetch_t0, s_fetched, s_rpath, fmoved = self.b_fetch_moves
+                for si in range(nstr):
+                    p = tg[si]
+                    if p is None:
+                        continue
+                    f = share[si]
+                    if f > 0:
+                        if t < fetch_t0[p]:
+                            fetch_t0[p] = t
+                        fmoved.append(si)
+                        got = min(sbr[p], fetched[p] + f * dt) - fetched[p]
+                        fetched[p] += got
+                        s_fetched[si] += got
+                        for ri in s_rpath[si]:
+                            used[ri] += f
+            res_bytes = self.res_bytes
+            for ri in (self.upath[running[0]] if len(running) == 1 and not fetching else range(nres)):
+                res_bytes[ri] += used[ri] * dt  # (an untouched resource would add 0.0: no change)
+        else:  # nothing moves (no bytes to add either)
+            used = self.zeros_r
+        if self.last_used != used:  # samples kept raw here, made dicts at the end
+            self.usage.append((t, used))
+            self.last_used = used
+        if nstr:
+            s_fetched, s_consumed = self.s_fetched, self.s_consumed
+            if nstr == 1:
+                self.levels.append((t, s_fetched[0] - s_consumed[0] - _drawn(rs, 0, frac, sbr, sidx)))
+            else:
+                self.levels.append((t, tuple([s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
+                                              for si in range(nstr)])))
+
+    def _attribute(self, dt: float, running: list[int], waiting: list[int], blocked: list[int],
+                   filling: list[int], rate: dict[int, float], why: dict[int, str]) -> None:
+        """Each engine's and op's share of [t, t+dt): busy, idle, or a named stall (each figure is its
+        own: any engine order will do)."""
+        e_idle, e_busy, e_stalls, ostall, busy, eng, nominal = self.b_attribute
+        for e in self.dead:
+            e_idle[e] += dt
+        if waiting:
+            reason = "sync" if self.blocker >= 0 else "issue"
+            for e in waiting:
+                st = e_stalls[e]
+                st[reason] = st.get(reason, 0.0) + dt
+        if blocked:
+            cur, deps, dptr, end, dep_why = self.cur, self.deps, self.dptr, self.end, self.dep_why
+            for e in blocked:
+                p = cur[e]
+                reason = "issue"
+                d = deps[p]
+                if d:
+                    i, dn = dptr[p], len(d)
+                    while i < dn and end[d[i]] != _INF:
+                        i += 1
+                    dptr[p] = i
+                    if i < dn:
+                        reason = dep_why[d[i]]
+                st = e_stalls[e]
+                st[reason] = st.get(reason, 0.0) + dt
+                st = ostall[p]
+                st[reason] = st.get(reason, 0.0) + dt
+        for p in filling:  # pipeline fill, drain and setup latency count as busy
+            e_busy[eng[p]] += dt
+            busy[p] += dt
+        for p in running:
+            e = eng[p]
+            nom = nominal[p]
+            fr = 1.0
+            if nom > 0:
+                fr = rate[p] / nom
+                if not fr < 1.0:  # min(1.0, fr)
+                    fr = 1.0
+            e_busy[e] += dt * fr
+            busy[p] += dt * fr
+            if fr >= 1 - 1e-9:
+                continue
+            reason, dt_s = why.get(p) or "bandwidth", dt * (1 - fr)
+            st = e_stalls[e]
+            st[reason] = st.get(reason, 0.0) + dt_s
+            st = ostall[p]
+            st[reason] = st.get(reason, 0.0) + dt_s
