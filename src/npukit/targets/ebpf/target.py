@@ -1,0 +1,13 @@
+"""Registry record of the eBPF target (RFC 9669 VM running Alkali firmware and uBPF programs)."""
+
+from npukit.registry import Target
+
+TARGET = Target(
+    name="ebpf",
+    summary="eBPF firmware VM: RFC 9669, uBPF text syntax, clang ELF objects, memory-safe, translated fast path",
+    assemble="npukit.targets.ebpf.api:assemble",
+    disassemble="npukit.targets.ebpf.api:disassemble",
+    load_program="npukit.targets.ebpf.api:load_program",
+    simulate="npukit.targets.ebpf.api:simulate",
+    extra={"opcode_table": "npukit.targets.ebpf.isa:opcode_table", "elf": "npukit.targets.ebpf.elf:load_elf"},
+)
