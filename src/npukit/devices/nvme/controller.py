@@ -85,16 +85,15 @@ class Controller:
         self.fw_staging = bytearray()
         self.fw_ranges: list[tuple[int, int]] = []
         self.on_reset: list[Callable[[], None]] = []
+        self.on_enable: list[Callable[[], None]] = []
+        self.max_io_queues = subsystem.max_io_queues
+        self._cc = 0  # the CC value last acted on (the register itself may already hold a newer one)
 
     # identity -------------------------------------------------------------------------------------
-    @property
-    def max_io_queues(self) -> int:
-        return self.subsystem.max_io_queues
-
     def identity(self) -> ControllerIdentity:
         sub = self.subsystem
         return ControllerIdentity(cntlid=self.cntlid, subnqn=sub.nqn, firmware_revision=sub.state.active_revision(),
-                                  discovery=self.discovery, fabrics=self.fabrics, io_queues=sub.max_io_queues,
+                                  discovery=self.discovery, fabrics=self.fabrics, io_queues=self.max_io_queues,
                                   max_queue_entries=sub.max_queue_entries, mdts=sub.mdts,
                                   in_capsule_bytes=sub.in_capsule_bytes)
 
@@ -108,7 +107,7 @@ class Controller:
 
     # registers: CC state machine --------------------------------------------------------------------
     def write_cc(self, value: int) -> None:
-        old = self.regs.load(Register.CC)
+        old, self._cc = self._cc, value
         self.regs.store(Register.CC, value)
         new = cc_fields(value)
         csts = self.regs.load(Register.CSTS)
@@ -121,6 +120,8 @@ class Controller:
                 csts |= CSTS_CFS
             else:
                 csts |= CSTS_RDY
+                for hook in self.on_enable:
+                    hook()
         elif old & CC_EN and not value & CC_EN:
             self.reset()
             csts = 0
