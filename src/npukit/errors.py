@@ -24,9 +24,11 @@ class ModelError(NpukitError, ValueError):
 
 
 class DecodeError(NpukitError, ValueError):
-    """An instruction word that does not decode; carries the word and the reason."""
+    """An instruction word that does not decode; carries the word (any width: ``bits``; a multi-word
+    instruction as one integer, words little-end first) and the reason."""
 
-    def __init__(self, word: int, reason: str) -> None:
+    def __init__(self, word: int, reason: str, bits: int = 64) -> None:
         self.word = int(word)
         self.reason = reason
-        super().__init__(f"cannot decode 0x{self.word:016X}: {reason}")
+        self.bits = int(bits)
+        super().__init__(f"cannot decode 0x{self.word:0{-(-self.bits // 4)}X}: {reason}")

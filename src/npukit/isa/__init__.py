@@ -1,0 +1,10 @@
+"""The shared ISA toolkit: instruction sets as data (`spec`) and text from them (`text`).
+
+See ``docs/isa.md`` for how to write a spec.
+"""
+
+from npukit.isa.spec import AsmError, BoundField, BoundFormat, BoundSpec, Field, Format, Spec, bits, const
+from npukit.isa.text import KeyValueSyntax, Syntax, markdown_table
+
+__all__ = ["AsmError", "BoundField", "BoundFormat", "BoundSpec", "Field", "Format", "KeyValueSyntax", "Spec",
+           "Syntax", "bits", "const", "markdown_table"]
