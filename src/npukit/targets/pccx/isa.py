@@ -8,8 +8,10 @@ A word is 64 bits, ``opcode = word[63:60]``; the bit positions of every field ar
 * ``extended`` — npukit's documented additions in reserved encodings: ``async`` in bit 0 of GEMV,
   GEMM and MEMSET, CVO functions 0x8-0xF, MEMSET ``dest_cache = 2`` (SFU registers).
 
-`decode` validates (the hardware's error interrupt): a failing word raises `DecodeError` with the
-word and a one-line reason. `assemble`/`disassemble` and the docs table live in ``asm.py``.
+The field table is data on the shared toolkit (`npukit.isa`): `ISA` is the spec, bound per (profile,
+hardware limits) by `bound`. `decode` validates (the hardware's error interrupt): a failing word raises
+`DecodeError` with the word and a one-line reason. `assemble`/`disassemble` and the docs table live in
+``asm.py``.
 """
 
 from __future__ import annotations
@@ -17,19 +19,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-from npukit.errors import DecodeError, NpukitError
+from npukit.errors import DecodeError
+from npukit.isa.spec import AsmError, BoundField, BoundSpec, Field, Format, Spec, bits, const
 
 PROFILES = ("strict", "extended")
 L2_WORDS_DEFAULT = 114_688  # 0x1C000, KV260 preset
 CC_ENTRIES_DEFAULT = 64
 LANES_DEFAULT = 4
 ELEMS_PER_WORD = 8  # BF16 per 128-bit L2 word
-
-
-class AsmError(NpukitError, ValueError):
-    """An instruction that cannot be encoded or a line that cannot be assembled."""
 
 
 class Op(IntEnum):
@@ -94,68 +93,60 @@ NO_ACCM = BINARY | {CvoFunc.REDUCE_MAX, CvoFunc.LOAD_SCALAR}
 SREG_SCALAR, SREG_EMAX = 0, 1
 
 
-@dataclass(frozen=True)
-class Field:
-    name: str  # attribute of the instruction class (pccx's name; ``async_`` for ``async``)
-    hi: int
-    lo: int
-    kind: str  # l2 | aux | slot | lanes | flags | func | device | cache | uint | async | reserved
-    asm: str  # key in the assembly syntax
-    doc: str
-    ext: bool = False  # only in the extended profile (reserved in strict)
-
-    @property
-    def width(self) -> int:
-        return self.hi - self.lo + 1
-
-    @property
-    def mask(self) -> int:
-        return (1 << self.width) - 1
+def _f(name, hi, lo, kind, asm, doc, ext=False, **kw) -> Field:
+    return bits(name, hi, lo, kind=kind, asm=asm, doc=doc, tags=_EXT if ext else frozenset(),
+                reserved=kind == "reserved", fmt="hex" if kind in ("l2", "aux") else "dec", **kw)
 
 
-def _f(name, hi, lo, kind, asm, doc, ext=False) -> Field:
-    return Field(name, hi, lo, kind, asm, doc, ext)
+_EXT = frozenset({"ext"})  # only in the extended profile (reserved in strict)
+_ASYNC = {"enum": bool}
 
 
-_MAT = (
-    _f("dest_reg", 59, 43, "l2", "dest", "L2 word address of the result"),
-    _f("src_addr", 42, 26, "l2", "src", "L2 word address of the activation"),
-    _f("flags", 25, 20, "flags", "flags", "[5] findemax, [4] accm, [3] w_scale, [2:0] reserved"),
-    _f("size_ptr_addr", 19, 14, "slot", "size", "weight-shape cache slot: (format, host hi, host lo)"),
-    _f("shape_ptr_addr", 13, 8, "slot", "shape", "fmap-shape cache slot: (M, N, K)"),
-    _f("parallel_lane", 7, 3, "lanes", "lanes", "active GEMV cores, a count; 0 = all"),
-    _f("reserved", 2, 1, "reserved", "", "must be 0"),
-    _f("async_", 0, 0, "async", "async", "fire-and-forget (strict: reserved)", ext=True),
-)
+def _mat(flag: type) -> tuple[Field, ...]:
+    return (
+        _f("dest_reg", 59, 43, "l2", "dest", "L2 word address of the result"),
+        _f("src_addr", 42, 26, "l2", "src", "L2 word address of the activation"),
+        _f("flags", 25, 20, "flags", "flags", "[5] findemax, [4] accm, [3] w_scale, [2:0] reserved",
+           enum=flag, strict_enum=False),
+        _f("size_ptr_addr", 19, 14, "slot", "size", "weight-shape cache slot: (format, host hi, host lo)"),
+        _f("shape_ptr_addr", 13, 8, "slot", "shape", "fmap-shape cache slot: (M, N, K)"),
+        _f("parallel_lane", 7, 3, "lanes", "lanes", "active GEMV cores, a count; 0 = all"),
+        _f("reserved", 2, 1, "reserved", "", "must be 0"),
+        _f("async_", 0, 0, "async", "async", "fire-and-forget (strict: reserved)", ext=True, **_ASYNC),
+    )
 
-SPEC: dict[Op, tuple[Field, ...]] = {
-    Op.GEMV: _MAT,
-    Op.GEMM: _MAT,
+
+_FIELDS: dict[Op, tuple[Field, ...]] = {
+    Op.GEMV: _mat(GemvFlag),
+    Op.GEMM: _mat(GemvFlag),
     Op.MEMCPY: (
-        _f("from_device", 59, 59, "device", "from", "0 = NPU (L2), 1 = host"),
-        _f("to_device", 58, 58, "device", "to", "0 = NPU (L2), 1 = host"),
+        _f("from_device", 59, 59, "device", "from", "0 = NPU (L2), 1 = host", enum=Device),
+        _f("to_device", 58, 58, "device", "to", "0 = NPU (L2), 1 = host", enum=Device),
         _f("dest_addr", 57, 41, "l2", "dest", "L2 destination word (0 when to=host)"),
         _f("src_addr", 40, 24, "l2", "src", "L2 source word (0 when from=host)"),
         _f("aux_addr", 23, 7, "aux", "aux", "host offset in 16-byte units, added to the slot's base"),
         _f("shape_ptr_addr", 6, 1, "slot", "shape", "fmap-shape cache slot: (words, host hi, host lo)"),
-        _f("async_", 0, 0, "async", "async", "fire-and-forget"),
+        _f("async_", 0, 0, "async", "async", "fire-and-forget", **_ASYNC),
     ),
     Op.MEMSET: (
-        _f("dest_cache", 59, 58, "cache", "cache", "0 = fmap shape, 1 = weight shape, 2 = SFU regs (ext)"),
+        # dest_cache 3 (and 2 in strict) is reserved: kept raw so the check can name it
+        _f("dest_cache", 59, 58, "cache", "cache", "0 = fmap shape, 1 = weight shape, 2 = SFU regs (ext)",
+           enum=DestCache, strict_enum=False),
         _f("dest_addr", 57, 52, "slot", "slot", "cache slot (SFU regs: 0 = scalar S, 1 = e_max)"),
         _f("a_value", 51, 36, "uint", "a", "first 16-bit value"),
         _f("b_value", 35, 20, "uint", "b", "second 16-bit value"),
         _f("c_value", 19, 4, "uint", "c", "third 16-bit value"),
         _f("reserved", 3, 1, "reserved", "", "must be 0"),
-        _f("async_", 0, 0, "async", "async", "fire-and-forget (strict: reserved)", ext=True),
+        _f("async_", 0, 0, "async", "async", "fire-and-forget (strict: reserved)", ext=True, **_ASYNC),
     ),
     Op.CVO: (
-        _f("cvo_func", 59, 56, "func", "", "function code (mnemonic after `cvo`)"),
+        _f("cvo_func", 59, 56, "func", "", "function code (mnemonic after `cvo`)", enum=CvoFunc),
         _f("src_addr", 55, 39, "l2", "src", "L2 word address of the input vector"),
         _f("dst_addr", 38, 22, "l2", "dst", "L2 word address of the output (second operand of MUL/ADD)"),
         _f("length", 21, 6, "uint", "len", "element count, 1..65535"),
-        _f("flags", 5, 1, "flags", "flags", "[4] sub_emax, [3] recip_scale, [2] accm, [1:0] reserved"),
-        _f("async_", 0, 0, "async", "async", "fire-and-forget"),
+        _f("flags", 5, 1, "flags", "flags", "[4] sub_emax, [3] recip_scale, [2] accm, [1:0] reserved",
+           enum=CvoFlag, strict_enum=False),
+        _f("async_", 0, 0, "async", "async", "fire-and-forget", **_ASYNC),
     ),
 }
 
@@ -218,9 +209,6 @@ class Cvo:
 
 Instr = Gemv | Gemm | Memcpy | Memset | Cvo
 CLASSES: dict[Op, type] = {Op.GEMV: Gemv, Op.GEMM: Gemm, Op.MEMCPY: Memcpy, Op.MEMSET: Memset, Op.CVO: Cvo}
-_TYPES = {"flags": None, "func": CvoFunc, "device": Device, "cache": DestCache}
-
-
 @dataclass(frozen=True)
 class Limits:
     """What validation needs from a hardware description (defaults: the KV260 preset)."""
@@ -315,87 +303,73 @@ def _check_cvo(ins: Cvo, ext: bool, lim: Limits) -> str | None:
     return None
 
 
-def _field_value(f: Field, raw: int) -> Any:
-    if f.kind == "flags":
-        return (GemvFlag if f.width == 6 else CvoFlag)(raw)
-    if f.kind == "async":
-        return bool(raw)
-    tp = _TYPES.get(f.kind)
-    if tp is not None:
-        try:
-            return tp(raw)
-        except ValueError:
-            return raw  # reserved enum value: kept raw so check() can name it
-    return raw
+class Context(NamedTuple):
+    """What a bound pccx spec is derived from: the ISA profile and the hardware limits."""
+
+    profile: str
+    limits: Limits
+
+
+def _check_decoded(ins: Instr, ctx: Context) -> str | None:
+    if ins.op == Op.MEMSET and not isinstance(ins.dest_cache, DestCache):
+        return f"dest_cache {ins.dest_cache} is reserved"
+    return check(ins, ctx.profile, ctx.limits)
+
+
+ISA = Spec(
+    "pccx", 64,
+    tuple(Format(op.name, (const("opcode", 63, 60, int(op), doc="opcode"), *fields), cls=CLASSES[op],
+                 check=_check_decoded, mnemonic_field="cvo_func" if op == Op.CVO else None)
+          for op, fields in _FIELDS.items()),
+    memo=1 << 18,  # the compiler's encode-time validation and the simulators' decode share results
+)
+# the field table per opcode (the opcode bits themselves left out), as bound fields: name, hi, lo, width,
+# mask, kind, asm, doc, tags ("ext" = extended profile only)
+SPEC: dict[Op, tuple[BoundField, ...]] = {
+    Op[f.name]: tuple(bf for bf in f.fields if bf.const is None)
+    for f in ISA.bind(Context("extended", Limits())).formats
+}
+_BOUND: dict[tuple[str, int], tuple[Any, BoundSpec]] = {}
+
+
+def bound(profile: str = "extended", hw: Any = None) -> BoundSpec:
+    """The toolkit spec bound to (profile, limits of ``hw``); cached per description object."""
+    hit = _BOUND.get((profile, id(hw)))
+    if hit is not None and hit[0] is hw:
+        return hit[1]
+    _profile(profile)
+    spec = ISA.bind(Context(profile, Limits.of(hw)))
+    if len(_BOUND) >= 256:
+        _BOUND.clear()
+    _BOUND[(profile, id(hw))] = (hw, spec)  # holds hw, so its id is not reused while cached
+    return spec
+
+
+_DEFAULT_BOUND = {p: bound(p) for p in PROFILES}
 
 
 def decode(word: int, profile: str = "extended", hw: Any = None) -> Instr:
     """One 64-bit word -> instruction; raises `DecodeError` (the error interrupt) when invalid."""
-    _profile(profile)
+    spec = _DEFAULT_BOUND.get(profile) if hw is None else None
+    if spec is None:
+        spec = bound(profile, hw)
     try:
         w = int(word)
     except (TypeError, ValueError):
         raise DecodeError(0, f"not an integer word: {word!r}") from None
     if not 0 <= w < 1 << 64:
         raise DecodeError(w & ((1 << 64) - 1), "word does not fit in 64 bits")
-    key = (w, profile, Limits.of(hw))
-    hit = _DECODED.get(key)
+    hit = spec._memo.get(w)  # the memoised hit inline: simulators decode the same words many times
     if hit is None:
-        hit = _decode(w, profile, key[2])
-        if len(_DECODED) >= _MAX_DECODED:
-            _DECODED.clear()
-        _DECODED[key] = hit
+        hit = spec.decode_or_reason(w)
     if isinstance(hit, str):
         raise DecodeError(w, hit)
     return hit
 
 
-# decode is a pure function of (word, profile, limits) and instructions are immutable: the compiler's
-# encode-time validation and the simulators' decode of the same words share one result
-_DECODED: dict[tuple[int, str, Limits], Instr | str] = {}
-_MAX_DECODED = 1 << 18
-
-
-def _decode(w: int, profile: str, lim: Limits) -> Instr | str:
-    """The instruction, or the reason the word is invalid."""
-    opc = w >> 60
-    if opc > 4:
-        return f"unknown opcode 0x{opc:X}"
-    op = Op(opc)
-    kw: dict[str, Any] = {}
-    for f in SPEC[op]:
-        raw = (w >> f.lo) & f.mask
-        if f.kind == "reserved":
-            if raw:
-                return f"reserved bits [{f.hi}:{f.lo}] are nonzero"
-            continue
-        kw[f.name] = _field_value(f, raw)
-    if op == Op.MEMSET and not isinstance(kw["dest_cache"], DestCache):
-        return f"dest_cache {kw['dest_cache']} is reserved"
-    ins = CLASSES[op](**kw)
-    return check(ins, profile, lim) or ins
-
-
 def encode(ins: Instr, profile: str = "extended", hw: Any = None) -> int:
     """Instruction -> 64-bit word. Field overflow raises `AsmError`, an invalid instruction `DecodeError`."""
-    _profile(profile)
-    op = getattr(ins, "op", None)
-    if op not in SPEC or not isinstance(ins, CLASSES[op]):
-        raise AsmError(f"not a pccx instruction: {ins!r}")
-    w = int(op) << 60
-    for f in SPEC[op]:
-        if f.kind == "reserved":
-            continue
-        v = getattr(ins, f.name)
-        try:
-            v = int(v)
-        except (TypeError, ValueError):
-            raise AsmError(f"{op.name} field {f.name} is not an integer: {v!r}") from None
-        if not 0 <= v <= f.mask:
-            raise AsmError(f"{op.name} field {f.name}={v} does not fit in {f.width} bits")
-        w |= v << f.lo
-    decode(w, profile, hw)  # one validation path: the same check the device applies
-    return w
+    return bound(profile, hw).encode(ins)
 
 
 def field_names(op: Op) -> list[str]:
