@@ -128,8 +128,8 @@ class TcpQueue:
         self._cid = (self._cid + 1) & 0xFFFF
         return self._cid
 
-    def submit(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> Reply:
-        """Send one command (host data ``data`` or ``read_len`` bytes to read) and wait for its reply."""
+    def send_command(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> memoryview:
+        """Send a CapsuleCmd (SGL chosen from the data size); returns the data still owed via R2T."""
         cmd.flags = (cmd.flags & 0x3F) | PSDT_SGL
         data = memoryview(bytes(data)) if data else memoryview(b"")
         in_capsule = b""
@@ -141,10 +141,19 @@ class TcpQueue:
         else:
             cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
         self._send(pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst))
-        return self.wait(cmd.cid, data if not in_capsule else memoryview(b""), read_len)
+        return data if not in_capsule else memoryview(b"")
+
+    def submit(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> Reply:
+        """Send one command (host data ``data`` or ``read_len`` bytes to read) and wait for its reply."""
+        pending = self.send_command(cmd, data, read_len)
+        return self.wait(cmd.cid, pending, read_len)
 
     def wait(self, cid: int, pending: memoryview = memoryview(b""), read_len: int = 0) -> Reply:
         received = bytearray(read_len)
+        for cqe in self.stray:
+            if cqe.cid == cid:
+                self.stray.remove(cqe)
+                return Reply(cqe, b"")
         while True:
             p = self.read_pdu()
             if p.flags & 0x80:
