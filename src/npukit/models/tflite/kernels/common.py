@@ -126,17 +126,18 @@ def pad_before(size: int, filt: int, stride: int, dilation: int, out: int) -> in
     return max((out - 1) * stride + eff - size, 0) // 2
 
 
-def mbqm(acc: np.ndarray, multiplier, shift) -> np.ndarray:
+def mbqm(acc: np.ndarray, multiplier, shift, inplace: bool = False) -> np.ndarray:
     """``MultiplyByQuantizedMultiplier`` (double rounding) on int64 arrays → int64, fused for speed.
 
     The same function as `fixedpoint.multiply_by_quantized_multiplier` (tested equal on random and
-    edge values, and both bit-exact with LiteRT) without its input checks, in six array passes:
-    with ``v = wrap32(x · 2^left) · m``, gemmlowp's SRDHM ``trunc((v + nudge) / 2^31)`` equals
-    ``(v + 2^30) >> 31`` for either sign (for v < 0, trunc of a negative is a ceiling, and
+    edge values, and both bit-exact with LiteRT) without its input checks, in a few in-place array
+    passes: with ``v = wrap32(x · 2^left) · m``, gemmlowp's SRDHM ``trunc((v + nudge) / 2^31)``
+    equals ``(v + 2^30) >> 31`` for either sign (for v < 0, trunc of a negative is a ceiling, and
     ``ceil((v + 1 − 2^30) / 2^31) = floor((v + 2^30) / 2^31)``); the saturating case needs
     m = −2^31, which QuantizeMultiplier never produces. RoundingDivideByPOT by r ≥ 1 is
     ``(h + 2^(r−1) − [h < 0]) >> r`` (half away from zero). ``acc`` must hold int32 values,
-    ``multiplier`` lie in [0, 2^31) and ``shift`` in [−31, 30], scalars or per-channel arrays.
+    ``multiplier`` lie in [0, 2^31) and ``shift`` in [−31, 30], scalars or per-channel arrays;
+    ``inplace=True`` reuses ``acc`` (an int64 array the caller no longer needs).
     """
     x = np.asarray(acc, dtype=np.int64)
     m = np.asarray(multiplier, dtype=np.int64)
@@ -144,15 +145,27 @@ def mbqm(acc: np.ndarray, multiplier, shift) -> np.ndarray:
     left, right = np.maximum(s, 0), np.maximum(-s, 0)
     if np.any(left):
         x = ((x << left) + 2**31 & 0xFFFFFFFF) - 2**31  # C's int32 product x * (1 << left) wraps
-    h = (x * m + (1 << 30)) >> 31
+        inplace = True
+    h = np.multiply(x, m, out=x if inplace and x.shape == np.broadcast_shapes(x.shape, m.shape) else None)
+    h += 1 << 30
+    h >>= 31
     if not np.any(right):
         return h
-    return (h + ((np.int64(1) << right) >> 1) - ((h < 0) & (right > 0))) >> right
+    negative = h < 0
+    h += (np.int64(1) << right) >> 1
+    if np.all(right > 0):
+        h -= negative
+    else:
+        h -= negative & (right > 0)
+    h >>= right
+    return h
 
 
 def finish(acc: np.ndarray, zp: int, lo: int, hi: int, dtype=np.int8) -> np.ndarray:
-    """Add the output zero point, clamp to the activation range, narrow."""
-    return np.clip(acc + zp, lo, hi).astype(dtype)
+    """Add the output zero point, clamp to the activation range, narrow (``acc`` is consumed)."""
+    acc += zp
+    np.clip(acc, lo, hi, out=acc)
+    return acc.astype(dtype)
 
 
 def window_slices(size_p: int, out: int, stride: int, k: int, dilation: int) -> slice:

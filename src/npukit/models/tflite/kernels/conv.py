@@ -88,8 +88,9 @@ def prepare_conv2d(ctx: Ctx) -> Kernel:
                 for j in range(kw):
                     cols[:, :, :, i, j, :] = xp[:, rows, window_slices(g.wp, g.ow, sw, j, dw), :]
             cols = cols.reshape(-1, k)
-        acc = (cols @ wmat).astype(np.int64) + bias
-        return [finish(mbqm(acc, mult, shift), zp_out, lo, hi).reshape(nb, g.oh, g.ow, n)]
+        acc = (cols @ wmat).astype(np.int64)
+        acc += bias
+        return [finish(mbqm(acc, mult, shift, inplace=True), zp_out, lo, hi).reshape(nb, g.oh, g.ow, n)]
 
     return run
 
@@ -125,8 +126,9 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
             for j in range(kw):
                 patch = xp[:, rows, window_slices(g.wp, g.ow, sw, j, dw), :]
                 acc += patch[..., None] * taps[i, j]
-        acc64 = acc.reshape(nb, g.oh, g.ow, n).astype(np.int64) + bias
-        return [finish(mbqm(acc64, mult, shift), zp_out, lo, hi)]
+        acc64 = acc.reshape(nb, g.oh, g.ow, n).astype(np.int64)
+        acc64 += bias
+        return [finish(mbqm(acc64, mult, shift, inplace=True), zp_out, lo, hi)]
 
     return run
 

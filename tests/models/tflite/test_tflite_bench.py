@@ -1,0 +1,47 @@
+"""benchmarks/tflite_interp.py checks bit-identity with LiteRT before timing, and reports measured
+inferences/s for npukit and both LiteRT resolvers with derived ratios from the same run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "tflite_interp.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_tflite_interp", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_tflite_interp"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_json_rows_carry_tiers_and_same_run_ratios(bench, capsys):
+    assert bench.main(["--models", "zoo:digits", "--rounds", "1", "--min-time", "0.02", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    f = row["figures"]
+    assert row["outputs_equal_ref"] is True
+    for k in ("npukit", "litert_ref", "litert_default"):
+        assert f[f"{k}_inf_per_s"]["tier"] == "measured" and f[f"{k}_inf_per_s"]["value"] > 0
+    for peer in ("litert_ref", "litert_default"):
+        r = f[f"ratio_vs_{peer}"]
+        assert r["tier"] == "derived"
+        assert r["value"] == pytest.approx(f["npukit_inf_per_s"]["value"] / f[f"{peer}_inf_per_s"]["value"])
+
+
+def test_a_wrong_interpreter_is_refused(bench, monkeypatch):
+    from npukit.models.tflite import Interpreter
+
+    real_run = Interpreter.run
+    def off_by_one(self, feeds):
+        return {k: v + 1 for k, v in real_run(self, feeds).items()}
+
+    monkeypatch.setattr(Interpreter, "run", off_by_one)
+    with pytest.raises(SystemExit, match="differs from LiteRT BUILTIN_REF"):
+        bench.bench_model("zoo:digits", 1, 0.01)
