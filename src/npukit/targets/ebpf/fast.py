@@ -98,8 +98,10 @@ class _Gen:
         unpack = self.const(UNPACK[size])
         d = f"r{insn.dst}"
         lines = [f"a = {self.address(insn.src, insn.off)}",
-                 f"if {region}L <= a <= {region}H{size}: {d} = {unpack}({region}D, a - {region}L)[0]",
-                 f"else: {d} = mem.load(a, {size}, {pc})"]
+                 f"if {region}L <= a <= {region}H{size}: {d} = {unpack}({region}D, a - {region}L)[0]"]
+        if region == "I":
+            lines.append(f"elif OL <= a <= OH{size}: {d} = {unpack}(OD, a - OL)[0]")
+        lines.append(f"else: {d} = mem.load(a, {size}, {pc})")
         if insn.opcode & 0xE0 == isa.MODE_MEMSX:
             bit = 1 << (size * 8 - 1)
             lines.append(f"{d} = (({d} ^ {bit}) - {bit}) & M64")
@@ -111,9 +113,11 @@ class _Gen:
         pack = self.const(PACK[size])
         mask = (1 << (size * 8)) - 1
         value = f"r{insn.src} & {mask}" if insn.cls == isa.STX else str(insn.imm & mask)
-        return [f"a = {self.address(insn.dst, insn.off)}",
-                f"if {region}L <= a <= {region}H{size}: {pack}({region}D, a - {region}L, {value})",
-                f"else: mem.store(a, {size}, {value}, {pc})"]
+        lines = [f"a = {self.address(insn.dst, insn.off)}",
+                 f"if {region}L <= a <= {region}H{size}: {pack}({region}D, a - {region}L, {value})"]
+        if region == "I":
+            lines.append(f"elif OL <= a <= OH{size}: {pack}(OD, a - OL, {value})")
+        return lines + [f"else: mem.store(a, {size}, {value}, {pc})"]
 
     def generic(self, insn: Insn, pc: int) -> list[str]:
         """Atomics: through the interpreter's code with registers synced."""
@@ -224,9 +228,12 @@ class _Gen:
                 "    sreg = mem.region('stack'); ireg = mem.region('input')",
                 "    SD = sreg.data; SL = sreg.base",
                 "    ID = ireg.data if ireg is not None else bytearray(); IL = ireg.base if ireg is not None else 1",
+                "    oreg = mem.region('output')",
+                "    OD = oreg.data if oreg is not None else bytearray(); OL = oreg.base if oreg is not None else 1",
                 ]
         for size in (1, 2, 4, 8):
-            head.append(f"    SH{size} = SL + len(SD) - {size}; IH{size} = IL + len(ID) - {size}")
+            head.append(f"    SH{size} = SL + len(SD) - {size}; IH{size} = IL + len(ID) - {size}; "
+                        f"OH{size} = OL + len(OD) - {size}")
         head += ["    try:", "        while True:"]
         self.lines = head
         self.tree(blocks, " " * 12)
