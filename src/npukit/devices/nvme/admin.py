@@ -245,27 +245,29 @@ def keep_alive(req: Request) -> Result:
 def firmware_download(req: Request) -> Result:
     ctrl, cmd = req.ctrl, req.cmd
     start, length = cmd.cdw11 * 4, (cmd.cdw10 + 1) * 4
+    staging = ctrl.subsystem.firmware_staging(ctrl.hostnqn)
     if start == 0:
-        ctrl.fw_staging, ctrl.fw_ranges = bytearray(), []
+        staging.clear()
     end = start + length
-    if any(start < e and s < end for s, e in ctrl.fw_ranges):
+    if any(start < e and s < end for s, e in staging.ranges):
         raise NvmeError(Status.OVERLAPPING_RANGE, f"dwords {cmd.cdw11}..{end // 4 - 1} already downloaded")
-    if len(ctrl.fw_staging) < end:
-        ctrl.fw_staging.extend(bytes(end - len(ctrl.fw_staging)))
-    ctrl.fw_staging[start:end] = req.data[:length]
-    ctrl.fw_ranges.append((start, end))
+    if len(staging.image) < end:
+        staging.image.extend(bytes(end - len(staging.image)))
+    staging.image[start:end] = req.data[:length]
+    staging.ranges.append((start, end))
     return Result()
 
 
 def _staged_image(ctrl) -> bytes:
+    staging = ctrl.subsystem.firmware_staging(ctrl.hostnqn)
     covered = 0
-    for s, e in sorted(ctrl.fw_ranges):
+    for s, e in sorted(staging.ranges):
         if s != covered:
             raise NvmeError(Status.INVALID_FIRMWARE_IMAGE, "the downloaded image has a gap")
         covered = e
     if not covered:
         raise NvmeError(Status.INVALID_FIRMWARE_IMAGE, "no firmware image was downloaded")
-    return bytes(ctrl.fw_staging[:covered])
+    return bytes(staging.image[:covered])
 
 
 def firmware_commit(req: Request) -> Result:
@@ -280,7 +282,7 @@ def firmware_commit(req: Request) -> Result:
         if slot > FIRMWARE_SLOTS or slot == READ_ONLY_SLOT:
             raise NvmeError(Status.INVALID_FIRMWARE_SLOT, f"slot {slot} is read-only or absent")
         state.store_image(slot, _staged_image(ctrl))
-        ctrl.fw_staging, ctrl.fw_ranges = bytearray(), []
+        ctrl.subsystem.firmware_staging(ctrl.hostnqn).clear()
     else:
         slot = fs
         if not 1 <= slot <= FIRMWARE_SLOTS:

@@ -82,8 +82,6 @@ class Controller:
         self.error_count = 0
         self.io_queues: set[int] = set()
         self.last_activity = time.monotonic()
-        self.fw_staging = bytearray()
-        self.fw_ranges: list[tuple[int, int]] = []
         self.on_reset: list[Callable[[], None]] = []
         self.on_enable: list[Callable[[], None]] = []
         self.max_io_queues = subsystem.max_io_queues

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from npukit.devices.nvme.admin import register_admin
 from npukit.devices.nvme.controller import Controller
@@ -16,6 +17,19 @@ from npukit.devices.nvme.state import DeviceState
 from npukit.errors import ConfigError
 
 log = logging.getLogger("npukit.nvme")
+
+
+@dataclass
+class FirmwareStaging:
+    """An image being downloaded. It belongs to the subsystem, per host NQN, so that separate
+    associations (one per ``npukit nvme`` invocation, as nvme-cli's separate runs) can download and
+    commit; it is kept until a commit or a target restart."""
+
+    image: bytearray = field(default_factory=bytearray)
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.image, self.ranges = bytearray(), []
 
 
 def default_registry() -> CommandRegistry:
@@ -52,6 +66,7 @@ class Subsystem:
         self._next_cntlid = 1
         self.discovery_entries: list[DiscoveryEntry] = []
         self.discovery_genctr = 0
+        self._fw_staging: dict[str, FirmwareStaging] = {}
         if discovery:
             self.registry.register_log_page(LogPage.DISCOVERY, LogPageSpec("discovery", _discovery_log),
                                             replace=True)
@@ -75,6 +90,9 @@ class Subsystem:
 
     def remove_controller(self, cntlid: int) -> None:
         self.controllers.pop(cntlid, None)
+
+    def firmware_staging(self, hostnqn: str) -> FirmwareStaging:
+        return self._fw_staging.setdefault(hostnqn, FirmwareStaging())
 
     def host_allowed(self, hostnqn: str) -> bool:
         return self.allowed_hosts is None or hostnqn in self.allowed_hosts
