@@ -22,14 +22,27 @@ A target adapter turns each `npukit.sim.work.Work` record into an `Op` and descr
   Before the consumer starts, the producer's output goes to L2 unthrottled, so a consumer queued
   behind the producer's own successors cannot deadlock it.
 
+* **Dependency tokens** (VTA's load/compute/store handshake). The machine may declare bounded token
+  queues (`TokenQueue`); a `TokenOp` pops tokens from the queues in ``pop`` (in order, one each)
+  before it starts and pushes one to each queue in ``push`` (in order) when its work and tail are
+  done; an empty queue holds back the popping engine, a full one the pushing engine (the op ends
+  when its last push lands). ``command_depth`` bounds each engine's own command queue (issued ops
+  not yet started), so one engine waiting on a token does not hold the issuer for the others.
+  A program that can never make progress raises `TokenDeadlock` naming the queues and ops.
+* **Engine pools** (several cores of one engine type). ``EnginePool(name, count)`` among the engines
+  declares cores ``name.0`` … ``name.<count-1>``; an op naming a core runs there, an op naming the
+  pool goes, in program order among the pool's ops, to the first core that has nothing of its own
+  left to do (ties: the lowest index). Statistics and the trace are per core.
+
 Between events every rate is constant, so progress, buffer levels and stall attribution are exact
-for this model. Time is in cycles of the machine's reference clock.
+for this model. Time is in cycles of the machine's reference clock. `docs/timing.md` walks through
+the model, the event loop's phases and a worked example.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, le
@@ -47,6 +60,35 @@ class TimingError(NpukitError):
 
 
 @dataclass(frozen=True)
+class TokenWait:
+    """One engine head stuck on a token queue: op ``index`` (``label``) on ``engine`` waits to ``action``
+    ("pop": the queue is empty; "push": it is full) on ``queue``, which holds ``tokens`` of ``capacity``."""
+
+    index: int
+    label: str
+    engine: str
+    action: str
+    queue: str
+    tokens: int
+    capacity: int
+
+    def __str__(self) -> str:
+        state = "empty" if self.action == "pop" else f"full, {self.tokens}/{self.capacity}"
+        who = self.label or self.engine
+        return f"op {self.index} ({who}) on {self.engine} waits to {self.action} {self.queue!r} ({state})"
+
+
+class TokenDeadlock(TimingError):
+    """No op can ever progress again and at least one engine waits on a token queue; ``waits`` lists
+    every such engine head, ``queues`` the queues involved (first-seen order), ``cycle`` the time."""
+
+    def __init__(self, cycle: float, waits: Sequence[TokenWait]) -> None:
+        self.cycle, self.waits = cycle, tuple(waits)
+        self.queues = tuple(dict.fromkeys(w.queue for w in self.waits))
+        super().__init__(f"token deadlock at cycle {cycle:.0f}: " + "; ".join(map(str, self.waits)))
+
+
+@dataclass(frozen=True)
 class Resource:
     name: str
     bytes_per_cycle: float
@@ -61,13 +103,41 @@ class Stream:
 
 
 @dataclass(frozen=True)
+class TokenQueue:
+    """A bounded dependency-token queue (VTA's l2g, g2l, g2s, s2g): at most ``capacity`` tokens,
+    ``initial`` of them present at cycle 0."""
+
+    name: str
+    capacity: int
+    initial: int = 0
+
+
+@dataclass(frozen=True)
+class EnginePool:
+    """``count`` identical cores of one engine type, named ``<name>.0`` … ``<name>.<count-1>``."""
+
+    name: str
+    count: int
+
+    @property
+    def cores(self) -> tuple[str, ...]:
+        return tuple(f"{self.name}.{i}" for i in range(self.count))
+
+
+@dataclass(frozen=True)
 class Machine:
-    engines: tuple[str, ...]
+    engines: tuple[str | EnginePool, ...]
     resources: tuple[Resource, ...] = ()
     streams: tuple[Stream, ...] = ()
     clock_hz: float = 1e9
     issue_cycles: float = 0.0
-    issue_window: int | None = None
+    issue_window: int | None = None  # issued ops not yet started, all engines together (None: no bound)
+    queues: tuple[TokenQueue, ...] = ()
+    command_depth: int | None = None  # issued ops not yet started, per engine (a pool: per pool)
+
+    def core_names(self) -> tuple[str, ...]:
+        """Every engine queue: plain engines as named, a pool as its cores (the result's engine keys)."""
+        return tuple(c for e in self.engines for c in ((e,) if isinstance(e, str) else e.cores))
 
 
 @dataclass(frozen=True)
@@ -89,6 +159,17 @@ class Op:
     reads: tuple[Range, ...] = ()
     writes: tuple[Range, ...] = ()
     args: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class TokenOp(Op):
+    """An `Op` that takes part in the token handshake: it pops one token from each queue in ``pop``
+    before it starts and pushes one to each queue in ``push`` once its work and tail are done (both in
+    the order given). (A subclass, not two more `Op` fields: adapters build records from `Op`'s field
+    list positionally, and a plain `Op` simply has no tokens.)"""
+
+    pop: tuple[str, ...] = ()
+    push: tuple[str, ...] = ()
 
 
 @dataclass
@@ -192,18 +273,20 @@ def _waterfill(caps: list[float], paths: list[tuple[str, ...]], capacity: dict[s
     return rate
 
 
-def _valid(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> bool:
+def _valid(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict,
+           names: Collection[str]) -> bool:
     """True where `_validate` has nothing to say (checked column by column; False: look op by op)."""
     try:
-        return _valid_columns(machine, ops, capacity, streams)
+        return _valid_columns(machine, ops, capacity, streams, names)
     except TypeError:  # something unhashable or not comparable: look op by op
         return False
 
 
-def _valid_columns(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> bool:
+def _valid_columns(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict,
+                   names: Collection[str]) -> bool:
     col = {a: list(map(attrgetter(a), ops)) for a in (
         "engine", "path", "stream", "fifo_from", "cycles", "latency", "tail", "xfer_bytes", "stream_bytes")}
-    if not (set(col["engine"]) <= set(machine.engines) and set(col["stream"]) <= {None, *streams}
+    if not (set(col["engine"]) <= set(names) and set(col["stream"]) <= {None, *streams}
             and {r for pth in set(col["path"]) for r in pth} <= capacity.keys()
             and {r for s in machine.streams for r in s.path} <= capacity.keys()):
         return False
@@ -218,11 +301,13 @@ def _valid_columns(machine: Machine, ops: list[Op], capacity: dict[str, float], 
     return not idle_draw or max(idle_draw) <= 0
 
 
-def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict) -> None:
-    if _valid(machine, ops, capacity, streams):
+def _validate(machine: Machine, ops: list[Op], capacity: dict[str, float], streams: dict,
+              names: Collection[str]) -> None:
+    """Raise `TimingError` for the first inconsistent op (``names``: the engines, pools and cores)."""
+    if _valid(machine, ops, capacity, streams, names):
         return
     for pos, op in enumerate(ops):
-        if op.engine not in machine.engines:
+        if op.engine not in names:
             raise TimingError(f"op {op.index} uses unknown engine {op.engine!r}")
         for r in op.path:
             if r not in capacity:

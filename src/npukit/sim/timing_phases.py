@@ -44,12 +44,15 @@ class Phases:
     def _settle(self, t: float) -> None:
         """Issue, start and complete at ``t`` until nothing changes, then note completed prefetches."""
         n, win, ic, heads = self.n, self.win, self.ic, self._heads
-        ops, isasync, link, issue, deps, inflight, act, hazards = self.b_issue
+        ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq, gated, pools = \
+            self.b_issue
         k, blocker, next_issue, unstarted = self.k, self.blocker, self.next_issue, self.unstarted
         changed = True
         while changed:
             # issue in program order while the issuer is free, the window has room and it is time
             while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
+                if cdepth and pending[cq[k]] >= cdepth:  # (command queues: the next one is full)
+                    break
                 p = k
                 issue[p] = t
                 next_issue = t + ic
@@ -64,6 +67,8 @@ class Phases:
                 inflight[p] = None
                 if link[p] is not None:
                     act.append(p)
+                if cdepth:
+                    pending[cq[p]] += 1
             self.k, self.blocker, self.next_issue, self.unstarted = k, blocker, next_issue, unstarted
             done_any, started_any, blocked_any = heads(t)
             blocker, next_issue, unstarted = self.blocker, self.next_issue, self.unstarted
@@ -73,6 +78,10 @@ class Phases:
             # that, and an op that draws from a stream cannot start and finish at one instant.)
             changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
                                                      and unstarted < win and t >= next_issue - _EPS)
+            if pools and self._dispatch():  # (pools: issued ops to free cores)
+                changed = True
+            if gated and self.moved:  # a token moved: a head waiting on its queue may go on
+                self.moved, changed = False, True
         fmoved = self.fmoved
         if fmoved:  # prefetches whose bytes have all arrived (only `_advance` moves them: once per instant)
             s_ops, s_cur, s_next, s_prev, s_fetched, fetched, sb, fetch_t0, fetch_t1 = self.b_fetches
@@ -94,8 +103,8 @@ class Phases:
     def _heads(self, t: float) -> tuple[bool, bool, bool]:
         """Start each engine's head op when it may, complete it when its work and tail are done, and
         go on to the next head; returns (a completion, a start, a head found blocked by a hazard)."""
-        queue, head, cur, start, end, frac, prog_end, lat, tail, deps, dptr, haswork, inflight, sidx = \
-            self.b_heads
+        queue, head, cur, start, end, frac, prog_end, lat, tail, deps, dptr, haswork, inflight, sidx, \
+            gated, pops, pushes, cdepth, pending, cq = self.b_heads
         k, blocker, unstarted, n_done = self.k, self.blocker, self.unstarted, self.n_done
         done_any = started_any = blocked_any = False
         for e in self.live:  # each head, and the next one whenever a head completes
@@ -116,8 +125,13 @@ class Phases:
                             blocked_any = True
                             break
                         deps[p] = None  # every hazard has finished
+                    if gated and pops[p] and not self._take(p):  # tokens to pop first
+                        blocked_any = True
+                        break
                     start[p] = t
                     unstarted -= 1
+                    if cdepth:
+                        pending[cq[p]] -= 1
                     started_any = True
                 elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
                     break
@@ -128,6 +142,8 @@ class Phases:
                         break
                     frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
                 if not t >= prog_end[p] + tail[p] - _EPS:
+                    break
+                if gated and pushes[p] and not self._give(p):  # tokens to push last
                     break
                 end[p] = t
                 frac[p] = 1.0
@@ -352,10 +368,18 @@ class Phases:
                     dptr[p] = i
                     if i < dn:
                         reason = dep_why[d[i]]
+                if reason == "issue" and self.gated:  # no hazard left: a token to pop
+                    reason = self._token_why(p)
                 st = e_stalls[e]
                 st[reason] = st.get(reason, 0.0) + dt
                 st = ostall[p]
                 st[reason] = st.get(reason, 0.0) + dt
+        if self.gated and self.pushing:  # heads done but for a push to a full queue: stalled, not busy
+            for p in [p for p in filling if p in self.pushing]:
+                reason = self._token_why(p)
+                for st in (e_stalls[eng[p]], ostall[p]):
+                    st[reason] = st.get(reason, 0.0) + dt
+            filling = [p for p in filling if p not in self.pushing]
         for p in filling:  # pipeline fill, drain and setup latency count as busy
             e_busy[eng[p]] += dt
             busy[p] += dt

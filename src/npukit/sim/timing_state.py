@@ -32,108 +32,38 @@ from npukit.sim.timing import (
 )
 from npukit.sim.timing_phases import Phases
 from npukit.sim.timing_rates import Rates
+from npukit.sim.timing_tokens import Tokens, check_tokens, expand_engines
 
 _INF = math.inf
 _MASK_SPAN = 1 << 16  # addresses below this are compared as bit sets
 
 
-class Sim(Phases, Rates):
+class Sim(Phases, Rates, Tokens):
     """One `simulate` call: static per-op tables, then `run` (one pass of the event loop per event)."""
 
     # every table and piece of run state is a slot: the phases load dozens of them per event
     __slots__ = (
-        "act",
-        "b_advance",
-        "b_attribute",
-        "b_fetch_moves",
-        "b_fetches",
-        "b_heads",
-        "b_horizon",
-        "b_issue",
-        "b_levels",
-        "b_survey",
-        "blocker",
-        "busy",
-        "cap",
-        "capacity",
-        "cur",
-        "dead",
-        "dep_why",
-        "deps",
-        "dptr",
-        "e_busy",
-        "e_idle",
-        "e_stalls",
-        "end",
-        "eng",
-        "fetch_t0",
-        "fetch_t1",
-        "fetched",
-        "fmoved",
-        "frac",
-        "full",
-        "haswork",
-        "head",
-        "ic",
-        "inflight",
-        "isasync",
-        "issue",
-        "k",
-        "last_used",
-        "lat",
-        "levels",
-        "link",
-        "live",
-        "m",
-        "n",
-        "n_done",
-        "next_issue",
-        "nominal",
-        "nres",
-        "nstr",
-        "ops",
-        "ostall",
-        "prog_end",
-        "queue",
-        "res_bytes",
-        "rmask",
-        "rpath",
-        "s_capb",
-        "s_consumed",
-        "s_cur",
-        "s_fetched",
-        "s_next",
-        "s_ops",
-        "s_prev",
-        "s_rpath",
-        "sb",
-        "sbr",
-        "sidx",
-        "start",
-        "streams",
-        "tail",
-        "unstarted",
-        "unused",
-        "upath",
-        "usage",
-        "wait_why",
-        "wf_memo",
-        "win",
-        "wmask",
-        "xcap",
-        "xfer",
-        "xkey",
-        "xlow",
-        "zeros_r",
-        "zeros_s",
-    )
+        "act", "b_advance", "b_attribute", "b_fetch_moves", "b_fetches", "b_heads", "b_horizon", "b_issue",
+        "b_levels", "b_survey", "blocker", "busy", "cap", "capacity", "cdepth", "cores", "cq", "cur",
+        "dead", "dep_why", "deps", "dptr", "e_busy", "e_idle", "e_stalls", "end", "eng", "fetch_t0",
+        "fetch_t1", "fetched", "fmoved", "frac", "full", "gated", "haswork", "head", "ic", "inflight",
+        "isasync", "issue", "k", "last_used", "lat", "levels", "link", "live", "m", "moved", "n", "n_done",
+        "next_issue", "nominal", "nres", "nstr", "ops", "ostall", "pending", "pool_cores", "pool_next",
+        "pool_ops", "pools", "pop_ptr", "pop_why", "pops", "prog_end", "push_ptr", "push_why", "pushes",
+        "pushing", "queue", "res_bytes", "rmask", "rpath", "s_capb", "s_consumed", "s_cur", "s_fetched",
+        "s_next", "s_ops", "s_prev", "s_rpath", "sb", "sbr", "sidx", "start", "streams", "tail", "tok_cap",
+        "tokens", "unstarted", "unused", "upath", "usage", "wait_why", "wf_memo", "win", "wmask", "xcap",
+        "xfer", "xkey", "xlow", "zeros_r", "zeros_s")
 
     def __init__(self, machine: Machine, ops: Sequence[Op]) -> None:
         self.m, self.ops = machine, list(ops)
         ops = self.ops
         self.capacity = capacity = {r.name: r.bytes_per_cycle for r in machine.resources}
         self.streams = {s.name: s for s in machine.streams}
-        _validate(machine, ops, capacity, self.streams)
+        self.cores, self.pools = expand_engines(machine)
+        names = {*self.cores, *self.pools} if self.pools else self.cores
+        _validate(machine, ops, capacity, self.streams, names)
+        check_tokens(machine, ops)
         self.n = len(ops)
         col = {a: list(map(attrgetter(a), ops)) for a in (
             "engine", "cycles", "latency", "tail", "path", "xfer_bytes", "stream", "stream_bytes", "is_async",
@@ -143,17 +73,28 @@ class Sim(Phases, Rates):
         self._engine_tables(col["engine"])
         self._path_tables(col["path"], col["cycles"])
         self._stream_and_fifo_tables(col["stream"], col["cycles"])
+        self._token_tables()
 
     def _engine_tables(self, engine: list[str]) -> None:
-        """Engine ordinals, the in-order queue of each engine, and the stall names ops cause."""
-        machine = self.m
-        eix = {e: i for i, e in enumerate(machine.engines)}
-        self.eng = eng = list(map(eix.__getitem__, engine))  # engine ordinal
-        self.queue = queue = [[] for _ in machine.engines]
+        """Engine ordinals, the in-order queue of each engine (a pool's ops join a core's queue when
+        dispatched: ordinal -1 until then), each op's command queue, and the stall names ops cause."""
+        cores, pools = self.cores, self.pools
+        eix = {e: i for i, e in enumerate(cores)}
+        self.queue = queue = [[] for _ in cores]
+        if pools:
+            self.eng = eng = [eix.get(e, -1) for e in engine]
+            pix = {name: i for i, name in enumerate(pools)}
+            self.pool_ops = [[c for c, e in enumerate(engine) if e == name] for name in pools]
+            self.pool_cores = list(pools.values())
+            self.cq = [e if e >= 0 else len(cores) + pix[engine[c]] for c, e in enumerate(eng)]
+        else:
+            self.eng = eng = list(map(eix.__getitem__, engine))  # engine ordinal
+            self.pool_ops, self.pool_cores, self.cq = [], [], eng
         for c, e in enumerate(eng):
-            queue[e].append(c)
-        dep = {e: f"dep_{e}" for e in machine.engines}
-        wait = {e: f"wait_{e}" for e in machine.engines}
+            if e >= 0:
+                queue[e].append(c)
+        dep = {e: f"dep_{e}" for e in (*cores, *pools)}
+        wait = {e: f"wait_{e}" for e in (*cores, *pools)}
         self.dep_why = list(map(dep.__getitem__, engine))
         self.wait_why = list(map(wait.__getitem__, engine))
 
@@ -244,8 +185,10 @@ class Sim(Phases, Rates):
         self.head = [0] * ne
         self.cur = cur = [q[0] if q else -1 for q in self.queue]  # head op of each engine, -1 once drained
         self.live = [e for e in range(ne) if cur[e] >= 0]  # engines with ops left, in engine order
-        self.unused = [e for e in range(ne) if cur[e] < 0]  # engines without ops: idle all along
-        self.dead: list[int] = []  # engines whose queue has drained since
+        pooled = {c for cs in self.pool_cores for c in cs}  # (a pool's core may get ops at any time)
+        self.unused = [e for e in range(ne) if cur[e] < 0 and e not in pooled]  # idle all along
+        self.dead: list[int] = [e for e in range(ne) if cur[e] < 0 and e in pooled]  # idle for now
+        self.pool_next = [0] * len(self.pool_ops)  # the next op each pool dispatches
         self.s_cur = [0] * nstr
         self.s_next = [lst[0] if lst else -1 for lst in self.s_ops]  # the op a stream fetches for next
         self.s_prev = [n] * nstr  # the stream's op before that (n: none; start[n] is -inf)
@@ -279,17 +222,22 @@ class Sim(Phases, Rates):
         self.act: list[int] = []  # issued, unfinished consumers with an active FIFO coupling
         self.win = n + 1 if self.m.issue_window is None else self.m.issue_window  # (n + 1: never the limit)
         self.ic = self.m.issue_cycles
+        self.cdepth = self.m.command_depth
+        if self.gated or self.cdepth is not None:
+            self._token_state()
         self.next_issue, self.k, self.blocker, self.unstarted, self.n_done = 0.0, 0, -1, 0, 0
         self._bind()
 
     def _bind(self) -> None:
         """Each phase's working set as one tuple (see `npukit.sim.timing_phases`)."""
+        tok = (self.cdepth, self.pending, self.cq) if self.cdepth else (None, None, None)
         self.b_issue = (self.ops, self.isasync, self.link, self.issue, self.deps, self.inflight, self.act,
-                        self._hazards)
+                        self._hazards, *tok, self.gated, bool(self.pools))
         self.b_fetches = (self.s_ops, self.s_cur, self.s_next, self.s_prev, self.s_fetched, self.fetched,
                           self.sb, self.fetch_t0, self.fetch_t1)
         self.b_heads = (self.queue, self.head, self.cur, self.start, self.end, self.frac, self.prog_end,
-                        self.lat, self.tail, self.deps, self.dptr, self.haswork, self.inflight, self.sidx)
+                        self.lat, self.tail, self.deps, self.dptr, self.haswork, self.inflight, self.sidx,
+                        self.gated, self.pops, self.pushes, *tok)
         self.b_survey = (self.cur, self.start, self.lat, self.tail, self.frac, self.prog_end, self.sidx,
                          self.act)
         self.b_levels = (self.s_next, self.s_prev, self.s_fetched, self.s_consumed, self.sbr)
@@ -327,6 +275,8 @@ class Sim(Phases, Rates):
         return self._result(t)
 
     def _deadlock(self, t: float) -> TimingError:
+        if self.gated and (stuck := self._token_deadlock(t)) is not None:
+            return stuck
         ops, end = self.ops, self.end
         p = next(p for p in range(self.n) if end[p] == _INF)
         return TimingError(f"deadlock at cycle {t:.0f}: op {ops[p].index} "
@@ -339,10 +289,12 @@ class Sim(Phases, Rates):
         for e in self.unused:  # idle at every step: the same sums, in the same order, as t itself
             e_idle[e] = t
         engines = {name: EngineStats(name, self.e_busy[e], e_idle[e] + max(0.0, total - t), self.e_stalls[e])
-                   for e, name in enumerate(m.engines)}
+                   for e, name in enumerate(self.cores)}
         issue, start, busy, ostall = self.issue, self.start, self.busy, self.ostall
-        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
-                        dict(o.args)) for p, o in enumerate(ops)]
+        ran_on = map(attrgetter("engine"), ops) if not self.pools else [  # a pool op: the core it ran on
+            self.cores[e] if e >= 0 else o.engine for e, o in zip(self.eng, ops, strict=True)]
+        res = [OpTiming(o.index, name, o.label, issue[p], start[p], end[p], busy[p], ostall[p], dict(o.args))
+               for p, (o, name) in enumerate(zip(ops, ran_on))]  # noqa: B905 (same lengths)
         fetches = [Fetch(o.stream, o.index, self.fetch_t0[p], self.fetch_t1[p], o.stream_bytes)
                    for p, o in enumerate(ops) if o.stream is not None and o.stream_bytes > 0]
         rnames = list(self.capacity)
