@@ -123,7 +123,12 @@ def prepare_softmax(ctx: Ctx) -> Kernel:
         x = ins[0].astype(np.int16)
         idx = (x.max(axis=-1, keepdims=True) - x).astype(np.intp)
         total = exp_rescaled[idx].sum(axis=-1, keepdims=True)
-        scale, bits_over_unit = gl.reciprocal(total, 12)
+        if total.size <= 16:  # a few rows: Python ints beat NumPy's per-call overhead
+            pairs = [gl.reciprocal_scalar(int(t), 12) for t in total.reshape(-1)]
+            scale = np.array([p[0] for p in pairs], np.int64).reshape(total.shape)
+            bits_over_unit = np.array([p[1] for p in pairs], np.int64).reshape(total.shape)
+        else:
+            scale, bits_over_unit = gl.reciprocal(total, 12)
         out = gl.rdbpot(gl.mul(scale, exp[idx]), bits_over_unit + 31 - 8) - 128
         return [np.where(used[idx], np.clip(out, -128, 127), -128).astype(np.int8)]
 

@@ -101,3 +101,32 @@ def reciprocal(x: np.ndarray, x_integer_digits: int) -> tuple[np.ndarray, np.nda
     shifted_minus_one = ((x.astype(np.int64) << clz) - (1 << 31)) & 0xFFFFFFFF
     shifted_minus_one = np.where(shifted_minus_one >= 2**31, shifted_minus_one - 2**32, shifted_minus_one)
     return one_over_one_plus_x_for_x_in_0_1(shifted_minus_one), num_bits_over_unit
+
+
+# scalar twins of the above on Python ints: a softmax over a few rows spends its time in NumPy call
+# overhead otherwise (same formulas; tested equal to the array versions)
+
+
+def _mul_s(a: int, b: int) -> int:
+    return _I32_MAX if a == b == _I32_MIN else (a * b + (1 << 30)) >> 31
+
+
+def _wrap_s(x: int) -> int:
+    return ((x + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def _sat_left_s(x: int, exponent: int) -> int:
+    threshold = (1 << (31 - exponent)) - 1
+    return _I32_MAX if x > threshold else _I32_MIN if x < -threshold else x << exponent
+
+
+def reciprocal_scalar(x: int, x_integer_digits: int) -> tuple[int, int]:
+    """`reciprocal` for one positive int32 value."""
+    clz = 32 - int(x).bit_length()
+    a = _wrap_s((int(x) << clz) - (1 << 31))
+    total = a + _I32_MAX
+    half = (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)
+    r = _wrap_s(1515870810 + _mul_s(half, -1010580540))
+    for _ in range(3):
+        r = _wrap_s(r + _sat_left_s(_mul_s(r, _wrap_s((1 << 29) - _mul_s(half, r))), 2))
+    return _sat_left_s(r, 1), x_integer_digits - clz
