@@ -13,14 +13,14 @@ import pytest
 
 from npukit.targets.ebpf.elf import load_elf
 from npukit.targets.ebpf.errors import ElfError
-from npukit.targets.ebpf.helpers import HelperRegistry, alkali_helpers
+from npukit.targets.ebpf.helpers import HelperRegistry, IdentityTflite, alkali_helpers
 from npukit.targets.ebpf.vm import Machine
 
 from .conftest import CPUS, EXAMPLES, clang
 
 
 def machine(name: str, cpu: str, *, legacy: bool = False, helpers: HelperRegistry | None = None) -> Machine:
-    helpers = helpers or alkali_helpers()
+    helpers = helpers or alkali_helpers(tflite=IdentityTflite())
     names = {n: i for i, n in helpers.names().items()}
     loaded = load_elf((EXAMPLES / f"{name}.{cpu}.o").read_bytes(), legacy_relocations=legacy, helper_names=names)
     return Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry)

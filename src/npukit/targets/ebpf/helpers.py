@@ -7,7 +7,8 @@ access, the ``printed`` list, the output buffer). Two stock registries:
   ``(ibuf, obuf, isize, osize, model_size)``: the model is ``ibuf[0:model_size]``, the inputs follow it,
   the outputs are concatenated into ``obuf``. The TFLite engine is injected (``tflite=``); by default
   `default_tflite` uses ``npukit.models.tflite`` when that package exists, else `IdentityTflite`, a
-  documented test double that copies the input bytes after the model into ``obuf``.
+  documented test double that copies the input bytes after the model into ``obuf``; tests inject
+  their own engines.
 * `conformance_helpers` — uBPF's conformance plugin: 0 gather_bytes, 1 memfrob, 2 no_op, 3 sqrti,
   4 strcmp_ext, 5 unwind (returns its argument; a 0 result ends the program with r0 = 0).
 """
@@ -89,16 +90,44 @@ class IdentityTflite:
         return inputs
 
 
+def npukit_tflite(model: bytes, inputs: bytes, delegate: str) -> bytes:
+    """Run a .tflite model with npukit's int8 interpreter, as the firmware's ``tflite_handler`` does.
+
+    Inputs are consecutive slices of ``inputs``, each as long as its tensor; the outputs come back
+    concatenated. ``delegate="vta"`` applies npukit's VTA delegate when it is registered, else the
+    model runs on the host reference kernels (the delegate is not bit-exact to TFLite by design).
+    """
+    import numpy as np
+
+    from npukit.models.tflite import Interpreter, read_model
+    from npukit.models.tflite.delegates import DelegateUnavailable, get_delegate
+
+    parsed = read_model(bytes(model))
+    feeds, pos = [], 0
+    for t in parsed.input_tensors():
+        n = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+        chunk = inputs[pos:pos + n]
+        if len(chunk) < n:
+            raise HelperFault(-1, f"tflite: input {t.name!r} needs {n} bytes, {len(chunk)} left in the buffer")
+        feeds.append(np.frombuffer(chunk, dtype=t.dtype).reshape(t.shape))
+        pos += n
+    engine = None
+    if delegate == "vta":
+        try:
+            engine = get_delegate("vta")
+        except DelegateUnavailable:
+            engine = None
+    outputs = Interpreter(parsed, delegate=engine).run_all(feeds)
+    return b"".join(np.ascontiguousarray(outputs[t.index]).tobytes() for t in parsed.output_tensors())
+
+
 def default_tflite() -> TfliteEngine:
-    try:
-        from npukit.models.tflite import run_model_bytes  # type: ignore[attr-defined]
-    except ImportError:
+    """npukit's TFLite interpreter when ``npukit.models.tflite`` is installed, else the identity double."""
+    import importlib.util
+
+    if importlib.util.find_spec("npukit.models.tflite") is None:
         return IdentityTflite()
-
-    def engine(model: bytes, inputs: bytes, delegate: str) -> bytes:
-        return run_model_bytes(model, inputs, delegate=delegate)
-
-    return engine
+    return npukit_tflite
 
 
 def _print(ctx: HelperContext, a1: int, *_: int) -> int:
