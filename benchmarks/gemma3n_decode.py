@@ -9,11 +9,12 @@ Two models, the same weights on both sides:
 (b) the embedded default model (``npukit/assets/gemma3n-tiny``, 6 layers, hidden 192, vocab 4 096).
 
 transformers side: ``Gemma3nForCausalLM`` fp32, eager attention, ``torch.set_num_threads(--threads)``,
-KV-cached decode one token at a time. pccx side: the weights quantized to INT4 (`Int4Store`), compiled
-by `npukit.compiler` and run through the real driver, ``PccxDriver(executor="fast")`` (program compiled
-once per attention-span bucket, descriptors patched per token, `FastSimulator` replay, numba threads =
-torch threads), FP16 KV ring. ``--check`` also runs the quant reference (`--target quant`) on the same
-tokens and requires bit-identical logits.
+KV-cached decode one token at a time. pccx side: the weights quantized to INT4 (`Int4Store`),
+compiled by `npukit.targets.pccx.compile` and run through the real driver,
+``PccxDriver(executor="fast")`` (program compiled once per attention-span bucket, descriptors
+patched per token, `FastSimulator` replay, numba threads = torch threads), FP16 KV ring.
+``--check`` also runs the quant reference (`--target quant`) on the same tokens and requires
+bit-identical logits.
 
 The host memory-bandwidth floor: the INT4 weight bytes one token streams (Σ Work.weight_bytes of the
 token's INT4 GEMVs) divided by the host bandwidth measured in this run (NumPy sum over 512 MiB).
@@ -43,9 +44,9 @@ from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
 from npukit.models.gemma3n.weights import DictSource
-from npukit.models.gemma3n_quant import Gemma3nW4A8, Int4Store
-from npukit.runtime.pccx_driver import PccxDriver
-from npukit.targets.pccx import kernels
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.fast import kernels
+from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
 
 HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, PLE, LAUREL, ALTUP = 2048, 8192, 8, 2, 256, 256, 64, 4
 KV = "fp16"

@@ -19,7 +19,8 @@ from npukit.evidence import Ledger, Tier
 from npukit.hw import load_hw
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import assemble
-from npukit.targets.pccx.sim import Simulator, weight_entry, weight_image
+from npukit.targets.pccx.memory import weight_entry, weight_image
+from npukit.targets.pccx.sim import Simulator
 
 SHAPES = [(512, 512), (2048, 2048), (4096, 2048), (2048, 8192)]
 W_ADDR = 0x1000_0000

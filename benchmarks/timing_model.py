@@ -27,9 +27,9 @@ from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.models.embedded import default_model_dir
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
-from npukit.models.gemma3n_quant import Int4Store
 from npukit.models.safetensors import open_checkpoint
-from npukit.runtime.pccx_driver import PccxDriver
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.gemma3n_quant import Int4Store
 from npukit.targets.pccx.timing import simulate_works
 
 

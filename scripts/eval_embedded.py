@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from npukit.models import embedded
     from npukit.models.gemma3n import Gemma3nReference
-    from npukit.models.gemma3n_quant import Gemma3nW4A8, Int4Store
     from npukit.models.loading import load_model
+    from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
 
     model_dir = Path(args.model_dir) if args.model_dir else embedded.default_model_dir()
     if args.write_heldout:

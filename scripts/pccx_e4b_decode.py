@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 from npukit.hw import load_hw
-from npukit.models.gemma3n_quant import Gemma3nW4A8, Int4Store
 from npukit.models.loading import load_model
-from npukit.runtime.pccx_driver import PccxDriver
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
 
 
 def rss_mib() -> float:

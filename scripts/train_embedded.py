@@ -100,7 +100,7 @@ def model_config() -> dict:
 
 def int4_fake(w, group: int | None = None):
     """Symmetric INT4 per output row (or per ``group`` columns): scale = max|w|/7, q in [-7, 7].
-    Must match npukit.models.gemma3n_quant's weight quantizer."""
+    Must match npukit.targets.pccx.gemma3n_quant's weight quantizer."""
     import torch
 
     shape = w.shape

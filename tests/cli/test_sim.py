@@ -7,7 +7,7 @@ import pytest
 
 from npukit.cli.main import main
 from npukit.targets.pccx import numerics as nx
-from npukit.targets.pccx.sim import weight_entry, weight_image
+from npukit.targets.pccx.memory import weight_entry, weight_image
 
 W_ADDR = 0x1000_0000
 

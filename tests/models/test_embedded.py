@@ -17,8 +17,8 @@ from npukit.cli.main import main
 from npukit.models import embedded
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nReference
 from npukit.models.gemma3n.config import FULL, SLIDING
-from npukit.models.gemma3n_quant import Gemma3nW4A8, Int4Store
 from npukit.models.loading import load_model
+from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
 
 ASSET_FILES = ("config.json", "model.safetensors", "tokenizer.json", "heldout.txt", "metrics.json",
                "README.md")

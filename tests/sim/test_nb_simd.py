@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("numba")
 
 from npukit.sim import nb_simd
-from npukit.targets.pccx import _nbkernels as nbk
-from npukit.targets.pccx import kernels as kx
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.fast import _nbkernels as nbk
+from npukit.targets.pccx.fast import kernels as kx
 
 
 def test_probe_decides_and_kernel_table_follows() -> None:
@@ -27,7 +27,7 @@ def test_probe_decides_and_kernel_table_follows() -> None:
 
 def test_env_override_forces_portable() -> None:
     env = {**os.environ, "NPUKIT_SIMD": "portable"}
-    out = subprocess.run([sys.executable, "-c", "from npukit.targets.pccx import _nbkernels as k;"
+    out = subprocess.run([sys.executable, "-c", "from npukit.targets.pccx.fast import _nbkernels as k;"
                           "print(k.SIMD, k.KERNELS['gemv_p4'] is k.gemv_p4)"],
                          env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["portable", "True"]

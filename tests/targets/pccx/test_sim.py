@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from npukit.sim.work import Work
 from npukit.targets.pccx import asm
 from npukit.targets.pccx.hw import PccxHw
-from npukit.targets.pccx.sim import STATUS_DONE, STATUS_ERROR, DeviceFault, HostDDR, Simulator
+from npukit.targets.pccx.memory import DeviceFault, HostDDR
+from npukit.targets.pccx.sim import STATUS_DONE, STATUS_ERROR, Simulator
 
 from ._oracle import bf16_bits_from_f32, bf16_bits_from_f64, bits_equal, gemv_ref
 

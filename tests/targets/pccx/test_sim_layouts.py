@@ -9,15 +9,8 @@ import pytest
 
 from npukit.targets.pccx import asm
 from npukit.targets.pccx import numerics as nx
-from npukit.targets.pccx.sim import (
-    STATUS_ERROR,
-    W_ACT_SCALE,
-    W_KMAJOR,
-    W_SPLIT_SCALES,
-    Simulator,
-    scale_entry,
-    weight_entry,
-)
+from npukit.targets.pccx.memory import W_ACT_SCALE, W_KMAJOR, W_SPLIT_SCALES, scale_entry, weight_entry
+from npukit.targets.pccx.sim import STATUS_ERROR, Simulator
 
 W_ADDR, S_ADDR = 0x10_0000, 0x20_0000
 

@@ -25,10 +25,10 @@ import numpy as np
 from npukit import hw as hwmod
 from npukit.errors import ConfigError, ModelError
 from npukit.evidence import Ledger, Tier
-from npukit.models.gemma3n_quant import KV_FORMATS, Int4Store
 from npukit.runtime.backends import register_backend
-from npukit.runtime.kv_ring import ring_size
-from npukit.runtime.pccx_driver import PccxDriver
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.gemma3n_quant import KV_FORMATS, Int4Store
+from npukit.targets.pccx.kv_ring import ring_size
 
 TRACE_TOKENS = 16  # at most this many tokens (the last ones) go into a --trace file
 PREFILL_MODES = ("gemm", "decode")

@@ -1,4 +1,4 @@
-"""The ``quant`` target for Gemma 3n: the W4A8 pccx reference (`npukit.models.gemma3n_quant`).
+"""The ``quant`` target for Gemma 3n: the W4A8 pccx reference (`npukit.targets.pccx.gemma3n_quant`).
 
 ``--kv fp16|int8|int4`` picks the KV-cache storage. Weights are quantized to INT4 once, per tensor,
 when the backend is created (the float checkpoint or synthetic preset is read one tensor at a time).
@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from npukit.models.gemma3n_quant import KV_FORMATS, Gemma3nW4A8, Int4Store
 from npukit.runtime.backends import ModelBackend, register_backend
+from npukit.targets.pccx.gemma3n_quant import KV_FORMATS, Gemma3nW4A8, Int4Store
 
 
 class Gemma3nQuant(ModelBackend):
@@ -20,7 +20,7 @@ class Gemma3nQuant(ModelBackend):
 
     def __init__(self, model: Any, kv: str = "fp16", kv_max_tokens: int | None = None,
                  kv_sink: int | None = None, kv_window: int | None = None) -> None:
-        from npukit.runtime.kv_ring import ring_size
+        from npukit.targets.pccx.kv_ring import ring_size
 
         t0 = time.perf_counter()
         self.model = model

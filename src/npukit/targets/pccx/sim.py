@@ -20,13 +20,12 @@ Usage::
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from npukit.errors import DecodeError, NpukitError
+from npukit.errors import DecodeError
 from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
@@ -46,137 +45,23 @@ from npukit.targets.pccx.isa import (
     decode,
     words_of,
 )
+from npukit.targets.pccx.memory import (
+    FORMATS,
+    W_ACT_SCALE,
+    W_EXT_BITS,
+    W_FMT_MASK,
+    W_KMAJOR,
+    W_OFFSET_MASK,
+    W_OFFSET_SHIFT,
+    W_SPLIT_SCALES,
+    WORD_BYTES,
+    DeviceFault,
+    HostDDR,
+    row_bytes,
+)
 
 STATUS_BUSY, STATUS_DONE, STATUS_ERROR = 0x1, 0x2, 0x4
-WORD_BYTES = 16
-FORMATS = {0: "int4", 1: "int8", 2: "fp16"}
-FORMAT_CODES = {v: k for k, v in FORMATS.items()}
-# Weight-slot ``a`` field: bits [1:0] the format; npukit's extended profile adds layout bits
-# (docs/targets/pccx.md, "Weight descriptor extensions"). Strict programs must leave them 0.
-W_FMT_MASK = 0x3
-W_KMAJOR = 0x4  # image stored K-major (row k = M values); rows whose activation quantizes to 0 are skipped
-W_SPLIT_SCALES = 0x8  # the row scales (w_scale) sit at the host address of weight slot + 1
-W_ACT_SCALE = 0x10  # K FP32 scales at weight slot + 1 multiply the activation first: x' = bf16(x · s)
-W_OFFSET_SHIFT = 8  # a[11:8]: byte offset of the image inside its 16-byte unit (KV ring rows)
-W_OFFSET_MASK = 0xF << W_OFFSET_SHIFT
-W_EXT_BITS = W_KMAJOR | W_SPLIT_SCALES | W_ACT_SCALE | W_OFFSET_MASK
 _ROW_BLOCK = 1 << 22  # weights per GEMV chunk: bounds temporary memory on big matrices
-
-
-class DeviceFault(NpukitError, ValueError):
-    """A fault found while executing an instruction (becomes the error interrupt)."""
-
-
-# --- host DDR ---------------------------------------------------------------------------------------
-
-class HostDDR:
-    """Byte-addressed host memory as non-overlapping regions, so a multi-GB image needs no dense array.
-
-    `map` attaches an existing buffer (e.g. an ``np.memmap``) without copying; `write` fills an
-    existing region or creates a new one; `read` must fall inside one region.
-    """
-
-    def __init__(self, size_bytes: int = 1 << 32) -> None:
-        self.size = int(size_bytes)
-        self._bases: list[int] = []
-        self._bufs: list[np.ndarray] = []
-
-    def _find(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
-        i = bisect.bisect_right(self._bases, addr) - 1
-        if i >= 0 and addr + n <= self._bases[i] + self._bufs[i].size:
-            return self._bufs[i], addr - self._bases[i]
-        return None
-
-    def _overlaps(self, addr: int, n: int) -> bool:
-        i = bisect.bisect_left(self._bases, addr + n)
-        return i > 0 and self._bases[i - 1] + self._bufs[i - 1].size > addr
-
-    def map(self, addr: int, data: Any) -> np.ndarray:
-        """Attach ``data`` (size in bytes, or any array viewed as bytes) as a region at ``addr``."""
-        buf = np.zeros(int(data), np.uint8) if isinstance(data, int) else np.asarray(data).reshape(-1).view(
-            np.uint8)
-        self._check(addr, buf.size)
-        if self._overlaps(addr, buf.size):
-            raise DeviceFault(f"host region 0x{addr:X}+{buf.size} overlaps an existing region")
-        i = bisect.bisect_left(self._bases, addr)
-        self._bases.insert(i, addr)
-        self._bufs.insert(i, buf)
-        return buf
-
-    def _check(self, addr: int, n: int) -> None:
-        if addr < 0 or n < 0 or addr + n > self.size:
-            raise DeviceFault(f"host range 0x{addr:X}+{n} is outside host DDR ({self.size} bytes)")
-
-    def write(self, addr: int, data: Any) -> None:
-        raw = np.frombuffer(data, np.uint8) if isinstance(data, bytes | bytearray) else np.ascontiguousarray(
-            data).reshape(-1).view(np.uint8)
-        self._check(addr, raw.size)
-        hit = self._find(addr, raw.size)
-        if hit is None:
-            self.map(addr, raw.copy())
-        else:
-            buf, off = hit
-            buf[off: off + raw.size] = raw
-
-    def read(self, addr: int, n: int) -> np.ndarray:
-        self._check(addr, n)
-        if n == 0:
-            return np.zeros(0, np.uint8)
-        hit = self._find(addr, n)
-        if hit is None:
-            raise DeviceFault(f"host range 0x{addr:X}+{n} is not mapped")
-        buf, off = hit
-        return buf[off: off + n].copy()
-
-    def store(self, addr: int, raw: np.ndarray) -> None:
-        """A device-side write: must land inside a mapped region."""
-        self._check(addr, raw.size)
-        hit = self._find(addr, raw.size)
-        if hit is None:
-            raise DeviceFault(f"host range 0x{addr:X}+{raw.size} is not mapped")
-        buf, off = hit
-        buf[off: off + raw.size] = raw
-
-
-# --- weight images ------------------------------------------------------------------------------------
-
-def row_bytes(fmt: str, k: int) -> int:
-    return {"int4": -(-k // 2), "int8": k, "fp16": 2 * k}[fmt]
-
-
-def weight_image(w: np.ndarray, fmt: str = "int4", scales: np.ndarray | None = None) -> bytes:
-    """Host DDR image of one weight matrix [M, K]: rows back to back, then FP32 row scales (LE) at the
-    next 16-byte boundary (docs/targets/pccx.md, "GEMV operands")."""
-    a = np.asarray(w)
-    if fmt == "int4":
-        body = nx.pack_int4(a).tobytes()
-    elif fmt == "int8":
-        body = a.astype(np.int8).tobytes()
-    elif fmt == "fp16":
-        body = a.astype("<f2").tobytes()
-    else:
-        raise DeviceFault(f"unknown weight format {fmt!r}")
-    if scales is None:
-        return body
-    pad = (-len(body)) % WORD_BYTES
-    return body + b"\0" * pad + np.asarray(scales, "<f4").tobytes()
-
-
-def weight_entry(fmt: str, host_addr: int, ext: int = 0) -> tuple[int, int, int]:
-    """The weight-shape cache values (a, b, c) naming a weight image at a 16-byte-aligned host address;
-    ``ext`` ORs in the extended layout bits (`W_KMAJOR`, `W_SPLIT_SCALES`, `W_ACT_SCALE`). With ``ext``
-    set, an unaligned address is allowed: its byte offset goes to a[11:8]."""
-    off = host_addr % WORD_BYTES
-    if (off and not ext) or not 0 <= host_addr < 1 << 36:
-        raise DeviceFault(f"weight image address 0x{host_addr:X} must be 16-byte aligned and < 64 GiB")
-    unit = host_addr // WORD_BYTES
-    return FORMAT_CODES[fmt] | ext | off << W_OFFSET_SHIFT, unit >> 16, unit & 0xFFFF
-
-
-def scale_entry(host_addr: int) -> tuple[int, int, int]:
-    """Weight slot + 1 for split row scales / activation scales: (byte offset in the unit, hi, lo)."""
-    unit = host_addr // WORD_BYTES
-    return host_addr % WORD_BYTES, unit >> 16, unit & 0xFFFF
 
 
 # --- the simulator --------------------------------------------------------------------------------------

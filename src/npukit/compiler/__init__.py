@@ -1,1 +1,0 @@
-"""npukit.compiler"""

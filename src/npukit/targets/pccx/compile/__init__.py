@@ -1,0 +1,1 @@
+"""npukit.targets.pccx.compile"""

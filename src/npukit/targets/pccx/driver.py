@@ -1,0 +1,342 @@
+"""Host driver for Gemma 3n on pccx: open → load → kv_init → start → step (one token per call).
+
+* `open` builds the executor: ``"reference"`` is the readable simulator (`targets/pccx/sim.py`),
+  ``"fast"`` the pre-decoded one (`targets/pccx/fastsim.py`, same interface: ``host``,
+  ``load_program``, ``run`` → Work list, ``status``, ``error``) when it is installed.
+* `load` quantizes nothing itself: it writes the `Int4Store`'s INT4 tiles, row scales and vectors
+  into host DDR (`npukit.targets.pccx.compile.image`, zero-copy views) and maps the staging area.
+* `kv_init(max_tokens, sink)` lays out the KV ring after the weights (`npukit.targets.pccx.kv_ring`).
+* `start` wires the reference model for lowering (`npukit.targets.pccx.compile.lower`).
+* `step(token)`: pick the compiled program of the token's attention-span bucket (lowered and
+  compiled once per bucket, `npukit.targets.pccx.compile.codegen.Program`), patch the position-dependent
+  descriptors (span rows and lengths), write the per-token host inputs (embedding row, PLE row,
+  RoPE rows; constants once per program) into staging, run the program segments, performing the
+  host KV write between them, read the logits back, and time the token's Work records on the
+  hardware model (`targets/pccx/timing.py`). Compile once, replay per token: docs/compiler.md.
+* `prefill(tokens)`: the prompt in chunks of T tokens, each one program whose weight matrices are
+  GEMMs with N = T (`npukit.targets.pccx.compile.lower_prefill`), compiled once per (T, span buckets). T is
+  ``prefill_limit()`` (the most tokens whose activations fit L2, from the allocator's peak at T = 1
+  and 2) or what is left of the prompt; a chunk never holds a position at or past the smallest
+  sliding window or ring cap except as its first token (its later K/V writes would evict entries its
+  earlier tokens still read), and such tokens, and chunks of one, run through `step`. One
+  `TokenRecord` per chunk (``tokens`` = T, ``phase`` = "prefill"), timed as a whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npukit.errors import ConfigError, ModelError, NpukitError
+from npukit.sim.timing import TimingResult
+from npukit.sim.work import Work
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.compile.codegen import CodeGen, CompileStats, Program, report_extensions
+from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES, DeviceImage
+from npukit.targets.pccx.compile.ir import CapacityError
+from npukit.targets.pccx.compile.lower import eval_recipe, lower_step, span_bucket, trace_model, window_key
+from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
+from npukit.targets.pccx.gemma3n_quant.store import Int4Store
+from npukit.targets.pccx.hw import PccxHw
+from npukit.targets.pccx.kv_ring import KVRing
+from npukit.targets.pccx.timing import simulate_works
+
+EXECUTORS = ("reference", "fast")
+
+
+class DeviceError(NpukitError):
+    """The device raised its error interrupt while running a compiled program."""
+
+
+def make_executor(hw: PccxHw, profile: str, executor: str) -> Any:
+    if executor == "reference":
+        from npukit.targets.pccx.sim import Simulator
+
+        return Simulator(hw, profile)
+    if executor == "fast":
+        try:
+            mod = importlib.import_module("npukit.targets.pccx.fast.fastsim")
+        except ImportError:
+            raise ConfigError("executor 'fast' needs npukit.targets.pccx.fast.fastsim (not installed)") \
+                from None
+        return mod.FastSimulator(hw, profile, weights="auto")
+    raise ConfigError(f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})")
+
+
+@dataclass
+class Variant:
+    """One compiled program (a span bucket) and what the host writes for it."""
+
+    key: tuple
+    program: Program
+    static_inputs: list[tuple[int, np.ndarray]]  # constants: written when the program is switched in
+    recipes: list[tuple[int, tuple]]  # per-token host inputs: (staging address, recipe)
+    output: tuple[int, int]  # logits (host address, elements)
+
+
+@dataclass
+class TokenRecord:
+    """One program run: a decode token, or a prefill chunk of ``tokens`` tokens from ``position``."""
+
+    position: int
+    instructions: int
+    compile_s: float
+    run_s: float
+    cycles: float | None
+    timing: TimingResult | None = field(default=None, repr=False)
+    tokens: int = 1
+    phase: str = "decode"  # decode | prefill (prompt tokens, batched or one by one)
+
+
+class PccxDriver:
+    def __init__(self, hw: PccxHw | None = None, profile: str = "extended", executor: str = "reference",
+                 timing: bool = True, prefill_chunk: int | None = None) -> None:
+        if prefill_chunk is not None and prefill_chunk < 1:
+            raise ConfigError(f"prefill chunk must be >= 1 token, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk  # an upper bound on T_max (None: what L2 allows)
+        self.last_works: list[Work] = []  # the Work records of the last program run
+        self.hw = hw or PccxHw()
+        self.profile, self.executor, self.timing = profile, executor, timing
+        self.dev: Any = None
+        self.image: DeviceImage | None = None
+        self.ring: KVRing | None = None
+        self.model: Any = None
+        self.records: list[TokenRecord] = []
+        self.stats = CompileStats()
+        self.last_stats: CompileStats | None = None
+        self.last_prefill_stats: CompileStats | None = None
+        self.variants: dict[tuple, Variant] = {}
+        self._current: Variant | None = None
+        self._pos = 0
+        self._prefill_limit: int | None = None
+
+    # ---- setup -------------------------------------------------------------------------------
+    def open(self) -> PccxDriver:
+        self.dev = make_executor(self.hw, self.profile, self.executor)
+        self.dev.host.map(STAGING_BASE, STAGING_BYTES)
+        return self
+
+    def load(self, store: Int4Store) -> PccxDriver:
+        if self.dev is None:
+            raise ConfigError("driver: open() before load()")
+        self.store = store
+        self.image = DeviceImage(store, self.dev.host)
+        return self
+
+    def kv_init(self, kv: str = "fp16", max_tokens: int | None = None, sink: int = 0) -> PccxDriver:
+        if self.image is None:
+            raise ConfigError("driver: load() before kv_init()")
+        cfg = self.store.config
+        cap = cfg.max_position_embeddings if max_tokens is None else int(max_tokens)
+        self.kv = kv
+        self.ring = KVRing(cfg, kv, self.dev.host, self.image.end, cap, sink)
+        return self
+
+    def start(self) -> PccxDriver:
+        if self.ring is None:
+            raise ConfigError("driver: kv_init() before start()")
+        self.model, _ = trace_model(self.store, self.kv, self.image, self.ring)
+        return self
+
+    def reset(self) -> None:
+        self.model.reset()
+        self.records.clear()
+        self._pos = 0
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    # ---- programs ----------------------------------------------------------------------------
+    def spans(self, n: int) -> dict[int, tuple[int, int]]:
+        """Per window class (0 = full attention): (first ring row, rows) a query at length n reads."""
+        out: dict[int, tuple[int, int]] = {}
+        for layer in self.ring.layers:
+            out.setdefault(window_key(self.ring, layer), self.ring.span(layer, n))
+        return out
+
+    def variant(self, spans: dict[int, tuple[int, int]]) -> Variant:
+        """The program for these spans' buckets, lowered and compiled on first use."""
+        key = self._bucket_key(spans)
+        v = self.variants.get(key)
+        if v is None:
+            self.model.reset()
+            self.model.cache.bucket = dict(key)
+            ops = lower_step(self.model, 0)  # host input values come from the recipes per token
+            prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+            prog.check(spans)  # the fast field patching encodes as the ISA does
+            dyn = {a for a, _ in ops.recipes}
+            (out,) = ops.outputs
+            v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
+                                             ops.recipes, out)
+        return v
+
+    def _bucket_key(self, spans: dict[int, tuple[int, int]]) -> tuple:
+        return tuple(sorted((wk, span_bucket(c, wk or self.ring.max_tokens)) for wk, (_, c) in spans.items()))
+
+    def prefill_variant(self, tokens: int, spans: dict[int, tuple[int, int]]) -> Variant:
+        """The prefill program for a chunk of ``tokens`` tokens whose last token sees ``spans``."""
+        key = ("prefill", tokens, self._bucket_key(spans))
+        v = self.variants.get(key)
+        if v is None:
+            self.model.cache.bucket = dict(key[2])
+            ops = lower_prefill(self.model, tokens)
+            prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+            dyn = {a for a, _ in ops.recipes}
+            (out,) = ops.outputs
+            v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
+                                             ops.recipes, out)
+        return v
+
+    # ---- prefill -----------------------------------------------------------------------------
+    def prefill_limit(self) -> int:
+        """T_max: the most prompt tokens one chunk holds. In the layers the allocator's L2 peak grows
+        by a fixed amount per token (T rows of every live activation), so the layers' peak is
+        measured at T = 1 and 2 and extrapolated to ``hw.l2.words`` (the last token's unembedding
+        and logits do not grow with T); a chunk that still does not fit lowers T (`prefill`)."""
+        if self._prefill_limit is None:
+            spans = self.spans(2)
+            peaks = []
+            for t in (1, 2):
+                self.model.cache.bucket = dict(self._bucket_key(spans))
+                ops = lower_prefill(self.model, t, logits=False)
+                peaks.append(CodeGen(self.hw, self.profile).compile(ops.nodes)[1].l2_peak_words)
+            per = max(peaks[1] - peaks[0], 1)
+            fit = 1 + (self.hw.l2.words - peaks[0]) // per
+            self._prefill_limit = max(1, min(fit, GEMM_MAX_N, self.store.config.vocab_size,
+                                             self.prefill_chunk or GEMM_MAX_N))
+        return self._prefill_limit
+
+    def batch_horizon(self) -> int:
+        """Positions below this may share a chunk: the smallest sliding window or ring cap (a later
+        write in the chunk at or past it would evict an entry an earlier token of the chunk reads)."""
+        return min((r.window or self.ring.max_tokens) for r in self.ring.layers.values())
+
+    def chunk_length(self, pos: int, remaining: int) -> int:
+        """Tokens in the next chunk from ``pos``: T_max, or what is left of the prompt or of the batch
+        horizon (a prompt compiles at most two chunk lengths); 1 means `step`."""
+        return min(remaining, self.prefill_limit(), max(1, self.batch_horizon() - pos))
+
+    def prefill(self, tokens: list[int] | np.ndarray, batched: bool = True) -> np.ndarray:
+        """Run the prompt; the logits (float32) of its last token. ``batched=False``: token by token."""
+        if self.model is None:
+            raise ConfigError("driver: start() before prefill()")
+        ids = [int(t) for t in np.asarray(tokens, dtype=np.int64).reshape(-1)]
+        cfg = self.store.config
+        if not ids:
+            raise ModelError("no input tokens")
+        bad = [t for t in ids if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise ModelError(f"token id {bad[0]} out of range [0, {cfg.vocab_size})")
+        if self._pos + len(ids) > cfg.max_position_embeddings:
+            raise ModelError(f"prompt of {len(ids)} tokens at position {self._pos} exceeds "
+                             f"max_position_embeddings {cfg.max_position_embeddings}")
+        i, logits = 0, None
+        while i < len(ids):
+            n = self.chunk_length(self._pos, len(ids) - i) if batched else 1
+            while n > 1:
+                try:
+                    logits = self._prefill_chunk(ids[i:i + n])
+                    break
+                except CapacityError:  # did not fit after all: remember a smaller limit
+                    self._prefill_limit = max(1, n * 3 // 4)
+                    n = self.chunk_length(self._pos, len(ids) - i)
+            if n == 1:
+                logits = self.step(ids[i], phase="prefill")
+            i += n
+        return logits
+
+    def _prefill_chunk(self, ids: list[int]) -> np.ndarray:
+        t0 = time.perf_counter()
+        pos0, n = self._pos, len(ids)
+        v = self.prefill_variant(n, self.spans(pos0 + n))
+        spans = {(wk, t): sp for t in range(n) for wk, sp in self.spans(pos0 + t + 1).items()}
+        return self._run(v, ids, pos0, spans, t0, "prefill")
+
+    # ---- one token ---------------------------------------------------------------------------
+    def step(self, token: int, phase: str = "decode") -> np.ndarray:
+        if self.model is None:
+            raise ConfigError("driver: start() before step()")
+        t0 = time.perf_counter()
+        pos = self._pos
+        spans = self.spans(pos + 1)
+        return self._run(self.variant(spans), [int(token)], pos, spans, t0, phase)
+
+    def _run(self, v: Variant, ids: list[int], pos: int, spans: dict, t0: float, phase: str) -> np.ndarray:
+        """Patch, stage the inputs, run the segments with the host KV steps; the last token's logits."""
+        v.program.patch(spans)
+        host = self.dev.host
+        if self._current is not v:
+            for addr, bits in v.static_inputs:
+                host.write(addr, bits.astype("<u2"))
+            self._current = v
+        memo: dict = {}
+        for addr, recipe in v.recipes:
+            host.write(addr, eval_recipe(self.model, recipe, ids, pos, memo).astype("<u2"))
+        t1 = time.perf_counter()
+        stats = v.program.stats
+        works: list[Work] = []
+        tagged = self.executor == "fast"
+        for j, seg in enumerate(v.program.segments):
+            if tagged:  # the fast executor diffs the patched words against this segment's last ones
+                self.dev.load_program(seg.words, tag=(v.key, j))
+            else:
+                self.dev.load_program(seg.words)
+            out = self.dev.run()
+            if self.dev.error is not None:
+                raise DeviceError(f"token at position {pos}: {self.dev.error}")
+            if self.timing and works:  # the timing model wants one index space for the token
+                base = len(works)
+                out = [dataclasses.replace(w, index=base + w.index) for w in out]
+            works.extend(out)
+            if seg.host is not None:
+                self._host_step(seg.host, pos)
+        addr, n = v.output
+        logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
+        t2 = time.perf_counter()
+        timing = simulate_works(self.hw, works) if self.timing else None
+        self.last_works = works
+        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1,
+                                        None if timing is None else timing.cycles, timing, len(ids), phase))
+        if phase == "prefill" and len(ids) > 1:
+            self.last_prefill_stats = stats
+        else:
+            self.last_stats = stats
+        self._pos += len(ids)
+        return logits
+
+    def _host_step(self, st: Any, pos: int) -> None:
+        """Quantize the staged K/V blocks into the ring: one token (decode) or the chunk's T tokens,
+        at positions ``pos + t`` in order (prefill)."""
+        cfg = self.store.config
+        shape = (cfg.num_key_value_heads, cfg.head_dim)
+        rd = self.dev.host.read
+        for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
+            k = nx.from_bits(rd(ka, 2 * st.n).view("<u2")).reshape(shape)
+            v = nx.from_bits(rd(va, 2 * st.n).view("<u2")).reshape(shape)
+            self.ring.write(st.layer, pos + t, k, v)
+
+    # ---- reports -----------------------------------------------------------------------------
+    def compile_report(self) -> dict[str, Any]:
+        st = self.last_stats or CompileStats()
+        img, ring = self.image, self.ring
+        return {
+            "profile": self.profile,
+            "executor": self.executor,
+            "per_token": st.to_json(),
+            "extensions": report_extensions(st),
+            **({"prefill_chunk": self.last_prefill_stats.to_json(),
+                "prefill_extensions": report_extensions(self.last_prefill_stats),
+                "prefill_max_chunk": self._prefill_limit} if self.last_prefill_stats else {}),
+            "l2_words": self.hw.l2.words,
+            "host_ddr": {"weights_bytes": img.weight_bytes if img else 0,
+                         "regions": [dataclasses.asdict(r) for r in (img.regions if img else [])],
+                         "kv_ring_bytes": ring.nbytes if ring else 0,
+                         "kv_max_tokens": ring.max_tokens if ring else None,
+                         "kv_sink": ring.sink if ring else None},
+        }

@@ -1,0 +1,508 @@
+"""numba kernels of `npukit.targets.pccx.fast.kernels` (imported only when numba is installed).
+
+Compiled without fastmath and with ``error_model="numpy"`` (IEEE division), so every float operation is
+the IEEE operation NumPy performs; the exactness arguments are in `kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numba as nb
+import numpy as np
+
+from npukit.sim.nb_simd import dot_u4s8, probe
+
+_OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
+_MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
+_TWO133 = 2.0**133
+
+
+_ALL = np.arange(1 << 16, dtype=np.uint32)
+LUT32 = (_ALL << 16).view(np.float32)  # BF16 bits -> float32 (exact); passed to kernels, no bit casts
+with np.errstate(invalid="ignore"):
+    LUT64 = LUT32.astype(np.float64)
+
+
+@nb.njit(**_OPTS)
+def _round32(t, out):
+    """float32 [n] -> BF16 bits [n], RNE; NaN -> 0x7FC0 | sign."""
+    u = t.view(np.uint32)
+    for i in range(u.shape[0]):
+        v = u[i]
+        if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+            out[i] = np.uint16(((v >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
+        else:
+            r = v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))
+            out[i] = np.uint16(r >> np.uint32(16))
+
+
+@nb.njit(**_OPTS)
+def _round64(y, out):
+    """float64 [n] -> BF16 bits [n] with one RNE rounding, in integer arithmetic on the bit pattern.
+    Branch-free (both candidate results computed, one selected) so that LLVM vectorises the loop."""
+    u = y.view(np.uint64)
+    for i in range(u.shape[0]):
+        v = u[i]
+        sign = (v >> np.uint64(48)) & np.uint64(0x8000)
+        mag = v & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+        r = (mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45)
+        e = np.int64(r >> np.uint64(7)) - 1023 + 127  # BF16 exponent of the rounded value
+        normal = min((e << 7) | np.int64(r & np.uint64(0x7F)), np.int64(0x7F80))  # >= 255: infinity
+        a = abs(y[i]) * _TWO133  # below 2^-126: the BF16 subnormal grid 2^-133
+        a = a if a < 65536.0 else 0.0
+        tiny = np.int64((a + _MAGIC) - _MAGIC)
+        res = normal if mag >= np.uint64(0x3810_0000_0000_0000) else tiny
+        res = np.int64(0x7FC0) if mag > np.uint64(0x7FF0_0000_0000_0000) else res
+        out[i] = np.uint16(np.int64(sign) | res)
+
+
+@nb.njit(**_OPTS)
+def quantize(x, q, lut64):
+    """Emax alignment of BF16 bits ``x`` into ``q`` (int8, zero-padded); returns e, or 999 if not finite."""
+    top = 0
+    for i in range(x.shape[0]):
+        m = int(x[i]) & 0x7FFF
+        if m > top:
+            top = m
+    if top >= 0x7F80:
+        return 999
+    e = 0
+    if top:
+        ex = top >> 7
+        if ex:
+            e = ex - 127
+        else:
+            mm = top & 0x7F
+            b = 0
+            while mm > 1:
+                mm >>= 1
+                b += 1
+            e = b - 133
+    f = math.ldexp(1.0, 6 - e)
+    for i in range(x.shape[0]):
+        v = (lut64[x[i]] * f + _MAGIC) - _MAGIC
+        v = min(max(v, -127.0), 127.0)
+        q[i] = np.int8(v)
+    for i in range(x.shape[0], min(q.shape[0], x.shape[0] + 8)):  # the odd-K nibble reads q[K]
+        q[i] = 0
+    return e
+
+
+@nb.njit(**_OPTS)
+def _epilogue(acc, e, scale, dst, accm, lut32):
+    """numerics.gemv's float32 epilogue on the exact sums ``acc`` (already float32), bits into dst."""
+    fac = np.float32(math.ldexp(1.0, e - 6))  # = ldexp(t, e-6): 2^(e-6) is a float32 (-139..121)
+    has_s = scale.shape[0] > 0
+    for m in range(acc.shape[0]):
+        t = acc[m]
+        if has_s:
+            t = t * scale[m]
+        t = t * fac
+        if accm:
+            t = lut32[dst[m]] + t
+        acc[m] = t
+    _round32(acc, dst)
+
+
+@nb.njit(parallel=True, **_OPTS)
+def gemv_i8(x, w, scale, dst, accm, q, lut32, lut64):
+    """int8 weights [M, K] (INT4 codes, INT8) against BF16 bits x, result bits into dst; 1: x not finite."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return 1
+    accs = np.empty(w.shape[0], np.int32)  # the int32 store lets LLVM keep 32-bit lanes (2x faster)
+    for m in nb.prange(w.shape[0]):
+        acc = 0
+        for j in range(w.shape[1]):
+            acc += np.int32(w[m, j]) * np.int32(q[j])
+        accs[m] = acc  # exact: |acc| <= 65535 * 128 * 127 < 2^31
+    _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
+    return 0
+
+
+@nb.njit(parallel=True, **_OPTS)
+def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
+    """Packed INT4 rows [M, ceil(K/2)] read in place (even index in the low nibble)."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return 1
+    kb = p.shape[1]
+    qe = np.empty(kb, np.int16)
+    qo = np.empty(kb, np.int16)
+    for j in range(kb):
+        qe[j] = q[2 * j]
+        qo[j] = q[2 * j + 1]
+    accs = np.empty(p.shape[0], np.int32)
+    for m in nb.prange(p.shape[0]):
+        acc = 0
+        for j in range(kb):
+            b = np.int8(p[m, j])
+            lo = np.int16(np.int8(b << 4) >> 4)
+            hi = np.int16(b >> 4)
+            acc += np.int32(lo * qe[j] + hi * qo[j])
+        accs[m] = acc
+    _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
+    return 0
+
+
+@nb.njit(**_OPTS)
+def _split_codes(q, qe, qo, body):
+    """Even/odd activation codes into ``qe``/``qo`` (one per packed byte); returns Σ(qe + qo) over the
+    first ``body`` bytes, the correction of their offset-binary (s + 8) VNNI sums."""
+    for j in range(qe.shape[0]):
+        qe[j] = q[2 * j]
+        qo[j] = q[2 * j + 1]
+    offset = np.int32(0)
+    for j in range(body):
+        offset += np.int32(qe[j]) + np.int32(qo[j])
+    return offset
+
+
+@nb.njit(**_OPTS)
+def _tail_p4(p, m, j0, qe, qo):
+    """Row ``m`` of the packed image from byte ``j0`` on, two's-complement nibbles, exact int32."""
+    acc = np.int32(0)
+    for j in range(j0, p.shape[1]):
+        b = np.int8(p[m, j])
+        acc += np.int32(np.int8(b << 4) >> 4) * np.int32(qe[j]) + np.int32(b >> 4) * np.int32(qo[j])
+    return acc
+
+
+@nb.njit(parallel=True, **_OPTS)
+def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
+    """`gemv_p4` with the row dot product on AVX-512 VNNI (`npukit.sim.nb_simd.dot_u4s8`) over whole
+    64-byte runs of each row, the tail in the portable loop; the same exact int32 sums."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return 1
+    kb = p.shape[1]
+    chunks = kb // 64 if p.strides[1] == 1 else 0
+    body = chunks * 64
+    qe = np.empty(kb, np.int8)
+    qo = np.empty(kb, np.int8)
+    offset = _split_codes(q, qe, qo, body)
+    base, stride = p.ctypes.data, p.strides[0]
+    ea, oa = qe.ctypes.data, qo.ctypes.data
+    accs = np.empty(p.shape[0], np.int32)
+    for m in nb.prange(p.shape[0]):
+        acc = dot_u4s8(base + m * stride, ea, oa, chunks) - 8 * offset
+        if body < kb:
+            acc += _tail_p4(p, m, body, qe, qo)
+        accs[m] = acc
+    _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
+    return 0
+
+
+@nb.njit(**_OPTS)
+def _dot_vnni(p_addr, even_addr, odd_addr, chunks):
+    return dot_u4s8(p_addr, even_addr, odd_addr, chunks)
+
+
+@nb.njit(**_OPTS)
+def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0 without VNNI
+    return np.int32(0)
+
+
+_row_dot, _ROW_VNNI = _dot_none, False  # bound per build by `_variant`
+
+
+def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
+    """GEMM on packed INT4 rows: T activation vectors at flat[xoff[t]: +k], results into flat[doff[t]:
+    +M]; each vector quantized with its own exponent (the reference's per-vector GEMV numerics), each
+    weight row read once for all T. The caller guarantees inputs and outputs do not overlap."""
+    nt, kb = xoff.shape[0], p.shape[1]
+    es = np.empty(nt, np.int64)
+    qe = np.empty((nt, kb), np.int8)
+    qo = np.empty((nt, kb), np.int8)
+    offset = np.zeros(nt, np.int32)
+    chunks = kb // 64 if (_ROW_VNNI and p.strides[1] == 1) else 0
+    body = chunks * 64
+    for t in range(nt):
+        es[t] = quantize(flat[xoff[t]: xoff[t] + k], q2[t], lut64)
+        offset[t] = _split_codes(q2[t], qe[t], qo[t], body)
+    base, stride = p.ctypes.data, p.strides[0]
+    ea, oa = qe.ctypes.data, qo.ctypes.data
+    accs = np.empty((nt, p.shape[0]), np.int32)
+    for m in nb.prange(p.shape[0]):
+        for t in range(nt):
+            acc = np.int32(0)
+            if chunks:
+                acc = _row_dot(base + m * stride, ea + t * kb, oa + t * kb, chunks) - 8 * offset[t]
+            if body < kb:
+                acc += _tail_p4(p, m, body, qe[t], qo[t])
+            accs[t, m] = acc
+    mm = p.shape[0]
+    for t in range(nt):
+        d = flat[doff[t]: doff[t] + mm]
+        if es[t] == 999:
+            d[:] = 0x7FC0  # a non-finite activation: this vector's outputs NaN (numerics.gemv)
+        else:
+            _epilogue(accs[t].astype(np.float32), es[t], scale, d, accm, lut32)
+
+
+def _variant(f, name: str, **bound):
+    """``f`` compiled under its own name with some globals bound: the portable build never types the
+    VNNI intrinsic (which LLVM cannot select for a CPU without it)."""
+    g = types.FunctionType(f.__code__, {**f.__globals__, **bound}, name, f.__defaults__, f.__closure__)
+    g.__qualname__ = name
+    return nb.njit(parallel=True, **_OPTS)(g)
+
+
+gemm_p4_vnni = _variant(_gemm_p4, "gemm_p4_vnni", _row_dot=_dot_vnni, _ROW_VNNI=True)
+gemm_p4_portable = _variant(_gemm_p4, "gemm_p4_portable", _row_dot=_dot_none, _ROW_VNNI=False)
+
+
+@nb.njit(parallel=True, **_OPTS)
+def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
+    """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite."""
+    e = quantize(x, q, lut64)  # a non-finite activation wins over a non-finite weight, as in numerics.gemv
+    if e == 999:
+        return 1
+    for m in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            if (w[m, j] & 0x7C00) == 0x7C00:
+                return 2
+    accs = np.empty(w.shape[0], np.int64)
+    for m in nb.prange(w.shape[0]):
+        acc = np.int64(0)
+        for j in range(w.shape[1]):
+            h = np.int64(w[m, j])
+            ex = (h >> 10) & 0x1F
+            mant = h & 0x3FF
+            v = ((mant | 0x400) << (ex - 1)) if ex else mant
+            if h & 0x8000:
+                v = -v
+            acc += v * np.int64(q[j])
+        accs[m] = acc
+    a32 = accs.astype(np.float32)  # int64 -> float32: the single rounding
+    for m in range(a32.shape[0]):
+        a32[m] = a32[m] * np.float32(5.9604644775390625e-08)  # ldexp(., -24), exact
+    _epilogue(a32, e, scale, dst, accm, lut32)
+    return 0
+
+
+@nb.njit(**_OPTS)
+def _cvo_y(op, x, d, s, lut64, y):
+    """y = op(x[, d or S]) in float64; the op switch is outside the element loops (they vectorise)."""
+    n = x.shape[0]
+    if op == 0:
+        for i in range(n):
+            a = lut64[x[i]]
+            y[i] = a * a
+    elif op == 1:
+        for i in range(n):
+            y[i] = lut64[x[i]] * s
+    elif op == 2:
+        for i in range(n):
+            y[i] = lut64[x[i]] / s
+    elif op == 3:
+        for i in range(n):
+            y[i] = 0.0
+    elif op == 4:
+        for i in range(n):
+            y[i] = 1.0 / lut64[x[i]]
+    elif op == 5:
+        for i in range(n):
+            y[i] = 1.0 / np.sqrt(lut64[x[i]])
+    elif op == 6:
+        for i in range(n):
+            y[i] = np.sqrt(lut64[x[i]])
+    elif op == 7:
+        for i in range(n):
+            v = lut64[x[i]] - s
+            if not np.isnan(v):
+                v = v if v > 0.0 else 0.0
+            y[i] = v
+    elif op == 8:
+        for i in range(n):
+            y[i] = lut64[x[i]] * lut64[d[i]]
+    elif op == 9:
+        for i in range(n):
+            y[i] = lut64[x[i]] + lut64[d[i]]
+    else:
+        for i in range(n):
+            y[i] = lut64[x[i]]
+
+
+@nb.njit(**_OPTS)
+def cvo(op, x, d, out, s, accm, lut64):
+    """Fused SFU arithmetic (op codes of `kernels`): widen, float64, optional accm, one rounding."""
+    y = np.empty(x.shape[0], np.float64)
+    _cvo_y(op, x, d, s, lut64, y)
+    if accm:
+        for i in range(x.shape[0]):
+            y[i] = lut64[d[i]] + y[i]
+    _round64(y, out)
+
+
+@nb.njit(**_OPTS)
+def round_store(y, d, out, accm, lut64):
+    if accm:
+        z = np.empty(y.shape[0], np.float64)
+        for i in range(y.shape[0]):
+            z[i] = lut64[d[i]] + y[i]
+        _round64(z, out)
+    else:
+        _round64(y, out)
+
+
+@nb.njit(**_OPTS)
+def reduce_sum(x, lut32):
+    """Serial float32 sum in index order from +0.0."""
+    s = np.float32(0.0)
+    for i in range(x.shape[0]):
+        s = s + lut32[x[i]]
+    return s
+
+
+@nb.njit(**_OPTS)
+def gemv_km(x, w, scale, dst, accm, q, lut32, lut64):
+    """K-major int8 codes w [K, M]: only rows whose activation code is nonzero are read (the value is the
+    dense GEMV's: zero codes add exact zeros). Returns the live row count, or -1 if x is not finite."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return -1
+    acc = np.zeros(w.shape[1], np.int32)
+    live = 0
+    for j in range(w.shape[0]):
+        qj = np.int32(q[j])
+        if qj != 0:
+            live += 1
+            for m in range(w.shape[1]):
+                acc[m] += np.int32(w[j, m]) * qj
+    _epilogue(acc.astype(np.float32), e, scale, dst, accm, lut32)
+    return live
+
+
+@nb.njit(**_OPTS)
+def gemv_km_f16(x, w, scale, dst, accm, q, lut32, lut64):
+    """K-major FP16 weights w [K, M] (uint16 bits), rows of zero activation codes skipped (as
+    `gemv_f16`, exact fixed point). Returns the live row count; -1: x not finite; -2: a live weight is
+    not finite (the reference reads only the live rows)."""
+    e = quantize(x, q, lut64)
+    if e == 999:
+        return -1
+    kk, mm = w.shape
+    acc = np.zeros(mm, np.int64)
+    live = 0
+    for j in range(kk):
+        qj = np.int64(q[j])
+        if qj == 0:
+            continue
+        live += 1
+        for m in range(mm):
+            h = np.int64(w[j, m])
+            if (h & 0x7C00) == 0x7C00:
+                return -2
+            ex = (h >> 10) & 0x1F
+            mant = h & 0x3FF
+            v = ((mant | 0x400) << (ex - 1)) if ex else mant
+            if h & 0x8000:
+                v = -v
+            acc[m] += v * qj
+    a32 = acc.astype(np.float32)
+    for m in range(mm):
+        a32[m] = a32[m] * np.float32(5.9604644775390625e-08)
+    _epilogue(a32, e, scale, dst, accm, lut32)
+    return live
+
+
+@nb.njit(**_OPTS)
+def max_bits(e_bits, d, lut32):
+    """findemax on BF16 bits when the answer is unambiguous: the bits of max(e_max, d), or -1 when a NaN
+    is present or the maximum is zero (±0 ties: the caller uses the reference reduction)."""
+    best = lut32[e_bits]
+    bb = np.int64(e_bits)
+    if best != best:
+        return -1
+    for i in range(d.shape[0]):
+        v = lut32[d[i]]
+        if v != v:
+            return -1
+        if v > best:
+            best = v
+            bb = np.int64(d[i])
+    if best == 0.0:
+        return -1
+    return bb
+
+
+# a run of consecutive SFU instructions in one call: rows of `fastcvo.fuse_table` (see there)
+@nb.njit(**_OPTS)
+def cvo_block(tab, flat, state, lut32, lut64):
+    """Execute table rows in order on the flat L2 ``flat``; ``state`` = [S, e_max] bits, updated."""
+    one = np.empty(1, np.float64)
+    bits = np.empty(1, np.uint16)
+    for r in range(tab.shape[0]):
+        kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
+        if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
+            s = 0.0
+            if op < 0:
+                s = lut64[state[0]]
+                if op == -1:
+                    op = 1  # SCALE
+                elif op == -2:
+                    op = 3 if s == 0.0 else 2  # ZERO | DIVS
+                else:
+                    op = 7  # RELU
+            d = flat[d0: d0 + n]
+            cvo(op, flat[s0: s0 + n], d, d, s, accm != 0, lut64)
+        elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
+            if accm:
+                one[0] = lut64[flat[d0]] + np.float64(reduce_sum(flat[s0: s0 + n], lut32))
+                _round64(one, bits)
+                b = bits[0]
+            else:
+                b = np.uint16(reduce_sum_bits(flat[s0: s0 + n], lut32))
+            state[0] = b
+            flat[d0] = b
+            for i in range(1, 8):
+                flat[d0 + i] = 0
+        elif kind == 2:  # LOAD_SCALAR
+            state[0] = flat[s0 + n - 1]
+        else:  # MEMSET of S (op 0) or e_max (op 1)
+            state[op] = np.uint16(tab[r, 6])
+
+
+# the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
+# region even with one thread waits on the pool (a descheduled worker on a shared machine)
+def _serial_twin(f, name: str):
+    """``f`` compiled without ``parallel`` under its own qualified name: numba's on-disk cache is
+    keyed by the name, so a twin sharing it would hand the parallel kernel a serial build."""
+    py = f.py_func
+    g = types.FunctionType(py.__code__, py.__globals__, name, py.__defaults__, py.__closure__)
+    g.__qualname__ = name
+    return nb.njit(**_OPTS)(g)
+
+
+SIMD, SIMD_REASON = probe()  # "avx512-vnni" where the trial instruction ran exactly, else "portable"
+_P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
+_SERIAL = {name: _serial_twin(f, name) for name, f in
+           (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),
+            ("gemv_p4_1", gemv_p4), ("gemv_p4_vnni_1", gemv_p4_vnni))}
+_SERIAL["gemv_p4_1"] = _SERIAL["gemv_p4_vnni_1" if _P4 is gemv_p4_vnni else "gemv_p4_1"]
+
+@nb.njit(**_OPTS)
+def reduce_sum_bits(x, lut32):
+    """`reduce_sum` rounded to BF16 bits (RNE on the float32 pattern, NaN -> 0x7FC0 | sign)."""
+    s = np.float32(0.0)
+    for i in range(x.shape[0]):
+        s = s + lut32[x[i]]
+    t = np.empty(1, np.float32)
+    t[0] = s
+    u = t.view(np.uint32)[0]
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return ((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0)
+    r = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    return (r >> np.uint32(16)) & np.uint32(0xFFFF)
+
+
+KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
+           "max_bits": max_bits, "cvo_block": cvo_block,
+           "gemm_p4": gemm_p4_vnni if SIMD == "avx512-vnni" else gemm_p4_portable,
+           "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
+           "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni,
+           "cvo": cvo,
+           "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

@@ -1,0 +1,442 @@
+"""A fast pccx executor with the reference simulator's observable behaviour, bit for bit.
+
+`FastSimulator` is a `npukit.targets.pccx.sim.Simulator` (same state: host DDR, L2, constant caches,
+S/e_max, STATUS, error interrupt, log, trace, Work records) that decodes a program **once** into a plan
+of pre-bound steps and replays it: a CVO or MEMSET step holds its L2 views and its Work record from
+load time; a GEMV/GEMM or MEMCPY step binds its operands (L2 views, host-DDR views, unpacked weights,
+Work) the first time it runs and rebinds only when the constant-cache entries it reads change, e.g.
+a KV length the host updates per token. INT4 weights are unpacked once per host address into int8
+codes (numba) or float32 codes (NumPy BLAS path) and kept until a write to host DDR overlaps them.
+
+The arithmetic is in `npukit.targets.pccx.fast.kernels` (numba when installed, else NumPy; both are exact,
+see that module). Anything the fast path does not cover — a fault (so the reference raises the
+identical error interrupt), a GEMM whose output overlaps its input, FP16 weights without numba, an
+operand split over several host regions — runs through the reference `Simulator._exec`, so the
+behaviour stays the reference's by construction; `fallbacks` counts those instructions. The weight
+layouts of the extended profile (K-major with zero-row skipping, split row scales, activation
+scales, byte offsets) and LOAD_SCALAR have fast steps. A program that differs from the last one of
+its length only in some words (the driver's per-token descriptor patches) reuses the other steps.
+
+Host buffers attached with ``host.map`` and then modified directly (not via ``host.write`` or a
+device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4 codes go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from npukit.errors import ConfigError, DecodeError
+from npukit.sim.work import Work
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups
+from npukit.targets.pccx.fast.fastmat import bind_mat
+from npukit.targets.pccx.fast.state import Codes, MatBinding
+from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
+from npukit.targets.pccx.isa import Instr as _Instr
+from npukit.targets.pccx.memory import WORD_BYTES, DeviceFault, HostDDR, row_bytes
+from npukit.targets.pccx.sim import STATUS_BUSY, STATUS_DONE, STATUS_ERROR, ErrorRecord, Simulator
+
+_EXC = (DecodeError, DeviceFault, ArithmeticError, ValueError)
+_E = 8  # BF16 elements per L2 word
+_MAX_PLANS = 8
+_MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
+
+
+class TrackedDDR(HostDDR):
+    """`HostDDR` that reports every host or device write (to invalidate cached weight codes) and
+    hands out zero-copy views."""
+
+    def __init__(self, size_bytes: int, on_write: Callable[[int, int], None]) -> None:
+        super().__init__(size_bytes)
+        self._on_write = on_write
+
+    def map(self, addr: int, data: Any) -> np.ndarray:
+        buf = super().map(addr, data)
+        self._on_write(addr, buf.size)
+        return buf
+
+    def write(self, addr: int, data: Any) -> None:
+        super().write(addr, data)
+        self._on_write(addr, len(data) if isinstance(data, bytes | bytearray) else np.asarray(data).nbytes)
+
+    def store(self, addr: int, raw: np.ndarray) -> None:
+        super().store(addr, raw)
+        self._on_write(addr, raw.size)
+
+    def view(self, addr: int, n: int) -> np.ndarray | None:
+        """Bytes [addr, addr+n) as a view of one region, or None (unmapped, split, or out of range)."""
+        if addr < 0 or n < 0 or addr + n > self.size:
+            return None
+        hit = self._find(addr, n)
+        if hit is None:
+            return None
+        buf, off = hit
+        return buf[off: off + n]
+
+
+class FastSimulator(Simulator):
+    """Drop-in `Simulator` that replays a pre-decoded, pre-bound plan (see the module docstring).
+
+    ``backend``: "numba" (default when installed) or "numpy". ``weights``: "int8" unpacks INT4 images
+    (``"auto"``: int8 codes for matrices under 2^20 weights, which stay in cache, packed above, where
+    the GEMV is bound by memory bandwidth and the packed image is half the bytes)
+    once into cached codes (up to ``cache_bytes``); "packed" reads the nibbles in place (numba only).
+    """
+
+    def __init__(self, hw: Any = None, profile: str = "extended", backend: str | None = None,
+                 weights: str = "int8", cache_bytes: int = 8 << 30) -> None:
+        super().__init__(hw, profile)
+        backend = backend or kx.BACKENDS[0]
+        if backend not in kx.BACKENDS:
+            raise ConfigError(f"fastsim backend {backend!r} unavailable here (available: "
+                              f"{', '.join(kx.BACKENDS)})")
+        if weights not in ("int8", "packed", "auto"):
+            raise ConfigError(f"fastsim weights mode {weights!r}: use int8, packed or auto")
+        self.backend = backend
+        self.weights = weights
+        self.cache_bytes = int(cache_bytes)
+        self.host = TrackedDDR(self.hw.ddr.size_bytes, self.invalidate)
+        self.fallbacks = 0
+        self._k = kx._numba_kernels() if backend == "numba" else {}
+        # packed INT4 on VNNI beats unpacked int8 codes from K = 128 (two 64-byte runs per row)
+        self.vnni = backend == "numba" and kx.simd() == "avx512-vnni"
+        self._codes: dict[tuple, Codes] = {}
+        self._cached_bytes = 0
+        self._plans: dict[tuple[int, ...], list[Callable[[], Work]]] = {}
+        self._by_len: dict[Any, tuple[tuple[int, ...], list[Callable[[], Work]]]] = {}
+        self._codes_span = (0, 0)  # host bytes covered by cached codes (a cheap test in invalidate)
+        self._plan: list[Callable[[], Work]] = []
+        self._fused: dict[tuple[int, ...], list] = {}  # program -> fused SFU runs (fastcvo.fuse_groups)
+        self._groups: list = []
+        self._plan_of: list[int] | None = None
+        self._qbuf = np.zeros(1 << 16, np.int8)
+        self._decoded: dict[int, _Instr | DecodeError] = {}
+
+    # -- host side --
+    def invalidate(self, addr: int = 0, n: int | None = None) -> None:
+        """Forget cached INT4 codes overlapping host bytes [addr, addr+n) (everything when n is None)."""
+        if not self._codes:
+            return
+        end = addr + n if n is not None else None
+        lo, hi = self._codes_span
+        if end is not None and (end <= lo or addr >= hi):
+            return
+        for key, c in list(self._codes.items()):
+            if end is None or (c.start < end and addr < c.end):
+                c.valid = False
+                self._cached_bytes -= c.codes.nbytes
+                del self._codes[key]
+
+    def load_program(self, words: Any, tag: Any = None) -> None:
+        """Load a program; ``tag`` names a program slot (e.g. one segment of a compiled step) whose
+        previous words the new ones are diffed against (default: the last program of the same length)."""
+        super().load_program(words)
+        key = tuple(self.program)
+        plan = self._plans.get(key)
+        slot = ("tag", tag) if tag is not None else len(key)
+        if plan is None:
+            base = self._by_len.get(slot)
+            if base is not None and len(base[0]) != len(key):
+                base = None
+            groups, old_groups, changed = None, None, frozenset()
+            if base is not None:  # a patched program (new descriptors): rebuild only the changed steps
+                old_key, old_plan = base
+                patched = [i for i, (w, ow) in enumerate(zip(key, old_key, strict=True)) if w != ow]
+                plan = list(old_plan)
+                for i in patched:
+                    plan[i] = self._compile(i, key[i])
+                changed = frozenset(patched)
+                old_groups = self._fused.get(old_key)
+                if old_groups is not None and not any(
+                        hasattr(plan[i], "fuse") or hasattr(old_plan[i], "fuse") for i in changed):
+                    groups = old_groups  # the fused SFU runs are untouched by the patch
+            else:
+                plan = [self._compile(i, w) for i, w in enumerate(self.program)]
+            if len(self._plans) >= _MAX_PLANS:
+                del self._fused[next(iter(self._plans))]
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+            self._fused[key] = fuse_groups(self, plan, old_groups, changed) if groups is None else groups
+        self._by_len[slot] = (key, plan)
+        self._plan, self._plan_of, self._groups = plan, self.program, self._fused[key]
+
+    # -- execution (same contract as Simulator.step/run) --
+    def step(self) -> Work | None:
+        if self.halted:
+            return None
+        if self._plan_of is not self.program:
+            self._replan()
+        idx = self.pc
+        self.status |= STATUS_BUSY
+        try:
+            work = self._plan[idx]()
+        except _EXC as exc:
+            self._interrupt(idx, exc)
+            return None
+        self.pc = idx + 1
+        if self.pc >= len(self.program):
+            self.status = (self.status | STATUS_DONE) & ~STATUS_BUSY
+        return work
+
+    def run(self, max_steps: int | None = None) -> list[Work]:
+        if self._plan_of is not self.program:
+            self._replan()
+        out: list[Work] = []
+        plan, n = self._plan, len(self.program)
+        limit = n if max_steps is None else min(n, self.pc + max_steps)
+        if self.status & STATUS_ERROR:
+            limit = 0
+        if self.pc < limit:
+            self.status |= STATUS_BUSY
+        idx = self.pc
+        groups = self._groups
+        try:
+            while idx < limit:
+                g = groups[idx]
+                if g is not None and g[0] <= limit:  # a fused SFU run (fastcvo.fuse_groups)
+                    out.extend(g[1]())
+                    idx = g[0]
+                    continue
+                out.append(plan[idx]())
+                idx += 1
+        except _EXC as exc:
+            self.pc = idx
+            self._interrupt(idx, exc)
+            return out
+        self.pc = idx
+        if idx >= n:
+            self.status = (self.status | STATUS_DONE) & ~STATUS_BUSY
+        if not self.program:
+            self.status |= STATUS_DONE
+        return out
+
+    def _replan(self) -> None:
+        prog = self.program
+        pc, status, error = self.pc, self.status, self.error
+        self.load_program(prog)
+        self.pc, self.status, self.error = pc, status, error
+
+    def _interrupt(self, idx: int, exc: Exception) -> None:
+        reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
+        self.error = ErrorRecord(idx, self.program[idx], reason)
+        self.log.append(str(self.error))
+        self.status = (self.status | STATUS_ERROR) & ~STATUS_BUSY
+
+    # -- plan building --
+    def _compile(self, idx: int, word: int) -> Callable[[], Work]:
+        ins = self._decoded.get(word)
+        if ins is None:
+            try:
+                ins = decode(word, self.profile, self.limits)
+            except DecodeError as exc:
+                ins = exc
+            if len(self._decoded) < _MAX_DECODED:
+                self._decoded[word] = ins
+        if isinstance(ins, DecodeError):
+            err = ins
+
+            def fault() -> Work:
+                raise err
+
+            return fault
+        if ins.op in (Op.GEMV, Op.GEMM):
+            return self._compile_mat(idx, ins)
+        if ins.op == Op.MEMSET:
+            return self._compile_memset(idx, ins)
+        if ins.op == Op.CVO:
+            body = compile_cvo(self, idx, ins)
+            return self._reference(idx, ins) if body is None else self._traced(ins, body)
+        if ins.op == Op.MEMCPY:
+            return self._compile_memcpy(idx, ins)
+        return self._reference(idx, ins)  # pragma: no cover - an opcode added to the ISA later
+
+    def _traced(self, ins: _Instr, body: Callable[[], Work]) -> Callable[[], Work]:
+        trace = self.trace
+
+        def step() -> Work:
+            w = body()
+            trace.append((ins, w))
+            return w
+
+        fuse = getattr(body, "fuse", None)
+        if fuse is not None:  # a row of a fused SFU run (fastcvo.fuse_groups)
+            step.fuse, step.fuse_ins = fuse, ins
+        return step
+
+    def _reference(self, idx: int, ins: _Instr) -> Callable[[], Work]:
+        def step() -> Work:
+            self.fallbacks += 1
+            w = Simulator._exec(self, idx, ins)
+            self.trace.append((ins, w))
+            return w
+
+        return step
+
+    def _compile_memset(self, idx: int, ins: _Instr) -> Callable[[], Work]:
+        work = Work(idx, "ctrl", format_instr(ins), is_async=bool(ins.async_))
+        trace = self.trace
+        a = np.uint16(ins.a_value)
+        if ins.dest_cache == DestCache.SREG:
+            attr = "e_max" if ins.dest_addr == SREG_EMAX else "s_reg"
+
+            def sreg() -> Work:
+                setattr(self, attr, a)
+                trace.append((ins, work))
+                return work
+
+            if self.backend == "numba":
+                sreg.fuse, sreg.fuse_ins = ((3, int(attr == "e_max"), 0, 0, 0, 0, int(a)), work), ins
+            return sreg
+        cache, slot = int(ins.dest_cache), ins.dest_addr
+        vals = (ins.a_value, ins.b_value, ins.c_value)
+
+        def memset() -> Work:
+            self.cc[cache, slot] = vals
+            trace.append((ins, work))
+            return work
+
+        return memset
+
+    def _compile_memcpy(self, idx: int, ins: _Instr) -> Callable[[], Work]:
+        ref = self._reference(idx, ins)
+        trace, slot = self.trace, ins.shape_ptr_addr
+        state: list[Any] = [None, None, None]  # key, work, mover
+        asy = bool(ins.async_)
+
+        def bind(key: bytes) -> bool:
+            words, hi, lo = (int(v) for v in self.cc[0, slot])
+            nbytes = words * WORD_BYTES
+            host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
+            label = f"{format_instr(ins)}  ; {words} words"
+            lim = self.limits.l2_words
+            if ins.from_device == Device.HOST:
+                d0 = ins.dest_addr
+                view = self.host.view(host_addr, nbytes)
+                if d0 + words > lim or view is None:
+                    return False
+                src = view.view("<u2").reshape(words, _E)
+                dst = self.l2[d0: d0 + words]
+
+                def mover() -> None:
+                    dst[...] = src
+
+                work = Work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
+                            onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=bool(ins.async_))
+            else:
+                s0 = ins.src_addr
+                if s0 + words > lim:
+                    return False
+                srcl = self.l2[s0: s0 + words]
+                if ins.to_device == Device.HOST:
+                    view = self.host.view(host_addr, nbytes)
+                    if view is None:
+                        return False
+                    hv = view.view("<u2").reshape(words, _E)
+                    inval = self.invalidate
+
+                    def mover() -> None:
+                        hv[...] = srcl
+                        inval(host_addr, nbytes)
+
+                    work = Work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
+                                onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
+                else:
+                    d0 = ins.dest_addr
+                    if d0 + words > lim:
+                        return False
+                    dstl = self.l2[d0: d0 + words]
+
+                    def mover() -> None:
+                        dstl[...] = srcl.copy()
+
+                    work = Work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
+                                reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
+            state[:] = [key, work, mover]
+            return True
+
+        def memcpy() -> Work:
+            key = self.cc[0, slot].tobytes()
+            if key != state[0] and not bind(key):
+                state[0] = None
+                return ref()
+            state[2]()
+            work = state[1]
+            trace.append((ins, work))
+            return work
+
+        return memcpy
+
+    def _compile_mat(self, idx: int, ins: _Instr) -> Callable[[], Work]:
+
+        ref = self._reference(idx, ins)
+        trace = self.trace
+        shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
+        cell: list[MatBinding | None] = [None]
+
+        def mat() -> Work:
+            key = self.cc[0, shp].tobytes() + self.cc[1, siz: siz + 2].tobytes()
+            b = cell[0]
+            if b is None or b.key != key or (b.codes is not None and not b.codes.valid):
+                b = cell[0] = bind_mat(self, idx, ins, key)
+                if b is None:
+                    return ref()
+            w = b.run() or b.work  # a K-major step returns its own Work (live rows vary)
+            trace.append((ins, w))
+            return w
+
+        return mat
+
+    # -- INT4 code cache --
+    def int4_codes(self, addr: int, m: int, k: int, w_scale: bool) -> Codes | None:
+        """Unpacked codes of the INT4 image at ``addr`` (cached), or None if over the cache budget or
+        not readable as one region (the caller then takes another path)."""
+        key = (addr, m, k, w_scale, self.backend)
+        c = self._codes.get(key)
+        if c is not None:
+            return c
+        rb = row_bytes("int4", k)
+        end = addr + m * rb
+        s_addr = end + (-(m * rb)) % WORD_BYTES
+        body = self.host.view(addr, m * rb)
+        sb = self.host.view(s_addr, 4 * m) if w_scale else np.zeros(0, np.uint8)
+        if body is None or sb is None:
+            return None
+        dtype = np.int8 if self.backend == "numba" else np.float32
+        size = m * k * np.dtype(dtype).itemsize
+        if self._cached_bytes + size > self.cache_bytes:
+            return None
+        codes = nx.unpack_int4(body.reshape(m, rb), k).astype(dtype)
+        scale = sb.view("<f4").astype(np.float32)
+        c = Codes(addr, max(end, s_addr + 4 * m) if w_scale else end, codes, scale)
+        self._codes[key] = c
+        self._cached_bytes += codes.nbytes
+        lo, hi = self._codes_span
+        self._codes_span = (min(lo, c.start) if hi else c.start, max(hi, c.end))
+        return c
+
+    def int4_kmajor_codes(self, addr: int, m: int, k: int) -> Codes | None:
+        """Unpacked codes [K, M] of a K-major INT4 image (cached like `int4_codes`), scales after."""
+        key = (addr, m, k, "kmajor", self.backend)
+        c = self._codes.get(key)
+        if c is not None:
+            return c
+        rb = row_bytes("int4", m)
+        body = self.host.view(addr, k * rb)
+        if body is None:
+            return None
+        dtype = np.int8 if self.backend == "numba" else np.float32
+        if self._cached_bytes + m * k * np.dtype(dtype).itemsize > self.cache_bytes:
+            return None
+        codes = nx.unpack_int4(body.reshape(k, rb), m).astype(dtype)
+        c = Codes(addr, addr + k * rb, codes, np.zeros(0, np.float32))
+        self._codes[key] = c
+        self._cached_bytes += codes.nbytes
+        lo, hi = self._codes_span
+        self._codes_span = (min(lo, c.start) if hi else c.start, max(hi, c.end))
+        return c
+

@@ -1,0 +1,146 @@
+"""The KV ring in host DDR: geometry (which rows a token writes, which rows a query reads) and the
+host-side write path.
+
+Per producer layer and KV head there is a K block and a V block, each ``rows`` rows of one token
+(``head_dim`` codes: FP16, INT8 or packed INT4) plus, for INT8/INT4, a run of ``rows`` FP32 scales.
+
+* **Sliding layers** (window w) keep a *mirrored* ring of 2w rows: position p is written to rows
+  ``p % w`` and ``p % w + w``, so the last w positions are always the contiguous rows
+  ``[(n - w) % w, (n - w) % w + w)`` in position order — one GEMV, exactly the reference's window.
+* **Full-attention layers** keep ``max_tokens`` rows with a hard cap set at `kv_init`. Position
+  p < max_tokens goes to row p; later positions overwrite ``sink + (p - sink) % (max_tokens - sink)``
+  (attention sink + local window; `QuantKVCache.set_ring` is the same policy on the reference side).
+  A query reads rows ``[0, min(n, max_tokens))`` in row order.
+
+K blocks are GEMV weight images (row = token, with the per-token scale as the row scale, at the
+address of the next weight slot). V blocks are read K-major (row = token = reduction index), the
+per-token V scale multiplying the probabilities on the way in (`npukit.targets.pccx.sim`).
+
+The write path: the program copies the token's BF16 K and V heads to a staging area (MEMCPY L2 →
+host) and stops; the driver quantizes them with the reference's own `kv_quantize` and writes the
+rows (and mirror rows) here. pccx's quantizing MEMCPY is not in the v002 encoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npukit.errors import ConfigError
+from npukit.models.gemma3n.config import Gemma3nConfig
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.memory import KV_FORMATS, WORD_BYTES, HostDDR, kv_quantize, row_bytes
+
+
+def ring_size(max_tokens: int | None, sink: int | None, window: int | None) -> tuple[int | None, int]:
+    """(max_tokens, sink) from the three CLI options; None = no cap beyond max_position_embeddings."""
+    s = int(sink or 0)
+    if window is not None:
+        if max_tokens is not None and max_tokens != s + window:
+            raise ConfigError(f"--kv-max-tokens {max_tokens} != --kv-sink {s} + --kv-window {window}")
+        max_tokens = s + int(window)
+    if max_tokens is None and s:
+        raise ConfigError("--kv-sink needs --kv-max-tokens or --kv-window")
+    return max_tokens, s
+
+
+def _align(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+@dataclass(frozen=True)
+class Block:
+    codes: int  # host address of row 0
+    scales: int | None  # host address of the FP32 scale of row 0 (INT8/INT4)
+
+
+@dataclass(frozen=True)
+class LayerRing:
+    layer: int
+    rows: int
+    window: int | None  # sliding window (mirrored ring) or None (capped ring)
+    k: tuple[Block, ...]  # per KV head
+    v: tuple[Block, ...]
+
+
+class KVRing:
+    def __init__(self, cfg: Gemma3nConfig, fmt: str, host: HostDDR, base: int, max_tokens: int,
+                 sink: int = 0) -> None:
+        if fmt not in KV_FORMATS:
+            raise ConfigError(f"unknown KV format {fmt!r} (known: {', '.join(KV_FORMATS)})")
+        if not 0 <= sink < max_tokens:
+            raise ConfigError(f"KV ring: need 0 <= sink < max_tokens (sink={sink}, max_tokens={max_tokens})")
+        if max_tokens > 65535:
+            raise ConfigError(f"KV ring: max_tokens {max_tokens} exceeds the 16-bit GEMV shape field")
+        self.cfg, self.fmt, self.max_tokens, self.sink = cfg, fmt, int(max_tokens), int(sink)
+        self.rb = row_bytes(fmt, cfg.head_dim)
+        self.layers: dict[int, LayerRing] = {}
+        addr = _align(base)
+        for i in cfg.kv_producers:
+            w = cfg.window(i)
+            rows = 2 * w if w is not None else self.max_tokens
+            blocks = {}
+            for kind in ("k", "v"):
+                bl = []
+                for _ in range(cfg.num_key_value_heads):
+                    codes = addr
+                    addr = _align(addr + rows * self.rb)
+                    scales = None
+                    if fmt != "fp16":
+                        scales = addr
+                        addr = _align(addr + 4 * rows)
+                    bl.append(Block(codes, scales))
+                blocks[kind] = tuple(bl)
+            self.layers[i] = LayerRing(i, rows, w, blocks["k"], blocks["v"])
+        self.base, self.end = _align(base), addr
+        host.map(self.base, max(self.end - self.base, WORD_BYTES))  # zero-filled, lazily committed
+        self.host = host
+
+    @property
+    def capped_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, r in self.layers.items() if r.window is None)
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.base
+
+    def rows_of(self, layer: int, pos: int) -> tuple[int, ...]:
+        """Rows position ``pos`` is written to."""
+        r = self.layers[layer]
+        if r.window is not None:
+            s = pos % r.window
+            return (s, s + r.window)
+        if pos < self.max_tokens:
+            return (pos,)
+        return (self.sink + (pos - self.sink) % (self.max_tokens - self.sink),)
+
+    def span(self, layer: int, n: int) -> tuple[int, int]:
+        """(first row, count) a query at length ``n`` (its own token stored) attends to."""
+        r = self.layers[layer]
+        if r.window is not None:
+            if n <= r.window:
+                return 0, n
+            return (n - r.window) % r.window, r.window
+        return 0, min(n, self.max_tokens)
+
+    def write(self, layer: int, pos: int, k: np.ndarray, v: np.ndarray) -> int:
+        """Quantize one token's K and V ([kv_heads, head_dim] BF16 values) and store them; bytes written."""
+        r = self.layers[layer]
+        nbytes = 0
+        for blocks, x in ((r.k, k), (r.v, v)):
+            codes, scales = kv_quantize(np.asarray(x, np.float32), self.fmt)
+            if self.fmt == "fp16":
+                raw = codes.astype("<f2").view(np.uint8).reshape(len(blocks), -1)
+            elif self.fmt == "int8":
+                raw = codes.astype(np.int8).view(np.uint8).reshape(len(blocks), -1)
+            else:
+                raw = nx.pack_int4(codes).reshape(len(blocks), -1)
+            for h, b in enumerate(blocks):
+                for row in self.rows_of(layer, pos):
+                    self.host.store(b.codes + row * self.rb, raw[h])
+                    nbytes += raw[h].size
+                    if b.scales is not None:
+                        self.host.store(b.scales + 4 * row, np.asarray([scales[h]], "<f4").view(np.uint8))
+                        nbytes += 4
+        return nbytes

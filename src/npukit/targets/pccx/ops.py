@@ -1,0 +1,130 @@
+"""The operation set the W4A8 reference is written in: one method call = one future pccx instruction.
+
+`PccxOps` forwards every device operation to `npukit.targets.pccx.numerics` unchanged, so a
+compiler that emits one instruction per call and a simulator that executes numerics per
+instruction agree with the reference bit for bit. A few operations are not arithmetic of the
+numerics module and are named here explicitly:
+
+* ``kv_quantize`` — the KV write path (MEMCPY L2 → DDR with quantization, pccx kv_cache §2.1);
+  its rule is `npukit.targets.pccx.memory.kv_quantize` (absmax, as `npukit.formats.int4`).
+* ``const`` — a constant-cache entry (MEMSET at load): BF16.
+* ``swap_halves`` — two L2 → L2 MEMCPYs (pure data movement, exact) used by RoPE.
+* ``concat`` / ``stack`` — vectors laid side by side in L2 (a compiler places the parts there; no
+  instruction when they are word aligned). ``batch`` — the N activation rows of a GEMM (prefill),
+  each row word aligned.
+* ``host_to_l2`` / ``l2_to_host`` — MEMCPY across the host boundary. Host-side arithmetic
+  (embedding and per-layer-embedding row dequantization, RoPE cos/sin tables, sampling) is float32
+  on the host; a value crosses into L2 rounded once to BF16.
+
+`RecordingOps` is the same set with every call appended to a trace (name, shapes), the starting
+point for lowering the reference into a program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.memory import kv_quantize
+
+# device primitives taken verbatim from the numerics module
+DEVICE_OPS = ("gemv", "gemm", "findemax", "reduce_sum", "cvo_exp", "cvo_sqrt", "cvo_gelu", "cvo_scale",
+              "cvo_recip", "cvo_sin", "cvo_cos")
+# npukit's extended profile (reserved cvo_func codes): pccx v002 has no TANH, vector MUL/ADD,
+# relu-with-bias in the ISA, no RSQRT and no SQUARE
+EXTENDED_OPS = ("cvo_tanh", "cvo_mul", "cvo_add", "cvo_relu_bias", "cvo_rsqrt", "cvo_square")
+MOVE_OPS = ("const", "kv_quantize", "swap_halves", "host_to_l2", "l2_to_host", "concat", "stack", "batch")
+
+
+class PccxOps:
+    """Default operation set: the pccx numerics primitives plus the named data movements."""
+
+    gemv = staticmethod(nx.gemv)
+    gemm = staticmethod(nx.gemm)  # one `gemv` per activation row, each with its own exponent
+    findemax = staticmethod(nx.findemax)
+    reduce_sum = staticmethod(nx.reduce_sum)
+    cvo_exp = staticmethod(nx.cvo_exp)
+    cvo_sqrt = staticmethod(nx.cvo_sqrt)
+    cvo_gelu = staticmethod(nx.cvo_gelu)
+    cvo_scale = staticmethod(nx.cvo_scale)
+    cvo_recip = staticmethod(nx.cvo_recip)
+    cvo_sin = staticmethod(nx.cvo_sin)
+    cvo_cos = staticmethod(nx.cvo_cos)
+    cvo_tanh = staticmethod(nx.cvo_tanh)
+    cvo_mul = staticmethod(nx.cvo_mul)
+    cvo_add = staticmethod(nx.cvo_add)
+    cvo_relu_bias = staticmethod(nx.cvo_relu_bias)
+    cvo_rsqrt = staticmethod(nx.cvo_rsqrt)
+    cvo_square = staticmethod(nx.cvo_square)
+    kv_quantize = staticmethod(kv_quantize)
+
+    @staticmethod
+    def const(x: float) -> np.float32:
+        """A constant-cache entry (written by MEMSET at model load): the BF16 value of ``x``."""
+        return np.float32(nx.bf16(x)[()])
+
+    @staticmethod
+    def swap_halves(x: np.ndarray) -> np.ndarray:
+        """[a, b] -> [b, a]: two L2 -> L2 MEMCPYs of half a head each."""
+        h = x.shape[-1] // 2
+        return np.concatenate((x[..., h:], x[..., :h]), axis=-1)
+
+    @staticmethod
+    def concat(parts: list[np.ndarray]) -> np.ndarray:
+        """Vectors side by side (the compiler places them contiguously in L2)."""
+        return np.concatenate(parts)
+
+    @staticmethod
+    def stack(parts: list[np.ndarray]) -> np.ndarray:
+        """Equal-length vectors as rows of one block (contiguous in L2)."""
+        return np.stack(parts)
+
+    @staticmethod
+    def batch(parts: list[np.ndarray]) -> np.ndarray:
+        """Equal-length activation vectors as the N rows of a GEMM operand (each row starts on an L2
+        word; a compiler pads rows to whole words)."""
+        return np.stack(parts)
+
+    @staticmethod
+    def host_to_l2(x: np.ndarray) -> np.ndarray:
+        """A host float32 vector written into L2: one BF16 rounding (RNE)."""
+        return nx.bf16(np.asarray(x, dtype=np.float32))
+
+    @staticmethod
+    def l2_to_host(x: np.ndarray) -> np.ndarray:
+        """BF16 values read back to the host as float32 (exact)."""
+        return np.asarray(x, dtype=np.float32).copy()
+
+
+def _shape(a: Any) -> tuple[int, ...] | None:
+    return tuple(np.shape(a)) if isinstance(a, np.ndarray | np.generic) else None
+
+
+@dataclass
+class RecordingOps(PccxOps):
+    """`PccxOps` that also records each call: (op name, shapes of array arguments, keyword flags)."""
+
+    trace: list[tuple[str, tuple, dict]] = field(default_factory=list)
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = object.__getattribute__(self, name)
+        if name in DEVICE_OPS or name in EXTENDED_OPS or name in MOVE_OPS:
+            trace = object.__getattribute__(self, "trace")
+
+            def call(*args: Any, **kw: Any) -> Any:
+                flags = {k: (v if np.ndim(v) == 0 and not isinstance(v, np.ndarray) else _shape(v))
+                         for k, v in kw.items()}
+                trace.append((name, tuple(_shape(a) for a in args), flags))
+                return attr(*args, **kw)
+
+            return call
+        return attr
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, _, _ in self.trace:
+            out[name] = out.get(name, 0) + 1
+        return out

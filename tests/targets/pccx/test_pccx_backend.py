@@ -1,0 +1,106 @@
+"""The pccx target end to end: KV ring eviction against the reference, and `npukit generate --target pccx`.
+
+Oracles: the W4A8 reference (`--target quant`, `QuantKVCache.set_ring` for the same sink + window
+policy) and, for the ring geometry, a plain Python list of the positions a capped ring keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from npukit.cli.main import main
+from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
+from npukit.targets.pccx.kv_ring import KVRing, ring_size
+from npukit.targets.pccx.memory import HostDDR
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
+
+SL, FU = "sliding_attention", "full_attention"
+RING_CFG = dict(
+    model_type="gemma3n_text", vocab_size=64, vocab_size_per_layer_input=64, hidden_size=16,
+    hidden_size_per_layer_input=8, intermediate_size=[32, 32], num_hidden_layers=2, num_attention_heads=1,
+    num_key_value_heads=1, head_dim=16, laurel_rank=8, num_kv_shared_layers=0, sliding_window=4,
+    layer_types=[SL, FU], activation_sparsity_pattern=[0.95, 0], max_position_embeddings=512,
+    altup_num_inputs=2, final_logit_softcapping=30.0,
+)
+
+
+def test_ring_rows_follow_sink_and_window_policy():
+    cfg = Gemma3nConfig.from_hf(RING_CFG)
+    ring = KVRing(cfg, "int8", HostDDR(), 0x1000_0000, max_tokens=10, sink=3)
+    kept: list[int | None] = [None] * 10  # position held by each row
+    for pos in range(40):
+        (row,) = ring.rows_of(1, pos)
+        kept[row] = pos
+        want = list(range(min(pos + 1, 3))) + list(range(max(3, pos + 1 - 7), pos + 1))
+        assert sorted(p for p in kept if p is not None) == want
+        assert ring.span(1, pos + 1) == (0, min(pos + 1, 10))
+        lo, n = ring.span(0, pos + 1)  # sliding layer: mirrored rows, window in position order
+        assert n == min(pos + 1, 4)
+        assert [(lo + j) % 4 for j in range(n)] == [p % 4 for p in range(pos + 1 - n, pos + 1)]
+    assert ring_size(None, 4, 60) == (64, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv", ["int4"])
+def test_300_tokens_wrap_the_ring_and_match_the_reference(kv):
+    cfg = Gemma3nConfig.from_hf(RING_CFG)
+    store = Int4Store(synthetic_weights(cfg, seed=5))
+    ref = Gemma3nW4A8(store, kv=kv)
+    ref.cache.set_ring(64, 4, (1,))
+    drv = PccxDriver(timing=False).open().load(store).kv_init(kv, 64, 4).start()
+    rng = np.random.default_rng(1)
+    tok = 2
+    for pos in range(300):
+        want, got = ref.step(tok), drv.step(tok)
+        assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), f"position {pos}"
+        tok = int(np.argmax(want)) if rng.random() < 0.5 else int(rng.integers(0, cfg.vocab_size))
+    assert ref.cache.length[1] == 300 and ref.cache.layers[1]["k"].shape[1] == 64
+
+
+def _gen(capsys, *argv):
+    rc = main(["generate", *map(str, argv)])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_generate_pccx_equals_quant_with_trace_and_tiered_stats(capsys, tmp_path):
+    from gemma3n_tiny import cached_dir
+
+    d = cached_dir(0)
+    common = ["--prompt-ids", "5,7,9", "--max-new-tokens", 4, "--ignore-eos", "--json", "--logits",
+              "--kv", "int8", "--kv-max-tokens", 5, "--kv-sink", 1]
+    rc, out_q, err = _gen(capsys, d, "--target", "quant", *common)
+    assert rc == 0, err
+    trace = tmp_path / "t.json"
+    rc, out_p, err = _gen(capsys, d, "--target", "pccx", "--trace", trace, "--set", "ddr.bandwidth_gbps=15",
+                          *common)
+    assert rc == 0, err
+    q, p = json.loads(out_q), json.loads(out_p)
+    assert p["tokens"] == q["tokens"]
+    assert np.array_equal(np.array(p["logits"], np.float32), np.array(q["logits"], np.float32))
+    b = p["stats"]["backend"]
+    figs = b["figures"]
+    assert figs["projected_tok_per_s"]["tier"] == "derived"
+    assert "pccx-v002-kv260" in figs["cycles_per_token"]["source"]
+    assert "ddr.bandwidth_gbps=15" in figs["cycles_per_token"]["source"]
+    assert b["kv_ring"] == {"max_tokens": 5, "sink": 1} and b["bottleneck"]
+    assert b["compile"]["per_token"]["instructions"]["gemv"] > 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" for e in events)
+
+
+def test_ring_options_on_a_target_without_them_are_one_line_errors(capsys):
+    rc = main(["generate", "gemma3n-e2b", "--target", "golden", "--kv-max-tokens", "8",
+               "--max-new-tokens", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "kv-max-tokens" in err and err.count("\n") == 1
