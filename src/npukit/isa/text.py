@@ -209,19 +209,45 @@ def assemble(spec: BoundSpec, syntax: Syntax, text: str) -> list[int]:
     return out
 
 
-def disassemble(spec: BoundSpec, syntax: Syntax, words: Sequence[int], addresses: bool = False) -> str:
-    """Words -> text; an invalid word becomes ``.word 0x…  ; invalid: reason`` so it round-trips."""
+@dataclass(frozen=True)
+class Row:
+    """One disassembled instruction: where it starts, its words, its text (``.word 0x…`` when invalid)
+    and the reason it is invalid (None when valid)."""
+
+    index: int
+    words: tuple[int, ...]
+    text: str
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+    def line(self, addresses: bool = False) -> str:
+        if self.error is not None:
+            return f"{self.text}  ; invalid: {self.error}"
+        return f"{self.text}  ; {self.index:04d}" if addresses else self.text
+
+
+def listing(spec: BoundSpec, syntax: Syntax, words: Sequence[int]) -> list[Row]:
+    """Words -> one `Row` per instruction; an invalid word is a one-word row with its reason."""
     words = [int(w) for w in words]
     digits = -(-spec.word_bits // 4)
-    lines, i = [], 0
+    rows, i = [], 0
     while i < len(words):
         try:
             ins, n = spec.decode_at(words, i)
-            text = syntax.format(spec, ins)
+            rows.append(Row(i, tuple(words[i:i + n]), syntax.format(spec, ins)))
         except DecodeError as exc:
-            text, n = f".word 0x{words[i]:0{digits}X}  ; invalid: {exc.reason}", 1
-        lines.append(f"{text}  ; {i:04d}" if addresses and not text.startswith(".word") else text)
+            n = 1
+            rows.append(Row(i, (words[i],), f".word 0x{words[i]:0{digits}X}", exc.reason))
         i += n
+    return rows
+
+
+def disassemble(spec: BoundSpec, syntax: Syntax, words: Sequence[int], addresses: bool = False) -> str:
+    """Words -> text; an invalid word becomes ``.word 0x…  ; invalid: reason`` so it round-trips."""
+    lines = [row.line(addresses) for row in listing(spec, syntax, words)]
     return "\n".join(lines) + ("\n" if lines else "")
 
 

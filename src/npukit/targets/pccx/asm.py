@@ -16,14 +16,16 @@ text, one 16-digit word per line (``//`` comments allowed).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from npukit.errors import ConfigError, FormatError, NpukitError
 from npukit.isa import text
 from npukit.isa.spec import BoundField, BoundFormat
-from npukit.targets.pccx.isa import STRICT_CVO, CvoFunc, DestCache, Instr, Op, bound, encode
+from npukit.targets.pccx.isa import PROFILES, STRICT_CVO, CvoFunc, DestCache, Instr, Op, bound, encode
 
 CVO_DOC = {
     CvoFunc.EXP: "exp(x), or exp(x − e_max) with `sub_emax`",
@@ -138,3 +140,77 @@ def isa_table_markdown() -> str:
         prof = "v002" if fn in STRICT_CVO else "extended (npukit)"
         rows.append(f"| 0x{int(fn):X} | `cvo.{fn.name.lower()}` | {CVO_DOC[fn]} | {prof} |")
     return "\n".join(rows) + "\n"
+
+
+# --- registry capabilities: what `npukit asm|disasm|sim --target pccx` call --------------------------
+
+def add_cli_arguments(group: Any, command: str) -> None:
+    """pccx's own flags on the asm/disasm/sim commands."""
+    group.add_argument("--profile", choices=PROFILES, default="extended",
+                       help="pccx ISA profile: strict = exactly v002; extended = npukit's additions")
+    if command == "sim":
+        group.add_argument("--ddr-image", action="append", default=[], metavar="FILE@ADDR",
+                           help="pccx: preload host DDR with FILE's bytes at byte address ADDR (repeatable)")
+        group.add_argument("--l2-image", action="append", default=[], metavar="FILE@WORD",
+                           help="pccx: preload L2 with FILE's LE BF16 bits from word WORD (repeatable)")
+
+
+def assemble_program(source: str, hw: Any = None, profile: str = "extended") -> list[int]:
+    return assemble(source, profile, hw)
+
+
+def disassemble_program(words: Any, hw: Any = None, profile: str = "extended") -> list[text.Row]:
+    return text.listing(bound(profile, hw), SYNTAX, _as_word_list(words))
+
+
+def load_program(path: str | Path, hw: Any = None, fmt: str | None = None,
+                 profile: str = "extended") -> list[int]:
+    """Words of a program file: assembly (.s/.asm), $readmemh hex (.hex/.mem) or little-endian binary."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"no such program file {str(p)!r}")
+    if fmt is None and p.suffix.lower() in (".s", ".asm"):
+        try:
+            source = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FormatError(f"cannot read {p}: {getattr(exc, 'strerror', None) or exc}") from None
+        return assemble(source, profile, hw)
+    return read_program(p, fmt)
+
+
+def _split_at(spec: str, what: str) -> tuple[Path, int]:
+    if "@" not in spec:
+        raise ConfigError(f"{what} {spec!r} is not FILE@ADDR")
+    name, addr = spec.rsplit("@", 1)
+    try:
+        value = int(addr, 0)
+    except ValueError:
+        raise ConfigError(f"{what} {spec!r}: address {addr!r} is not an integer") from None
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"{what}: no such file {name!r}")
+    return path, value
+
+
+def simulate_program(words: Any, hw: Any, profile: str = "extended", ddr_image: Sequence[str] = (),
+                     l2_image: Sequence[str] = ()) -> dict[str, Any]:
+    """Run bit-exactly on the functional simulator (host DDR / L2 preloaded from ``FILE@ADDR`` images),
+    then time the executed work on the shared timing core."""
+    from npukit.targets.pccx.sim import Simulator
+    from npukit.targets.pccx.timing import simulate_works
+
+    sim = Simulator(hw, profile)
+    for spec in ddr_image:
+        path, addr = _split_at(spec, "--ddr-image")
+        sim.host.write(addr, np.frombuffer(path.read_bytes(), np.uint8))
+    for spec in l2_image:
+        path, word = _split_at(spec, "--l2-image")
+        data = path.read_bytes()
+        if len(data) % 2:
+            raise ConfigError(f"--l2-image {path}: {len(data)} bytes is not a whole number of BF16 values")
+        sim.write_l2_bits(word, np.frombuffer(data, "<u2"))
+    sim.load_program(_as_word_list(words))
+    works = sim.run()
+    if sim.error is not None:
+        raise NpukitError(str(sim.error))
+    return {"timing": simulate_works(hw, works), "instructions": len(works)}
