@@ -68,3 +68,22 @@ def test_quantize_dequantize():
 
 def test_shape_ops():
     assert _check(cases.shape_ops_case, range(20)) >= 15
+
+
+def test_fully_connected_rescales_in_double_with_ties_away_from_zero():
+    """LiteRT 2.3.0's reference FULLY_CONNECTED int8 computes round(acc · s_in·s_w/s_out) in double:
+    −2.5 → −3. Single-rounding MultiplyByQuantizedMultiplier would give −2 (ties toward +∞), double
+    rounding too; exact ties (real multiplier 1/2) tell the three apart."""
+    from npukit.models.tflite import ModelBuilder
+
+    accs = np.array([-5, -3, -1, 1, 3, 5, -7, 7], np.int32)
+    b = ModelBuilder()
+    x = b.tensor("x", (1, 1), np.int8, 0.5, 0)
+    w = b.const("w", np.ones((8, 1), np.int8), scale=0.25, zero_point=0)
+    bias = b.const("b", accs, scale=0.125, zero_point=0)  # x = 0, so acc = bias
+    y = b.tensor("y", (1, 8), np.int8, 0.25, 0)
+    b.op("FULLY_CONNECTED", [x, w, bias], [y])
+    model, feed = b.build([x], [y]), np.zeros((1, 1), np.int8)
+    expect = run_ref(model, feed)
+    assert expect[0].tolist() == [-3, -2, -1, 1, 2, 3, -4, 4]
+    assert np.array_equal(Interpreter(model).run([feed])["y"], expect)
