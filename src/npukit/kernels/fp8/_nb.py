@@ -142,21 +142,33 @@ def column_table(lut32, inv, prod, tab):
 F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
+@nb.njit(**_OPTS, inline="always")
+def _quantize_row(a16_bits, f16_to_f32, a_inv, a8, asum, m, prod):
+    k = a16_bits.shape[1]
+    for i in range(k):
+        prod[i] = f16_to_f32[a16_bits[m, i]] * a_inv  # fp16 × fp16: exact in float32
+    bits = prod.view(np.uint32)
+    s = 0
+    for i in range(k):
+        q = _sat_rni_f16(bits[i])
+        a8[m, i] = q
+        s += q
+    asum[m] = s
+
+
 @nb.njit(**_OPTS, parallel=True)
 def quantize_rows(a16_bits, f16_to_f32, a_inv, a8, asum):
     """a8[m, :K] = sat_s8(rne(fp16(a · a_inv))) for fp16 activations given as bits; asum[m] = Σ a8[m]."""
-    m_rows, k = a16_bits.shape
-    for m in nb.prange(m_rows):
-        prod = np.empty(k, np.float32)
-        for i in range(k):
-            prod[i] = f16_to_f32[a16_bits[m, i]] * a_inv  # fp16 × fp16: exact in float32
-        bits = prod.view(np.uint32)
-        s = 0
-        for i in range(k):
-            q = _sat_rni_f16(bits[i])
-            a8[m, i] = q
-            s += q
-        asum[m] = s
+    for m in nb.prange(a16_bits.shape[0]):
+        _quantize_row(a16_bits, f16_to_f32, a_inv, a8, asum, m, np.empty(a16_bits.shape[1], np.float32))
+
+
+@nb.njit(**_OPTS)
+def quantize_rows_serial(a16_bits, f16_to_f32, a_inv, a8, asum):
+    prod = np.empty(a16_bits.shape[1], np.float32)
+    for m in range(a16_bits.shape[0]):
+        _quantize_row(a16_bits, f16_to_f32, a_inv, a8, asum, m, prod)
+
 
 
 @nb.njit(**_OPTS)
@@ -218,25 +230,24 @@ def gemm_tile(a8, asum, codes, lut32, inv, scale, out, n0, ws, res, vnni):
 
 
 @nb.njit(**_OPTS, parallel=True)
-def fused_gemm(a8, asum, codes, lut32, inv, scale, out, ws, res):
+def fused_gemm(a8, asum, codes, lut32, inv, scale, out, ws, res, vnni):
     """out[m, n] (float32) = f32(acc) · scale[n], acc = Σ_k a8[m, k] · w[n, k], w transcoded per tile of
     ``ws.shape[1]`` columns (a multiple of 4) into ``ws[thread]``; a8 is [M, Kp] int8 zero-padded to a
-    multiple of 64; ``res`` [threads, 16] int32 scratch. AVX-512 VBMI + VNNI inner loops."""
+    multiple of 64; ``res`` [threads, 16] int32 scratch; ``vnni``: AVX-512 VBMI + VNNI inner loops."""
     tile = ws.shape[1]
     n_tiles = (codes.shape[0] + tile - 1) // tile
     for t in nb.prange(n_tiles):
         tid = nb.get_thread_id()
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, t * tile, ws[tid], res[tid], True)
+        gemm_tile(a8, asum, codes, lut32, inv, scale, out, t * tile, ws[tid], res[tid], vnni)
 
 
-@nb.njit(**_OPTS, parallel=True)
-def fused_gemm_portable(a8, asum, codes, lut32, inv, scale, out, ws, res):
-    """`fused_gemm` with the plain-loop transcode and dot product."""
+@nb.njit(**_OPTS)
+def fused_gemm_serial(a8, asum, codes, lut32, inv, scale, out, ws, res, vnni):
+    """`fused_gemm` on the calling thread (small problems: no thread hand-off). Numba caches by
+    function, so the serial and parallel builds are two functions, not one jitted twice."""
     tile = ws.shape[1]
-    n_tiles = (codes.shape[0] + tile - 1) // tile
-    for t in nb.prange(n_tiles):
-        tid = nb.get_thread_id()
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, t * tile, ws[tid], res[tid], False)
+    for n0 in range(0, codes.shape[0], tile):
+        gemm_tile(a8, asum, codes, lut32, inv, scale, out, n0, ws[0], res[0], vnni)
 
 
 def _trial() -> bool:

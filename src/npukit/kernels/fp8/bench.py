@@ -119,7 +119,8 @@ def _torch():
 
 
 def make_operands(m: int, n: int, k: int, fmt: str, seed: int = 0):
-    """Random fp16 activations, FP8 codes of Gaussian weights (finite, per-column scaled)."""
+    """Random fp16 activations, FP8 codes of Gaussian weights (finite, per-tensor scaled), and the
+    activation scale; the GEMM's ``global_scale`` is then ``weights.tensor_scale / fp16(a_inv)``."""
     from npukit.kernels.fp8.encode import activation_inv_scale, encode
 
     rng = np.random.default_rng(seed)
@@ -139,7 +140,9 @@ def _path_fns(a16, weights, a_inv):
     s32 = scales.astype(np.float32)[:, None]
     a32 = a16.astype(np.float32)
     fp8_resident = codes.nbytes + scales.nbytes
-    fns = {"fused": (lambda: gemm(a16, codes, scales, fmt=fmt, a_inv_scale=a_inv), fp8_resident, "")}
+    gs = weights.tensor_scale / float(C.a_inv_f16(a_inv))
+    fns = {"fused": (lambda: gemm(a16, codes, scales, fmt=fmt, a_inv_scale=a_inv, global_scale=gs),
+                     fp8_resident, "")}
     if torch is not None:
         at = torch.from_numpy(a32)
         fns["naive"] = (lambda: at @ torch.from_numpy(lut32[codes] * s32).T, fp8_resident, "torch/MKL")

@@ -57,16 +57,43 @@ class Fp8Weights:
         v = fp8.decode(self.codes, self.fmt) * np.float32(self.tensor_scale)
         return v if self.post_scales is None else v * self.post_scales[:, None]
 
-    def linear(self, x: np.ndarray, impl: str = "auto") -> np.ndarray:
-        """y = x · Wᵀ through the FP8 GEMM (v4: fp16 activations, one dynamic per-tensor scale);
-        x [M, K] float, returns float32 [M, N]."""
+    def linear(self, x: np.ndarray, act: str = "tensor", impl: str = "auto") -> np.ndarray:
+        """y = x · Wᵀ through the FP8 GEMM; x [M, K] float, returns float32 [M, N].
+
+        ``act="tensor"``: the seed's v4 mode, fp16 activations and one dynamic per-tensor
+        ``a_inv_scale = 127 / max|x|``. ``act="token"``: one scale per row — the rows are quantized
+        by the same rule (``sat_s8(rne(fp16(x) · fp16(a_inv_m)))``) and passed as int8 (v2), and the
+        per-row ``1 / a_inv_m`` is applied to the output in float32.
+
+        Inputs beyond the fp16 range are first scaled by a power of two (exact); an fp16 output
+        overflow is retried with the output scaled down by 2^8; both factors go into
+        ``global_scale`` and are undone in float32."""
         from npukit.kernels.fp8 import gemm
 
-        x16 = C.to_f16(np.ascontiguousarray(x))
-        a_inv = activation_inv_scale(x16)
-        gs = self.tensor_scale / float(C.a_inv_f16(a_inv))
-        y = gemm(x16, self.codes, self.col_scales, fmt=self.fmt, global_scale=gs, a_inv_scale=a_inv,
-                 out_layout="mn", impl=impl).astype(np.float32)
+        if act not in ("tensor", "token"):
+            raise FormatError(f"act must be 'tensor' or 'token', got {act!r}")
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
+        amax = float(np.max(np.abs(x32), initial=0.0))
+        shift = int(np.ceil(np.log2(amax / 2.0**14))) if np.isfinite(amax) and amax > 2.0**14 else 0
+        x16 = C.to_f16(x32 * np.float32(2.0**-shift) if shift else x32)
+        if act == "tensor":
+            a_inv = activation_inv_scale(x16)
+            a, kw = x16, {"a_inv_scale": a_inv}
+            gs = self.tensor_scale * 2.0**shift / float(C.a_inv_f16(a_inv))
+            row = None
+        else:
+            inv_rows = np.array([activation_inv_scale(r) for r in x16], np.float32).astype(np.float16)
+            a, kw = C.sat_rni_s8(C.fp16_mul(x16, inv_rows[:, None])), {}
+            gs = self.tensor_scale * 2.0**shift
+            row = (1.0 / inv_rows.astype(np.float32))[:, None]
+        for out_shift in (0, 8, 16):
+            y16 = gemm(a, self.codes, self.col_scales, fmt=self.fmt, global_scale=gs * 2.0**-out_shift,
+                       out_layout="mn", impl=impl, **kw)
+            if np.all(np.isfinite(y16)):
+                break
+        y = y16.astype(np.float32) * np.float32(2.0**out_shift)
+        if row is not None:
+            y *= row
         return y if self.post_scales is None else y * self.post_scales[None, :]
 
 

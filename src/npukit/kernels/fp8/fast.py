@@ -17,6 +17,10 @@ import numpy as np
 from npukit.kernels.fp8 import contract as C
 
 CHUNK = 64
+# below these sizes one thread finishes before a second would be woken (parallel regions cost a
+# thread hand-off, which on a shared 2-core machine can be a scheduler time slice)
+SERIAL_MACS = 1 << 25
+SERIAL_ACT_ELEMS = 1 << 18
 
 
 def available() -> bool:
@@ -53,7 +57,8 @@ def prepare_activations(op: C.Operands) -> tuple[np.ndarray, np.ndarray]:
         np.sum(op.a, axis=1, dtype=np.int32, out=asum)
     else:
         a16 = np.ascontiguousarray(C.to_f16(op.a)).view(np.uint16)
-        _nb.quantize_rows(a16, _nb.F16_TO_F32, np.float32(C.a_inv_f16(op.a_inv_scale)), a8, asum)
+        quant = _nb.quantize_rows if m * k > SERIAL_ACT_ELEMS else _nb.quantize_rows_serial
+        quant(a16, _nb.F16_TO_F32, np.float32(C.a_inv_f16(op.a_inv_scale)), a8, asum)
     return a8, asum
 
 
@@ -71,11 +76,12 @@ def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float 
     scale = op.col_scales.astype(np.float32) * np.float32(op.global_scale)
     m, n = a8.shape[0], op.b_codes.shape[0]
     out = np.empty((m, n), np.float32)
-    threads = _nb.nb.get_num_threads()
+    parallel = m * n * a8.shape[1] > SERIAL_MACS
+    threads = _nb.nb.get_num_threads() if parallel else 1
     ws = np.empty((threads, tile_for(m), a8.shape[1]), np.uint8)  # one tile per thread
     res = np.empty((threads, 16), np.int32)
-    kernel = _nb.fused_gemm if vnni else _nb.fused_gemm_portable
-    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, ws, res)
+    kernel = _nb.fused_gemm if parallel else _nb.fused_gemm_serial
+    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, ws, res, vnni)
     with np.errstate(over="ignore"):
         res = out.astype(np.float16)
     return np.ascontiguousarray(res.T) if out_layout == "nm" else res
