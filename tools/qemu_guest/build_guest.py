@@ -39,7 +39,9 @@ export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-for m in $(cat /modules.order); do insmod /lib/modules/$m.ko 2>/dev/null || echo "guest: insmod $m failed"; done
+for m in $(cat /modules.order); do
+    insmod /lib/modules/$m.ko 2>/dev/null || echo "guest: insmod $m failed"
+done
 ip link set lo up
 ip link set eth0 up
 ip addr add 10.0.2.15/24 dev eth0
@@ -153,7 +155,7 @@ def _copy(src: str | Path, staging: Path, dest: str | None = None) -> None:
 def make_cpio(staging: Path, out: Path) -> None:
     files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
     proc = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", "-R", "0:0"], cwd=staging,
-                          input="\n".join(["."] + files).encode(), capture_output=True, check=False)
+                          input="\n".join([".", *files]).encode(), capture_output=True, check=False)
     if proc.returncode:
         raise GuestBuildError(f"cpio failed: {proc.stderr.decode()[-300:]}")
     out.write_bytes(gzip.compress(proc.stdout, compresslevel=6))

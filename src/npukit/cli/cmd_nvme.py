@@ -41,12 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
 
     s = verbs.add_parser("serve", help="serve a file-backed namespace over NVMe/TCP (+ discovery)")
-    s.add_argument("--listen", default="127.0.0.1:4420", help="HOST:PORT (default 127.0.0.1:4420; port 0 = any)")
+    s.add_argument("--listen", default="127.0.0.1:4420",
+                   help="HOST:PORT (default 127.0.0.1:4420; port 0 = any)")
     s.add_argument("--nqn", default=DEFAULT_NQN, help=f"subsystem NQN (default {DEFAULT_NQN})")
     s.add_argument("--namespace", required=True, metavar="FILE", help="namespace backing file")
     s.add_argument("--size", help="namespace size when creating FILE, e.g. 1G (fixed afterwards)")
     s.add_argument("--state-dir", help="firmware slots, SMART counters and log (default FILE.state)")
-    s.add_argument("--discovery-port", type=int, default=8009, help="discovery controller port (default 8009)")
+    s.add_argument("--discovery-port", type=int, default=8009,
+                   help="discovery controller port (default 8009)")
     s.add_argument("--no-discovery", action="store_true", help="do not serve the discovery controller")
     s.add_argument("--advertise-addr", help="address put in discovery log entries (default: listen host)")
     s.add_argument("--allow-host", action="append", default=[], metavar="HOSTNQN",
@@ -138,7 +140,8 @@ def run_serve(args: argparse.Namespace) -> int:
     cfg = ServeConfig(listen=args.listen, nqn=args.nqn, namespace=args.namespace,
                       size=parse_size(args.size) if args.size else None, state_dir=args.state_dir,
                       discovery_port=None if args.no_discovery else args.discovery_port,
-                      advertise=args.advertise_addr, allow_hosts=tuple(args.allow_host), io_queues=args.io_queues)
+                      advertise=args.advertise_addr, allow_hosts=tuple(args.allow_host),
+                      io_queues=args.io_queues)
     return serve(cfg)
 
 

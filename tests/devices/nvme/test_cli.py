@@ -33,7 +33,8 @@ def test_id_ctrl_id_ns_list_ns_smart_json(capsys, target):
 def test_write_read_flush_with_files(capsys, target, tmp_path):
     data = os.urandom(4096)
     (tmp_path / "in.bin").write_bytes(data)
-    rc, out, _ = run(capsys, target, "write", "-s", "40", "-c", "7", "-z", "4096", "-d", str(tmp_path / "in.bin"))
+    rc, out, _ = run(capsys, target, "write", "-s", "40", "-c", "7", "-z", "4096",
+                     "-d", str(tmp_path / "in.bin"))
     assert rc == 0 and "Success" in out
     rc, _, _ = run(capsys, target, "flush")
     assert rc == 0

@@ -10,6 +10,7 @@ from npukit.devices.nvme import pdu
 from npukit.devices.nvme.client import NvmeStatusError, TcpQueue
 from npukit.devices.nvme.command import Command, sgl_descriptor
 from npukit.devices.nvme.fabrics import ConnectData
+from npukit.devices.nvme.spec import ProtocolError
 
 from .conftest import NQN, NS_BYTES
 
@@ -215,7 +216,8 @@ def test_malformed_pdus_end_only_their_connection(target, host, bad):
         elif bad == "type":
             q.send_raw(bytes([0x0B, 0, 24, 0]) + (24).to_bytes(4, "little") + bytes(16))
         elif bad == "ttag":
-            q.send_raw(b"".join(bytes(b) for b in pdu.data_pdu(pdu.PduType.H2C_DATA, 1, 42, 0, bytes(8), last=True)))
+            h2c = pdu.data_pdu(pdu.PduType.H2C_DATA, 1, 42, 0, bytes(8), last=True)
+            q.send_raw(b"".join(bytes(b) for b in h2c))
         else:
             q.send_raw(bytes([4, 0, 72, 72]) + (1 << 24).to_bytes(4, "little") + bytes(64))
         ch = q._recv_exact(8)
@@ -223,7 +225,7 @@ def test_malformed_pdus_end_only_their_connection(target, host, bad):
         rest = q._recv_exact(struct.unpack_from("<I", ch, 4)[0] - 8)
         fes = struct.unpack_from("<H", rest, 0)[0]
         assert fes == {"hlen": 0x01, "type": 0x01, "ttag": 0x01, "plen": 0x05}[bad]
-        with pytest.raises(Exception):
+        with pytest.raises(ProtocolError):
             q._recv_exact(1)  # the target closed this connection
     finally:
         q.close()

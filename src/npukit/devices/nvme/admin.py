@@ -87,7 +87,8 @@ def get_log_page(req: Request) -> Result:
         raise NvmeError(Status.INVALID_FIELD, "log page offset is not dword aligned", param_loc=48)
     content = spec.build(ctrl, cmd)
     if offset >= len(content):
-        raise NvmeError(Status.INVALID_FIELD, f"offset {offset} is beyond the {len(content)}-byte log", param_loc=48)
+        raise NvmeError(Status.INVALID_FIELD, f"offset {offset} is beyond the {len(content)}-byte log",
+                        param_loc=48)
     ctrl.log_page_read(lid, rae)
     return Result(data=content[offset: offset + _log_length(cmd)])
 

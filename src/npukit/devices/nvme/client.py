@@ -7,6 +7,7 @@ nvme-cli's verbs. A command that completes with an error raises :class:`NvmeStat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -64,8 +65,8 @@ class Reply:
 class TcpQueue:
     """One NVMe/TCP connection: ICReq/ICResp, then commands one at a time (plus stray AER replies)."""
 
-    def __init__(self, host: str, port: int, *, hdgst: bool = False, ddgst: bool = False, timeout: float = 10.0,
-                 hpda: int = 0) -> None:
+    def __init__(self, host: str, port: int, *, hdgst: bool = False, ddgst: bool = False,
+                 timeout: float = 10.0, hpda: int = 0) -> None:
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -86,10 +87,8 @@ class TcpQueue:
         self.cpda = cpda
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
     def _send(self, buffers: list[bytes | memoryview]) -> None:
         try:
@@ -148,7 +147,8 @@ class TcpQueue:
         pending = self.send_command(cmd, data, read_len)
         return self.wait(cmd.cid, pending, read_len)
 
-    def wait(self, cid: int, pending: memoryview = memoryview(b""), read_len: int = 0) -> Reply:
+    def wait(self, cid: int, pending: memoryview | None = None, read_len: int = 0) -> Reply:
+        pending = pending if pending is not None else memoryview(b"")
         received = bytearray(read_len)
         for cqe in self.stray:
             if cqe.cid == cid:
@@ -254,7 +254,8 @@ class NvmeTcpHost:
     def admin(self, cmd: Command, data: bytes = b"", read_len: int = 0, *, check: bool = True) -> Reply:
         return self._submit(self.admin_q, cmd, data, read_len, check)
 
-    def io(self, cmd: Command, data: bytes = b"", read_len: int = 0, *, qid: int = 1, check: bool = True) -> Reply:
+    def io(self, cmd: Command, data: bytes = b"", read_len: int = 0, *, qid: int = 1,
+           check: bool = True) -> Reply:
         if not 1 <= qid <= len(self.io_qs):
             raise NpukitError(f"I/O queue {qid} is not connected ({len(self.io_qs)} connected)")
         return self._submit(self.io_qs[qid - 1], cmd, data, read_len, check)
@@ -324,7 +325,8 @@ class NvmeTcpHost:
         return self.admin(cmd).cqe.dw0
 
     def read(self, slba: int, nlb: int, *, nsid: int = 1, qid: int = 1) -> bytes:
-        cmd = Command.build(IoOpcode.READ, nsid=nsid, cdws={10: slba & 0xFFFFFFFF, 11: slba >> 32, 12: nlb - 1})
+        cdws = {10: slba & 0xFFFFFFFF, 11: slba >> 32, 12: nlb - 1}
+        cmd = Command.build(IoOpcode.READ, nsid=nsid, cdws=cdws)
         return self.io(cmd, read_len=nlb * LBA_SIZE, qid=qid).data
 
     def write(self, slba: int, data: bytes, *, nsid: int = 1, qid: int = 1, fua: bool = False) -> None:

@@ -52,7 +52,8 @@ class Command:
               cdw3: int = 0, dptr: bytes = bytes(16), cdws: dict[int, int] | None = None) -> Command:
         """A command with CDW10..15 given as ``{10: value, ...}``."""
         dw = {n: 0 for n in range(10, 16)} | (cdws or {})
-        return cls(opcode, flags, cid, nsid, cdw2, cdw3, 0, bytes(dptr), *(dw[n] & 0xFFFFFFFF for n in range(10, 16)))
+        return cls(opcode, flags, cid, nsid, cdw2, cdw3, 0, bytes(dptr),
+                   *(dw[n] & 0xFFFFFFFF for n in range(10, 16)))
 
     @property
     def fuse(self) -> int:

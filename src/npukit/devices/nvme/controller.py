@@ -90,8 +90,9 @@ class Controller:
     # identity -------------------------------------------------------------------------------------
     def identity(self) -> ControllerIdentity:
         sub = self.subsystem
-        return ControllerIdentity(cntlid=self.cntlid, subnqn=sub.nqn, firmware_revision=sub.state.active_revision(),
-                                  discovery=self.discovery, fabrics=self.fabrics, io_queues=self.max_io_queues,
+        return ControllerIdentity(cntlid=self.cntlid, subnqn=sub.nqn,
+                                  firmware_revision=sub.state.active_revision(), discovery=self.discovery,
+                                  fabrics=self.fabrics, io_queues=self.max_io_queues,
                                   max_queue_entries=sub.max_queue_entries, mdts=sub.mdts,
                                   in_capsule_bytes=sub.in_capsule_bytes)
 
@@ -114,7 +115,8 @@ class Controller:
             csts = (csts & ~0xC) | (SHST_COMPLETE << 2)
         if value & CC_EN and not old & CC_EN:
             if new["iosqes"] != 6 or new["iocqes"] != 4 or new["mps"] != 0 or new["css"] not in (0, 6, 7):
-                log.warning("controller %d: CC 0x%08X has unsupported IOSQES/IOCQES/MPS/CSS", self.cntlid, value)
+                log.warning("controller %d: CC 0x%08X has unsupported IOSQES/IOCQES/MPS/CSS",
+                            self.cntlid, value)
                 csts |= CSTS_CFS
             else:
                 csts |= CSTS_RDY

@@ -38,7 +38,8 @@ class ConnectData:
     @classmethod
     def decode(cls, data: bytes | memoryview) -> ConnectData:
         data = bytes(data)
-        return cls(data[:16], struct.unpack_from("<H", data, 16)[0], _cstr(data[256:512]), _cstr(data[512:768]))
+        cntlid = struct.unpack_from("<H", data, 16)[0]
+        return cls(data[:16], cntlid, _cstr(data[256:512]), _cstr(data[512:768]))
 
     def encode(self) -> bytes:
         page = bytearray(CONNECT_DATA_SIZE)
@@ -121,7 +122,8 @@ class FabricsQueue:
 
     def _admin_connect(self, sub: Subsystem, info: ConnectData, kato: int) -> Controller:
         if info.cntlid != DYNAMIC_CNTLID:
-            raise NvmeError(Status.CONNECT_INVALID_PARAMETERS, "only the dynamic controller model (CNTLID FFFFh)",
+            raise NvmeError(Status.CONNECT_INVALID_PARAMETERS,
+                            "only the dynamic controller model (CNTLID FFFFh)",
                             dw0=_IN_DATA | _OFF_CNTLID)
         if kato > KATO_MAX_MS:
             raise NvmeError(Status.KEEP_ALIVE_INVALID, f"KATO {kato} ms")
@@ -140,7 +142,8 @@ class FabricsQueue:
             raise NvmeError(Status.COMMAND_SEQUENCE_ERROR, "the controller is not enabled")
         allowed = ctrl.features.queues_allocated or ctrl.max_io_queues
         if qid > allowed or qid in ctrl.io_queues:
-            raise NvmeError(Status.CONNECT_INVALID_PARAMETERS, f"QID {qid} (allocated {allowed})", dw0=_OFF_QID)
+            raise NvmeError(Status.CONNECT_INVALID_PARAMETERS, f"QID {qid} (allocated {allowed})",
+                            dw0=_OFF_QID)
         ctrl.io_queues.add(qid)
         return ctrl
 
@@ -150,7 +153,7 @@ class FabricsQueue:
         return Completion(cmd.cid, 0, value & 0xFFFFFFFF, value >> 32)
 
     def _property_set(self, cmd: Command) -> Completion:
-        offset, size = self._property(cmd)
+        offset, _ = self._property(cmd)
         value = struct.unpack_from("<Q", cmd.raw, 48)[0]
         if offset == Register.CC:
             self.ctrl.write_cc(value & 0xFFFFFFFF)

@@ -41,7 +41,8 @@ NAMESPACE_FIELDS: list[tuple[str, int, str]] = [
 ]
 
 
-def pack_fields(fields: list[tuple[str, int, str]], values: dict[str, object], size: int = IDENTIFY_SIZE) -> bytes:
+def pack_fields(fields: list[tuple[str, int, str]], values: dict[str, object],
+                size: int = IDENTIFY_SIZE) -> bytes:
     page = bytearray(size)
     for name, offset, kind in fields:
         if name not in values:

@@ -45,7 +45,8 @@ class HostMemory:
 
     def write(self, addr: int, data: bytes | memoryview) -> None:
         if addr < 0 or addr + len(data) > len(self.buf):
-            raise NvmeError(Status.DATA_TRANSFER_ERROR, f"DMA write {addr:#x}+{len(data)} outside host memory")
+            raise NvmeError(Status.DATA_TRANSFER_ERROR,
+                            f"DMA write {addr:#x}+{len(data)} outside host memory")
         self.buf[addr:addr + len(data)] = data
 
 
@@ -109,7 +110,8 @@ class PcieController:
         self.memory = memory
         self.msi = msi
         self.auto_service = auto_service
-        self.ctrl = subsystem.new_controller(fabrics=False, queue_manager=self, on_host_interrupt=self._interrupt)
+        self.ctrl = subsystem.new_controller(fabrics=False, queue_manager=self,
+                                             on_host_interrupt=self._interrupt)
         self.ctrl.max_io_queues = DOORBELL_PAIRS - 1
         self.ctrl.on_enable.append(self._create_admin_queues)
         self.ctrl.on_reset.append(self._drop_queues)
@@ -155,7 +157,8 @@ class PcieController:
         if offset == Register.CC:
             self.ctrl.write_cc(self.regs.load(Register.CC))
             return
-        if not Register.DOORBELL_BASE <= offset < Register.DOORBELL_BASE + 2 * DOORBELL_PAIRS * DOORBELL_STRIDE:
+        doorbell_end = Register.DOORBELL_BASE + 2 * DOORBELL_PAIRS * DOORBELL_STRIDE
+        if not Register.DOORBELL_BASE <= offset < doorbell_end:
             return  # AQA/ASQ/ACQ are read at enable; other registers are plain storage
         index = (offset - Register.DOORBELL_BASE) // DOORBELL_STRIDE
         qid, is_cq = index // 2, index % 2
@@ -251,14 +254,16 @@ class PcieController:
         if size < 2 or size > MQES + 1:
             raise NvmeError(Status.INVALID_QUEUE_SIZE, f"{size} entries", param_loc=42)
         if not contiguous:
-            raise NvmeError(Status.INVALID_FIELD, "CAP.CQR=1: queues must be physically contiguous", param_loc=44)
+            raise NvmeError(Status.INVALID_FIELD, "CAP.CQR=1: queues must be physically contiguous",
+                            param_loc=44)
         if base % PAGE_SIZE:
             raise NvmeError(Status.PRP_OFFSET_INVALID, "queue base is not page aligned")
 
     def create_cq(self, qid: int, size: int, base: int, contiguous: bool, ien: bool, vector: int) -> None:
         self._check_new_queue(qid, size, self.cqs, contiguous, base)
         if vector >= 32:
-            raise NvmeError(Status.INVALID_INTERRUPT_VECTOR, f"vector {vector} (32 MSI vectors)", param_loc=46)
+            raise NvmeError(Status.INVALID_INTERRUPT_VECTOR, f"vector {vector} (32 MSI vectors)",
+                            param_loc=46)
         self.cqs[qid] = CompletionQueue(base, size, ien, vector)
 
     def create_sq(self, qid: int, size: int, base: int, contiguous: bool, cqid: int) -> None:

@@ -123,7 +123,8 @@ def parse(raw: bytes | bytearray, *, hdgst: bool, ddgst: bool) -> Pdu:
     is_ic = ptype in (PduType.IC_REQ, PduType.IC_RESP)
     want_hd = hdgst and not is_ic
     if bool(flags & FLAG_HDGST) != want_hd:
-        raise FatalPduError(Fes.INVALID_HEADER_FIELD, 1, header, "HDGSTF does not match the negotiated digest")
+        raise FatalPduError(Fes.INVALID_HEADER_FIELD, 1, header,
+                            "HDGSTF does not match the negotiated digest")
     pos = hlen
     if want_hd:
         if bytes(raw[hlen:hlen + DIGEST_SIZE]) != crc(memoryview(raw)[:hlen]):
@@ -138,7 +139,8 @@ def parse(raw: bytes | bytearray, *, hdgst: bool, ddgst: bool) -> Pdu:
         raise FatalPduError(Fes.INVALID_HEADER_FIELD, 3, header, f"PDO {pdo} outside {pos}..{plen}")
     has_dd = bool(flags & FLAG_DDGST)
     if has_dd != (ddgst and ptype in DATA_PDUS):
-        raise FatalPduError(Fes.INVALID_HEADER_FIELD, 1, header, "DDGSTF does not match the negotiated digest")
+        raise FatalPduError(Fes.INVALID_HEADER_FIELD, 1, header,
+                            "DDGSTF does not match the negotiated digest")
     end = plen - (DIGEST_SIZE if has_dd else 0)
     if end < pdo:
         raise FatalPduError(Fes.INVALID_HEADER_FIELD, 4, header, f"PLEN {plen} too short for PDO {pdo}")
@@ -150,7 +152,7 @@ def parse(raw: bytes | bytearray, *, hdgst: bool, ddgst: bool) -> Pdu:
 
 def validate_common(ch: bytes, *, max_data: int, hdgst: bool, ddgst: bool) -> tuple[int, int]:
     """Check a common header before reading the rest; returns (type, plen)."""
-    ptype, flags, hlen, pdo, plen = CH.unpack(ch)
+    ptype, _flags, hlen, _pdo, plen = CH.unpack(ch)
     try:
         kind = PduType(ptype)
     except ValueError:
@@ -161,13 +163,15 @@ def validate_common(ch: bytes, *, max_data: int, hdgst: bool, ddgst: bool) -> tu
     if plen < hlen:
         raise FatalPduError(Fes.INVALID_HEADER_FIELD, 4, ch, f"PLEN {plen} below HLEN {hlen}")
     if plen > overhead + max_data:
-        raise FatalPduError(Fes.DATA_LIMIT_EXCEEDED, 4, ch, f"PLEN {plen} above the {max_data}-byte data limit")
+        raise FatalPduError(Fes.DATA_LIMIT_EXCEEDED, 4, ch,
+                            f"PLEN {plen} above the {max_data}-byte data limit")
     return kind, plen
 
 
 # ---- PDU-specific headers ---------------------------------------------------------------------------
 def ic_req(hpda: int = 0, hdgst: bool = False, ddgst: bool = False, maxr2t: int = 0) -> list[bytes]:
-    specific = struct.pack("<HBBI", 0, hpda, (1 if hdgst else 0) | (2 if ddgst else 0), maxr2t).ljust(120, b"\0")
+    dgst = (1 if hdgst else 0) | (2 if ddgst else 0)
+    specific = struct.pack("<HBBI", 0, hpda, dgst, maxr2t).ljust(120, b"\0")
     return encode(PduType.IC_REQ, specific)
 
 

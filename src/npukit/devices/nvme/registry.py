@@ -113,5 +113,6 @@ def transfer_lengths(spec: CommandSpec, cmd: Command) -> tuple[int, int]:
     """(bytes host→controller, bytes controller→host) for a command, checked against opcode bits 1:0."""
     n_in, n_out = spec.data_in(cmd), spec.data_out(cmd)
     if (n_in and not cmd.opcode & 0x1) or (n_out and not cmd.opcode & 0x2):
-        raise ConfigError(f"handler '{spec.name}' moves data against the direction of opcode 0x{cmd.opcode:02X}")
+        raise ConfigError(f"handler '{spec.name}' moves data against the direction bits of opcode "
+                          f"0x{cmd.opcode:02X}")
     return n_in, n_out

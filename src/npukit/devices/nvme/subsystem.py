@@ -45,7 +45,8 @@ def _valid_nqn(nqn: str) -> bool:
 
 
 class Subsystem:
-    def __init__(self, nqn: str, namespaces: list[Namespace] | None = None, state: DeviceState | None = None, *,
+    def __init__(self, nqn: str, namespaces: list[Namespace] | None = None,
+                 state: DeviceState | None = None, *,
                  allowed_hosts: set[str] | None = None, max_io_queues: int = 64, max_queue_entries: int = 128,
                  mdts: int = 5, in_capsule_bytes: int = 8192, discovery: bool = False,
                  registry: CommandRegistry | None = None) -> None:

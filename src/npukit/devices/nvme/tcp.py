@@ -211,7 +211,8 @@ class Connection:
         if cccid != pending.cmd.cid:
             raise FatalPduError(Fes.INVALID_HEADER_FIELD, 8, p.header, f"CCCID {cccid} for TTAG {ttag}")
         if length != len(p.data):
-            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 16, p.header, f"DATAL {length} with {len(p.data)} bytes")
+            raise FatalPduError(Fes.INVALID_HEADER_FIELD, 16, p.header,
+                                f"DATAL {length} with {len(p.data)} bytes")
         if offset != pending.received or offset + length > len(pending.buffer):
             raise FatalPduError(Fes.DATA_OUT_OF_RANGE, 12, p.header, f"DATAO {offset} DATAL {length}")
         if offset == 0 and length == len(pending.buffer):
@@ -229,7 +230,8 @@ class Connection:
     def _run(self, cmd: Command, spec: CommandSpec | None, data: memoryview, n_out: int, *,
              digest_error: bool = False) -> None:
         if digest_error:
-            self._respond(self._error(cmd, NvmeError(Status.TRANSIENT_TRANSPORT_ERROR, "data digest", dnr=False)))
+            err = NvmeError(Status.TRANSIENT_TRANSPORT_ERROR, "data digest", dnr=False)
+            self._respond(self._error(cmd, err))
             return
         if spec is None:
             self._respond(self.fabrics.handle(cmd, data))
