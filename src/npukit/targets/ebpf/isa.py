@@ -10,7 +10,6 @@ live in ``verify.py``.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,9 +53,6 @@ CALL_HELPER, CALL_LOCAL, CALL_BTF = 0, 1, 2
 MOVSX_OFFSETS = {ALU: (8, 16), ALU64: (8, 16, 32)}
 NUM_REGS = 11
 
-_SLOT = struct.Struct("<BBhi")
-
-
 class Insn(NamedTuple):
     """One decoded instruction. ``imm`` is signed 32-bit, except for ``lddw``: the 64-bit value."""
 
@@ -98,21 +94,35 @@ def _s16(value: int) -> int:
     return value - (1 << 16) if value & 0x8000 else value
 
 
+def _values(insn: Insn) -> tuple[str, dict[str, int]]:
+    """The toolkit format and field values of an instruction."""
+    op = insn.opcode & 0xFF
+    values = {"dst": insn.dst, "src": insn.src, "off": insn.off, "imm": insn.imm}
+    if op == LDDW:
+        return "lddw", {**values, "imm": insn.imm & 0xFFFFFFFFFFFFFFFF if insn.imm < 0 else insn.imm}
+    from npukit.targets.ebpf.spec import FORMAT_OF_CLASS
+
+    names = FORMAT_OF_CLASS.get(op & 7)
+    if names is None:
+        raise EncodingError(f"opcode 0x{op:02x} has no instruction format")
+    if len(names) == 2:
+        return names[(op >> 3) & 1], {**values, "op": op >> 4}
+    return names[0], {**values, "size": (op >> 3) & 3, "mode": op >> 5}
+
+
 def encode_insn(insn: Insn) -> bytes:
-    """The slot bytes of one instruction (two slots for lddw)."""
-    if not (0 <= insn.dst < 16 and 0 <= insn.src < 16):
-        raise EncodingError(f"register field out of range in {insn}")
-    if not -(1 << 15) <= insn.off < (1 << 16):
-        raise EncodingError(f"offset {insn.off} does not fit 16 bits")
-    regs = insn.dst | (insn.src << 4)
-    if insn.opcode == LDDW:
-        if not -(1 << 63) <= insn.imm < (1 << 64):
-            raise EncodingError(f"lddw immediate {insn.imm} does not fit 64 bits")
-        value = insn.imm & 0xFFFFFFFFFFFFFFFF
-        return _SLOT.pack(LDDW, regs, _s16(insn.off), _s32(value)) + _SLOT.pack(0, 0, 0, _s32(value >> 32))
-    if not -(1 << 31) <= insn.imm < (1 << 32):
-        raise EncodingError(f"immediate {insn.imm} does not fit 32 bits")
-    return _SLOT.pack(insn.opcode & 0xFF, regs, _s16(insn.off), _s32(insn.imm))
+    """The slot bytes of one instruction (two slots for lddw), packed by the toolkit spec."""
+    from npukit.isa.spec import AsmError as ToolkitAsmError
+    from npukit.targets.ebpf.spec import BOUND
+
+    name, values = _values(insn)
+    if name != "lddw" and insn.imm >= (1 << 31):
+        values["imm"] = insn.imm - (1 << 32)  # accept the unsigned spelling of a 32-bit immediate
+    try:
+        wide = BOUND.pack(name, values)
+    except ToolkitAsmError as exc:
+        raise EncodingError(f"cannot encode {insn}: {exc}") from None
+    return wide.to_bytes(16 if name == "lddw" else 8, "little")
 
 
 def encode(insns: list[Insn]) -> bytes:
@@ -130,32 +140,39 @@ def bytes_to_words(data: bytes) -> list[int]:
 
 
 def decode(data: bytes) -> Program:
-    """Decode and validate a program; `EncodingError` names the first bad slot."""
+    """Decode and validate a program through the toolkit spec; `EncodingError` names the first bad slot."""
+    from npukit.errors import DecodeError
+    from npukit.targets.ebpf.spec import BOUND
+
     if len(data) % 8:
         raise EncodingError(f"program of {len(data)} bytes is not a whole number of 8-byte slots")
     if not data:
         raise EncodingError("empty program")
-    slots = [_SLOT.unpack_from(data, i) for i in range(0, len(data), 8)]
+    words = bytes_to_words(data)
     out: list[Insn | None] = []
     pc = 0
-    while pc < len(slots):
-        opcode, regs, off, imm = slots[pc]
-        insn = Insn(opcode, regs & 0x0F, regs >> 4, off, imm)
-        if opcode == LDDW:
-            if pc + 1 >= len(slots):
-                raise EncodingError(f"pc {pc}: lddw is missing its second slot")
-            op2, regs2, off2, imm2 = slots[pc + 1]
-            if op2 or regs2 or off2:
-                raise EncodingError(f"pc {pc + 1}: second slot of lddw must have opcode, registers and offset 0")
-            insn = insn._replace(imm=(imm & 0xFFFFFFFF) | ((imm2 & 0xFFFFFFFF) << 32))
-        reason = check_fields(insn)
-        if reason:
-            raise EncodingError(f"pc {pc}: {reason} (slot 0x{int.from_bytes(data[pc * 8:pc * 8 + 8], 'little'):016x})")
-        out.append(insn)
-        if insn.slots == 2:
-            out.append(None)
-        pc += insn.slots
+    while pc < len(words):
+        try:
+            slot, n = BOUND.decode_at(words, pc)
+        except DecodeError as exc:
+            raise EncodingError(f"pc {pc}: {_reason(words[pc], exc.reason)} (slot 0x{words[pc]:016x})") from None
+        out.append(Insn(slot.opcode_byte, slot.dst, slot.src, slot.off, slot.imm))
+        out.extend([None] * (n - 1))
+        pc += n
     return Program(tuple(out))
+
+
+def _reason(word: int, toolkit_reason: str) -> str:
+    """The most specific one-line reason for a slot the spec rejected."""
+    if word & 0xFF == LDDW:
+        if "program ends" in toolkit_reason:
+            return "lddw is missing its second slot"
+        if "reserved" in toolkit_reason:
+            return "second slot of lddw must have opcode, registers and offset 0"
+    imm = (word >> 32) & 0xFFFFFFFF
+    raw = Insn(word & 0xFF, (word >> 8) & 0xF, (word >> 12) & 0xF, ((word >> 16) & 0xFFFF) - (
+        0x10000 if word & (1 << 31) else 0), imm - (1 << 32) if imm >> 31 else imm)
+    return check_fields(raw) or toolkit_reason
 
 
 def _zero(insn: Insn, *fields: str) -> str | None:
