@@ -45,3 +45,10 @@ def test_a_wrong_interpreter_is_refused(bench, monkeypatch):
     monkeypatch.setattr(Interpreter, "run", off_by_one)
     with pytest.raises(SystemExit, match="differs from LiteRT BUILTIN_REF"):
         bench.bench_model("zoo:digits", 1, 0.01)
+
+
+@pytest.mark.slow
+def test_reference_interpreter_is_not_slower_than_litert_reference_on_resnet8(bench):
+    """The acceptance bar, measured interleaved in one run: npukit ≥ LiteRT BUILTIN_REF on ResNet-8."""
+    row = bench.bench_model("resnet8-cifar10", rounds=5, min_time=0.15)
+    assert row["figures"]["ratio_vs_litert_ref"].value >= 1.0

@@ -4,6 +4,7 @@ held-out split of scikit-learn's digits, and LiteRT's reference kernels agree on
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from ai_edge_litert.interpreter import Interpreter as LiteRT
 from ai_edge_litert.interpreter import OpResolverType
 
@@ -20,9 +21,14 @@ def test_asset_is_small_int8_and_per_channel():
     assert all(t.dtype != np.float32 for t in model.tensors)
 
 
-def test_accuracy_claim_recomputed_and_litert_agrees():
+@pytest.fixture(scope="module")
+def split():
+    return digits.load_split()  # importing scikit-learn takes a few seconds: once per module
+
+
+@pytest.mark.slow
+def test_accuracy_claim_recomputed_and_litert_agrees(split):
     metrics = digits.load_metrics()
-    split = digits.load_split()
     assert split.y_test.size == metrics["n_test"] == 450
     images = digits.quantize_images(split.x_test)
     path = digits.asset_dir() / "digits_int8.tflite"
@@ -40,8 +46,8 @@ def test_accuracy_claim_recomputed_and_litert_agrees():
         assert np.array_equal(ref.get_tensor(out)[0], ours[i]), f"held-out sample {i}"
 
 
-def test_samples_are_held_out_rows():
-    split = digits.load_split()
+@pytest.mark.slow
+def test_samples_are_held_out_rows(split):
     with np.load(digits.asset_dir() / "samples.npz") as s:
         images, labels = s["images"], s["labels"]
     test_images = digits.quantize_images(split.x_test)
