@@ -39,7 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("nvme", help="NVMe/TCP storage device: serve it, or query one like nvme-cli")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", title="verbs")
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+    _register_serve(verbs)
+    _register_queries(verbs)
+    _register_data(verbs)
+    _register_passthru_and_firmware(verbs)
 
+
+def _register_serve(verbs: argparse._SubParsersAction) -> None:
     s = verbs.add_parser("serve", help="serve a file-backed namespace over NVMe/TCP (+ discovery)")
     s.add_argument("--listen", default="127.0.0.1:4420",
                    help="HOST:PORT (default 127.0.0.1:4420; port 0 = any)")
@@ -56,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--io-queues", type=int, default=64, help="I/O queues granted per controller (default 64)")
     s.set_defaults(func=run_serve)
 
+
+def _register_queries(verbs: argparse._SubParsersAction) -> None:
     d = verbs.add_parser("discover", help="read the discovery log page")
     _connection(d, 8009, short=True)
     d.set_defaults(func=run_discover, nqn_is_discovery=True)
@@ -84,6 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("-b", "--raw-binary", action="store_true", help="write the raw log to stdout")
     v.set_defaults(func=run_get_log)
 
+
+def _register_data(verbs: argparse._SubParsersAction) -> None:
     for name, func in (("read", run_read), ("write", run_write)):
         v = verbs.add_parser(name, help=f"{name} logical blocks")
         _connection(v)
@@ -101,6 +111,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("-n", "--namespace-id", type=_int, default=1)
     v.set_defaults(func=run_flush)
 
+
+def _register_passthru_and_firmware(verbs: argparse._SubParsersAction) -> None:
     for name in ("admin-passthru", "io-passthru"):
         v = verbs.add_parser(name, help=f"send any {name.split('-')[0]} command")
         _connection(v)

@@ -176,6 +176,29 @@ class TcpQueue:
             else:
                 raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
 
+    def run_batch(self, batch: list[tuple[Command, bytes, int]]) -> list[Reply]:
+        """Send every (command, data, read_len) before reading any reply: queue depth len(batch).
+        R2Ts and C2HData are matched to their commands by CCCID; replies come back in batch order."""
+        owed, received, replies = {}, {}, {}
+        for cmd, data, read_len in batch:
+            cmd.cid = self.next_cid()
+            owed[cmd.cid] = self.send_command(cmd, data, read_len)
+            received[cmd.cid] = bytearray(read_len)
+        while len(replies) < len(batch):
+            p = self.read_pdu()
+            if p.type == PduType.CAPSULE_RESP:
+                cqe = Cqe.decode(p.header[8:24])
+                replies[cqe.cid] = Reply(cqe, bytes(received.get(cqe.cid, b"")))
+            elif p.type == PduType.C2H_DATA:
+                cccid, _ttag, offset, length = pdu.data_fields(p)
+                received[cccid][offset:offset + length] = p.data
+            elif p.type == PduType.R2T:
+                cccid, ttag, offset, length = pdu.data_fields(p)
+                self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
+            else:
+                raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+        return [replies[cmd.cid] for cmd, _, _ in batch]
+
     def _send_h2c(self, cid: int, ttag: int, data: memoryview, base: int) -> None:
         step = self.maxh2cdata or len(data)
         for start in range(0, len(data), step):

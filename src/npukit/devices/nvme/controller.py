@@ -146,7 +146,11 @@ class Controller:
             raise NvmeError(Status.COMMAND_SEQUENCE_ERROR, "controller not enabled (CC.EN=0)")
         if cmd.fuse:
             raise NvmeError(Status.INVALID_FIELD, "fused operations are not supported", param_loc=1)
-        n_in, n_out = transfer_lengths(spec, cmd)
+        try:
+            n_in, n_out = transfer_lengths(spec, cmd)
+        except Exception as exc:  # an extension's length function failed or broke the direction rule
+            log.error("controller %d: %s", self.cntlid, exc)
+            raise NvmeError(Status.INTERNAL_ERROR, str(exc), dnr=False) from None
         if max(n_in, n_out) > self.max_transfer and cmd.opcode != 0x7F:
             raise NvmeError(Status.INVALID_FIELD, f"transfer of {max(n_in, n_out)} bytes exceeds MDTS")
         return spec, n_in, n_out
