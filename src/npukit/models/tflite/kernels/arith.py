@@ -11,7 +11,7 @@ import numpy as np
 
 from npukit.errors import FormatError
 from npukit.formats import fixedpoint as fp
-from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, finish, mbqm
+from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, Requantizer, finish, mbqm
 
 _CODES = np.arange(-128, 128, dtype=np.int64)
 
@@ -32,11 +32,11 @@ def prepare_add(ctx: Ctx) -> Kernel:
     # each input's rescale depends on its int8 code only: 256-entry tables, same arithmetic
     table_a = mbqm((_CODES + p.input1_offset) << p.left_shift, p.input1_multiplier, p.input1_shift)
     table_b = mbqm((_CODES + p.input2_offset) << p.left_shift, p.input2_multiplier, p.input2_shift)
+    requant = Requantizer(p.output_multiplier, p.output_shift)
 
     def run(ins: Arrays) -> list[np.ndarray]:
         total = table_a[ins[0].astype(np.intp) + 128] + table_b[ins[1].astype(np.intp) + 128]
-        scaled = mbqm(total, p.output_multiplier, p.output_shift, inplace=True)
-        return [finish(scaled, p.output_offset, lo, hi)]
+        return [finish(requant(total, inplace=True), p.output_offset, lo, hi)]
 
     return run
 
@@ -52,11 +52,12 @@ def prepare_sub(ctx: Ctx) -> Kernel:
     lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
     table_a = mbqm((_CODES - qa.zp) << left_shift, m1, e1)
     table_b = mbqm((_CODES - qb.zp) << left_shift, m2, e2)
+    requant = Requantizer(mo, eo)
     zy = qy.zp
 
     def run(ins: Arrays) -> list[np.ndarray]:
         diff = table_a[ins[0].astype(np.intp) + 128] - table_b[ins[1].astype(np.intp) + 128]
-        return [finish(mbqm(diff, mo, eo, inplace=True), zy, lo, hi)]
+        return [finish(requant(diff, inplace=True), zy, lo, hi)]
 
     return run
 
@@ -64,12 +65,12 @@ def prepare_sub(ctx: Ctx) -> Kernel:
 def prepare_mul(ctx: Ctx) -> Kernel:
     _a_t, _b_t, y_t, qa, qb, qy = _operands(ctx)
     real = np.float32(qa.s) * np.float32(qb.s) / np.float32(qy.s)  # float arithmetic in mul.cc
-    m, e = fp.quantize_multiplier(float(real))
+    requant = Requantizer(*fp.quantize_multiplier(float(real)))
     lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
     za, zb, zy = qa.zp, qb.zp, qy.zp
 
     def run(ins: Arrays) -> list[np.ndarray]:
         a, b = ins[0].astype(np.int64), ins[1].astype(np.int64)
-        return [finish(mbqm((a - za) * (b - zb), m, e), zy, lo, hi)]
+        return [finish(requant((a - za) * (b - zb), inplace=True), zy, lo, hi)]
 
     return run

@@ -126,8 +126,9 @@ def pad_before(size: int, filt: int, stride: int, dilation: int, out: int) -> in
     return max((out - 1) * stride + eff - size, 0) // 2
 
 
-def mbqm(acc: np.ndarray, multiplier, shift, inplace: bool = False) -> np.ndarray:
-    """``MultiplyByQuantizedMultiplier`` (double rounding) on int64 arrays → int64, fused for speed.
+class Requantizer:
+    """``MultiplyByQuantizedMultiplier`` (double rounding) on int64 arrays → int64, fused for speed,
+    with its per-channel constants prepared once per op.
 
     The same function as `fixedpoint.multiply_by_quantized_multiplier` (tested equal on random and
     edge values, and both bit-exact with LiteRT) without its input checks, in a few in-place array
@@ -135,36 +136,56 @@ def mbqm(acc: np.ndarray, multiplier, shift, inplace: bool = False) -> np.ndarra
     equals ``(v + 2^30) >> 31`` for either sign (for v < 0, trunc of a negative is a ceiling, and
     ``ceil((v + 1 − 2^30) / 2^31) = floor((v + 2^30) / 2^31)``); the saturating case needs
     m = −2^31, which QuantizeMultiplier never produces. RoundingDivideByPOT by r ≥ 1 is
-    ``(h + 2^(r−1) − [h < 0]) >> r`` (half away from zero). ``acc`` must hold int32 values,
-    ``multiplier`` lie in [0, 2^31) and ``shift`` in [−31, 30], scalars or per-channel arrays;
-    ``inplace=True`` reuses ``acc`` (an int64 array the caller no longer needs).
+    ``(h + 2^(r−1) − [h < 0]) >> r`` (half away from zero). Inputs must hold int32 values,
+    ``multiplier`` lie in [0, 2^31) and ``shift`` in [−31, 30], scalars or per-channel arrays.
     """
-    x = np.asarray(acc, dtype=np.int64)
-    m = np.asarray(multiplier, dtype=np.int64)
-    s = np.asarray(shift, dtype=np.int64)
-    left, right = np.maximum(s, 0), np.maximum(-s, 0)
-    if np.any(left):
-        x = ((x << left) + 2**31 & 0xFFFFFFFF) - 2**31  # C's int32 product x * (1 << left) wraps
-        inplace = True
-    h = np.multiply(x, m, out=x if inplace and x.shape == np.broadcast_shapes(x.shape, m.shape) else None)
-    h += 1 << 30
-    h >>= 31
-    if not np.any(right):
+
+    def __init__(self, multiplier, shift) -> None:
+        def squeeze(a: np.ndarray):
+            return a.reshape(()) if a.size == 1 and a.ndim <= 1 else a
+
+        m = np.asarray(multiplier, dtype=np.int64)
+        s = np.asarray(shift, dtype=np.int64)
+        self.m = squeeze(m)
+        self.left = squeeze(np.maximum(s, 0))
+        self.right = squeeze(np.maximum(-s, 0))
+        self.has_left = bool(np.any(self.left))
+        self.has_right = bool(np.any(self.right))
+        self.all_right = bool(np.all(self.right > 0))
+        self.half = squeeze((np.int64(1) << self.right) >> 1)
+        self.right_pos = self.right > 0
+
+    def __call__(self, acc: np.ndarray, inplace: bool = False) -> np.ndarray:
+        """``inplace=True`` reuses ``acc`` (an int64 array the caller no longer needs)."""
+        x = np.asarray(acc, dtype=np.int64)
+        if self.has_left:
+            x = ((x << self.left) + 2**31 & 0xFFFFFFFF) - 2**31  # C's int32 x * (1 << left) wraps
+            inplace = True
+        if inplace and (self.m.ndim == 0 or (x.ndim >= 1 and x.shape[-1] == self.m.shape[-1])):
+            h = np.multiply(x, self.m, out=x)
+        else:
+            h = x * self.m
+        h += 1 << 30
+        h >>= 31
+        if not self.has_right:
+            return h
+        negative = h < 0
+        h += self.half
+        h -= negative if self.all_right else negative & self.right_pos
+        h >>= self.right
         return h
-    negative = h < 0
-    h += (np.int64(1) << right) >> 1
-    if np.all(right > 0):
-        h -= negative
-    else:
-        h -= negative & (right > 0)
-    h >>= right
-    return h
+
+
+def mbqm(acc: np.ndarray, multiplier, shift, inplace: bool = False) -> np.ndarray:
+    """One-off `Requantizer` call (prepare-time tables and small ops)."""
+    return Requantizer(multiplier, shift)(acc, inplace)
 
 
 def finish(acc: np.ndarray, zp: int, lo: int, hi: int, dtype=np.int8) -> np.ndarray:
     """Add the output zero point, clamp to the activation range, narrow (``acc`` is consumed)."""
     acc += zp
-    np.clip(acc, lo, hi, out=acc)
+    np.maximum(acc, lo, out=acc)
+    np.minimum(acc, hi, out=acc)
     return acc.astype(dtype)
 
 

@@ -21,9 +21,9 @@ from npukit.models.tflite.kernels.common import (
     Arrays,
     Ctx,
     Kernel,
+    Requantizer,
     finish,
     geometry,
-    mbqm,
     pad_input,
     round_half_away,
     window_slices,
@@ -63,7 +63,7 @@ def prepare_conv2d(ctx: Ctx) -> Kernel:
     qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
     if np.any(qw.zero_point != 0):
         raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
-    mult, shift = _channel_multipliers(ctx, qx.s, qw.scale, qy.s, n)
+    requant = Requantizer(*_channel_multipliers(ctx, qx.s, qw.scale, qy.s, n))
     bias = _bias(ctx, 2, n)
     lo, hi = ctx.activation(o.fused_activation_function, y_t)
     zp_in, zp_out = qx.zp, qy.zp
@@ -90,7 +90,7 @@ def prepare_conv2d(ctx: Ctx) -> Kernel:
             cols = cols.reshape(-1, k)
         acc = (cols @ wmat).astype(np.int64)
         acc += bias
-        return [finish(mbqm(acc, mult, shift, inplace=True), zp_out, lo, hi).reshape(nb, g.oh, g.ow, n)]
+        return [finish(requant(acc, inplace=True), zp_out, lo, hi).reshape(nb, g.oh, g.ow, n)]
 
     return run
 
@@ -108,7 +108,7 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
     qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
     if np.any(qw.zero_point != 0):
         raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
-    mult, shift = _channel_multipliers(ctx, qx.s, qw.scale, qy.s, n)
+    requant = Requantizer(*_channel_multipliers(ctx, qx.s, qw.scale, qy.s, n))
     bias = _bias(ctx, 2, n)
     lo, hi = ctx.activation(o.fused_activation_function, y_t)
     zp_in, zp_out = qx.zp, qy.zp
@@ -128,7 +128,7 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
                 acc += patch[..., None] * taps[i, j]
         acc64 = acc.reshape(nb, g.oh, g.ow, n).astype(np.int64)
         acc64 += bias
-        return [finish(mbqm(acc64, mult, shift, inplace=True), zp_out, lo, hi)]
+        return [finish(requant(acc64, inplace=True), zp_out, lo, hi)]
 
     return run
 
