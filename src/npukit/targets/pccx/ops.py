@@ -16,17 +16,18 @@ numerics module and are named here explicitly:
   (embedding and per-layer-embedding row dequantization, RoPE cos/sin tables, sampling) is float32
   on the host; a value crosses into L2 rounded once to BF16.
 
-`RecordingOps` is the same set with every call appended to a trace (name, shapes), the starting
-point for lowering the reference into a program.
+`RecordingOps` is the same set with every call appended to a trace (name, shapes; the shared
+`npukit.compile.record.Recorder`), the starting point for lowering the reference into a program.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from npukit.compile.record import Recorder
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.memory import kv_quantize
 
@@ -99,32 +100,8 @@ class PccxOps:
         return np.asarray(x, dtype=np.float32).copy()
 
 
-def _shape(a: Any) -> tuple[int, ...] | None:
-    return tuple(np.shape(a)) if isinstance(a, np.ndarray | np.generic) else None
-
-
 @dataclass
-class RecordingOps(PccxOps):
+class RecordingOps(Recorder, PccxOps):
     """`PccxOps` that also records each call: (op name, shapes of array arguments, keyword flags)."""
 
-    trace: list[tuple[str, tuple, dict]] = field(default_factory=list)
-
-    def __getattribute__(self, name: str) -> Any:
-        attr = object.__getattribute__(self, name)
-        if name in DEVICE_OPS or name in EXTENDED_OPS or name in MOVE_OPS:
-            trace = object.__getattribute__(self, "trace")
-
-            def call(*args: Any, **kw: Any) -> Any:
-                flags = {k: (v if np.ndim(v) == 0 and not isinstance(v, np.ndarray) else _shape(v))
-                         for k, v in kw.items()}
-                trace.append((name, tuple(_shape(a) for a in args), flags))
-                return attr(*args, **kw)
-
-            return call
-        return attr
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name, _, _ in self.trace:
-            out[name] = out.get(name, 0) + 1
-        return out
+    recorded: ClassVar[frozenset[str]] = frozenset(DEVICE_OPS + EXTENDED_OPS + MOVE_OPS)

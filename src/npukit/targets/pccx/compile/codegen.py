@@ -26,8 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from npukit.compile import liveness
 from npukit.targets.pccx import isa
-from npukit.targets.pccx.compile.ir import Buf, CapacityError, CompileError, Node, Ref
+from npukit.targets.pccx.compile.ir import CapacityError, CompileError, Node, Ref
 from npukit.targets.pccx.isa import (
     BINARY,
     ELEMS_PER_WORD,
@@ -264,48 +265,15 @@ class CodeGen:
 
     # ---- 2. allocation ---------------------------------------------------------------------------
     def _allocate(self, nodes: list[Node]) -> int:
-        first: dict[int, int] = {}
-        last: dict[int, int] = {}
-        roots: dict[int, Buf] = {}
-        for i, nd in enumerate(nodes):
-            for r in ([nd.out] if nd.out is not None else []) + self._reads(nd):
-                root = r.root()[0]
-                roots[id(root)] = root
-                first.setdefault(id(root), i)
-                last[id(root)] = i
-        by_start: dict[int, list[Buf]] = {}
-        for k, b in roots.items():
-            by_start.setdefault(first[k], []).append(b)
-        by_end: dict[int, list[Buf]] = {}
-        for k, b in roots.items():
-            by_end.setdefault(last[k], []).append(b)
-        lo, hi = 1, self.limits.l2_words  # word 0: scratch for S loads
-        free: list[tuple[int, int]] = [(lo, hi)]
-        peak = lo
-        for i in range(len(nodes)):
-            for b in by_start.get(i, []):
-                need = words_of(b.n)
-                for j, (a, e) in enumerate(free):
-                    if e - a >= need:
-                        b.addr = a
-                        free[j] = (a + need, e)
-                        if free[j][0] == e:
-                            free.pop(j)
-                        peak = max(peak, a + need)
-                        break
-                else:
-                    raise CapacityError(f"L2 is full: {b.name} needs {need} words at node {i} "
-                                       f"({self.limits.l2_words} words in all)")
-            for b in by_end.get(i, []):
-                free.append((b.addr, b.addr + words_of(b.n)))
-                free.sort()
-                merged: list[tuple[int, int]] = []
-                for a, e in free:
-                    if merged and merged[-1][1] == a:
-                        merged[-1] = (merged[-1][0], e)
-                    else:
-                        merged.append((a, e))
-                free = merged
+        spans = liveness.lifetimes(
+            [r.root()[0] for r in ([nd.out] if nd.out is not None else []) + self._reads(nd)] for nd in nodes)
+        try:  # word 0: scratch for S loads
+            addrs, peak = liveness.first_fit(spans, lambda b: words_of(b.n), 1, self.limits.l2_words)
+        except liveness.NoRoom as full:
+            raise CapacityError(f"L2 is full: {full.item.name} needs {full.size} words at node {full.node} "
+                                f"({self.limits.l2_words} words in all)") from None
+        for j, span in enumerate(spans):
+            span.item.addr = addrs[j]
         return peak
 
     # ---- 3-5. emission ---------------------------------------------------------------------------
