@@ -44,9 +44,11 @@ def native_library(workdir: Path) -> ctypes.CDLL:
     if cc is None:
         raise SystemExit("clang is needed for the native peer (apt-get install clang-14)")
     src = workdir / "native.c"
-    src.write_text('#include "checksum_core.h"\n#include "sort_core.h"\n'
-                   "unsigned long checksum(const unsigned char *b, unsigned long n) { return checksum_words(b, n); }\n"
-                   "void sort(unsigned int *v, unsigned long n) { sort_words(v, n); }\n")
+    src.write_text(
+        '#include "checksum_core.h"\n#include "sort_core.h"\n'
+        "unsigned long checksum(const unsigned char *b, unsigned long n) { return checksum_words(b, n); }\n"
+        "void sort(unsigned int *v, unsigned long n) { sort_words(v, n); }\n"
+    )
     lib = workdir / "libnative.so"
     subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{EXAMPLES}", str(src), "-o", str(lib)], check=True)
     dll = ctypes.CDLL(str(lib))
@@ -57,8 +59,9 @@ def native_library(workdir: Path) -> ctypes.CDLL:
 
 def machine(name: str) -> Machine:
     helpers = alkali_helpers()
-    loaded = load_elf((EXAMPLES / f"{name}.v2.o").read_bytes(),
-                      helper_names={n: i for i, n in helpers.names().items()})
+    loaded = load_elf(
+        (EXAMPLES / f"{name}.v2.o").read_bytes(), helper_names={n: i for i, n in helpers.names().items()}
+    )
     return Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry)
 
 
@@ -84,8 +87,13 @@ def bench_checksum(dll: ctypes.CDLL, nbytes: int, repeats: int) -> dict[str, Any
     piece = data[: max(4, nbytes // 16)]
     n_piece = m.run(piece, 8, "alkali", engine="interp", budget=1 << 40).instructions
     t_interp = median_time(lambda: m.run(piece, 8, "alkali", engine="interp", budget=1 << 40), 1)
-    return {"name": f"checksum {nbytes} B", "insns": res.instructions, "t_vm": t_vm, "t_native": t_native,
-            "interp_ips": n_piece / t_interp}
+    return {
+        "name": f"checksum {nbytes} B",
+        "insns": res.instructions,
+        "t_vm": t_vm,
+        "t_native": t_native,
+        "interp_ips": n_piece / t_interp,
+    }
 
 
 def bench_sort(dll: ctypes.CDLL, nwords: int, repeats: int) -> dict[str, Any]:
@@ -108,19 +116,32 @@ def bench_sort(dll: ctypes.CDLL, nwords: int, repeats: int) -> dict[str, Any]:
     piece = data[: 4 * max(2, nwords // 4)]
     n_piece = m.run(piece, len(piece), "alkali", engine="interp", budget=1 << 40).instructions
     t_interp = median_time(lambda: m.run(piece, len(piece), "alkali", engine="interp", budget=1 << 40), 1)
-    return {"name": f"insertion sort {nwords} words", "insns": res.instructions, "t_vm": t_vm,
-            "t_native": t_native, "interp_ips": n_piece / t_interp}
+    return {
+        "name": f"insertion sort {nwords} words",
+        "insns": res.instructions,
+        "t_vm": t_vm,
+        "t_native": t_native,
+        "interp_ips": n_piece / t_interp,
+    }
 
 
 def figures(row: dict[str, Any]) -> dict[str, Figure]:
     src = f"{SOURCE}; {platform.python_implementation()} {platform.python_version()}, {platform.machine()}"
     vm = Figure(row["insns"] / row["t_vm"], "insn/s", Tier.MEASURED, f"fast path; {src}")
-    native = Figure(row["insns"] / row["t_native"], "insn/s", Tier.MEASURED,
-                    f"clang -O2 native, BPF-equivalent instructions; {src}")
+    native = Figure(
+        row["insns"] / row["t_native"],
+        "insn/s",
+        Tier.MEASURED,
+        f"clang -O2 native, BPF-equivalent instructions; {src}",
+    )
     interp = Figure(row["interp_ips"], "insn/s", Tier.MEASURED, f"reference interpreter; {src}")
-    return {"vm": vm, "native": native, "interp": interp,
-            "vm_over_native": Figure(vm.value / native.value, "x", Tier.DERIVED, "vm insn/s / native insn/s"),
-            "fast_over_interp": Figure(vm.value / interp.value, "x", Tier.DERIVED, "fast path / interpreter")}
+    return {
+        "vm": vm,
+        "native": native,
+        "interp": interp,
+        "vm_over_native": Figure(vm.value / native.value, "x", Tier.DERIVED, "vm insn/s / native insn/s"),
+        "fast_over_interp": Figure(vm.value / interp.value, "x", Tier.DERIVED, "fast path / interpreter"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,9 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         dll = native_library(Path(tmp))
-        rows = [bench_checksum(dll, args.checksum_bytes, args.repeats), bench_sort(dll, args.sort_words, args.repeats)]
-    out = [{"program": r["name"], "instructions": r["insns"], **{k: f.to_json() for k, f in figures(r).items()}}
-           for r in rows]
+        rows = [
+            bench_checksum(dll, args.checksum_bytes, args.repeats),
+            bench_sort(dll, args.sort_words, args.repeats),
+        ]
+    out = [
+        {"program": r["name"], "instructions": r["insns"], **{k: f.to_json() for k, f in figures(r).items()}}
+        for r in rows
+    ]
     if args.json:
         ui.emit_json({"benchmark": "ebpf_vm", "rows": out})
         return 0
@@ -142,10 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for r in rows:
         f = figures(r)
-        table.append([r["name"], f"{r['insns']:,}", f["vm"].fmt(3), f["interp"].fmt(3), f["native"].fmt(3),
-                      f"1/{1 / f['vm_over_native'].value:,.0f}", f["fast_over_interp"].fmt(3)])
-    ui.table(table, ["program", "BPF insns", "fast path", "interpreter", "native C", "VM/native",
-                     "fast/interp"], align="lrrrrrr")
+        table.append(
+            [
+                r["name"],
+                f"{r['insns']:,}",
+                f["vm"].fmt(3),
+                f["interp"].fmt(3),
+                f["native"].fmt(3),
+                f"1/{1 / f['vm_over_native'].value:,.0f}",
+                f["fast_over_interp"].fmt(3),
+            ]
+        )
+    ui.table(
+        table,
+        ["program", "BPF insns", "fast path", "interpreter", "native C", "VM/native", "fast/interp"],
+        align="lrrrrrr",
+    )
     return 0
 
 

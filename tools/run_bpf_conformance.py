@@ -42,8 +42,19 @@ def run_one(path: Path, npukit: list[str], engine: str, workdir: Path) -> tuple[
     else:
         prog = stem.with_suffix(".s")
         prog.write_text("\n".join(sec.get("asm", [])) + "\n")
-    cmd = [*npukit, "bpf", "run", str(prog), "--abi", "ubpf", "--helpers", "conformance", "--json",
-           "--engine", engine]
+    cmd = [
+        *npukit,
+        "bpf",
+        "run",
+        str(prog),
+        "--abi",
+        "ubpf",
+        "--helpers",
+        "conformance",
+        "--json",
+        "--engine",
+        engine,
+    ]
     if "mem" in sec:
         mem = stem.with_suffix(".mem")
         mem.write_text("\n".join(sec["mem"]) + "\n")

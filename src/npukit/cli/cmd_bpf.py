@@ -29,20 +29,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_disasm)
     r = bsub.add_parser("run", help="run a program and print r0, the output buffer and printed strings")
     r.add_argument("program", help="ELF .o, uBPF .s, raw little-endian slots or hex text")
-    r.add_argument("--mem", metavar="HEXFILE", help="input memory as hex bytes (aa bb 11 cc), the corpus's -- mem")
+    r.add_argument(
+        "--mem", metavar="HEXFILE", help="input memory as hex bytes (aa bb 11 cc), the corpus's -- mem"
+    )
     r.add_argument("--input", metavar="FILE", help="input memory as a binary file")
     r.add_argument("--output-size", type=int, default=0, metavar="N", help="output buffer bytes (Alkali ABI)")
     r.add_argument("--abi", choices=("ubpf", "alkali"), help="entry ABI (default: alkali for ELF, else ubpf)")
-    r.add_argument("--helpers", choices=("alkali", "conformance"),
-                   help="helper set (default: alkali with --abi alkali, else conformance)")
+    r.add_argument(
+        "--helpers",
+        choices=("alkali", "conformance"),
+        help="helper set (default: alkali with --abi alkali, else conformance)",
+    )
     r.add_argument("--section", help="ELF program section (default: the first executable one)")
-    r.add_argument("--legacy-relocations", action="store_true",
-                   help="reproduce the Alkali uBPF fork: R_BPF_64_64 addends ignored (strings all point at "
-                        "the start of .rodata)")
-    r.add_argument("--div-by-zero", choices=("rfc", "fault"), default="rfc",
-                   help="rfc: x/0 = 0, x%%0 = x (default); fault: stop like the Alkali fork")
-    r.add_argument("--budget", type=int, default=None, metavar="N", help="instruction budget (default 50,000,000)")
-    r.add_argument("--engine", choices=("fast", "interp"), default="fast", help="fast path or reference interpreter")
+    r.add_argument(
+        "--legacy-relocations",
+        action="store_true",
+        help="reproduce the Alkali uBPF fork: R_BPF_64_64 addends ignored (strings all point at "
+        "the start of .rodata)",
+    )
+    r.add_argument(
+        "--div-by-zero",
+        choices=("rfc", "fault"),
+        default="rfc",
+        help="rfc: x/0 = 0, x%%0 = x (default); fault: stop like the Alkali fork",
+    )
+    r.add_argument(
+        "--budget", type=int, default=None, metavar="N", help="instruction budget (default 50,000,000)"
+    )
+    r.add_argument(
+        "--engine", choices=("fast", "interp"), default="fast", help="fast path or reference interpreter"
+    )
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=run_run)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
@@ -62,7 +78,7 @@ def run_asm(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write {args.output!r}: {exc.strerror}") from None
     else:
         for i in range(0, len(data), 8):
-            print(" ".join(f"{b:02x}" for b in data[i:i + 8]))
+            print(" ".join(f"{b:02x}" for b in data[i : i + 8]))
     return 0
 
 
@@ -104,10 +120,18 @@ def run_run(args: argparse.Namespace) -> int:
     is_elf = raw[:4] == b"\x7fELF"
     abi = args.abi or ("alkali" if is_elf else "ubpf")
     helpers = REGISTRIES[args.helpers or ("alkali" if abi == "alkali" else "conformance")]()
-    loaded = program_from_bytes(raw, section=args.section, legacy_relocations=args.legacy_relocations,
-                                helper_names={name: i for i, name in helpers.names().items()})
-    machine = Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry, div_by_zero=args.div_by_zero)
-    result = machine.run(data, args.output_size, abi, budget=args.budget or DEFAULT_BUDGET, engine=args.engine)
+    loaded = program_from_bytes(
+        raw,
+        section=args.section,
+        legacy_relocations=args.legacy_relocations,
+        helper_names={name: i for i, name in helpers.names().items()},
+    )
+    machine = Machine(
+        loaded.program, helpers, loaded.sections, entry=loaded.entry, div_by_zero=args.div_by_zero
+    )
+    result = machine.run(
+        data, args.output_size, abi, budget=args.budget or DEFAULT_BUDGET, engine=args.engine
+    )
     if args.json:
         print(json.dumps(result.to_json()))
         return 0

@@ -25,9 +25,11 @@ def native_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         pytest.fail("clang is needed for the native oracle (apt-get install clang-14)")
     d = tmp_path_factory.mktemp("native")
     src = d / "native.c"
-    src.write_text('#include "checksum_core.h"\n#include "sort_core.h"\n'
-                   "unsigned long checksum(const unsigned char *b, unsigned long n) { return checksum_words(b, n); }\n"
-                   "void sort(unsigned int *v, unsigned long n) { sort_words(v, n); }\n")
+    src.write_text(
+        '#include "checksum_core.h"\n#include "sort_core.h"\n'
+        "unsigned long checksum(const unsigned char *b, unsigned long n) { return checksum_words(b, n); }\n"
+        "void sort(unsigned int *v, unsigned long n) { sort_words(v, n); }\n"
+    )
     lib = d / "libnative.so"
     subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{EXAMPLES}", str(src), "-o", str(lib)], check=True)
     dll = ctypes.CDLL(str(lib))

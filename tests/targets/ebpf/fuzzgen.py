@@ -75,7 +75,7 @@ def stream(rng: random.Random, length: int) -> bytes:
         pc += 1
         if op == isa.LDDW:
             out += struct.pack("<BBhi", 0, 0, 0, rng.randrange(-(1 << 31), 1 << 31))
-            out[-16 + 4:-8] = struct.pack("<i", imm)
+            out[-16 + 4 : -8] = struct.pack("<i", imm)
             pc += 1
     out += struct.pack("<BBhi", isa.OP_EXIT, 0, 0, 0)
     return bytes(out)

@@ -41,8 +41,20 @@ def test_program(path: Path, engine: str, tmp_path: Path, capsys: pytest.Capture
     sec = parse(path)
     prog = tmp_path / ("prog.raw" if "raw" in sec else "prog.s")
     prog.write_text(sec.get("raw") or sec["asm"])
-    argv = ["bpf", "run", str(prog), "--abi", "ubpf", "--helpers", "conformance", "--json",
-            "--engine", engine, "--budget", "100000"]
+    argv = [
+        "bpf",
+        "run",
+        str(prog),
+        "--abi",
+        "ubpf",
+        "--helpers",
+        "conformance",
+        "--json",
+        "--engine",
+        engine,
+        "--budget",
+        "100000",
+    ]
     if "mem" in sec:
         (tmp_path / "mem.hex").write_text(sec["mem"])
         argv += ["--mem", str(tmp_path / "mem.hex")]

@@ -22,7 +22,9 @@ from .conftest import CPUS, EXAMPLES, clang
 def machine(name: str, cpu: str, *, legacy: bool = False, helpers: HelperRegistry | None = None) -> Machine:
     helpers = helpers or alkali_helpers(tflite=IdentityTflite())
     names = {n: i for i, n in helpers.names().items()}
-    loaded = load_elf((EXAMPLES / f"{name}.{cpu}.o").read_bytes(), legacy_relocations=legacy, helper_names=names)
+    loaded = load_elf(
+        (EXAMPLES / f"{name}.{cpu}.o").read_bytes(), legacy_relocations=legacy, helper_names=names
+    )
     return Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry)
 
 
@@ -39,7 +41,9 @@ def test_checksum_matches_native_c(cpu: str, native_lib: ctypes.CDLL) -> None:
 
 @pytest.mark.parametrize("cpu", CPUS)
 def test_sort_matches_native_c(cpu: str, native_lib: ctypes.CDLL) -> None:
-    words = [random.Random(3).getrandbits(32) for _ in range(1)] + random.Random(5).sample(range(1 << 32), 150)
+    words = [random.Random(3).getrandbits(32) for _ in range(1)] + random.Random(5).sample(
+        range(1 << 32), 150
+    )
     data = struct.pack(f"<{len(words)}I", *words)
     buf = (ctypes.c_uint * len(words))(*words)
     native_lib.sort(buf, len(words))
@@ -53,7 +57,7 @@ def test_v1_v2_v3_run_identically() -> None:
     runs = [machine("filter", cpu).run(data, 512, "alkali") for cpu in CPUS]
     assert len({(r.r0, r.output, tuple(r.printed)) for r in runs}) == 1
     kept = [b for b in data[1:] if b >= 40]
-    assert runs[0].output[:4 + len(kept)] == struct.pack("<I", len(kept)) + bytes(kept)
+    assert runs[0].output[: 4 + len(kept)] == struct.pack("<I", len(kept)) + bytes(kept)
     assert runs[0].printed == ["filter: kept some bytes\n"]
 
 
@@ -66,7 +70,9 @@ def _sum_engine(model: bytes, inputs: bytes, delegate: str) -> bytes:
 @pytest.mark.parametrize("cpu", CPUS)
 def test_add_firmware_strings_and_helper_call(cpu: str) -> None:
     model, vectors = bytes(1024), bytes([5, 8, 2, 3, 2, 4, 2, 2])
-    res = machine("add_vta", cpu, helpers=alkali_helpers(tflite=_sum_engine)).run(model + vectors, 4, "alkali")
+    res = machine("add_vta", cpu, helpers=alkali_helpers(tflite=_sum_engine)).run(
+        model + vectors, 4, "alkali"
+    )
     assert res.output == bytes([7, 12, 4, 5])
     assert res.printed == ["ADD on VTA: running the model\n", "ADD on VTA: all outputs match\n"]
     assert res.r0 & 0xFFFFFFFF == 0xFFFFFFFF  # return -1
@@ -85,7 +91,7 @@ def test_legacy_relocations_reproduce_the_forks_double_print(cpu: str) -> None:
 
 def _patched(name: str, offset: int, data: bytes) -> bytes:
     raw = bytearray((EXAMPLES / name).read_bytes())
-    raw[offset:offset + len(data)] = data
+    raw[offset : offset + len(data)] = data
     return bytes(raw)
 
 
@@ -117,8 +123,11 @@ def test_unsupported_relocation_type_is_named() -> None:
 
 @pytest.mark.skipif(clang() is None, reason="clang-14 not installed")
 def test_rebuild_matches_committed_objects(tmp_path: Path) -> None:
-    subprocess.run([str(EXAMPLES / "build.sh"), str(tmp_path)], check=True, env={"PATH": "/usr/bin:/bin",
-                   "CLANG": clang() or "clang-14"})
+    subprocess.run(
+        [str(EXAMPLES / "build.sh"), str(tmp_path)],
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "CLANG": clang() or "clang-14"},
+    )
     for obj in sorted(EXAMPLES.glob("*.o")):
         fresh = load_elf((tmp_path / obj.name).read_bytes(), helper_names={"print": 1})
         committed = load_elf(obj.read_bytes(), helper_names={"print": 1})

@@ -33,8 +33,9 @@ def test_tflite_apu_matches_litert_reference() -> None:
     model = _add_model()
     vectors = np.array([5, 8, 2, 3, 2, 4, 2, 2], np.int8)
     res = _firmware(len(model), 2).run(model + vectors.tobytes(), 4, "alkali")
-    ref = interp_mod.Interpreter(model_content=model,
-                                 experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF)
+    ref = interp_mod.Interpreter(
+        model_content=model, experimental_op_resolver_type=interp_mod.OpResolverType.BUILTIN_REF
+    )
     ref.allocate_tensors()
     ins = ref.get_input_details()
     ref.set_tensor(ins[0]["index"], vectors[:4].reshape(1, 4))
@@ -47,7 +48,9 @@ def test_tflite_apu_matches_litert_reference() -> None:
 
 def test_injected_engine_sees_model_and_inputs() -> None:
     double = IdentityTflite()
-    m = Machine(isa.decode(assemble_bytes("mov %r3, 4\nmov %r4, 4\nmov %r5, 3\ncall 3\nexit")),
-                alkali_helpers(tflite=double))
+    m = Machine(
+        isa.decode(assemble_bytes("mov %r3, 4\nmov %r4, 4\nmov %r5, 3\ncall 3\nexit")),
+        alkali_helpers(tflite=double),
+    )
     res = m.run(b"MOD" + bytes([1, 2, 3, 4]), 4, "alkali")
     assert double.calls == [(3, 4, "vta")] and res.output == bytes([1, 2, 3, 4])

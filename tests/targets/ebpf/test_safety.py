@@ -28,8 +28,11 @@ ENGINES = ("fast", "interp")
 
 
 def run(text: str, data: bytes = b"", engine: str = "fast", helpers: HelperRegistry | None = None, **kw):
-    m = Machine(isa.decode(assemble_bytes(text)), helpers or conformance_helpers(),
-                div_by_zero=kw.pop("div_by_zero", "rfc"))
+    m = Machine(
+        isa.decode(assemble_bytes(text)),
+        helpers or conformance_helpers(),
+        div_by_zero=kw.pop("div_by_zero", "rfc"),
+    )
     return m.run(data, engine=engine, **kw)
 
 
@@ -53,9 +56,12 @@ def test_store_below_the_stack_and_into_nowhere(engine: str) -> None:
 def test_rodata_is_read_only() -> None:
     from npukit.targets.ebpf.memory import SECTION_BASE, Region
 
-    m = Machine(isa.decode(assemble_bytes(f"lddw %r1, {SECTION_BASE}\nstb [%r1+0], 1\nexit")),
-                conformance_helpers(), [Region(".rodata", SECTION_BASE, bytearray(b"abc"), writable=False)])
-    with pytest.raises(MemoryFault, match="read-only region .rodata"):
+    m = Machine(
+        isa.decode(assemble_bytes(f"lddw %r1, {SECTION_BASE}\nstb [%r1+0], 1\nexit")),
+        conformance_helpers(),
+        [Region(".rodata", SECTION_BASE, bytearray(b"abc"), writable=False)],
+    )
+    with pytest.raises(MemoryFault, match=r"read-only region \.rodata"):
         m.run()
 
 
@@ -81,30 +87,36 @@ def test_division_by_zero_faults_under_the_forks_rules(engine: str) -> None:
         run("mov %r0, 9\nmod32 %r0, 0\nexit", engine=engine, div_by_zero="fault")
 
 
-@pytest.mark.parametrize("text, phrase", [
-    ("mov %r10, 1\nexit", "r10"),
-    ("ldxw %r10, [%r1]\nexit", "r10"),
-    ("ja +5\nexit", "jump target"),
-    ("jeq %r0, 0, -3\nexit", "jump target"),
-    ("mov %r0, 0\nja +1\nlddw %r1, 5\nexit", "inside an lddw"),
-    ("call 77\nexit", "unknown helper 77"),
-    ("exit\nmov %r0, 1", "falls through"),
-])
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ("mov %r10, 1\nexit", "r10"),
+        ("ldxw %r10, [%r1]\nexit", "r10"),
+        ("ja +5\nexit", "jump target"),
+        ("jeq %r0, 0, -3\nexit", "jump target"),
+        ("mov %r0, 0\nja +1\nlddw %r1, 5\nexit", "inside an lddw"),
+        ("call 77\nexit", "unknown helper 77"),
+        ("exit\nmov %r0, 1", "falls through"),
+    ],
+)
 def test_static_check(text: str, phrase: str) -> None:
     with pytest.raises(VerifyError, match=phrase):
         run(text)
 
 
-@pytest.mark.parametrize("raw, phrase", [
-    (bytes([0x95, 0, 0, 0, 1, 0, 0, 0]), "unused field imm"),
-    (bytes([0xD4, 1, 0, 0, 12, 0, 0, 0]), "byte-swap width 12"),
-    (bytes([0x18, 1, 0, 0, 0, 0, 0, 0]), "second slot"),
-    (bytes([0x20, 0, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "legacy packet access"),
-    (bytes([0xB7, 0x0B, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "register r11"),
-    (bytes([0xCB, 0x21, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "atomic operations need"),
-    (bytes([0x99, 0x21, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "double word"),
-    (bytes(7), "whole number"),
-])
+@pytest.mark.parametrize(
+    "raw, phrase",
+    [
+        (bytes([0x95, 0, 0, 0, 1, 0, 0, 0]), "unused field imm"),
+        (bytes([0xD4, 1, 0, 0, 12, 0, 0, 0]), "byte-swap width 12"),
+        (bytes([0x18, 1, 0, 0, 0, 0, 0, 0]), "second slot"),
+        (bytes([0x20, 0, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "legacy packet access"),
+        (bytes([0xB7, 0x0B, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "register r11"),
+        (bytes([0xCB, 0x21, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "atomic operations need"),
+        (bytes([0x99, 0x21, 0, 0, 0, 0, 0, 0]) + bytes([0x95] + [0] * 7), "double word"),
+        (bytes(7), "whole number"),
+    ],
+)
 def test_invalid_encodings_are_typed(raw: bytes, phrase: str) -> None:
     with pytest.raises(EncodingError, match=phrase):
         isa.decode(raw)

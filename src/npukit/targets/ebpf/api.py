@@ -27,7 +27,16 @@ def load_program(path: str | Path, hw: Any = None) -> list[int]:
     return isa.bytes_to_words(read_program(path, helper_names=names).program.encode())
 
 
-def simulate(words: list[int], hw: Any = None, *, input: bytes = b"", output_size: int = 0, abi: str = "ubpf",
-             helpers: str = "conformance", budget: int = DEFAULT_BUDGET, engine: str = "fast") -> RunResult:
+def simulate(
+    words: list[int],
+    hw: Any = None,
+    *,
+    input: bytes = b"",
+    output_size: int = 0,
+    abi: str = "ubpf",
+    helpers: str = "conformance",
+    budget: int = DEFAULT_BUDGET,
+    engine: str = "fast",
+) -> RunResult:
     machine = Machine(isa.decode(isa.words_to_bytes(words)), REGISTRIES[helpers]())
     return machine.run(input, output_size, abi, budget=budget, engine=engine)

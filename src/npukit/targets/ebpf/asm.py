@@ -25,8 +25,22 @@ from npukit.targets.ebpf.isa import Insn
 
 _COMMENT = re.compile(r"(#|//|;).*$")
 _MEMREF = re.compile(r"^\[\s*(%?r\d+)\s*(?:([+-])\s*([0-9a-fA-Fx]+))?\s*\]$")
-_ALU_BINARY = ("add", "sub", "mul", "div", "sdiv", "or", "and", "lsh", "rsh", "mod", "smod", "xor", "mov",
-               "arsh")
+_ALU_BINARY = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "sdiv",
+    "or",
+    "and",
+    "lsh",
+    "rsh",
+    "mod",
+    "smod",
+    "xor",
+    "mov",
+    "arsh",
+)
 _ENDIAN = {"le": 0xD4, "be": 0xDC, "bswap": 0xD7, "swap": 0xD7}
 _ATOMIC = {"add": 0x00, "or": 0x40, "and": 0x50, "xor": 0xA0, "xchg": 0xE1, "cmpxchg": 0xF1}
 
@@ -152,8 +166,15 @@ def _lock(rest: str) -> _Line:
     ops = [s for s in " ".join(words[1:]).split(",")]
     _expect(ops, 2, "lock " + words[0])
     dst, off = _memref(ops[0])
-    return _Line(Insn(isa.STX | isa.MODE_ATOMIC | size, dst, _reg(ops[1]), off,
-                      _ATOMIC[op] | (isa.ATOMIC_FETCH if fetch else 0)))
+    return _Line(
+        Insn(
+            isa.STX | isa.MODE_ATOMIC | size,
+            dst,
+            _reg(ops[1]),
+            off,
+            _ATOMIC[op] | (isa.ATOMIC_FETCH if fetch else 0),
+        )
+    )
 
 
 def _jump(mnemonic: str, ops: list[str], rest: str) -> _Line:
@@ -162,8 +183,11 @@ def _jump(mnemonic: str, ops: list[str], rest: str) -> _Line:
         return _Line(Insn(isa.OP_EXIT, 0, 0, 0, 0))
     if mnemonic in ("ja", "ja32"):
         _expect(ops, 1, mnemonic)
-        return _Line(Insn(isa.OP_JA if mnemonic == "ja" else isa.OP_JA32, 0, 0, 0, 0), ops[0].strip(),
-                     "off" if mnemonic == "ja" else "imm")
+        return _Line(
+            Insn(isa.OP_JA if mnemonic == "ja" else isa.OP_JA32, 0, 0, 0, 0),
+            ops[0].strip(),
+            "off" if mnemonic == "ja" else "imm",
+        )
     if mnemonic == "call":
         words = rest.split()
         if len(words) == 2 and words[0] == "local":
@@ -282,7 +306,8 @@ def format_insn(insn: Insn, target_label: str | None = None) -> str:
         return f"lddw %r{insn.dst}, 0x{insn.imm & 0xFFFFFFFFFFFFFFFF:x}"
     size = isa.SIZE_SUFFIX[op & 0x18]
     if cls == isa.LDX:
-        return f"ldx{'s' if op & 0xE0 == isa.MODE_MEMSX else ''}{size} %r{insn.dst}, {_mem_text(insn.src, insn.off)}"
+        signed = "s" if op & 0xE0 == isa.MODE_MEMSX else ""
+        return f"ldx{signed}{size} %r{insn.dst}, {_mem_text(insn.src, insn.off)}"
     if cls == isa.ST:
         return f"st{size} {_mem_text(insn.dst, insn.off)}, {_imm_text(insn.imm)}"
     if cls == isa.STX and op & 0xE0 == isa.MODE_ATOMIC:

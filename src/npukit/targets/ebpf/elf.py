@@ -49,8 +49,10 @@ def _open(data: bytes):
         elf = ELFFile(io.BytesIO(data))
         header = elf.header
         if elf.elfclass != 64 or not elf.little_endian:
-            raise ElfError(f"ELF{elf.elfclass} {'LE' if elf.little_endian else 'BE'} object: "
-                           "only 64-bit little-endian BPF objects run here")
+            raise ElfError(
+                f"ELF{elf.elfclass} {'LE' if elf.little_endian else 'BE'} object: "
+                "only 64-bit little-endian BPF objects run here"
+            )
         if header.e_machine not in ("EM_BPF", "EM_NONE", EM_BPF):
             raise ElfError(f"ELF machine {header.e_machine} is not BPF (EM_BPF = 247)")
         if header.e_type != "ET_REL":
@@ -63,8 +65,13 @@ def _open(data: bytes):
         raise ElfError(f"not a readable ELF object: {exc}") from None
 
 
-def load_elf(data: bytes, *, section: str | None = None, legacy_relocations: bool = False,
-             helper_names: dict[str, int] | None = None) -> LoadedProgram:
+def load_elf(
+    data: bytes,
+    *,
+    section: str | None = None,
+    legacy_relocations: bool = False,
+    helper_names: dict[str, int] | None = None,
+) -> LoadedProgram:
     elf, sections, elftools_error = _open(data)
     try:
         return _Loader(elf, sections, helper_names or {}, legacy_relocations).load(section)
@@ -80,8 +87,11 @@ class _Loader:
         self.symtab = elf.get_section_by_name(".symtab")
 
     def executable(self) -> list[int]:
-        return [i for i, s in enumerate(self.sections)
-                if s["sh_type"] == "SHT_PROGBITS" and s["sh_flags"] & SHF_EXECINSTR and s["sh_size"]]
+        return [
+            i
+            for i, s in enumerate(self.sections)
+            if s["sh_type"] == "SHT_PROGBITS" and s["sh_flags"] & SHF_EXECINSTR and s["sh_size"]
+        ]
 
     def load(self, wanted: str | None) -> LoadedProgram:
         execs = self.executable()
@@ -102,27 +112,43 @@ class _Loader:
             for target in self.called_sections(code[done].index):
                 if all(c.index != target for c in code):
                     start = sum(len(c.data) for c in code)
-                    code.append(_Code(target, self.sections[target].name,
-                                      bytearray(self.sections[target].data()), start))
+                    code.append(
+                        _Code(
+                            target, self.sections[target].name, bytearray(self.sections[target].data()), start
+                        )
+                    )
             done += 1
         starts = {c.index: c.start for c in code}
         for c in code:
             self.relocate(c, starts, bases)
         program = isa.decode(bytes(b"".join(bytes(c.data) for c in code)))
         symbols = self.function_symbols(starts)
-        entry = next((pc for pc, (name, glob) in sorted(symbols.items()) if glob and pc < len(code[0].data) // 8),
-                     0)
-        return LoadedProgram(program, "elf", regions, entry, self.sections[main].name,
-                             {pc: name for pc, (name, _) in symbols.items()})
+        entry = next(
+            (pc for pc, (name, glob) in sorted(symbols.items()) if glob and pc < len(code[0].data) // 8), 0
+        )
+        return LoadedProgram(
+            program,
+            "elf",
+            regions,
+            entry,
+            self.sections[main].name,
+            {pc: name for pc, (name, _) in symbols.items()},
+        )
 
     def data_regions(self) -> tuple[list[Region], dict[int, int]]:
         regions: list[Region] = []
         bases: dict[int, int] = {}
         for i, s in enumerate(self.sections):
             flags = s["sh_flags"]
-            if not flags & SHF_ALLOC or flags & SHF_EXECINSTR or s["sh_type"] not in ("SHT_PROGBITS", "SHT_NOBITS"):
+            if (
+                not flags & SHF_ALLOC
+                or flags & SHF_EXECINSTR
+                or s["sh_type"] not in ("SHT_PROGBITS", "SHT_NOBITS")
+            ):
                 continue
-            if self.legacy and not (s["sh_type"] == "SHT_PROGBITS" and flags & 0x30 == 0x30 and not flags & SHF_WRITE):
+            if self.legacy and not (
+                s["sh_type"] == "SHT_PROGBITS" and flags & 0x30 == 0x30 and not flags & SHF_WRITE
+            ):
                 continue  # the fork maps only the string-merge rodata section
             if self.legacy and regions:
                 continue  # ... and only the first one
@@ -164,8 +190,10 @@ class _Loader:
             elif kind == R_BPF_NONE:
                 continue
             else:
-                raise ElfError(f"unsupported relocation type {kind} at {code.name}+0x{offset:x} "
-                               f"(symbol {name!r}); supported: R_BPF_64_64 (1), R_BPF_64_32 (10)")
+                raise ElfError(
+                    f"unsupported relocation type {kind} at {code.name}+0x{offset:x} "
+                    f"(symbol {name!r}); supported: R_BPF_64_64 (1), R_BPF_64_32 (10)"
+                )
 
     def relocate_lddw(self, code: _Code, offset: int, sym, name: str, bases: dict[int, int]) -> None:
         if code.data[offset] != isa.LDDW or offset + 16 > len(code.data):
@@ -190,8 +218,12 @@ class _Loader:
         shndx = sym["st_shndx"]
         if shndx == "SHN_UNDEF":
             if name not in self.helper_names:
-                known = ", ".join(f"{n} ({i})" for n, i in sorted(self.helper_names.items(), key=lambda x: x[1]))
-                raise ElfError(f"call to unknown helper {name!r} at {code.name}+0x{offset:x} (known: {known or 'none'})")
+                known = ", ".join(
+                    f"{n} ({i})" for n, i in sorted(self.helper_names.items(), key=lambda x: x[1])
+                )
+                raise ElfError(
+                    f"call to unknown helper {name!r} at {code.name}+0x{offset:x} (known: {known or 'none'})"
+                )
             code.data[offset + 1] &= 0x0F  # src = 0: helper call
             struct.pack_into("<i", code.data, offset + 4, self.helper_names[name])
             return
@@ -211,5 +243,8 @@ class _Loader:
         for sym in self.symtab.iter_symbols():
             shndx = sym["st_shndx"]
             if sym["st_info"]["type"] == "STT_FUNC" and isinstance(shndx, int) and shndx in starts:
-                out[(starts[shndx] + sym["st_value"]) // 8] = (sym.name, sym["st_info"]["bind"] == "STB_GLOBAL")
+                out[(starts[shndx] + sym["st_value"]) // 8] = (
+                    sym.name,
+                    sym["st_info"]["bind"] == "STB_GLOBAL",
+                )
         return out

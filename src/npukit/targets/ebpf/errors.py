@@ -38,8 +38,9 @@ class MemoryFault(RuntimeFault):
 
     def __init__(self, pc: int, insn_text: str, address: int, size: int, region: str, kind: str) -> None:
         self.address, self.size, self.region, self.kind = address, size, region, kind
-        super().__init__(pc, f"memory fault at pc {pc} ({insn_text}): {kind} of {size} bytes at "
-                             f"0x{address:x} {region}")
+        super().__init__(
+            pc, f"memory fault at pc {pc} ({insn_text}): {kind} of {size} bytes at 0x{address:x} {region}"
+        )
 
 
 class BudgetExceeded(RuntimeFault):

@@ -23,11 +23,27 @@ from npukit.targets.ebpf.vm import Machine, State, atomic
 
 M64, M32, SB64, SB32 = S.M64, S.M32, 1 << 63, 1 << 31
 _REGS = ", ".join(f"r{i}" for i in range(11))
-_ALU_EXPR = {0x0: "({d} + {s})", 0x1: "({d} - {s})", 0x2: "({d} * {s})", 0x4: "({d} | {s})",
-             0x5: "({d} & {s})", 0xA: "({d} ^ {s})"}
+_ALU_EXPR = {
+    0x0: "({d} + {s})",
+    0x1: "({d} - {s})",
+    0x2: "({d} * {s})",
+    0x4: "({d} | {s})",
+    0x5: "({d} & {s})",
+    0xA: "({d} ^ {s})",
+}
 _DIV_FN = {(0x3, 0): "div", (0x9, 0): "mod", (0x3, 1): "sdiv", (0x9, 1): "smod"}
-_CMP = {0x1: "==", 0x2: ">", 0x3: ">=", 0x5: "!=", 0x6: ">", 0x7: ">=", 0xA: "<", 0xB: "<=", 0xC: "<",
-        0xD: "<="}
+_CMP = {
+    0x1: "==",
+    0x2: ">",
+    0x3: ">=",
+    0x5: "!=",
+    0x6: ">",
+    0x7: ">=",
+    0xA: "<",
+    0xB: "<=",
+    0xC: "<",
+    0xD: "<=",
+}
 _SIGNED = (0x6, 0x7, 0xC, 0xD)
 
 
@@ -79,7 +95,7 @@ class _Gen:
             out = []
             if self.m.div_by_zero == "fault":
                 out.append(f"if not {s}: raise m.divide_fault({pc})")
-            return out + [f"{d} = {self.const(fn)}({d}, {s})"]
+            return [*out, f"{d} = {self.const(fn)}({d}, {s})"]
         if code == 0x6:
             return [f"{d} = ({d} << ({s} & {63 if wide else 31})) & {mask}"]
         if code == 0x7:
@@ -97,8 +113,10 @@ class _Gen:
         region = "S" if insn.src == 10 else "I"
         unpack = self.const(UNPACK[size])
         d = f"r{insn.dst}"
-        lines = [f"a = {self.address(insn.src, insn.off)}",
-                 f"if {region}L <= a <= {region}H{size}: {d} = {unpack}({region}D, a - {region}L)[0]"]
+        lines = [
+            f"a = {self.address(insn.src, insn.off)}",
+            f"if {region}L <= a <= {region}H{size}: {d} = {unpack}({region}D, a - {region}L)[0]",
+        ]
         if region == "I":
             lines.append(f"elif OL <= a <= OH{size}: {d} = {unpack}(OD, a - OL)[0]")
         lines.append(f"else: {d} = mem.load(a, {size}, {pc})")
@@ -113,18 +131,23 @@ class _Gen:
         pack = self.const(PACK[size])
         mask = (1 << (size * 8)) - 1
         value = f"r{insn.src} & {mask}" if insn.cls == isa.STX else str(insn.imm & mask)
-        lines = [f"a = {self.address(insn.dst, insn.off)}",
-                 f"if {region}L <= a <= {region}H{size}: {pack}({region}D, a - {region}L, {value})"]
+        lines = [
+            f"a = {self.address(insn.dst, insn.off)}",
+            f"if {region}L <= a <= {region}H{size}: {pack}({region}D, a - {region}L, {value})",
+        ]
         if region == "I":
             lines.append(f"elif OL <= a <= OH{size}: {pack}(OD, a - OL, {value})")
-        return lines + [f"else: mem.store(a, {size}, {value}, {pc})"]
+        return [*lines, f"else: mem.store(a, {size}, {value}, {pc})"]
 
     def generic(self, insn: Insn, pc: int) -> list[str]:
         """Atomics: through the interpreter's code with registers synced."""
         size = isa.SIZE_BYTES[insn.opcode & 0x18]
-        return [f"R[:] = [{_REGS}]",
-                f"{self.const(atomic)}({self.const(insn)}, state, {self.address(insn.dst, insn.off)}, {size}, {pc})",
-                f"{_REGS} = R"]
+        return [
+            f"R[:] = [{_REGS}]",
+            f"{self.const(atomic)}({self.const(insn)}, state, {self.address(insn.dst, insn.off)}, "
+            f"{size}, {pc})",
+            f"{_REGS} = R",
+        ]
 
     def condition(self, insn: Insn) -> str:
         code, wide = insn.opcode >> 4, insn.cls == isa.JMP
@@ -184,21 +207,38 @@ class _Gen:
     def terminator(self, insn: Insn, pc: int, start: int) -> tuple[list[str], str | None]:
         op = insn.opcode
         if op == isa.OP_EXIT:
-            return ["if frames:", f"    pc, r6, r7, r8, r9, r10 = frames.pop()", "    continue",
-                    "state.done = True", "return"], None
+            return [
+                "if frames:",
+                "    pc, r6, r7, r8, r9, r10 = frames.pop()",
+                "    continue",
+                "state.done = True",
+                "return",
+            ], None
         if op == isa.OP_JA or op == isa.OP_JA32:
             return [f"pc = {branch_target(pc, insn)}", "continue"], None
         if op == isa.OP_CALL and insn.src == isa.CALL_LOCAL:
-            return [f"R[:] = [{_REGS}]", f"m.push_frame(state, {pc + 1}, {pc})",
-                    "r10 = R[10]", f"pc = {branch_target(pc, insn)}", "continue"], None
+            return [
+                f"R[:] = [{_REGS}]",
+                f"m.push_frame(state, {pc + 1}, {pc})",
+                "r10 = R[10]",
+                f"pc = {branch_target(pc, insn)}",
+                "continue",
+            ], None
         if op in (isa.OP_CALL, isa.OP_CALLX):
             index = str(insn.imm) if op == isa.OP_CALL else f"r{insn.dst}"
             lines = [f"R[:] = [{_REGS}]"]
             if op == isa.OP_CALLX:
-                lines.append(f"if m.helpers.get({index}) is None: raise {self.const(HelperFault)}({pc}, "
-                             f"'callx at pc {pc}: r{insn.dst} = %d is not a registered helper' % {index})")
-            lines += [f"stop = m.call_helper(state, {index}, {pc})", "r0 = R[0]",
-                      f"if stop: pc = {pc}; state.done = True; return", f"pc = {pc + 1}", "continue"]
+                lines.append(
+                    f"if m.helpers.get({index}) is None: raise {self.const(HelperFault)}({pc}, "
+                    f"'callx at pc {pc}: r{insn.dst} = %d is not a registered helper' % {index})"
+                )
+            lines += [
+                f"stop = m.call_helper(state, {index}, {pc})",
+                "r0 = R[0]",
+                f"if stop: pc = {pc}; state.done = True; return",
+                f"pc = {pc + 1}",
+                "continue",
+            ]
             return lines, None
         target = branch_target(pc, insn)
         cond = self.condition(insn)
@@ -219,26 +259,35 @@ class _Gen:
 
     def source(self) -> str:
         leaders = _leaders(self.m)
-        ends = leaders[1:] + [len(self.insns)]
+        ends = [*leaders[1:], len(self.insns)]
         blocks = list(zip(leaders, ends, strict=True))
-        head = ["def run(state, budget):",
-                "    R = state.regs; mem = state.mem; frames = state.frames",
-                f"    {_REGS} = R",
-                "    pc = state.pc; n = state.count",
-                "    sreg = mem.region('stack'); ireg = mem.region('input')",
-                "    SD = sreg.data; SL = sreg.base",
-                "    ID = ireg.data if ireg is not None else bytearray(); IL = ireg.base if ireg is not None else 1",
-                "    oreg = mem.region('output')",
-                "    OD = oreg.data if oreg is not None else bytearray(); OL = oreg.base if oreg is not None else 1",
-                ]
+        head = [
+            "def run(state, budget):",
+            "    R = state.regs; mem = state.mem; frames = state.frames",
+            f"    {_REGS} = R",
+            "    pc = state.pc; n = state.count",
+            "    sreg = mem.region('stack'); ireg = mem.region('input')",
+            "    SD = sreg.data; SL = sreg.base",
+            "    ID = ireg.data if ireg is not None else bytearray()",
+            "    IL = ireg.base if ireg is not None else 1",
+            "    oreg = mem.region('output')",
+            "    OD = oreg.data if oreg is not None else bytearray()",
+            "    OL = oreg.base if oreg is not None else 1",
+        ]
         for size in (1, 2, 4, 8):
-            head.append(f"    SH{size} = SL + len(SD) - {size}; IH{size} = IL + len(ID) - {size}; "
-                        f"OH{size} = OL + len(OD) - {size}")
+            head.append(
+                f"    SH{size} = SL + len(SD) - {size}; IH{size} = IL + len(ID) - {size}; "
+                f"OH{size} = OL + len(OD) - {size}"
+            )
         head += ["    try:", "        while True:"]
         self.lines = head
         self.tree(blocks, " " * 12)
-        self.lines += ["    finally:", f"        R[:] = [{_REGS}]", "        state.pc = pc; state.count = n",
-                       "        state.frames = frames"]
+        self.lines += [
+            "    finally:",
+            f"        R[:] = [{_REGS}]",
+            "        state.pc = pc; state.count = n",
+            "        state.frames = frames",
+        ]
         return "\n".join(self.lines) + "\n"
 
 
@@ -247,7 +296,7 @@ def compile_program(m: Machine) -> Callable[[State, int], None]:
     gen = _Gen(m)
     src = gen.source()
     namespace: dict[str, object] = {"M64": M64, "M32": M32, "SB64": SB64, "SB32": SB32, "m": m, **gen.consts}
-    exec(compile(src, "<ebpf-fast>", "exec"), namespace)  # noqa: S102 - our own generated code
+    exec(compile(src, "<ebpf-fast>", "exec"), namespace)
     run = namespace["run"]
     run.source = src  # type: ignore[attr-defined]
     return run  # type: ignore[return-value]

@@ -106,9 +106,11 @@ def npukit_tflite(model: bytes, inputs: bytes, delegate: str) -> bytes:
     feeds, pos = [], 0
     for t in parsed.input_tensors():
         n = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
-        chunk = inputs[pos:pos + n]
+        chunk = inputs[pos : pos + n]
         if len(chunk) < n:
-            raise HelperFault(-1, f"tflite: input {t.name!r} needs {n} bytes, {len(chunk)} left in the buffer")
+            raise HelperFault(
+                -1, f"tflite: input {t.name!r} needs {n} bytes, {len(chunk)} left in the buffer"
+            )
         feeds.append(np.frombuffer(chunk, dtype=t.dtype).reshape(t.shape))
         pos += n
     engine = None
@@ -155,8 +157,13 @@ def _tflite(delegate: str, engine: TfliteEngine) -> HelperFn:
 
 def alkali_helpers(tflite: TfliteEngine | None = None) -> HelperRegistry:
     engine = tflite if tflite is not None else default_tflite()
-    return HelperRegistry([Helper(1, "print", _print), Helper(2, "tflite_apu", _tflite("apu", engine)),
-                           Helper(3, "tflite_vta", _tflite("vta", engine))])
+    return HelperRegistry(
+        [
+            Helper(1, "print", _print),
+            Helper(2, "tflite_apu", _tflite("apu", engine)),
+            Helper(3, "tflite_vta", _tflite("vta", engine)),
+        ]
+    )
 
 
 # --------------------------------------------------------------------------- uBPF conformance plugin
@@ -193,9 +200,17 @@ def _unwind(ctx: HelperContext, a: int, *_: int) -> int:
 
 
 def conformance_helpers() -> HelperRegistry:
-    return HelperRegistry([Helper(0, "gather_bytes", _gather_bytes), Helper(1, "memfrob", _memfrob),
-                           Helper(2, "no_op", _no_op), Helper(3, "sqrti", _sqrti),
-                           Helper(4, "strcmp_ext", _strcmp), Helper(5, "unwind", _unwind)], unwind_index=5)
+    return HelperRegistry(
+        [
+            Helper(0, "gather_bytes", _gather_bytes),
+            Helper(1, "memfrob", _memfrob),
+            Helper(2, "no_op", _no_op),
+            Helper(3, "sqrti", _sqrti),
+            Helper(4, "strcmp_ext", _strcmp),
+            Helper(5, "unwind", _unwind),
+        ],
+        unwind_index=5,
+    )
 
 
 REGISTRIES = {"alkali": alkali_helpers, "conformance": conformance_helpers}

@@ -27,14 +27,38 @@ MODE_IMM, MODE_ABS, MODE_IND, MODE_MEM, MODE_MEMSX, MODE_ATOMIC = 0x00, 0x20, 0x
 
 # ALU operation codes (opcode bits 7..4)
 ALU_OPS = {
-    "add": 0x0, "sub": 0x1, "mul": 0x2, "div": 0x3, "or": 0x4, "and": 0x5, "lsh": 0x6, "rsh": 0x7,
-    "neg": 0x8, "mod": 0x9, "xor": 0xA, "mov": 0xB, "arsh": 0xC, "end": 0xD,
+    "add": 0x0,
+    "sub": 0x1,
+    "mul": 0x2,
+    "div": 0x3,
+    "or": 0x4,
+    "and": 0x5,
+    "lsh": 0x6,
+    "rsh": 0x7,
+    "neg": 0x8,
+    "mod": 0x9,
+    "xor": 0xA,
+    "mov": 0xB,
+    "arsh": 0xC,
+    "end": 0xD,
 }
 ALU_NAMES = {v: k for k, v in ALU_OPS.items()}
 # jump operation codes (opcode bits 7..4)
 JMP_OPS = {
-    "ja": 0x0, "jeq": 0x1, "jgt": 0x2, "jge": 0x3, "jset": 0x4, "jne": 0x5, "jsgt": 0x6, "jsge": 0x7,
-    "call": 0x8, "exit": 0x9, "jlt": 0xA, "jle": 0xB, "jslt": 0xC, "jsle": 0xD,
+    "ja": 0x0,
+    "jeq": 0x1,
+    "jgt": 0x2,
+    "jge": 0x3,
+    "jset": 0x4,
+    "jne": 0x5,
+    "jsgt": 0x6,
+    "jsge": 0x7,
+    "call": 0x8,
+    "exit": 0x9,
+    "jlt": 0xA,
+    "jle": 0xB,
+    "jslt": 0xC,
+    "jsle": 0xD,
 }
 JMP_NAMES = {v: k for k, v in JMP_OPS.items()}
 CONDITIONAL_JUMPS = frozenset(v for k, v in JMP_OPS.items() if k not in ("ja", "call", "exit"))
@@ -52,6 +76,7 @@ OP_JA32 = JMP32  # 0x06 (gotol: offset in imm)
 CALL_HELPER, CALL_LOCAL, CALL_BTF = 0, 1, 2
 MOVSX_OFFSETS = {ALU: (8, 16), ALU64: (8, 16, 32)}
 NUM_REGS = 11
+
 
 class Insn(NamedTuple):
     """One decoded instruction. ``imm`` is signed 32-bit, except for ``lddw``: the 64-bit value."""
@@ -136,7 +161,7 @@ def words_to_bytes(words: list[int]) -> bytes:
 def bytes_to_words(data: bytes) -> list[int]:
     if len(data) % 8:
         raise EncodingError(f"program of {len(data)} bytes is not a whole number of 8-byte slots")
-    return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+    return [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
 
 
 def decode(data: bytes) -> Program:
@@ -155,7 +180,9 @@ def decode(data: bytes) -> Program:
         try:
             slot, n = BOUND.decode_at(words, pc)
         except DecodeError as exc:
-            raise EncodingError(f"pc {pc}: {_reason(words[pc], exc.reason)} (slot 0x{words[pc]:016x})") from None
+            raise EncodingError(
+                f"pc {pc}: {_reason(words[pc], exc.reason)} (slot 0x{words[pc]:016x})"
+            ) from None
         out.append(Insn(slot.opcode_byte, slot.dst, slot.src, slot.off, slot.imm))
         out.extend([None] * (n - 1))
         pc += n
@@ -170,8 +197,13 @@ def _reason(word: int, toolkit_reason: str) -> str:
         if "reserved" in toolkit_reason:
             return "second slot of lddw must have opcode, registers and offset 0"
     imm = (word >> 32) & 0xFFFFFFFF
-    raw = Insn(word & 0xFF, (word >> 8) & 0xF, (word >> 12) & 0xF, ((word >> 16) & 0xFFFF) - (
-        0x10000 if word & (1 << 31) else 0), imm - (1 << 32) if imm >> 31 else imm)
+    raw = Insn(
+        word & 0xFF,
+        (word >> 8) & 0xF,
+        (word >> 12) & 0xF,
+        ((word >> 16) & 0xFFFF) - (0x10000 if word & (1 << 31) else 0),
+        imm - (1 << 32) if imm >> 31 else imm,
+    )
     return check_fields(raw) or toolkit_reason
 
 
@@ -278,8 +310,16 @@ def _check_stx(insn: Insn) -> str | None:
     return None
 
 
-_CHECKERS = {LD: _check_ld, LDX: _check_ldx, ST: _check_st, STX: _check_stx,
-             ALU: _check_alu, ALU64: _check_alu, JMP: _check_jmp, JMP32: _check_jmp}
+_CHECKERS = {
+    LD: _check_ld,
+    LDX: _check_ldx,
+    ST: _check_st,
+    STX: _check_stx,
+    ALU: _check_alu,
+    ALU64: _check_alu,
+    JMP: _check_jmp,
+    JMP32: _check_jmp,
+}
 
 
 def describe_opcode(opcode: int) -> str:
@@ -297,25 +337,48 @@ def opcode_table() -> list[tuple[int, str, str]]:
             for source, operand in ((SRC_K, "imm"), (SRC_X, "src")):
                 if name == "neg" and source:
                     continue
-                rows.append((cls | code << 4 | source, f"{name}{suffix}",
-                             f"{width}-bit dst = dst {name} {operand}" if name != "neg" else f"{width}-bit dst = -dst"))
+                rows.append(
+                    (
+                        cls | code << 4 | source,
+                        f"{name}{suffix}",
+                        f"{width}-bit dst = dst {name} {operand}"
+                        if name != "neg"
+                        else f"{width}-bit dst = -dst",
+                    )
+                )
     for opcode, name in ((0xD4, "le16/32/64"), (0xDC, "be16/32/64"), (0xD7, "bswap16/32/64")):
         rows.append((opcode, name, "byte swap, width in imm; le/be zero-extend"))
     rows.append((LDDW, "lddw", "dst = 64-bit imm (two slots)"))
     for size, suf in SIZE_SUFFIX.items():
         rows.append((LDX | MODE_MEM | size, f"ldx{suf}", f"dst = *(u{SIZE_BYTES[size] * 8} *)(src + off)"))
         if size != SIZE_DW:
-            rows.append((LDX | MODE_MEMSX | size, f"ldxs{suf}", f"dst = *(s{SIZE_BYTES[size] * 8} *)(src + off)"))
+            rows.append(
+                (LDX | MODE_MEMSX | size, f"ldxs{suf}", f"dst = *(s{SIZE_BYTES[size] * 8} *)(src + off)")
+            )
         rows.append((ST | MODE_MEM | size, f"st{suf}", "*(dst + off) = imm"))
         rows.append((STX | MODE_MEM | size, f"stx{suf}", "*(dst + off) = src"))
-    rows.append((STX | MODE_ATOMIC | SIZE_W, "lock ...32", "32-bit atomic add/or/and/xor [fetch], xchg, cmpxchg"))
-    rows.append((STX | MODE_ATOMIC | SIZE_DW, "lock ...", "64-bit atomic add/or/and/xor [fetch], xchg, cmpxchg"))
+    rows.append(
+        (STX | MODE_ATOMIC | SIZE_W, "lock ...32", "32-bit atomic add/or/and/xor [fetch], xchg, cmpxchg")
+    )
+    rows.append(
+        (STX | MODE_ATOMIC | SIZE_DW, "lock ...", "64-bit atomic add/or/and/xor [fetch], xchg, cmpxchg")
+    )
     for cls, suffix in ((JMP, ""), (JMP32, "32")):
         for name, code in JMP_OPS.items():
             if code in CONDITIONAL_JUMPS:
                 for source, operand in ((SRC_K, "imm"), (SRC_X, "src")):
-                    rows.append((cls | code << 4 | source, f"{name}{suffix}", f"if dst {name[1:]} {operand}: pc += off"))
-    rows += [(OP_JA, "ja", "pc += off"), (OP_JA32, "ja32", "pc += imm"),
-             (OP_CALL, "call", "src 0: helper imm; src 1: local function at pc + imm"),
-             (OP_CALLX, "callx", "helper whose index is in dst"), (OP_EXIT, "exit", "return r0 / return from call")]
+                    rows.append(
+                        (
+                            cls | code << 4 | source,
+                            f"{name}{suffix}",
+                            f"if dst {name[1:]} {operand}: pc += off",
+                        )
+                    )
+    rows += [
+        (OP_JA, "ja", "pc += off"),
+        (OP_JA32, "ja32", "pc += imm"),
+        (OP_CALL, "call", "src 0: helper imm; src 1: local function at pc + imm"),
+        (OP_CALLX, "callx", "helper whose index is in dst"),
+        (OP_EXIT, "exit", "return r0 / return from call"),
+    ]
     return sorted(rows)

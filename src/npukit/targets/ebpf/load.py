@@ -52,12 +52,19 @@ def classify_text(text: str) -> str:
     return "asm"
 
 
-def program_from_bytes(data: bytes, *, section: str | None = None, legacy_relocations: bool = False,
-                       helper_names: dict[str, int] | None = None) -> LoadedProgram:
+def program_from_bytes(
+    data: bytes,
+    *,
+    section: str | None = None,
+    legacy_relocations: bool = False,
+    helper_names: dict[str, int] | None = None,
+) -> LoadedProgram:
     if data[:4] == b"\x7fELF":
         from npukit.targets.ebpf.elf import load_elf
 
-        return load_elf(data, section=section, legacy_relocations=legacy_relocations, helper_names=helper_names)
+        return load_elf(
+            data, section=section, legacy_relocations=legacy_relocations, helper_names=helper_names
+        )
     if section:
         raise ConfigError("--section applies to ELF objects only")
     if b"\0" in data or not data:

@@ -26,10 +26,18 @@ SECTION_BASE = 0x4_0000_0000
 SECTION_STRIDE = 0x1000_0000
 FRAME_SIZE = 512
 
-UNPACK = {1: struct.Struct("<B").unpack_from, 2: struct.Struct("<H").unpack_from,
-          4: struct.Struct("<I").unpack_from, 8: struct.Struct("<Q").unpack_from}
-PACK = {1: struct.Struct("<B").pack_into, 2: struct.Struct("<H").pack_into,
-        4: struct.Struct("<I").pack_into, 8: struct.Struct("<Q").pack_into}
+UNPACK = {
+    1: struct.Struct("<B").unpack_from,
+    2: struct.Struct("<H").unpack_from,
+    4: struct.Struct("<I").unpack_from,
+    8: struct.Struct("<Q").unpack_from,
+}
+PACK = {
+    1: struct.Struct("<B").pack_into,
+    2: struct.Struct("<H").pack_into,
+    4: struct.Struct("<I").pack_into,
+    8: struct.Struct("<Q").pack_into,
+}
 MASK = {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF, 8: 0xFFFFFFFFFFFFFFFF}
 
 
@@ -99,7 +107,7 @@ class Memory:
         r = self.find(addr, size)
         if r is None:
             raise self.fault(addr, size, "load", pc)
-        return bytes(r.data[addr - r.base: addr - r.base + size])
+        return bytes(r.data[addr - r.base : addr - r.base + size])
 
     def write_bytes(self, addr: int, data: bytes, pc: int = -1) -> None:
         if not data:
@@ -107,7 +115,7 @@ class Memory:
         r = self.find(addr, len(data))
         if r is None or not r.writable:
             raise self.fault(addr, len(data), "store", pc)
-        r.data[addr - r.base: addr - r.base + len(data)] = data
+        r.data[addr - r.base : addr - r.base + len(data)] = data
 
     def read_cstring(self, addr: int, pc: int = -1, limit: int = 1 << 16) -> bytes:
         r = self.find(addr, 1)

@@ -92,9 +92,11 @@ def _slot_class(name: str, base: int) -> type:
     return type(f"Slot_{name}", (Slot,), {"base": base, "__slots__": ()})
 
 
-_REGS = (bits("dst", 11, 8, doc="destination register r0-r10"),
-         bits("src", 15, 12, doc="source register r0-r10 (0 where unused)"),
-         bits("off", 31, 16, signed=True, doc="signed offset: jump slots, memory displacement, div/movsx variant"))
+_REGS = (
+    bits("dst", 11, 8, doc="destination register r0-r10"),
+    bits("src", 15, 12, doc="source register r0-r10 (0 where unused)"),
+    bits("off", 31, 16, signed=True, doc="signed offset: jump slots, memory displacement, div/movsx variant"),
+)
 _IMM = bits("imm", 63, 32, signed=True, doc="signed immediate (0 where unused)")
 
 
@@ -105,11 +107,19 @@ def _check(slot: Any, hw: Any) -> str | None:
 
 
 def _alu_jmp(name: str, cls_bits: int, source: int, op: type, doc: str) -> Format:
-    return Format(name, (const("cls_bits", 2, 0, cls_bits, doc=doc), const("source", 3, 3, source,
-                         doc="operand: imm" if source == 0 else "operand: src register"),
-                         bits("op", 7, 4, enum=op, doc="operation"), *_REGS, _IMM),
-                  cls=_slot_class(name, cls_bits | source << 3), check=_check,
-                  doc=doc)
+    return Format(
+        name,
+        (
+            const("cls_bits", 2, 0, cls_bits, doc=doc),
+            const("source", 3, 3, source, doc="operand: imm" if source == 0 else "operand: src register"),
+            bits("op", 7, 4, enum=op, doc="operation"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class(name, cls_bits | source << 3),
+        check=_check,
+        doc=doc,
+    )
 
 
 _SIZE = bits("size", 4, 3, enum=Size, doc="access size")
@@ -123,24 +133,85 @@ FORMATS = (
     _alu_jmp("jmp_reg", 0x5, 1, JmpOp, "JMP: 64-bit compares, callx"),
     _alu_jmp("jmp32_imm", 0x6, 0, JmpOp, "JMP32: 32-bit compares, ja32 (offset in imm)"),
     _alu_jmp("jmp32_reg", 0x6, 1, JmpOp, "JMP32: 32-bit compares"),
-    Format("ldx", (const("cls_bits", 2, 0, 0x1, doc="LDX"), _SIZE,
-                   bits("mode", 7, 5, enum=LoadMode, doc="MEM zero-extends, MEMSX sign-extends"), *_REGS, _IMM),
-           cls=_slot_class("ldx", 0x1), check=_check, doc="dst = *(size *)(src + off)"),
-    Format("st", (const("cls_bits", 2, 0, 0x2, doc="ST"), _SIZE,
-                  bits("mode", 7, 5, enum=StoreMode, doc="MEM"), *_REGS, _IMM),
-           cls=_slot_class("st", 0x2), check=_check, doc="*(size *)(dst + off) = imm"),
-    Format("stx", (const("cls_bits", 2, 0, 0x3, doc="STX"), _SIZE,
-                   bits("mode", 7, 5, enum=StoreMode, doc="MEM store, or ATOMIC (kind in imm)"), *_REGS, _IMM),
-           cls=_slot_class("stx", 0x3), check=_check, doc="*(size *)(dst + off) = src, or an atomic operation"),
-    Format("lddw", (const("opcode", 7, 0, 0x18, doc="LD | IMM | DW"), *_REGS,
-                    Field("imm", 64, pieces=((32, 32), (96, 32)), doc="64-bit immediate: low half in word 0, "
-                          "high half in word 1"),
-                    bits("next_opcode", 71, 64, reserved=True), bits("next_regs", 79, 72, reserved=True),
-                    bits("next_off", 95, 80, reserved=True)),
-           words=2, cls=_slot_class("lddw", 0x18), check=_check, doc="dst = imm64 (two slots)"),
+    Format(
+        "ldx",
+        (
+            const("cls_bits", 2, 0, 0x1, doc="LDX"),
+            _SIZE,
+            bits("mode", 7, 5, enum=LoadMode, doc="MEM zero-extends, MEMSX sign-extends"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class("ldx", 0x1),
+        check=_check,
+        doc="dst = *(size *)(src + off)",
+    ),
+    Format(
+        "st",
+        (
+            const("cls_bits", 2, 0, 0x2, doc="ST"),
+            _SIZE,
+            bits("mode", 7, 5, enum=StoreMode, doc="MEM"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class("st", 0x2),
+        check=_check,
+        doc="*(size *)(dst + off) = imm",
+    ),
+    Format(
+        "stx",
+        (
+            const("cls_bits", 2, 0, 0x3, doc="STX"),
+            _SIZE,
+            bits("mode", 7, 5, enum=StoreMode, doc="MEM store, or ATOMIC (kind in imm)"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class("stx", 0x3),
+        check=_check,
+        doc="*(size *)(dst + off) = src, or an atomic operation",
+    ),
+    Format(
+        "lddw",
+        (
+            const("opcode", 7, 0, 0x18, doc="LD | IMM | DW"),
+            *_REGS,
+            Field(
+                "imm",
+                64,
+                pieces=((32, 32), (96, 32)),
+                doc="64-bit immediate: low half in word 0, high half in word 1",
+            ),
+            bits("next_opcode", 71, 64, reserved=True),
+            bits("next_regs", 79, 72, reserved=True),
+            bits("next_off", 95, 80, reserved=True),
+        ),
+        words=2,
+        cls=_slot_class("lddw", 0x18),
+        check=_check,
+        doc="dst = imm64 (two slots)",
+    ),
 )
 
 SPEC = Spec("ebpf", 64, FORMATS)
 BOUND = SPEC.bind(None)
-FORMAT_OF_CLASS = {0x4: ("alu32_imm", "alu32_reg"), 0x7: ("alu64_imm", "alu64_reg"), 0x5: ("jmp_imm", "jmp_reg"),
-                   0x6: ("jmp32_imm", "jmp32_reg"), 0x1: ("ldx",), 0x2: ("st",), 0x3: ("stx",)}
+FORMAT_OF_CLASS = {
+    0x4: ("alu32_imm", "alu32_reg"),
+    0x7: ("alu64_imm", "alu64_reg"),
+    0x5: ("jmp_imm", "jmp_reg"),
+    0x6: ("jmp32_imm", "jmp32_reg"),
+    0x1: ("ldx",),
+    0x2: ("st",),
+    0x3: ("stx",),
+}
+
+
+def docs_tables() -> str:
+    """The two tables of ``docs/targets/ebpf.md``: formats and fields (toolkit), then every opcode."""
+    from npukit.isa import markdown_table
+    from npukit.targets.ebpf.isa import opcode_table
+
+    rows = ["| opcode | mnemonic | meaning |", "|---|---|---|"]
+    rows += [f"| `0x{op:02x}` | `{name}` | {meaning} |" for op, name, meaning in opcode_table()]
+    return markdown_table(BOUND) + "\n" + "\n".join(rows) + "\n"

@@ -38,8 +38,12 @@ class RunResult:
     calls: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"r0": self.r0, "output": self.output.hex(), "printed": self.printed,
-                "instructions": self.instructions}
+        return {
+            "r0": self.r0,
+            "output": self.output.hex(),
+            "printed": self.printed,
+            "instructions": self.instructions,
+        }
 
 
 @dataclass
@@ -56,8 +60,16 @@ class State:
 
 
 class Machine:
-    def __init__(self, program: Program, helpers: HelperRegistry, sections: list[Region] | None = None, *,
-                 entry: int = 0, max_call_depth: int = DEFAULT_CALL_DEPTH, div_by_zero: str = "rfc") -> None:
+    def __init__(
+        self,
+        program: Program,
+        helpers: HelperRegistry,
+        sections: list[Region] | None = None,
+        *,
+        entry: int = 0,
+        max_call_depth: int = DEFAULT_CALL_DEPTH,
+        div_by_zero: str = "rfc",
+    ) -> None:
         if div_by_zero not in ("rfc", "fault"):
             raise ConfigError(f"div_by_zero must be 'rfc' or 'fault', not {div_by_zero!r}")
         verify(program, helpers, entry)
@@ -75,8 +87,11 @@ class Machine:
         if abi not in ABIS:
             raise ConfigError(f"unknown ABI {abi!r} (known: {', '.join(ABIS)})")
         stack = Region("stack", STACK_BASE, bytearray(FRAME_SIZE * self.max_call_depth))
-        regions = [stack, Region("input", INPUT_BASE, bytearray(input)),
-                   Region("output", OUTPUT_BASE, bytearray(output_size))]
+        regions = [
+            stack,
+            Region("input", INPUT_BASE, bytearray(input)),
+            Region("output", OUTPUT_BASE, bytearray(output_size)),
+        ]
         regions += [Region(s.name, s.base, bytearray(s.data), s.writable) for s in self.sections]
         mem = Memory(regions)
         mem.describe_pc = self.describe
@@ -90,8 +105,15 @@ class Machine:
         regs[10] = stack.end
         return State(regs, self.entry, mem, HelperContext(mem))
 
-    def run(self, input: bytes = b"", output_size: int = 0, abi: str = "ubpf", *,
-            budget: int = DEFAULT_BUDGET, engine: str = "fast") -> RunResult:
+    def run(
+        self,
+        input: bytes = b"",
+        output_size: int = 0,
+        abi: str = "ubpf",
+        *,
+        budget: int = DEFAULT_BUDGET,
+        engine: str = "fast",
+    ) -> RunResult:
         state = self.start(input, output_size, abi)
         if engine == "fast":
             if self._fast is None:
@@ -104,8 +126,14 @@ class Machine:
         if not state.done:
             interpret(self, state, budget)
         out = state.mem.region("output")
-        return RunResult(state.regs[0], bytes(out.data) if out else b"", state.ctx.printed, state.count,
-                         list(state.regs), state.ctx.calls)
+        return RunResult(
+            state.regs[0],
+            bytes(out.data) if out else b"",
+            state.ctx.printed,
+            state.count,
+            list(state.regs),
+            state.ctx.calls,
+        )
 
     # -- pieces shared with the fast path ------------------------------------------------------------
 
@@ -129,26 +157,60 @@ class Machine:
         return ret
 
     def divide_fault(self, pc: int) -> DivisionFault:
-        return DivisionFault(pc, f"division by zero at pc {pc} ({self.describe(pc)}) under the Alkali fork's rules")
+        return DivisionFault(
+            pc, f"division by zero at pc {pc} ({self.describe(pc)}) under the Alkali fork's rules"
+        )
 
 
 # --------------------------------------------------------------------------- reference interpreter
 
-_BIN64 = {0x0: lambda a, b: (a + b) & M64, 0x1: lambda a, b: (a - b) & M64, 0x2: lambda a, b: (a * b) & M64,
-          0x4: lambda a, b: a | b, 0x5: lambda a, b: a & b, 0x6: lambda a, b: (a << (b & 63)) & M64,
-          0x7: lambda a, b: a >> (b & 63), 0xA: lambda a, b: a ^ b, 0xB: lambda a, b: b,
-          0xC: S.arsh64}
-_BIN32 = {0x0: lambda a, b: (a + b) & M32, 0x1: lambda a, b: (a - b) & M32, 0x2: lambda a, b: (a * b) & M32,
-          0x4: lambda a, b: (a | b) & M32, 0x5: lambda a, b: a & b & M32,
-          0x6: lambda a, b: (a << (b & 31)) & M32, 0x7: lambda a, b: (a & M32) >> (b & 31),
-          0xA: lambda a, b: (a ^ b) & M32, 0xB: lambda a, b: b & M32, 0xC: S.arsh32}
-_DIV = {(isa.ALU64, 0x3, 0): S.div64, (isa.ALU64, 0x9, 0): S.mod64, (isa.ALU64, 0x3, 1): S.sdiv64,
-        (isa.ALU64, 0x9, 1): S.smod64, (isa.ALU, 0x3, 0): S.div32, (isa.ALU, 0x9, 0): S.mod32,
-        (isa.ALU, 0x3, 1): S.sdiv32, (isa.ALU, 0x9, 1): S.smod32}
-_CMP = {0x1: lambda a, b, s: a == b, 0x2: lambda a, b, s: a > b, 0x3: lambda a, b, s: a >= b,
-        0x4: lambda a, b, s: bool(a & b), 0x5: lambda a, b, s: a != b, 0x6: lambda a, b, s: s(a) > s(b),
-        0x7: lambda a, b, s: s(a) >= s(b), 0xA: lambda a, b, s: a < b, 0xB: lambda a, b, s: a <= b,
-        0xC: lambda a, b, s: s(a) < s(b), 0xD: lambda a, b, s: s(a) <= s(b)}
+_BIN64 = {
+    0x0: lambda a, b: (a + b) & M64,
+    0x1: lambda a, b: (a - b) & M64,
+    0x2: lambda a, b: (a * b) & M64,
+    0x4: lambda a, b: a | b,
+    0x5: lambda a, b: a & b,
+    0x6: lambda a, b: (a << (b & 63)) & M64,
+    0x7: lambda a, b: a >> (b & 63),
+    0xA: lambda a, b: a ^ b,
+    0xB: lambda a, b: b,
+    0xC: S.arsh64,
+}
+_BIN32 = {
+    0x0: lambda a, b: (a + b) & M32,
+    0x1: lambda a, b: (a - b) & M32,
+    0x2: lambda a, b: (a * b) & M32,
+    0x4: lambda a, b: (a | b) & M32,
+    0x5: lambda a, b: a & b & M32,
+    0x6: lambda a, b: (a << (b & 31)) & M32,
+    0x7: lambda a, b: (a & M32) >> (b & 31),
+    0xA: lambda a, b: (a ^ b) & M32,
+    0xB: lambda a, b: b & M32,
+    0xC: S.arsh32,
+}
+_DIV = {
+    (isa.ALU64, 0x3, 0): S.div64,
+    (isa.ALU64, 0x9, 0): S.mod64,
+    (isa.ALU64, 0x3, 1): S.sdiv64,
+    (isa.ALU64, 0x9, 1): S.smod64,
+    (isa.ALU, 0x3, 0): S.div32,
+    (isa.ALU, 0x9, 0): S.mod32,
+    (isa.ALU, 0x3, 1): S.sdiv32,
+    (isa.ALU, 0x9, 1): S.smod32,
+}
+_CMP = {
+    0x1: lambda a, b, s: a == b,
+    0x2: lambda a, b, s: a > b,
+    0x3: lambda a, b, s: a >= b,
+    0x4: lambda a, b, s: bool(a & b),
+    0x5: lambda a, b, s: a != b,
+    0x6: lambda a, b, s: s(a) > s(b),
+    0x7: lambda a, b, s: s(a) >= s(b),
+    0xA: lambda a, b, s: a < b,
+    0xB: lambda a, b, s: a <= b,
+    0xC: lambda a, b, s: s(a) < s(b),
+    0xD: lambda a, b, s: s(a) <= s(b),
+}
 
 
 def alu(m: Machine, insn: Insn, regs: list[int], pc: int) -> None:
