@@ -65,7 +65,8 @@ def conv2d_case(rng: np.random.Generator):
 
 
 def depthwise_case(rng: np.random.Generator):
-    n, h, w = int(rng.integers(1, 3)), int(rng.integers(3, 12)), int(rng.integers(3, 12))
+    # maps up to 19×19 so both kernel paths run (batched matmul ≤ 64 outputs or multiplier > 1, tap loop)
+    n, h, w = int(rng.integers(1, 3)), int(rng.integers(3, 20)), int(rng.integers(3, 20))
     cin, mult = int(rng.choice([1, 3, 5, 8])), int(rng.choice([1, 1, 2, 3]))
     cout = cin * mult
     kh, kw = int(rng.choice([1, 3, 5])), int(rng.choice([2, 3]))
