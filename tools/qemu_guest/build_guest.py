@@ -12,6 +12,7 @@ archive appended to the initramfs (``script_archive``); the guest's /init runs `
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -162,8 +163,16 @@ def make_cpio(staging: Path, out: Path) -> None:
 
 
 def build(cache: Path | None = None) -> dict:
+    """Build the guest once per kernel package and builder version; concurrent callers wait for the
+    first one (a lock file in the cache)."""
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(cache)
+
+
+def _build_locked(cache: Path) -> dict:
     package = newest_kernel_package()
     key = hashlib.sha256(f"{BUILDER_VERSION}{package}{INIT}".encode()).hexdigest()[:12]
     manifest_path = cache / f"guest-{key}.json"

@@ -1,3 +1,6 @@
+import json
+import select
+import subprocess
 from dataclasses import dataclass
 
 import pytest
@@ -41,3 +44,13 @@ def host(target):
     h = target.host()
     yield h
     h.close()
+
+
+def read_ready_line(proc: subprocess.Popen, timeout: float = 60.0) -> dict:
+    """The JSON line ``npukit nvme serve`` prints once it listens (fails instead of hanging)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        proc.kill()
+        raise AssertionError(f"npukit nvme serve did not start: {proc.stderr.read()}")
+    return json.loads(line)

@@ -1,7 +1,6 @@
 """The durability contract with a real ``npukit nvme serve`` process: data acknowledged by Flush, and by
 writes while the volatile write cache is off (write-through), reads back exactly after kill -9."""
 
-import json
 import os
 import signal
 import subprocess
@@ -10,6 +9,8 @@ import sys
 import pytest
 
 from npukit.devices.nvme.client import NvmeTcpHost
+
+from .conftest import read_ready_line
 
 NQN = "nqn.2026-11.io.npukit:durable"
 
@@ -20,11 +21,7 @@ def start_server(tmp_path, size="16M"):
     if size:
         cmd += ["--size", size]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        raise AssertionError(f"serve did not start: {proc.stderr.read()}")
-    return proc, json.loads(line)
+    return proc, read_ready_line(proc)
 
 
 @pytest.mark.slow

@@ -21,6 +21,8 @@ import pytest
 
 from npukit.devices.nvme.client import NvmeTcpHost
 
+from .conftest import read_ready_line
+
 ROOT = Path(__file__).resolve().parents[3]
 GUEST_TOOLS = ROOT / "tools" / "qemu_guest"
 NQN = "nqn.2026-11.io.npukit:guest"
@@ -84,9 +86,7 @@ def test_linux_nvme_tcp_host_against_npukit_target(tmp_path):
          "--size", str(SIZE), "--state-dir", str(tmp_path / "state")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = serve.stdout.readline()
-        assert line, f"npukit nvme serve did not start: {serve.stderr.read()}"
-        ready = json.loads(line)
+        ready = read_ready_line(serve)
         hostid = str(uuid.uuid4())
         env = (f"HOST=10.0.2.2\nPORT={ready['port']}\nDISC_PORT={ready['discovery_port']}\nNQN={NQN}\n"
                f"HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:{hostid}\nHOSTID={hostid}\n")

@@ -137,6 +137,7 @@ def test_async_event_limit_and_abort(host):
     aer = q.wait(cids[0]).cqe
     assert (aer.sct, aer.sc, aer.dnr) == (0, 0x07, False)  # Command Abort Requested
     assert host.admin(Command.build(0x08, cdws={10: 0 | (0x7777 << 16)})).cqe.dw0 & 1 == 1  # not found
+    assert status(admin(host, 0x08, cdw10=9 | (1 << 16))) == INVALID_FIELD  # no SQ 9 (QEMU's answer)
     # a temperature threshold below the composite temperature (298 K) fires a SMART/health event
     host.set_features(0x0B, 0x2)
     host.set_features(0x04, 280)
@@ -230,3 +231,22 @@ def test_malformed_pdus_end_only_their_connection(target, host, bad):
     finally:
         q.close()
     assert host.read(0, 1) == bytes(512)  # other connections keep working
+
+
+def test_more_pending_transfers_than_queue_entries_is_fatal(target):
+    from npukit.devices.nvme.client import NvmeTcpHost
+
+    h = NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=1, queue_size=2)
+    try:
+        q = h.io_qs[0]
+        for i in range(3):  # 16 KiB writes need R2T; the host never answers them
+            q.send_command(Command.build(0x01, q.next_cid(), nsid=1, cdws={10: 64 * i, 12: 31}), bytes(16384))
+        types = []
+        with pytest.raises(ProtocolError, match="FES 0x2"):
+            while True:
+                types.append(q.read_pdu().type)
+        assert types == [0x09, 0x09]  # two R2Ts, then the C2HTermReq (PDU Sequence Error)
+    finally:
+        h.close()
+    with target.host(io_queues=1) as other:
+        assert other.read(0, 1) == bytes(512)

@@ -224,6 +224,8 @@ def delete_io_cq(req: Request) -> Result:
 
 def abort(req: Request) -> Result:
     sqid, cid = req.cmd.cdw10 & 0xFFFF, req.cmd.cdw10 >> 16
+    if not req.ctrl.sq_exists(sqid):  # as QEMU's controller does; the spec names no status for it
+        raise NvmeError(Status.INVALID_FIELD, f"SQ {sqid} does not exist", param_loc=40)
     # Only outstanding Asynchronous Event Requests can still be aborted: every other command
     # completes before the next one is fetched. DW0 bit 0 = 1 means "not aborted".
     aborted = sqid == 0 and req.ctrl.abort_event_request(cid)

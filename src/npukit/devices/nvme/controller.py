@@ -96,6 +96,11 @@ class Controller:
                                   max_queue_entries=sub.max_queue_entries, mdts=sub.mdts,
                                   in_capsule_bytes=sub.in_capsule_bytes)
 
+    def sq_exists(self, sqid: int) -> bool:
+        if self.queue_manager is not None:
+            return sqid in getattr(self.queue_manager, "sqs", {})
+        return sqid == 0 or sqid in self.io_queues
+
     @property
     def ready(self) -> bool:
         return bool(self.regs.load(Register.CSTS) & CSTS_RDY)

@@ -191,6 +191,10 @@ class Connection:
             raise NvmeError(Status.SGL_DESCRIPTOR_TYPE_INVALID, f"SGL type {sgl_type:#x}")
         if length < n_in or length > max(n_in, self.target.max_transfer):
             raise NvmeError(Status.DATA_SGL_LENGTH_INVALID, f"SGL {length} bytes, command needs {n_in}")
+        if len(self.pending) > self.fabrics.sqsize:  # more transfers than queue entries: flow control broken
+            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, p.header,
+                                f"{len(self.pending) + 1} commands wait for data, "
+                                f"queue has {self.fabrics.sqsize + 1} entries")
         ttag = self._ttag()
         self.pending[ttag] = PendingWrite(cmd, spec, n_out, bytearray(length))
         self.send(pdu.r2t(cmd.cid, ttag, 0, length, hdgst=self.hdgst))
