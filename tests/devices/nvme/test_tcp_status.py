@@ -1,6 +1,6 @@
 """Every error status of the supported commands, produced through the NVMe/TCP path. Expected values
-are (SCT, SC, DNR) as written in the NVMe base specification 1.4 Figures 127-129/ 133 and the
-Fabrics specification 1.1 Figure 21 (Connect), not taken from npukit's tables."""
+are (SCT, SC, DNR) as written in the status code tables of the NVMe base specification 1.4 (generic,
+command specific, media errors) and the Fabrics specification (Connect), not taken from npukit's tables."""
 
 import struct
 

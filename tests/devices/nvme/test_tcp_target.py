@@ -55,7 +55,7 @@ def test_smart_counters_move_with_io(host):
     after = host.smart_log()
     assert after["host_write_commands"] == 4
     assert after["host_read_commands"] - before["host_read_commands"] == 1
-    # data units are thousands of 512-byte units, rounded up (NVMe 1.4 Figure 194)
+    # data units are thousands of 512-byte units, rounded up (NVMe 1.4 SMART / Health log)
     assert after["data_units_written"] == 1
     host.write(1000, bytes(512))
     assert host.smart_log()["data_units_written"] == 2

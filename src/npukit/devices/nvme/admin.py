@@ -1,4 +1,4 @@
-"""Standard admin command handlers (NVMe 1.4 §5) registered into a :class:`CommandRegistry`."""
+"""Standard admin command handlers (NVMe 1.4 admin command set) registered into a :class:`CommandRegistry`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Identify data structures (NVMe 1.4 Figures 247 and 249) as field tables: one table builds the
+"""Identify data structures (NVMe 1.4 Identify Controller / Namespace) as field tables: one table builds the
 4096-byte page on the device side and parses it on the host side. Field names are nvme-cli's JSON
 keys, so ``npukit nvme id-ctrl --json`` and ``nvme id-ctrl -o json`` can be compared key by key.
 """
@@ -51,7 +51,7 @@ def pack_fields(fields: list[tuple[str, int, str]], values: dict[str, object],
         if kind.startswith("s"):
             n = int(kind[1:])
             text = str(value).encode("ascii")[:n]
-            # SN/MN/FR are space padded (NVMe 1.4 §7.x ASCII fields); NQNs are NUL terminated
+            # SN/MN/FR are space padded (NVMe ASCII string fields); NQNs are NUL terminated
             page[offset:offset + n] = text.ljust(n, b"\0" if name == "subnqn" else b" ")
         elif kind.startswith("hex"):
             n = int(kind[3:])

@@ -61,7 +61,7 @@ def smart_page(counters: Counters, power_on_hours: int, temperature_k: int,
     page[3] = 100  # available spare %
     page[4] = 5  # available spare threshold % (Alkali firmware's value)
     page[5] = 0  # percentage used
-    # data units are thousands of 512-byte units, rounded up (NVMe 1.4 Figure 194)
+    # data units are thousands of 512-byte units, rounded up (NVMe 1.4 SMART / Health log)
     page[32:48] = _u128(-(-counters.data_units_read // 1000))
     page[48:64] = _u128(-(-counters.data_units_written // 1000))
     page[64:80] = _u128(counters.host_read_commands)

@@ -71,7 +71,7 @@ class CompletionQueue:
 
 
 def prp_segments(mem: HostMemory, prp1: int, prp2: int, length: int) -> list[tuple[int, int]]:
-    """(address, length) pieces of a PRP-described buffer (NVMe 1.4 §4.3)."""
+    """(address, length) pieces of a PRP-described buffer (NVMe 1.4, PRP entries and lists)."""
     if length == 0:
         return []
     if prp1 % 4:

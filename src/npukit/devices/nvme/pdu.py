@@ -181,7 +181,7 @@ def ic_resp(cpda: int, hdgst: bool, ddgst: bool, maxh2cdata: int) -> list[bytes]
 
 
 def term_req(ptype: PduType, fes: int, fei: int, offending: bytes, hdgst: bool = False) -> list[bytes]:
-    # A termination request carries no digests (TCP transport 1.0 §3.6.2.9)
+    # A termination request is sent without digests (the error may be a digest error itself)
     specific = struct.pack("<HI", fes, fei).ljust(16, b"\0")
     body = bytes(offending[:MAX_TERM_HEADER])
     hlen = HLEN[ptype]
