@@ -102,7 +102,8 @@ class EncoderConfig:
                 "hidden_size": self.hidden, "num_hidden_layers": self.layers,
                 "num_attention_heads": self.heads, "intermediate_size": self.intermediate,
                 "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": self.eps,
-                "image_size": self.image_size, "patch_size": self.patch, "num_channels": self.channels}
+                "image_size": self.image_size, "patch_size": self.patch, "num_channels": self.channels,
+                "vision_use_head": False}
 
 
 def config_from_hf(cfg: dict[str, Any], where: str = "config.json") -> EncoderConfig:
@@ -355,25 +356,29 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_config(name: str, layers: int | None = None) -> EncoderConfig:
+def preset_config(name: str, layers: int | None = None, image_size: int | None = None) -> EncoderConfig:
+    """A preset's shape; ``layers`` / ``image_size`` shrink it (tests: fewer layers or patches)."""
     if name not in PRESETS:
         raise ConfigError(f"unknown encoder preset {name!r} (known: {', '.join(PRESETS)})")
     p = dict(PRESETS[name])
     if layers is not None:
         p["layers"] = layers
+    if image_size is not None:
+        p["image_size"] = image_size
     return EncoderConfig("siglip", act="gelu_tanh", eps=1e-6, **p)
 
 
 def synthetic_dir(name: str, layers: int | None = None, seed: int = 0, spikes: float = 0.0,
-                  root: str | Path | None = None) -> Path:
+                  root: str | Path | None = None, image_size: int | None = None) -> Path:
     """Write (once) an HF directory for preset ``name`` with seeded random weights; return its path.
 
     ``spikes`` > 0 plants the activation spikes the seed met in SigLIP: two residual channels whose
     position embeddings carry values of that size (documented as synthetic, not a real checkpoint).
     """
-    cfg = preset_config(name, layers)
+    cfg = preset_config(name, layers, image_size)
     root = Path(root) if root else Path.home() / ".cache" / "npukit" / "encoders"
-    out = root / (f"{name}-L{cfg.layers}-s{seed}" + ("" if not spikes else f"-spike{spikes:g}"))
+    tag = f"{name}-L{cfg.layers}-px{cfg.image_size}-s{seed}" + (f"-spike{spikes:g}" if spikes else "")
+    out = root / tag
     if (out / "model.safetensors").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)

@@ -18,3 +18,13 @@ def seq_acc_2d(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> None:  # pragma
             for j in range(n):
                 p = x * b[kk, j]
                 acc[i, j] = acc[i, j] + p
+
+
+@numba.njit(cache=True, nogil=True)
+def row_sum_2d(x: np.ndarray, acc: np.ndarray) -> None:  # pragma: no cover - compiled
+    rows, n = x.shape
+    for i in range(rows):
+        s = acc[i]
+        for j in range(n):
+            s = s + x[i, j]
+        acc[i] = s

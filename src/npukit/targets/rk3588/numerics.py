@@ -47,12 +47,12 @@ def seq_acc(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None = None) -> np.n
     b32 = b.astype(np.float32)
     shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
     out = np.zeros(shape, np.float32) if acc is None else acc.astype(np.float32, copy=True)
-    kernel = _kernel()
-    if kernel is not None and USE_NUMBA and a.ndim == b.ndim == out.ndim and a.ndim in (2, 3):
+    kernels = _kernels()
+    if kernels is not None and USE_NUMBA and a.ndim == b.ndim == out.ndim and a.ndim in (2, 3):
         a3, b3, o3 = (v if v.ndim == 3 else v[None] for v in (a32, b32, out))
         for i in range(o3.shape[0]):
             ai, bi = a3[i % a3.shape[0]], b3[i % b3.shape[0]]
-            kernel(np.ascontiguousarray(ai), np.ascontiguousarray(bi), o3[i])
+            kernels[0](np.ascontiguousarray(ai), np.ascontiguousarray(bi), o3[i])
         return out
     tmp = np.empty(shape, np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -66,12 +66,12 @@ USE_NUMBA = True  # tests flip it to compare the two implementations
 
 
 @cache
-def _kernel():
+def _kernels() -> tuple | None:
     try:
-        from npukit.targets.rk3588._nbacc import seq_acc_2d
+        from npukit.targets.rk3588._nbacc import row_sum_2d, seq_acc_2d
     except ImportError:
         return None
-    return seq_acc_2d
+    return seq_acc_2d, row_sum_2d
 
 
 def bias_out(acc: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -121,6 +121,11 @@ def row_sum(x: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
     ``acc`` when given."""
     acc = np.zeros(x.shape[:-1], np.float32) if acc is None else acc.astype(np.float32, copy=True)
     x32 = x.astype(np.float32)
+    kernels = _kernels()
+    if kernels is not None and USE_NUMBA and x.ndim >= 1:
+        flat = acc.reshape(-1)
+        kernels[1](np.ascontiguousarray(x32.reshape(-1, x.shape[-1])), flat)
+        return flat.reshape(acc.shape)
     with np.errstate(over="ignore", invalid="ignore"):
         for j in range(x.shape[-1]):
             np.add(acc, x32[..., j], out=acc)

@@ -37,6 +37,7 @@ class CompileOptions:
     sandwich: bool = True
     schedule: str = "pipeline"
     task_limit: int | None = None
+    pack: bool = False  # pack half-layer blocks into fewer submissions (else one per block, as the seed)
     margin: float = MARGIN
 
 
@@ -114,7 +115,7 @@ def _place(plan: Plan, calib: list[np.ndarray]) -> str:
 
 
 def _shard(plan: Plan, calib: list[np.ndarray]) -> str:
-    plan.shards = shard(plan.graph, plan.hw, plan.options.task_limit)
+    plan.shards = shard(plan.graph, plan.hw, plan.options.task_limit, plan.options.pack)
     return f"{len(plan.shards)} submissions of <= {plan.options.task_limit or plan.hw.task_limit} tasks"
 
 

@@ -16,6 +16,7 @@ class PlacementError(NpukitError):
     def __init__(self, node: Node, g: Graph, ws: WorkingSet, hw: RK3588HW, why: str) -> None:
         self.node = node.name
         self.ws = ws
+        self.failures: list[PlacementError] = [self]
         how = "tiles" if node.tiling else (
             "re-fused by the vendor optimizer" if node.fused_into else "untiled")
         super().__init__(f"placement (0xe010): op {node.name} ({node.describe(g)}, {how}) {why}; "
@@ -39,5 +40,23 @@ def check_node(node: Node, g: Graph, hw: RK3588HW) -> WorkingSet:
 
 
 def place(g: Graph, hw: RK3588HW) -> dict[str, WorkingSet]:
-    """Check every node; return the working set of each (the plan reports them)."""
-    return {n.name: check_node(n, g, hw) for n in g.nodes if n.op != "barrier"}
+    """Check every node; return the working set of each (the plan reports them). On failure the
+    error names the first op that does not fit, how many do not, and the largest."""
+    out: dict[str, WorkingSet] = {}
+    failures: list[PlacementError] = []
+    for n in g.nodes:
+        if n.op == "barrier":
+            continue
+        try:
+            out[n.name] = check_node(n, g, hw)
+        except PlacementError as exc:
+            failures.append(exc)
+    if failures:
+        first = failures[0]
+        worst = max(failures, key=lambda e: e.ws.scratch_bytes + e.ws.cbuf_banks * hw.bank_bytes)
+        if len(failures) > 1:
+            largest = worst.args[0].split(": ", 1)[1]
+            first.args = (f"{first.args[0]} — {len(failures)} ops do not fit; the largest: {largest}",)
+        first.failures = failures
+        raise first
+    return out

@@ -4,6 +4,8 @@ SHARD cut SigLIP into one binary per half layer (``l{i}_attn``, ``l{i}_mlp``) be
 tiny tasks in one job hit the driver timeout. Here whole half-layer blocks are packed greedily into
 a submission while its task count stays under ``driver.max_tasks_per_submit``; a block that alone
 exceeds the limit is split at op boundaries, and an op that alone exceeds it at task boundaries.
+With ``pack=False`` (the default, the seed's cut) every half-layer block starts a new submission,
+which gives the pipelined schedule stages to spread over the cores.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Shard:
                 "items": [[i.node, i.start, i.stop] for i in self.items]}
 
 
-def shard(g: Graph, hw: RK3588HW, limit: int | None = None) -> list[Shard]:
+def shard(g: Graph, hw: RK3588HW, limit: int | None = None, pack: bool = False) -> list[Shard]:
     limit = limit or hw.task_limit
     blocks: dict[str, list[tuple[str, int]]] = {}
     for n in g.nodes:
@@ -54,7 +56,7 @@ def shard(g: Graph, hw: RK3588HW, limit: int | None = None) -> list[Shard]:
 
     for block, nodes in blocks.items():
         size = sum(c for _, c in nodes)
-        if size > room():
+        if size > room() or not pack:
             new()
         for name, count in nodes:
             start = 0

@@ -1,0 +1,28 @@
+"""Real English sentences (written for these tests) for the MiniLM accuracy checks."""
+
+SENTENCES = [
+    "The ferry to the island leaves every morning at half past seven.",
+    "She repaired the old bicycle with parts from three different shops.",
+    "Quantum computers may one day break the encryption we rely on today.",
+    "My grandmother grows tomatoes, basil and peppers on her balcony.",
+    "The committee postponed its decision until the budget report is published.",
+    "A sudden thunderstorm forced the marathon runners to take shelter.",
+    "Compilers split large matrix multiplications into tiles that fit in fast memory.",
+    "He forgot his umbrella, so he arrived at the interview completely soaked.",
+    "The museum's new exhibition explores the history of early photography.",
+    "Penguins huddle together to survive the long Antarctic winter.",
+    "Please remember to water the plants while I am away next week.",
+    "The striker scored twice in the final ten minutes of the match.",
+    "Interest rates rose again, and mortgage applications fell sharply.",
+    "This recipe needs two cups of flour, one egg and a pinch of salt.",
+    "The volcano has been dormant for centuries, but scientists monitor it daily.",
+    "Our train was delayed because a tree had fallen across the tracks.",
+    "Learning a second language changes the way you think about your first.",
+    "The startup released an open-source driver for the neural processing unit.",
+    "Children in the village walk five kilometres to reach the nearest school.",
+    "The violinist played the concerto from memory without a single mistake.",
+    "Satellite images show the glacier has retreated by almost a kilometre.",
+    "I could not sleep because the neighbours were celebrating until dawn.",
+    "Why does the kettle always take longer to boil when you are watching it?",
+    "Low-power chips in cameras and phones now run small vision transformers on device.",
+]
