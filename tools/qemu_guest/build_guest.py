@@ -138,7 +138,8 @@ def _modname(path: str) -> str:
 
 
 def shared_libraries(binary: str) -> list[str]:
-    out = run(["ldd", binary]).stdout
+    proc = subprocess.run(["ldd", binary], capture_output=True, text=True, check=False)
+    out = proc.stdout if proc.returncode == 0 else ""  # "not a dynamic executable": exit status 1
     libs = []
     for line in out.splitlines():
         m = re.search(r"(/\S+)\s*\(0x", line)
@@ -186,6 +187,9 @@ def _build_locked(cache: Path) -> dict:
         busybox = shutil.which("busybox") or "/bin/busybox"
         if not Path(busybox).exists():
             raise GuestBuildError("busybox is missing: run scripts/ensure_debian_deps.sh")
+        if shared_libraries(busybox):
+            raise GuestBuildError(f"{busybox} is dynamically linked: install busybox-static "
+                                  "(scripts/ensure_debian_deps.sh)")
         _copy(busybox, staging, "/bin/busybox")
         for tool in GUEST_TOOLS:
             if not Path(tool).exists():
@@ -212,6 +216,7 @@ def _build_locked(cache: Path) -> dict:
     manifest = {"kernel": str(kernel), "initrd": str(initrd), "kernel_version": version, "package": package,
                 "modules": names}
     manifest_path.write_text(json.dumps(manifest, indent=1))
+    shutil.rmtree(root, ignore_errors=True)  # 400 MB unpacked; the .deb stays for a rebuild
     return manifest
 
 
