@@ -97,5 +97,17 @@ def test_registry_record() -> None:
 
     target = registry.get("ebpf", "simulate")
     words = target.resolve("assemble")("mov %r0, 6\nmul %r0, 7\nexit")
-    assert target.resolve("simulate")(words).r0 == 42
+    assert target.resolve("simulate")(words)["r0"] == 42
     assert "mul %r0, 7" in target.resolve("disassemble")(words)
+
+
+def test_generic_asm_disasm_sim_with_target_ebpf(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "p.s"
+    src.write_text("ldxb %r0, [%r1+1]\nadd %r0, %r2\nexit\n")
+    mem = tmp_path / "m.hex"
+    mem.write_text("10 20 30")
+    assert main(["asm", "--target", "ebpf", str(src), "-o", str(tmp_path / "p.bin")]) == 0
+    assert main(["disasm", "--target", "ebpf", str(tmp_path / "p.bin")]) == 0
+    assert "ldxb %r0, [%r1+1]" in capsys.readouterr().out
+    assert main(["sim", "--target", "ebpf", str(tmp_path / "p.bin"), "--bpf-mem", str(mem), "--json"]) == 0
+    assert '"r0": 35' in capsys.readouterr().out  # 0x20 + length 3

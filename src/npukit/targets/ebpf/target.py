@@ -10,5 +10,9 @@ TARGET = Target(
     disassemble="npukit.targets.ebpf.api:disassemble",
     load_program="npukit.targets.ebpf.api:load_program",
     simulate="npukit.targets.ebpf.api:simulate",
-    extra={"opcode_table": "npukit.targets.ebpf.isa:opcode_table", "elf": "npukit.targets.ebpf.elf:load_elf"},
+    extra={
+        "cli": "npukit.targets.ebpf.api:add_arguments",
+        "opcode_table": "npukit.targets.ebpf.isa:opcode_table",
+        "elf": "npukit.targets.ebpf.elf:load_elf",
+    },
 )
