@@ -26,6 +26,7 @@ demo: $(VENV)/.core-installed
 
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.dev-installed

@@ -1,0 +1,55 @@
+"""The import-linter contracts in pyproject.toml hold, and breaking one fails `lint-imports` (and so
+`make test`). The broken cases run on a copy of the package's Python files with one import added."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(src: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _copy(tmp: Path) -> Path:
+    src = tmp / "src"
+    shutil.copytree(ROOT / "src" / "npukit", src / "npukit", ignore=shutil.ignore_patterns(
+        "__pycache__", "assets", "presets", "*.safetensors", "*.json", "*.toml"))
+    shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    return src
+
+
+def test_the_tree_keeps_every_contract():
+    res = _lint(ROOT / "src", ROOT)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
+
+
+LAYERS, INDEPENDENT = "npukit layers", "targets are independent"
+
+
+@pytest.mark.parametrize(("module", "line", "contracts"), [
+    ("sim/work.py", "import npukit.models.loading", [LAYERS]),  # a lower layer imports a higher one
+    ("targets/tern/units.py", "import npukit.targets.pccx.numerics", [INDEPENDENT]),
+    # the base imports a target: a layer violation, and every target now reaches pccx through it
+    ("registry.py", "import npukit.targets.pccx.hw", [LAYERS, INDEPENDENT]),
+])
+def test_an_offending_import_breaks_its_contract(tmp_path, module, line, contracts):
+    src = _copy(tmp_path)
+    path = src / "npukit" / module
+    path.write_text(path.read_text() + f"\n{line}  # offending\n")
+    res = _lint(src, tmp_path)
+    assert res.returncode != 0
+    broken = [ln for ln in res.stdout.splitlines() if ln.endswith("BROKEN")]
+    assert len(broken) == len(contracts), res.stdout[-2000:]
+    assert all(b.startswith(c) for b, c in zip(broken, contracts, strict=True)), broken
