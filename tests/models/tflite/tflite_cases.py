@@ -226,12 +226,23 @@ def shape_ops_case(rng: np.random.Generator):
     p = b.const("paddings", pads.astype(np.int32))
     xp = b.tensor("xp", (1, ph, pw, pc), np.int8, s, z)
     b.op("PAD", [x, p], [xp])
-    k = b.const("k", int8(rng, (1, ph, pw, 2)), scale=s, zero_point=z)
-    cat = b.tensor("cat", (1, ph, pw, pc + 2), np.int8, s, z)
-    b.op("CONCATENATION", [xp, k], [cat], O.ConcatenationOptions(axis=-1))
-    flat = b.tensor("flat", (1, 1, ph * pw * (pc + 2)), np.int8, s, z)
-    shp = b.const("shape", np.array([1, 1, ph * pw * (pc + 2)], np.int32))
-    b.op("RESHAPE", [cat, shp], [flat], O.ReshapeOptions((1, 1, ph * pw * (pc + 2))))
-    y = b.tensor("y", (ph * pw * (pc + 2),), np.int8, s, z)
+    axis = int(rng.integers(1, 4))  # CONCATENATION along H, W or C, with one or two constants
+    shape = [1, ph, pw, pc]
+    parts, total = [xp], pc if axis == 3 else (ph if axis == 1 else pw)
+    for k in range(int(rng.integers(1, 3))):
+        extra = list(shape)
+        extra[axis] = int(rng.integers(1, 4))
+        total += extra[axis]
+        const = b.const(f"k{k}", int8(rng, extra), scale=s, zero_point=z)
+        parts.insert(int(rng.integers(0, len(parts) + 1)), const)
+    shape[axis] = total
+    cat = b.tensor("cat", tuple(shape), np.int8, s, z)
+    b.op("CONCATENATION", parts, [cat], O.ConcatenationOptions(axis=axis - 4 if rng.integers(0, 2) else axis))
+    ph, pw, pc2 = shape[1], shape[2], shape[3]
+    size = ph * pw * pc2
+    flat = b.tensor("flat", (1, 1, size), np.int8, s, z)
+    shp = b.const("shape", np.array([1, 1, size], np.int32))
+    b.op("RESHAPE", [cat, shp], [flat], O.ReshapeOptions((1, 1, size)))
+    y = b.tensor("y", (size,), np.int8, s, z)
     b.op("SQUEEZE", [flat], [y], O.SqueezeOptions((0, 1)))
     return b.build([x], [y]), [int8(rng, (1, h, w, c))], "pad/concat/reshape/squeeze"
