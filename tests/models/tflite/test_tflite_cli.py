@@ -130,3 +130,14 @@ def test_a_registered_delegate_plugs_into_the_cli(capsys, sample, monkeypatch):
     assert (res["delegated_ops"], res["host_ops"]) == (2, 2)
     assert res["figures"]["vta_cycles"]["source"] == "stand-in ('alkali', 'vta-default', ['a=1'])"
     assert res["outputs"]["probs"]["data"] == run_ref(DIGITS.read_bytes(), sample[1]).ravel().tolist()
+
+
+def test_discovered_by_the_npukit_entry_point(capsys, sample):
+    from npukit.cli.main import main
+
+    assert main(["tflite", "run", "zoo:digits", "--input", str(sample[0]), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["outputs"]["probs"]["data"] == run_ref(DIGITS.read_bytes(), sample[1]).ravel().tolist()
+    assert main(["tflite", "info", "/nonexistent.tflite"]) == 2
+    err = capsys.readouterr().err
+    assert err == "npukit: error: cannot read /nonexistent.tflite: No such file or directory\n"
