@@ -211,6 +211,16 @@ def test_typed_values_and_lenient_enums():
     assert "not a known Kind" in spec.validate(spec.make("OP"))
 
 
+def test_limits_from_the_description_bound_values():
+    spec = Spec("lim", 16, (Format("LD", (Field("idx", 8, limit="depth"), const("op", 15, 8, 1))),))
+    small = spec.bind(type("Hw", (), {"depth": 100})())
+    assert small.decode(0x0163).idx == 99
+    with pytest.raises(DecodeError, match=r"idx 100 is out of range \(max 99\)"):
+        small.decode(0x0164)
+    with pytest.raises(DecodeError, match="out of range"):
+        small.encode(small.make("LD", idx=200))
+
+
 def test_bad_layouts_are_config_errors():
     with pytest.raises(ConfigError, match="overlaps"):
         Spec("s", 8, (Format("A", (bits("a", 3, 0), bits("b", 4, 3))),)).bind()

@@ -51,6 +51,7 @@ class Field:
     fmt: str = "dec"  # how text shows the value: dec | hex
     tags: frozenset[str] = frozenset()
     pieces: tuple[tuple[Derived, Derived], ...] = ()  # split value: (lo, width) ranges, LSB first
+    limit: Derived | None = None  # values must be below this (e.g. a buffer depth from the description)
 
 
 def bits(name: str, hi: int, lo: int, **kw: Any) -> Field:
@@ -115,6 +116,7 @@ class BoundField:
     fmt: str
     tags: frozenset[str]
     pieces: tuple[tuple[int, int], ...]  # () for a contiguous field
+    limit: int | None = None
 
     @property
     def hi(self) -> int:
@@ -173,8 +175,9 @@ def _bind_field(f: Field, hw: Any, next_lo: int, where: str) -> BoundField:
     if f.const is not None and not 0 <= f.const < 1 << width:
         raise ConfigError(f"{where}.{f.name}: constant {f.const} does not fit in {width} bits")
     asm = f.name if f.asm is None else f.asm
+    limit = None if f.limit is None else _derive(f.limit, hw, f"{where}.{f.name} limit")
     return BoundField(f.name, lo, width, f.signed, f.enum, f.strict_enum, f.reserved, f.const, f.doc,
-                      asm, f.kind, f.fmt, f.tags, pieces)
+                      asm, f.kind, f.fmt, f.tags, pieces, limit)
 
 
 class BoundFormat:
@@ -298,7 +301,7 @@ class _EnumTable(dict):
 def _plan(bf: BoundField, word_bits: int, words: int) -> tuple:
     table = None if bf.enum in (None, bool) else _EnumTable(bf.enum)
     return (bf.name, bf.lo, bf.mask, bf.width, bf.signed, table, bf.strict_enum, bf.reserved,
-            bf.pieces, bf.enum, bf.bits_text(word_bits, words))
+            bf.pieces, bf.enum, bf.bits_text(word_bits, words), bf.limit)
 
 
 # --- the bound spec --------------------------------------------------------------------------------
@@ -401,7 +404,7 @@ class BoundSpec:
                 if w & m:
                     return f"unassigned bits {rng} are nonzero"
         kw: dict[str, Any] = {}
-        for name, lo, mask, width, signed, table, strict, reserved, pieces, tp, rng in fmt.plan:
+        for name, lo, mask, width, signed, table, strict, reserved, pieces, tp, rng, limit in fmt.plan:
             if pieces:
                 raw, shift = 0, 0
                 for plo, pw in pieces:
@@ -422,9 +425,11 @@ class BoundSpec:
                 kw[name] = member
             elif tp is bool:
                 kw[name] = bool(raw)
-            elif signed and raw >> (width - 1):
-                kw[name] = raw - (1 << width)
             else:
+                if signed and raw >> (width - 1):
+                    raw -= 1 << width
+                if limit is not None and raw >= limit:
+                    return f"{name} {raw} is out of range (max {limit - 1})"
                 kw[name] = raw
         ins = fmt.cls(**kw)
         reason = fmt.check(ins, self.hw) if fmt.check is not None else None
