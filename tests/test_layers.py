@@ -53,3 +53,27 @@ def test_an_offending_import_breaks_its_contract(tmp_path, module, line, contrac
     broken = [ln for ln in res.stdout.splitlines() if ln.endswith("BROKEN")]
     assert len(broken) == len(contracts), res.stdout[-2000:]
     assert all(b.startswith(c) for b, c in zip(broken, contracts, strict=True)), broken
+
+
+def test_architecture_doc_lists_every_layer_in_contract_order():
+    """docs/architecture.md's table names each layer of the contract, top to bottom, and every
+    top-level package of npukit."""
+    import re
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in cfg if c["id"] == "layers")["layers"]
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    rows = [ln for ln in doc.splitlines() if ln.startswith("| ") and "src/npukit/" in ln]
+    cells = [re.findall(r"src/npukit/(?:\{([^}]*)\}|([\w_]+))", ln) for ln in rows]
+    named = [{n.strip().removesuffix(".py") for a, b in found for n in (a.split(",") if a else [b])}
+             for found in cells]
+    positions = []
+    for layer in layers:
+        parts = [p.strip() for p in layer.split("|")]
+        pos = [next(i for i, names in enumerate(named) if p in names) for p in parts]
+        positions.append(min(pos))
+    assert positions == sorted(positions), (layers, positions)
+    packages = {p.name.removesuffix(".py") for p in (ROOT / "src" / "npukit").iterdir()
+                if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+    assert packages <= set().union(*named), packages - set().union(*named)
