@@ -5,10 +5,10 @@
    then mark the prefetches that completed.
 2. **survey** (`_survey`) — what each engine's head is doing now (running, setting up or draining,
    blocked, not yet issued), the active FIFO couplings, what each stream fetches and its buffer level.
-3. **solve rates** (`Rates._solve`, in `timing_rates`) — every running op's progress rate until the
-   next event.
-4. **horizon** (`_horizon`) — the time to the next event: an op or a prefetch finishing, a buffer
-   filling or draining, a FIFO emptying or filling, the issuer going on, a latency or tail ending.
+3. **solve rates** (`_solve`, with the fixed point in `timing_rates`) — every running op's progress
+   rate until the next event, then
+4. **the horizon** (also `_solve`) — the time to the next event: an op or a prefetch finishing, a
+   buffer filling or draining, a FIFO emptying or filling, the issuer going on, a latency or tail ending.
 5. **advance** (`_advance`) — progress, fetched bytes and resource use over that time, and
    **attribute** (`_attribute`) it to every engine and op as busy, idle or a named stall.
 
@@ -27,12 +27,20 @@ _INF = float("inf")
 
 
 def _drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: list[int]):
-    """Bytes the running ops ``rs`` have drawn from stream ``si`` so far: the sum() the model defines
-    (0 for none; one term alone is exactly that term, so sum() is skipped for it)."""
+    """Bytes the running stream ops ``rs`` have drawn from stream ``si`` so far: the sum() the model
+    defines (0 for none; one term alone, never -0.0, is exactly that term: sum() is skipped for it)."""
     if len(rs) == 1:
         p = rs[0]
         return frac[p] * sbr[p] if sidx[p] == si else 0
     return sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0
+
+
+def _drawing(rs: list[int], si: int, rate: dict[int, float], sbr: list[float], sidx: list[int]):
+    """Bytes per cycle the running stream ops ``rs`` draw from stream ``si`` at ``rate`` (as `_drawn`)."""
+    if len(rs) == 1:
+        p = rs[0]
+        return rate.get(p, 0.0) * sbr[p] if sidx[p] == si else 0
+    return sum(rate.get(p, 0.0) * sbr[p] for p in rs if sidx[p] == si)
 
 
 class Phases:
@@ -236,17 +244,23 @@ class Phases:
                     lvl[si] = s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
         return running, rs, waiting, blocked, filling, dt, links, tg, lvl, fetching
 
-    # --- 4. horizon: time to the next event -------------------------------------------------------
-    def _horizon(self, t: float, dt: float, running: list[int], links: list[tuple[int, int]],
-                 tg: list[int | None], lvl: list[float], fetching: bool, rate: dict[int, float],
-                 share: list[float]) -> float:
-        """The time to the next event: the first smallest non-negative candidate after ``dt`` (from
-        `_survey`), as min() over them all would pick; every candidate is >= 0."""
+    # --- 3, 4. solve rates, then the horizon: time to the next event ----------------------------
+    def _solve(self, t: float, dt: float, running: list[int], rs: list[int], links: list[tuple[int, int]],
+               tg: list[int | None], lvl: list[float], fetching: bool):
+        """Rates (op → fraction/cycle), their limiting reasons (op → name), each stream's inflow, and the
+        time to the next event: the first smallest non-negative candidate after ``dt`` (from `_survey`),
+        as min() over them all would pick (every candidate is >= 0)."""
+        frac, sidx, sbr, fetched, s_capb, full, start = self.b_horizon
+        if fetching or links or rs:
+            rate, why, share = self._rates(t, running, links, lvl, tg, start, frac, fetched)
+        else:  # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)
+            rate, why, share = {}, {}, self.zeros_s
+            if running:
+                self._share_rates(running, self._shares(running), rate, why)
         if self.k < self.n and self.blocker < 0 and self.next_issue > t + _EPS:
             c = self.next_issue - t
             if c >= 0 and c < dt:
                 dt = c
-        frac, sidx, sbr, fetched, s_capb, full, start = self.b_horizon
         for p in running:
             r = rate[p]
             if r > 0:
@@ -265,32 +279,29 @@ class Phases:
         if fetching:
             for si in range(self.nstr):
                 p = tg[si]
-                if p is None:
+                if p is None or not (f := share[si]) > 0:
                     continue
-                f = share[si]
-                if f > 0:
-                    c = (sbr[p] - fetched[p]) / f
+                c = (sbr[p] - fetched[p]) / f
+                if c >= 0 and c < dt:
+                    dt = c
+                cons = _drawing(rs, si, rate, sbr, sidx)
+                room = s_capb[si] - lvl[si]
+                if f > cons * (1 + 1e-12) and room > _BEPS:
+                    c = room / (f - cons)
                     if c >= 0 and c < dt:
                         dt = c
-                    cons = sum(rate.get(q, 0.0) * sbr[q] for q in running if sidx[q] == si)
-                    room = s_capb[si] - lvl[si]
-                    if f > cons * (1 + 1e-12) and room > _BEPS:
-                        c = room / (f - cons)
-                        if c >= 0 and c < dt:
-                            dt = c
-        if links:
-            for pr, c in links:
-                gap = frac[pr] - frac[c]
-                rc, rp = rate.get(c, 0.0), rate.get(pr, 0.0)
-                if rc > rp and gap > _EPS:
-                    d = gap / (rc - rp)
-                    if d >= 0 and d < dt:
-                        dt = d
-                if rp > rc and full[c] - gap > _EPS and start[c] <= t:
-                    d = (full[c] - gap) / (rp - rc)
-                    if d >= 0 and d < dt:
-                        dt = d
-        return dt
+        for pr, c in links:
+            gap = frac[pr] - frac[c]
+            rc, rp = rate.get(c, 0.0), rate.get(pr, 0.0)
+            if rc > rp and gap > _EPS:
+                d = gap / (rc - rp)
+                if d >= 0 and d < dt:
+                    dt = d
+            if rp > rc and full[c] - gap > _EPS and start[c] <= t:
+                d = (full[c] - gap) / (rp - rc)
+                if d >= 0 and d < dt:
+                    dt = d
+        return rate, why, share, dt
 
     # --- 5. advance and attribute -----------------------------------------------------------------
     def _advance(self, t: float, dt: float, running: list[int], rs: list[int], tg: list[int | None],

@@ -19,25 +19,15 @@ class Rates:
 
     __slots__ = ()
 
-    def _solve(self, t: float, running: list[int], rs: list[int], links: list[tuple[int, int]],
-               tg: list[int | None], lvl: list[float], fetching: bool):
-        """(rate, why, share): op → fraction/cycle, op → limiting reason, stream → inflow (bytes/cycle)."""
-        if fetching or links or rs:
-            return self._rates(t, running, links, lvl, tg, self.start, self.frac, self.fetched)
-        # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)
-        rate: dict[int, float] = {}
-        why: dict[int, str] = {}
-        if running:
-            xfer, xkey = self.xfer, self.xkey
-            xops = [p for p in running if xfer[p] > 0]
-            got: list[float] = []
-            if xops:
-                key = (tuple([xkey[p] for p in xops]), ())
-                got = self.wf_memo.get(key)  # type: ignore[assignment]
-                if got is None:
-                    got = self._fill(key, xops, [])
-            self._share_rates(running, got, rate, why)
-        return rate, why, self.zeros_s
+    def _shares(self, running: list[int]) -> list[float]:
+        """The water-filled shares of the running ops that transfer (no stream flows), memoised."""
+        xfer, xkey = self.xfer, self.xkey
+        xops = [p for p in running if xfer[p] > 0]
+        if not xops:
+            return []
+        key = (tuple([xkey[p] for p in xops]), ())
+        got = self.wf_memo.get(key)
+        return self._fill(key, xops, []) if got is None else got
 
     def _fill(self, key: tuple, xops: Sequence[int], scap: list[tuple[int, float]]) -> list[float]:
         """Water-fill the transfers of ``xops`` and the stream flows ``scap``; memoised under ``key``."""

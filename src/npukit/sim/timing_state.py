@@ -249,19 +249,18 @@ class Sim(Phases, Rates, Tokens):
                             self.nominal)
 
     def run(self) -> TimingResult:
-        """Event after event: settle at t, survey, solve rates, find the next event, advance to it."""
+        """Event after event: settle at t, survey, solve rates and the next event, advance to it."""
         self._begin()
         n = self.n
-        settle, survey, solve, horizon = self._settle, self._survey, self._solve, self._horizon
-        advance, attribute = self._advance, self._attribute
+        settle, survey, solve, advance, attribute = self._settle, self._survey, self._solve, self._advance, \
+            self._attribute
         t, stuck = 0.0, 0
         while self.n_done < n:
             settle(t)
             if self.n_done >= n:
                 break
             running, rs, waiting, blocked, filling, dt, links, tg, lvl, fetching = survey(t)
-            rate, why, share = solve(t, running, rs, links, tg, lvl, fetching)
-            dt = horizon(t, dt, running, links, tg, lvl, fetching, rate, share)
+            rate, why, share, dt = solve(t, dt, running, rs, links, tg, lvl, fetching)
             if dt == _INF:
                 raise self._deadlock(t)
             stuck = stuck + 1 if dt <= 0 else 0
