@@ -347,7 +347,7 @@ class BoundSpec:
             elif fmt.words != 1:
                 hit = f"{fmt.name} takes {fmt.words} words"
             else:
-                hit = self._fields(fmt, word)
+                hit = self.decode_as(fmt, word)
             if self._memo_max:
                 if len(memo) >= self._memo_max:
                     memo.clear()
@@ -373,7 +373,7 @@ class BoundSpec:
         wide = 0
         for k in range(fmt.words):
             wide |= self._word(words[i + k]) << (k * self.word_bits)
-        hit = self._fields(fmt, wide)
+        hit = self.decode_as(fmt, wide)
         if isinstance(hit, str):
             raise DecodeError(wide, hit, self.word_bits * fmt.words)
         return hit, fmt.words
@@ -397,7 +397,7 @@ class BoundSpec:
                               self.word_bits)
         return w
 
-    def _fields(self, fmt: BoundFormat, w: int) -> Any:
+    def decode_as(self, fmt: BoundFormat, w: int) -> Any:
         """The instruction of format ``fmt`` held in ``w`` (all its words), or the reason it is invalid."""
         if w & fmt.gap_mask:
             for m, rng in fmt.gap_ranges:
@@ -481,7 +481,7 @@ class BoundSpec:
         fmt = self.format_of(ins)
         w = self.pack(fmt, ins)
         if validate:
-            hit = self.decode_or_reason(w) if fmt.words == 1 else self._fields(fmt, w)
+            hit = self.decode_or_reason(w) if fmt.words == 1 else self.decode_as(fmt, w)
             if isinstance(hit, str):
                 raise DecodeError(w, hit, self.word_bits * fmt.words)
         return w

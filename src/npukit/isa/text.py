@@ -195,7 +195,7 @@ def assemble_line(spec: BoundSpec, syntax: Syntax, line: str, where: str = "line
         return [v]
     fmt, values = syntax.parse(spec, text, where)
     wide = spec.pack(fmt, values, where=where, key="asm")
-    hit = spec.decode_or_reason(wide) if fmt.words == 1 else spec._fields(fmt, wide)
+    hit = spec.decode_or_reason(wide) if fmt.words == 1 else spec.decode_as(fmt, wide)
     if isinstance(hit, str):
         raise AsmError(f"{where}: {hit}")
     return spec.split(wide, fmt.words)
