@@ -163,3 +163,27 @@ def test_unused_tokens_leave_the_pinned_schedule_bit_identical():
     m = dataclasses.replace(PIN_MACHINE, queues=(TokenQueue("idle", 4, initial=1),))
     ops = [TokenOp(**{f.name: getattr(o, f.name) for f in dataclasses.fields(Op)}) for o in pinned_program()]
     assert result_digest(simulate(m, ops)) == "1a309d6d700c959d"
+
+
+@pytest.mark.parametrize(("out_buffers", "want"), [(1, 145), (2, 115)])
+def test_docs_worked_example_load_gemm_store(out_buffers, want):
+    """docs/timing.md's worked example: three (LOAD 10, GEMM 30, STORE 15) triples; two input buffers
+    (g2l), output buffers s2g as given. One output buffer: L0 0-10, G0 10-40, S0 40-55, and each later
+    GEMM waits for the previous STORE to return the buffer: G1 55-85, S1 85-100, G2 100-130,
+    S2 130-145. Two: G1 40-70 and G2 70-100 back to back (L2 runs 40-50 once G0 frees an input
+    buffer), S0 40-55, S1 70-85, S2 100-115."""
+    m = Machine(engines=ENGINES, command_depth=8,
+                queues=(TokenQueue("l2g", 2), TokenQueue("g2l", 2, initial=2),
+                        TokenQueue("g2s", 2), TokenQueue("s2g", 2, initial=out_buffers)))
+    ops = []
+    for i in range(3):
+        ops += [load(3 * i, pop=("g2l",), push=("l2g",)),
+                gemm(3 * i + 1, pop=("l2g", "s2g"), push=("g2l", "g2s")),
+                TokenOp(3 * i + 2, "store", f"STORE {i}", cycles=15, is_async=True, pop=("g2s",),
+                        push=("s2g",))]
+    r = simulate(m, ops)
+    assert r.cycles == close(want)
+    gemms = spans(r)[1::3]
+    assert gemms == ([(10, 40), (55, 85), (100, 130)] if out_buffers == 1 else
+                     [(10, 40), (40, 70), (70, 100)])
+    assert spans(r)[6] == (40, 50)  # LOAD 2 waits for GEMM 0 to free an input buffer
