@@ -48,10 +48,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the start of .rodata)",
     )
     r.add_argument(
+        "--profile",
+        choices=("rfc9669", "alkali-fork"),
+        default="rfc9669",
+        help="rfc9669: the whole ISA (default); alkali-fork: refuse at load what the Alkali board's "
+        "uBPF fork lacks (JMP32, local calls, atomics, v4 ops) and stop on division by zero",
+    )
+    r.add_argument(
         "--div-by-zero",
         choices=("rfc", "fault"),
-        default="rfc",
-        help="rfc: x/0 = 0, x%%0 = x (default); fault: stop like the Alkali fork",
+        default=None,
+        help="rfc: x/0 = 0, x%%0 = x; fault: stop like the Alkali fork "
+        "(default: fault with --profile alkali-fork, else rfc)",
     )
     r.add_argument(
         "--budget", type=int, default=None, metavar="N", help="instruction budget (default 50,000,000)"
@@ -127,7 +135,12 @@ def run_run(args: argparse.Namespace) -> int:
         helper_names={name: i for i, name in helpers.names().items()},
     )
     machine = Machine(
-        loaded.program, helpers, loaded.sections, entry=loaded.entry, div_by_zero=args.div_by_zero
+        loaded.program,
+        helpers,
+        loaded.sections,
+        entry=loaded.entry,
+        div_by_zero=args.div_by_zero,
+        profile=args.profile,
     )
     result = machine.run(
         data, args.output_size, abi, budget=args.budget or DEFAULT_BUDGET, engine=args.engine

@@ -137,3 +137,21 @@ def test_rebuild_matches_committed_objects(tmp_path: Path) -> None:
 
 def test_clang_present_for_the_suite() -> None:
     assert shutil.which("clang-14") or shutil.which("clang"), "make test installs clang-14"
+
+
+def test_alkali_fork_profile_refuses_what_the_board_cannot_run() -> None:
+    from npukit.targets.ebpf.errors import VerifyError
+
+    helpers = alkali_helpers(tflite=IdentityTflite())
+    names = {n: i for i, n in helpers.names().items()}
+
+    def fork(obj: str) -> Machine:
+        loaded = load_elf((EXAMPLES / obj).read_bytes(), helper_names=names)
+        return Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry, profile="alkali-fork")
+
+    with pytest.raises(VerifyError, match="JMP32"):
+        fork("add_vta.v3.o")
+    with pytest.raises(VerifyError, match="BPF-to-BPF calls"):
+        fork("filter.v1.o")
+    res = fork("add_vta.v1.o").run(bytes(1024) + bytes([5, 8, 2, 3, 2, 4, 2, 2]), 4, "alkali")
+    assert res.output == bytes([5, 8, 2, 3])  # the identity double: the v1 build loads and runs

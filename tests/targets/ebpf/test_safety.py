@@ -167,3 +167,13 @@ def test_random_streams_fast_matches_interpreter() -> None:
 def test_100k_random_streams_raise_only_typed_errors() -> None:
     loaded, compared = _fuzz(100_000, seed=2, cross_check_every=50)
     assert loaded > 10_000 and compared > 100
+
+
+def test_fork_profile_faults_on_division_by_zero() -> None:
+    m = Machine(
+        isa.decode(assemble_bytes("mov %r0, 1\nmov %r1, 0\nmod %r0, %r1\nexit")),
+        conformance_helpers(),
+        profile="alkali-fork",
+    )
+    with pytest.raises(DivisionFault):
+        m.run()

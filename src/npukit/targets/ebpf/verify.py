@@ -35,8 +35,31 @@ def falls_through(insn: Insn) -> bool:
     return insn.opcode not in (isa.OP_EXIT, isa.OP_JA, isa.OP_JA32)
 
 
-def verify(program: Program, helpers: HelperRegistry | None = None, entry: int = 0) -> None:
-    """Raise `VerifyError` (naming pc and instruction) if the program may not run."""
+def fork_gap(insn: Insn) -> str | None:
+    """What the Alkali uBPF fork (antmicro/ubpf@61725ce) cannot run in ``insn``, or None."""
+    cls, op = insn.cls, insn.opcode
+    if cls == isa.JMP32:
+        return "JMP32 instructions (clang -mcpu=v3)"
+    if op == isa.OP_CALL and insn.src == isa.CALL_LOCAL:
+        return "BPF-to-BPF calls"
+    if op == isa.OP_CALLX:
+        return "callx"
+    if cls == isa.STX and op & 0xE0 == isa.MODE_ATOMIC:
+        return "atomic operations"
+    if cls == isa.LDX and op & 0xE0 == isa.MODE_MEMSX:
+        return "sign-extending loads (v4)"
+    if cls in (isa.ALU, isa.ALU64) and insn.off:
+        return "signed division/modulo and movsx (v4)"
+    if op == 0xD7:
+        return "bswap (v4)"
+    return None
+
+
+def verify(
+    program: Program, helpers: HelperRegistry | None = None, entry: int = 0, profile: str = "rfc9669"
+) -> None:
+    """Raise `VerifyError` (naming pc and instruction) if the program may not run. ``profile``
+    ``alkali-fork`` also refuses what the Alkali firmware's uBPF fork does not implement."""
     insns = program.insns
     n = len(insns)
     if not 0 <= entry < n or insns[entry] is None:
@@ -57,5 +80,7 @@ def verify(program: Program, helpers: HelperRegistry | None = None, entry: int =
             if insn.src == isa.CALL_HELPER and helpers is not None and helpers.get(insn.imm) is None:
                 known = ", ".join(f"{i} {name}" for i, name in helpers.names().items()) or "none"
                 raise VerifyError(f"{where}: unknown helper {insn.imm} (registered: {known})")
+        if profile == "alkali-fork" and (gap := fork_gap(insn)):
+            raise VerifyError(f"{where}: the Alkali uBPF fork does not implement {gap}")
         if pc == last_pc and falls_through(insn):
             raise VerifyError(f"{where}: the last instruction falls through off the end of the program")

@@ -24,6 +24,7 @@ from npukit.targets.ebpf.verify import verify
 
 M64, M32 = S.M64, S.M32
 ABIS = ("ubpf", "alkali")
+PROFILES = ("rfc9669", "alkali-fork")
 DEFAULT_BUDGET = 50_000_000
 DEFAULT_CALL_DEPTH = 8
 
@@ -68,11 +69,15 @@ class Machine:
         *,
         entry: int = 0,
         max_call_depth: int = DEFAULT_CALL_DEPTH,
-        div_by_zero: str = "rfc",
+        div_by_zero: str | None = None,
+        profile: str = "rfc9669",
     ) -> None:
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+        div_by_zero = div_by_zero or ("fault" if profile == "alkali-fork" else "rfc")
         if div_by_zero not in ("rfc", "fault"):
             raise ConfigError(f"div_by_zero must be 'rfc' or 'fault', not {div_by_zero!r}")
-        verify(program, helpers, entry)
+        verify(program, helpers, entry, profile)
         self.program, self.helpers, self.entry = program, helpers, entry
         self.sections = list(sections or [])
         self.max_call_depth = max_call_depth
