@@ -368,6 +368,17 @@ def preset_config(name: str, layers: int | None = None, image_size: int | None =
     return EncoderConfig("siglip", act="gelu_tanh", eps=1e-6, **p)
 
 
+def shape_only(name: str, layers: int | None = None, image_size: int | None = None) -> Encoder:
+    """A preset's encoder with zero weights (lazy pages): for compiling and timing, not for numbers."""
+    cfg = preset_config(name, layers, image_size)
+    h, f = cfg.hidden, cfg.intermediate
+    shapes = {"q_w": (h, h), "k_w": (h, h), "v_w": (h, h), "o_w": (h, h), "fc1_w": (f, h), "fc2_w": (h, f),
+              "fc1_b": (f,)}
+    layers_ = [{k: np.zeros(shapes.get(k, (h,)), np.float16) for k in LAYER_KEYS} for _ in range(cfg.layers)]
+    return Encoder(cfg, {}, layers_, (np.zeros(h, np.float16), np.zeros(h, np.float16)),
+                   meta={"name": f"{name} (shapes only)"})
+
+
 def synthetic_dir(name: str, layers: int | None = None, seed: int = 0, spikes: float = 0.0,
                   root: str | Path | None = None, image_size: int | None = None) -> Path:
     """Write (once) an HF directory for preset ``name`` with seeded random weights; return its path.
