@@ -35,7 +35,7 @@ def test_the_tree_keeps_every_contract():
     assert "0 broken" in res.stdout
 
 
-LAYERS, INDEPENDENT = "npukit layers", "targets are independent"
+LAYERS, INDEPENDENT, ACYCLIC = "npukit layers", "targets are independent", "no import circles"
 
 
 @pytest.mark.parametrize(("module", "line", "contracts"), [
@@ -43,6 +43,8 @@ LAYERS, INDEPENDENT = "npukit layers", "targets are independent"
     ("targets/tern/units.py", "import npukit.targets.pccx.numerics", [INDEPENDENT]),
     # the base imports a target: a layer violation, and every target now reaches pccx through it
     ("registry.py", "import npukit.targets.pccx.hw", [LAYERS, INDEPENDENT]),
+    # the circle the fast executor had: a binder importing the simulator that imports it
+    ("targets/pccx/fast/fastmat.py", "import npukit.targets.pccx.fast.fastsim", [ACYCLIC]),
 ])
 def test_an_offending_import_breaks_its_contract(tmp_path, module, line, contracts):
     src = _copy(tmp_path)
