@@ -15,7 +15,6 @@ from npukit.evidence import Figure, Ledger, Tier
 from npukit.perf.roofline import Analysis
 
 SEED_TERN = "seeds/002 ternfpga ledger; refs/ternary.md §1.6"
-SEED_PCCX_BUDGET = "seeds/000 pccx gemma3n_execution.rst §6 (target, nothing measured)"
 
 # Reference points for comparison (model-specific: shown with the matching model family).
 REFERENCE_POINTS: dict[str, dict[str, Figure]] = {
