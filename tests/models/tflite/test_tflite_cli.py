@@ -15,7 +15,7 @@ from npukit.cli import cmd_tflite
 from npukit.errors import NpukitError
 from npukit.evidence import Ledger, Tier
 from npukit.models.tflite import delegates, digits, read_model
-from npukit.models.tflite.delegates import Plan, Segment
+from npukit.models.tflite.delegates import Plan, op_segments
 from npukit.models.tflite.interpreter import prepare_op
 
 DIGITS = digits.asset_dir() / "digits_int8.tflite"
@@ -107,14 +107,8 @@ class _StandIn:
         self.config = (variant, hw, overrides)
 
     def partition(self, model):
-        segs = []
-        for op in model.ops:
-            if op.name == "FULLY_CONNECTED":
-                k = prepare_op(model, op.index)
-                segs.append(Segment((op.index,), (op.inputs[0],), op.outputs,
-                                    lambda v, op=op, k=k: dict(zip(op.outputs, k(
-                                        [v.get(i, model.tensors[i].data) for i in op.inputs]), strict=True)),
-                                    f"vta:{op.index}"))
+        fcs = [op.index for op in model.ops if op.name == "FULLY_CONNECTED"]
+        segs = op_segments(model, fcs, lambda op, ins: prepare_op(model, op.index)(ins), "vta")
         ledger = Ledger()
         ledger.add("vta_cycles", 1234, "cycles", Tier.PROJECTED, f"stand-in {self.config}")
         return Plan(segs, ledger)

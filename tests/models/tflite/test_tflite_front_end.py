@@ -12,7 +12,7 @@ from ai_edge_litert.interpreter import Interpreter as LiteRT
 from npukit.errors import ModelError
 from npukit.models.tflite import Interpreter, ModelBuilder, read_model, write_model
 from npukit.models.tflite import options as O
-from npukit.models.tflite.delegates import Plan, Segment
+from npukit.models.tflite.delegates import Plan, op_segments
 from npukit.models.tflite.interpreter import prepare_op
 from npukit.models.tflite.kernels import UnsupportedOp
 
@@ -117,19 +117,12 @@ class _ConvOffload:
         self.calls = 0
 
     def partition(self, model) -> Plan:
-        segments = []
-        for op in model.ops:
-            if op.name == "CONV_2D":
-                kernel = prepare_op(model, op.index)
+        def run_op(op, ins):
+            self.calls += 1
+            assert ins[1] is model.tensors[op.inputs[1]].data  # constants come from the model
+            return prepare_op(model, op.index)(ins)
 
-                def run(values, op=op, kernel=kernel):
-                    self.calls += 1
-                    ins = [values.get(i, model.tensors[i].data) if i >= 0 else None for i in op.inputs]
-                    return dict(zip(op.outputs, kernel(ins), strict=True))
-
-                segments.append(Segment((op.index,), tuple(i for i in op.inputs if i >= 0), op.outputs, run,
-                                        f"toy:{op.index}"))
-        return Plan(segments)
+        return Plan(op_segments(model, [op.index for op in model.ops if op.name == "CONV_2D"], run_op, "toy"))
 
 
 def test_delegate_segments_replace_host_ops_and_hooks_see_them():
@@ -149,5 +142,5 @@ def test_delegate_segments_replace_host_ops_and_hooks_see_them():
     interp.hooks.append(records.append)
     out = interp.run([feed])["y"]
     assert toy.calls == 1 and interp.delegated_ops == 1 and interp.host_ops == 1
-    assert [(r.name, r.where) for r in records] == [("toy:0", "toy"), ("MAX_POOL_2D", "host")]
+    assert [(r.name, r.where) for r in records] == [("toy:CONV_2D#0", "toy"), ("MAX_POOL_2D", "host")]
     assert np.array_equal(out, run_ref(data, feed))

@@ -13,7 +13,7 @@ is called as ``factory(variant=..., hw=..., overrides=[...])`` and returns the d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from npukit.errors import ConfigError
 from npukit.evidence import Ledger
-from npukit.models.tflite.model import Model
+from npukit.models.tflite.model import Model, Op
 
 
 @dataclass
@@ -40,6 +40,24 @@ class Plan:
 
     def delegated_ops(self) -> set[int]:
         return {i for s in self.segments for i in s.ops}
+
+
+def op_segments(model: Model, ops: Iterable[int],
+                run_op: Callable[[Op, list[np.ndarray | None]], list[np.ndarray]],
+                label: str = "delegate") -> list[Segment]:
+    """One `Segment` per op index: ``run_op(op, inputs)`` gets the op's input arrays in operand order
+    (constants from the model, None for omitted optional operands) and returns its outputs."""
+    segments = []
+    for index in sorted(ops):
+        op = model.ops[index]
+
+        def run(values: dict[int, np.ndarray], op: Op = op) -> dict[int, np.ndarray]:
+            ins = [None if i < 0 else values[i] if i in values else model.tensors[i].data for i in op.inputs]
+            return dict(zip(op.outputs, run_op(op, ins), strict=True))
+
+        activations = tuple(i for i in op.inputs if i >= 0 and model.tensors[i].data is None)
+        segments.append(Segment((index,), activations, op.outputs, run, f"{label}:{op.name}#{index}"))
+    return segments
 
 
 class Delegate(Protocol):
