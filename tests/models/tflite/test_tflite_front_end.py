@@ -144,3 +144,23 @@ def test_delegate_segments_replace_host_ops_and_hooks_see_them():
     assert toy.calls == 1 and interp.delegated_ops == 1 and interp.host_ops == 1
     assert [(r.name, r.where) for r in records] == [("toy:CONV_2D#0", "toy"), ("MAX_POOL_2D", "host")]
     assert np.array_equal(out, run_ref(data, feed))
+
+
+def test_conv_params_expose_what_the_kernel_uses():
+    """A delegate recomputing a layer from `conv_params` (plain NumPy here) matches LiteRT."""
+    from npukit.formats import fixedpoint as fp
+    from npukit.models.tflite.kernels.conv import conv_params
+
+    rng = np.random.default_rng(4)
+    x = cases.int8(rng, (1, 5, 5, 7))
+    data = conv1x1_per_channel_model(x.shape, 0.03, -4, rng.integers(-127, 128, (9, 7)),
+                                     np.linspace(0.002, 0.02, 9).astype(np.float32),
+                                     rng.integers(-5000, 5000, 9), 0.2, 6)
+    p = conv_params(read_model(data), 0)
+    assert p.weights.shape == (9, 1, 1, 7) and p.weights_zero_point == 0 and p.multipliers.shape == (9,)
+    acc = (x.astype(np.int64) - p.input_zero_point) @ p.weights.reshape(9, 7).T.astype(np.int64) + p.bias
+    y = fp.multiply_by_quantized_multiplier(acc, p.multipliers, p.shifts).astype(np.int64)
+    y = np.clip(y + p.output_zero_point, p.act_min, p.act_max)
+    assert np.array_equal(y, run_ref(data, x))
+    with pytest.raises(UnsupportedOp, match="not a convolution"):
+        conv_params(read_model(_tanh_model()), 0)

@@ -14,6 +14,9 @@ LiteRT's reference FULLY_CONNECTED int8 rescales in double instead:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from npukit.formats import fixedpoint as fp
@@ -22,12 +25,14 @@ from npukit.models.tflite.kernels.common import (
     Ctx,
     Kernel,
     Requantizer,
+    UnsupportedOp,
     finish,
     geometry,
     pad_input,
     round_half_away,
     window_slices,
 )
+from npukit.models.tflite.model import Model
 
 
 def _exact_float_dtype(k: int, w: np.ndarray) -> np.dtype:
@@ -44,29 +49,62 @@ def _bias(ctx: Ctx, k: int, n: int) -> np.ndarray:
     return ctx.const(b).astype(np.int64).reshape(n)
 
 
-def _channel_multipliers(ctx: Ctx, s_in: float, w_scales: np.ndarray, s_out: float, n: int):
-    if w_scales.size not in (1, n):
-        raise ctx.fail(f"filter has {w_scales.size} scales for {n} output channels")
-    scales = np.broadcast_to(w_scales.astype(np.float64), (n,))
-    reals = np.float64(s_in) * scales / np.float64(s_out)
-    return fp.quantize_multipliers(reals)
+@dataclass(frozen=True)
+class ConvParams:
+    """What TFLite's reference Prepare derives for CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED, as
+    data (for delegates that compute the same layer elsewhere)."""
+
+    weights: np.ndarray  # int8 as stored: OHWI (conv), 1HWO (depthwise), (N, K) (fully connected)
+    weights_zero_point: int  # 0 except per-tensor FULLY_CONNECTED weights, which may be asymmetric
+    bias: np.ndarray  # int64 (N,), zeros when the op has none
+    input_zero_point: int
+    output_zero_point: int
+    real_scales: np.ndarray  # float64 (N,): double(s_in)·double(s_w[c])/double(s_out)
+    multipliers: np.ndarray  # int32 (N,): QuantizeMultiplier(real_scales) (conv and depthwise use these)
+    shifts: np.ndarray  # int32 (N,)
+    act_min: int
+    act_max: int
+    options: Any
+
+
+def _params(ctx: Ctx, n_axis: int) -> ConvParams:
+    """Checks shared by the three ops and their quantization parameters; ``n_axis`` = output-channel
+    axis of the stored weights."""
+    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
+    ctx.int8(x_t, w_t, y_t)
+    w = ctx.const(w_t)
+    n = w.shape[n_axis]
+    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
+    if qw.scale.size not in (1, n):
+        raise ctx.fail(f"filter has {qw.scale.size} scales for {n} output channels")
+    if np.any(qw.zero_point != 0) and (qw.per_channel or ctx.op.name != "FULLY_CONNECTED"):
+        raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
+    reals = np.float64(qx.s) * np.broadcast_to(qw.scale.astype(np.float64), (n,)) / np.float64(qy.s)
+    mult, shift = fp.quantize_multipliers(reals)
+    lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
+    wzp = 0 if qw.per_channel else int(qw.zero_point[0])
+    return ConvParams(w, wzp, _bias(ctx, 2, n), qx.zp, qy.zp, reals, mult, shift, lo, hi, ctx.op.options)
+
+
+def conv_params(model: Model, index: int) -> ConvParams:
+    """`ConvParams` of op ``index`` (CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED)."""
+    op = model.ops[index]
+    axis = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}.get(op.name)
+    if axis is None:
+        raise UnsupportedOp(f"op {index} {op.name}: not a convolution or fully connected layer")
+    return _params(Ctx(model, op), axis)
 
 
 def prepare_conv2d(ctx: Ctx) -> Kernel:
-    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
-    ctx.int8(x_t, w_t, y_t)
-    o = ctx.op.options
-    w = ctx.const(w_t).astype(np.int64)  # OHWI
+    p = _params(ctx, 0)
+    o, bias, lo, hi = p.options, p.bias, p.act_min, p.act_max
+    w = p.weights.astype(np.int64)  # OHWI
     n, kh, kw, cin = w.shape
-    if x_t.shape[3] != cin:
-        raise ctx.fail(f"grouped convolution (input {x_t.shape[3]} channels, filter {cin}) is not supported")
-    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
-    if np.any(qw.zero_point != 0):
-        raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
-    requant = Requantizer(*_channel_multipliers(ctx, qx.s, qw.scale, qy.s, n))
-    bias = _bias(ctx, 2, n)
-    lo, hi = ctx.activation(o.fused_activation_function, y_t)
-    zp_in, zp_out = qx.zp, qy.zp
+    if ctx.t(0).shape[3] != cin:
+        raise ctx.fail(f"grouped convolution (input {ctx.t(0).shape[3]} channels, filter {cin}) "
+                       "is not supported")
+    requant = Requantizer(p.multipliers, p.shifts)
+    zp_in, zp_out = p.input_zero_point, p.output_zero_point
     sh, sw, dh, dw = o.stride_h, o.stride_w, o.dilation_h_factor, o.dilation_w_factor
     k = kh * kw * cin
     dt = _exact_float_dtype(k, w)
@@ -96,22 +134,16 @@ def prepare_conv2d(ctx: Ctx) -> Kernel:
 
 
 def prepare_depthwise(ctx: Ctx) -> Kernel:
-    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
-    ctx.int8(x_t, w_t, y_t)
-    o = ctx.op.options
-    w = ctx.const(w_t).astype(np.int32)  # 1HWO
+    p = _params(ctx, 3)
+    o, bias, lo, hi = p.options, p.bias, p.act_min, p.act_max
+    w = p.weights.astype(np.int32)  # 1HWO
     _, kh, kw, n = w.shape
-    cin = x_t.shape[3]
+    cin = ctx.t(0).shape[3]
     mul = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
     if cin * mul != n:
         raise ctx.fail(f"input channels {cin} × depth multiplier {mul} ≠ {n} output channels")
-    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
-    if np.any(qw.zero_point != 0):
-        raise ctx.fail("filter zero points must be 0 (symmetric int8 weights)")
-    requant = Requantizer(*_channel_multipliers(ctx, qx.s, qw.scale, qy.s, n))
-    bias = _bias(ctx, 2, n)
-    lo, hi = ctx.activation(o.fused_activation_function, y_t)
-    zp_in, zp_out = qx.zp, qy.zp
+    requant = Requantizer(p.multipliers, p.shifts)
+    zp_in, zp_out = p.input_zero_point, p.output_zero_point
     sh, sw, dh, dw = o.stride_h, o.stride_w, o.dilation_h_factor, o.dilation_w_factor
     taps = w.reshape(kh, kw, cin, mul)  # output channel c·mul + m
     # per-channel matrices for the batched-matmul path: (C, KH·KW, mul), exact in float32 (see top)
@@ -153,24 +185,16 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
 
 
 def prepare_fully_connected(ctx: Ctx) -> Kernel:
-    x_t, w_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
-    ctx.int8(x_t, w_t, y_t)
-    o = ctx.op.options
-    if o.weights_format != 0:
+    p = _params(ctx, 0)
+    if p.options.weights_format != 0:
         raise ctx.fail("shuffled FULLY_CONNECTED weights are not supported")
-    w = ctx.const(w_t).astype(np.int64)  # (N, K)
-    n, k = w.shape
-    qx, qy, qw = ctx.q(x_t), ctx.q(y_t), ctx.q(w_t, per_tensor=False)
-    if qw.scale.size not in (1, n):
-        raise ctx.fail(f"filter has {qw.scale.size} scales for {n} output units")
-    w_offset = -int(qw.zero_point[0]) if not qw.per_channel else 0
-    bias = _bias(ctx, 2, n)
-    lo, hi = ctx.activation(o.fused_activation_function, y_t)
-    zp_in, zp_out = qx.zp, qy.zp
-    scale = np.float64(qx.s) * np.broadcast_to(qw.scale.astype(np.float64), (n,)) / np.float64(qy.s)
-    dt = _exact_float_dtype(k, w + w_offset)
-    wmat = (w + w_offset).T.astype(dt)
-    out_shape = y_t.shape
+    w = p.weights.astype(np.int64) - p.weights_zero_point  # (N, K)
+    k = w.shape[1]
+    bias, lo, hi, scale = p.bias, p.act_min, p.act_max, p.real_scales
+    zp_in, zp_out = p.input_zero_point, p.output_zero_point
+    dt = _exact_float_dtype(k, w)
+    wmat = w.T.astype(dt)
+    out_shape = ctx.out().shape
 
     def run(ins: Arrays) -> list[np.ndarray]:
         x = ins[0]
