@@ -138,3 +138,18 @@ def test_bad_operands_are_typed_errors():
         K.gemm(a.astype(np.float16), codes, s)  # float activations without a_inv_scale
     with pytest.raises(FormatError):
         K.gemm(a, codes, s, out_layout="km")
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_every_fp16_activation_quantizes_like_torch(impl):
+    """All 65536 fp16 bit patterns (NaN, ±inf, subnormals, ±0, every ulp around x.5 and ±128) as
+    activations with a_inv_scale = 1 and 0.75: the int8 codes seen through a one-hot weight row."""
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    for a_inv in (1.0, 0.75):
+        prod = torch.from_numpy(a.astype(np.float32)).half() * torch.tensor(a_inv).half()
+        want = torch.nan_to_num(torch.round(prod.float()), nan=0.0).clamp(-128, 127).numpy()
+        codes = np.full((256, 256), 0x00, np.uint8)
+        np.fill_diagonal(codes, 0x38)  # e4m3fn 1.0 on the diagonal: output column n reads a[:, n]
+        got = K.gemm(a, codes, np.ones(256, np.float16), fmt="e4m3fn", a_inv_scale=a_inv,
+                     out_layout="mn", impl=impl)
+        assert np.array_equal(got.astype(np.float32), want)

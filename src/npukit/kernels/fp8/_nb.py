@@ -113,20 +113,17 @@ def transcode64(typingctx, src_addr, tab_addr, dst_addr, chunks):
 
 @nb.njit(inline="always")
 def _sat_rni_f16(bits):
-    """sat_s8(rne(fp16(x))) for the float32 bit pattern of x, in int arithmetic; NaN -> 0."""
-    mag = bits & np.uint32(0x7FFFFFFF)
-    neg = (bits >> np.uint32(31)) != 0
-    if mag > np.uint32(0x7F800000):
-        return 0
-    r = (mag + np.uint32(0xFFF) + ((mag >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
-    if r >= np.uint32(0x43000000):  # >= 128 (inf included): saturate
-        return -128 if neg else 127
-    if r < np.uint32(0x3F000000):  # < 0.5 rounds to 0
-        return 0
-    shift = np.int64(150) - np.int64(r >> np.uint32(23))
-    sig = np.int64((r & np.uint32(0x7FFFFF)) | np.uint32(0x800000))
-    q = (sig + (np.int64(1) << (shift - 1)) - 1 + ((sig >> shift) & 1)) >> shift
-    return -q if neg else min(q, 127)  # [127.5, 128) rounds to 128
+    """sat_s8(rne(fp16(x))) for the float32 bit pattern of x, in int32 arithmetic; NaN -> 0.
+    Branch-free (selects only), so LLVM vectorizes the loops that call it."""
+    mag = np.int32(bits & np.uint32(0x7FFFFFFF))
+    r = (mag + np.int32(0xFFF) + ((mag >> np.int32(13)) & np.int32(1))) & np.int32(-8192)  # fp16 RNE
+    # r = sig · 2^(e - 150): round half to even to an integer; below 0.5 (shift >= 25) it is 0
+    shift = min(max(np.int32(150) - (r >> np.int32(23)), np.int32(17)), np.int32(31))
+    sig = (r & np.int32(0x7FFFFF)) | np.int32(0x800000)
+    q = (sig + (np.int32(1) << (shift - np.int32(1))) - np.int32(1) + ((sig >> shift) & np.int32(1))) >> shift
+    q = np.int32(128) if r >= np.int32(0x43000000) else q  # >= 128 (inf included): saturate
+    q = np.int32(0) if mag > np.int32(0x7F800000) else q  # NaN
+    return -q if (bits >> np.uint32(31)) != np.uint32(0) else min(q, np.int32(127))  # [127.5, 128) -> 128
 
 
 @nb.njit(**_OPTS)
