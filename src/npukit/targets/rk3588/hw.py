@@ -55,6 +55,7 @@ class CoreDesc:
 class DmaDesc:
     dram_gbps: Sourced = field(default_factory=Sourced)  # per core's DMA engine
     l3_gbps: Sourced = field(default_factory=Sourced)
+    l3_bytes: Sourced = field(default_factory=Sourced)  # activations this size or less move at l3_gbps
     ddr_total_gbps: Sourced = field(default_factory=Sourced)  # the shared DDR all cores cross
     setup_cycles: Sourced = field(default_factory=Sourced)
 
@@ -123,6 +124,9 @@ class RK3588HW:
 
     def dma_bytes_per_cycle(self) -> float:
         return self.dma.dram_gbps.value * 1e9 / self.clock_hz
+
+    def l3_bytes_per_cycle(self) -> float:
+        return self.dma.l3_gbps.value * 1e9 / self.clock_hz
 
     def ledger(self) -> Ledger:
         """Every number of the description as a tiered figure (what ``npukit hw`` and docs cite)."""

@@ -38,6 +38,7 @@ class Task:
     dma_in: int  # bytes DMA'd into the core for this task
     dma_out: int
     last: bool = True  # matmul: the last K pass of its output tile; attention: the last key block
+    dma_w: int = 0  # of dma_in, bytes of weights and bias (always from DRAM)
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,10 @@ def _matmul_tasks(node: Node, tl: dict[str, int]) -> Iterator[Task]:
     def one(m: tuple[int, int], n: tuple[int, int], ki: int, load_w: bool, load_f: bool) -> Task:
         k = kbl[ki]
         mm, nn, kk = m[1] - m[0], n[1] - n[0], k[1] - k[0]
-        din = (mm * kk * F16 if load_f else 0) + (kk * nn * F16 if load_w else 0)
-        din += mm * nn * F32 if ki > 0 else nn * F16  # partial sums back in, or the bias
+        w = (kk * nn * F16 if load_w else 0) + (0 if ki > 0 else nn * F16)  # weights, bias
+        din = (mm * kk * F16 if load_f else 0) + w + (mm * nn * F32 if ki > 0 else 0)  # + partial sums in
         dout = mm * nn * (F16 if ki == last_k else F32)
-        return Task(node.name, "cna", (m, n, k), mm * nn * kk, 0, din, dout, ki == last_k)
+        return Task(node.name, "cna", (m, n, k), mm * nn * kk, 0, din, dout, ki == last_k, w)
 
     if tl.get("order", 0) == 0:
         for n in nbl:

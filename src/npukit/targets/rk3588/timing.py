@@ -1,8 +1,11 @@
 """Timing adapter: a compiled plan's tasks as ops on the shared timing core (`npukit.sim.timing`).
 
 Machine: per core ``c`` a compute engine ``npu{c}`` (CNA + vector unit, one task at a time), a DMA-in
-and a DMA-out engine (``dma{c}.in`` / ``dma{c}.out``) sharing the core's DMA port (``port{c}``,
-``dma.dram_gbps``), all ports crossing the shared DDR (``dma.ddr_total_gbps``).
+and a DMA-out engine (``dma{c}.in`` / ``dma{c}.out``) sharing the core's DMA port (``port{c}``), all
+ports crossing the shared DDR (``dma.ddr_total_gbps``). Weights stream from DRAM at ``dma.dram_gbps``
+(1 GB/s, measured); activation tensors that fit the L3 (``dma.l3_bytes``) move at the L3-snoop rate
+``dma.l3_gbps`` (3 GB/s, measured), larger ones (the FFN's 4x-wide intermediate, fp32 partial sums
+of big outputs) at the DRAM rate.
 
 Per task: DMA-in (weights, features, fp32 partial sums) into one of two CBUF slots → compute →
 DMA-out from one of two output slots; the slots alternate, so the next task's loads overlap this
@@ -26,7 +29,7 @@ from npukit.evidence import Ledger, Tier
 from npukit.sim.timing import Machine, Op, Resource, TimingResult, simulate
 from npukit.targets.rk3588.compile import SCHEDULES, Plan
 from npukit.targets.rk3588.compile.shard import Shard
-from npukit.targets.rk3588.tasks import Task, tasks
+from npukit.targets.rk3588.tasks import F16, F32, Task, tasks
 
 
 @dataclass
@@ -144,6 +147,11 @@ class _Builder:
         self.alias = {n.output: n.inputs[0] for n in self.g.nodes if n.op == "barrier"}
         self.dma_bpc = self.hw.dma_bytes_per_cycle()
 
+    def act_rate(self, shape: tuple[int, ...], itemsize: int) -> float:
+        """DMA bytes/cycle for an activation tensor: the L3-snoop rate if it fits the L3, else DRAM."""
+        fits = math.prod(shape) * itemsize <= self.hw.dma.l3_bytes.value
+        return self.hw.l3_bytes_per_cycle() if fits else self.dma_bpc
+
     def unit(self, key: Any) -> tuple[int, int]:
         """A one-unit address range per named thing: ranges only order ops, sizes do not matter."""
         if key not in self.addr:
@@ -191,6 +199,12 @@ class _Builder:
         cb, ob = self.unit(("cb", c, s)), self.unit(("ob", c, s))
         din = sum(t.dma_in for t in chunk)
         dout = sum(t.dma_out for t in chunk)
+        w = sum(t.dma_w for t in chunk)
+        node = self.g.node(name)
+        in_rate = self.act_rate(max((self.g.shape(i) for i in node.inputs), key=math.prod), F16)
+        out_rate = self.act_rate(node.shape, F32 if any(not t.last for t in chunk) else F16)
+        in_cycles = w / self.dma_bpc + (din - w) / in_rate
+        out_cycles = dout / out_rate
         part_in = tuple(self.unit(("p", b, name, t.sl[0][0], t.sl[1][0])) for t in chunk
                         if t.kind == "cna" and t.sl[2][0] > 0)
         part_out = tuple(self.unit(("p", b, name, t.sl[0][0], t.sl[1][0])) for t in chunk
@@ -199,7 +213,7 @@ class _Builder:
         label = f"{name} x{len(chunk)}" if len(chunk) > 1 else name
         setup = hw.dma.setup_cycles.value
         if din:
-            ops.append(dict(engine=f"dma{c}.in", label=f"load {label}", cycles=din / self.dma_bpc,
+            ops.append(dict(engine=f"dma{c}.in", label=f"load {label}", cycles=in_cycles,
                             latency=setup, path=("ddr", f"port{c}"), xfer_bytes=din,
                             reads=reads_in + part_in, writes=(cb,),
                             args={**args, "bytes": din, "kind": "dma"}))
@@ -208,10 +222,10 @@ class _Builder:
                         args={**args, "macs": sum(t.macs for t in chunk), "kind": "compute"}))
         if dout:
             final = (out_rng,) if any(t.last for t in chunk) else ()
-            ops.append(dict(engine=f"dma{c}.out", label=f"store {label}", cycles=dout / self.dma_bpc,
+            ops.append(dict(engine=f"dma{c}.out", label=f"store {label}", cycles=out_cycles,
                             latency=setup, path=("ddr", f"port{c}"), xfer_bytes=dout, reads=(ob,),
                             writes=final + part_out, args={**args, "bytes": dout, "kind": "dma"}))
-        return max(cyc, (din + dout) / self.dma_bpc + setup)
+        return max(cyc, in_cycles + out_cycles + setup)
 
 
 def _pad(v: int, a: int) -> int:
@@ -256,7 +270,7 @@ def machine(plan: Plan, window: int | None = None) -> Machine:
     hw = plan.hw
     engines = tuple(e for c in range(hw.n_cores) for e in (f"npu{c}", f"dma{c}.in", f"dma{c}.out"))
     res = (Resource("ddr", hw.dma.ddr_total_gbps.value * 1e9 / hw.clock_hz),
-           *(Resource(f"port{c}", hw.dma_bytes_per_cycle()) for c in range(hw.n_cores)))
+           *(Resource(f"port{c}", hw.l3_bytes_per_cycle()) for c in range(hw.n_cores)))
     return Machine(engines, res, clock_hz=hw.clock_hz, issue_window=window)
 
 
