@@ -91,21 +91,38 @@ class _Gen:
         if code == 0xB:
             return [f"{d} = {self.const(S.sext)}({s}, {insn.off}) & {mask}" if insn.off else f"{d} = {s}"]
         if code in (0x3, 0x9):
-            fn = getattr(S, _DIV_FN[(code, insn.off)] + ("64" if wide else "32"))
-            out = []
-            if self.m.div_by_zero == "fault":
-                out.append(f"if not {s}: raise m.divide_fault({pc})")
-            return [*out, f"{d} = {self.const(fn)}({d}, {s})"]
+            return self.divide(insn, pc, d, s, wide)
+        width = 63 if wide else 31
+        is_imm = not insn.opcode & isa.SRC_X
         if code == 0x6:
-            return [f"{d} = ({d} << ({s} & {63 if wide else 31})) & {mask}"]
+            amount = str(int(s) & width) if is_imm else f"({s} & {width})"
+            return [f"{d} = ({d} << {amount}) & {mask}"]
         if code == 0x7:
             src = d if wide else f"({d} & M32)"
-            return [f"{d} = {src} >> ({s} & {63 if wide else 31})"]
+            return [f"{d} = {src} >> {str(int(s) & width) if is_imm else f'({s} & {width})'}"]
         if code == 0xC:
             return [f"{d} = {self.const(S.arsh64 if wide else S.arsh32)}({d}, {s})"]
+        if wide and code in (0x4, 0x5, 0xA):  # or/and/xor of two 64-bit values stay in range
+            return [f"{d} = {_ALU_EXPR[code].format(d=d, s=s)}"]
         return [f"{d} = {_ALU_EXPR[code].format(d=d, s=s)} & {mask}"]
 
+    def divide(self, insn: Insn, pc: int, d: str, s: str, wide: bool) -> list[str]:
+        """Division and modulo: unsigned ones inline (RFC: x/0 = 0, x%0 = x), signed ones via semantics."""
+        code = insn.opcode >> 4
+        out = [f"if not {s}: raise m.divide_fault({pc})"] if self.m.div_by_zero == "fault" else []
+        if insn.off:  # sdiv / smod
+            fn = getattr(S, _DIV_FN[(code, 1)] + ("64" if wide else "32"))
+            return [*out, f"{d} = {self.const(fn)}({d}, {s})"]
+        a = d if wide else f"({d} & M32)"
+        op = "//" if code == 0x3 else "%"
+        zero = "0" if code == 0x3 else a
+        if s.isdigit():
+            return [*out, f"{d} = {a} {op} {s}" if int(s) else f"{d} = {zero}"]
+        return [*out, f"{d} = {a} {op} {s} if {s} else {zero}"]
+
     def address(self, reg: int, off: int) -> str:
+        if reg == 10:  # r10 sits inside the stack region: no wrap-around possible
+            return f"r10 - {-off}" if off < 0 else f"r10 + {off}"
         return f"(r{reg} + {off}) & M64" if off else f"r{reg}"
 
     def load(self, insn: Insn, pc: int) -> list[str]:
@@ -130,7 +147,10 @@ class _Gen:
         region = "S" if insn.dst == 10 else "I"
         pack = self.const(PACK[size])
         mask = (1 << (size * 8)) - 1
-        value = f"r{insn.src} & {mask}" if insn.cls == isa.STX else str(insn.imm & mask)
+        if insn.cls == isa.STX:
+            value = f"r{insn.src}" if size == 8 else f"r{insn.src} & {mask}"
+        else:
+            value = str(insn.imm & mask)
         lines = [
             f"a = {self.address(insn.dst, insn.off)}",
             f"if {region}L <= a <= {region}H{size}: {pack}({region}D, a - {region}L, {value})",
