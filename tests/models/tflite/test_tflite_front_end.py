@@ -68,13 +68,13 @@ def _tanh_model() -> bytes:
     x = b.tensor("x", (1, 4), np.int8, 0.05, 0)
     y = b.tensor("y", (1, 4), np.int8, 1 / 128, 0)
     z = b.tensor("z", (1, 4), np.int8, 1 / 128, 0)
-    b.op("RELU", [x], [y])
+    b.op("LEAKY_RELU", [x], [y])
     b.op("TANH", [y], [z])
     return b.build([x], [z])
 
 
 def test_unsupported_op_is_one_line_naming_op_and_index():
-    with pytest.raises(UnsupportedOp, match=r"^op 0 RELU: not supported") as err:
+    with pytest.raises(UnsupportedOp, match=r"^op 0 LEAKY_RELU: not supported") as err:
         Interpreter(_tanh_model())
     assert "\n" not in str(err.value)
 

@@ -56,7 +56,7 @@ def test_softmax():
     assert _check(cases.softmax_case, range(40)) >= 30
 
 
-@pytest.mark.parametrize("name", ["LOGISTIC", "HARD_SWISH"])
+@pytest.mark.parametrize("name", ["LOGISTIC", "HARD_SWISH", "TANH", "RELU", "RELU6", "RELU_N1_TO_1"])
 def test_unary_lookup_ops(name):
     assert _check(cases.unary_case, range(40), name) >= 35
 

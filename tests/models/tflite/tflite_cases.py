@@ -171,19 +171,24 @@ def softmax_case(rng: np.random.Generator):
 
 
 def unary_case(rng: np.random.Generator, name: str):
-    shape = (1, int(rng.integers(1, 20)), 16)
+    shape = (1, int(rng.integers(1, 20)), 16)  # 16 … 304 elements
     s_in, z_in = f32(log_uniform(rng, 0.005, 0.2)), zp(rng)
     if name == "LOGISTIC":
         s_out, z_out = 1 / 256, -128
+    elif name == "TANH":
+        s_out, z_out = 1 / 128, 0
+    elif name.startswith("RELU"):  # output scale near the input's, so the clamp and rescale both show
+        s_out, z_out = f32(s_in * rng.uniform(0.3, 3.0)), zp(rng)
     else:
         s_out, z_out = f32(log_uniform(rng, 0.01, 0.1)), zp(rng)
     b = ModelBuilder()
     x = b.tensor("x", shape, np.int8, s_in, z_in)
     y = b.tensor("y", shape, np.int8, s_out, z_out)
     b.op(name, [x], [y])
-    # every int8 code once, plus random fill
-    data = np.concatenate([np.arange(-128, 128), rng.integers(-128, 128, int(np.prod(shape)))])
-    return b.build([x], [y]), [data[: int(np.prod(shape))].astype(np.int8).reshape(shape)], name
+    # every int8 code once (when the tensor has room), in random order, plus random fill
+    size = int(np.prod(shape))
+    data = np.concatenate([rng.permutation(256) - 128, rng.integers(-128, 128, size)])[:size]
+    return b.build([x], [y]), [rng.permutation(data).astype(np.int8).reshape(shape)], name
 
 
 def quantize_case(rng: np.random.Generator):

@@ -16,7 +16,16 @@ import numpy as np
 
 from npukit.formats import fixedpoint as fp
 from npukit.models.tflite.kernels import gemmlowp as gl
-from npukit.models.tflite.kernels.common import QRANGE, Arrays, Ctx, Kernel, finish, mbqm, round_half_away
+from npukit.models.tflite.kernels.common import (
+    QRANGE,
+    Arrays,
+    Ctx,
+    Kernel,
+    finish,
+    mbqm,
+    quantize_value,
+    round_half_away,
+)
 
 _CODES = np.arange(-128, 128, dtype=np.int64)
 
@@ -30,16 +39,44 @@ def _lut_kernel(table: np.ndarray) -> Kernel:
     return run
 
 
-def prepare_logistic(ctx: Ctx) -> Kernel:
+def _float_lut(ctx: Ctx, fn) -> Kernel:
+    """``LUTPopulate``: float32 dequantize, ``fn`` in float32, rescale, round half away from zero."""
     x_t, y_t = ctx.t(0), ctx.out()
     ctx.int8(x_t, y_t)
     qx, qy = ctx.q(x_t), ctx.q(y_t)
     deq = np.float32(qx.s) * (_CODES - qx.zp).astype(np.float32)
-    # exp in double rounded to float32 is the correctly rounded expf
-    e = np.exp(-deq.astype(np.float64)).astype(np.float32)
-    sig = np.float32(1.0) / (np.float32(1.0) + e)
-    rescaled = round_half_away((sig * (np.float32(1.0) / np.float32(qy.s))).astype(np.float64))
+    transformed = fn(deq)
+    rescaled = round_half_away((transformed * (np.float32(1.0) / np.float32(qy.s))).astype(np.float64))
     return _lut_kernel(np.clip(rescaled.astype(np.int64) + qy.zp, -128, 127))
+
+
+def _sigmoid32(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-x.astype(np.float64)).astype(np.float32)  # exp in double rounded: the correct expf
+    return np.float32(1.0) / (np.float32(1.0) + e)
+
+
+def prepare_logistic(ctx: Ctx) -> Kernel:
+    return _float_lut(ctx, _sigmoid32)
+
+
+def prepare_tanh(ctx: Ctx) -> Kernel:
+    return _float_lut(ctx, lambda x: np.tanh(x.astype(np.float64)).astype(np.float32))
+
+
+_RELU_BOUNDS = {"RELU": (0.0, None), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0)}
+
+
+def prepare_relu(ctx: Ctx) -> Kernel:
+    """``QuantizedReluX``: requantize by float32 ``s_in/s_out``, clamp to the bounds quantized with
+    ``roundf(bound / s_out)``."""
+    x_t, y_t = ctx.t(0), ctx.out()
+    ctx.int8(x_t, y_t)
+    qx, qy = ctx.q(x_t), ctx.q(y_t)
+    lower, upper = _RELU_BOUNDS[ctx.op.name]
+    m, e = fp.quantize_multiplier(float(np.float32(qx.s) / np.float32(qy.s)))
+    lo = max(-128, quantize_value(lower, qy))
+    hi = 127 if upper is None else min(127, quantize_value(upper, qy))
+    return _lut_kernel(finish(mbqm(_CODES - qx.zp, m, e), qy.zp, lo, hi))
 
 
 def _cdiv(n: int, d: int) -> int:
