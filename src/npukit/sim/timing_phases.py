@@ -1,8 +1,9 @@
 """The phases of one event of the timing event loop (`npukit.sim.timing_state.Sim.run` calls them in order).
 
 1. **settle** (`_settle`) — everything that happens at the instant ``t``, repeated until nothing more
-   can: *issue* ops in program order, *start and complete heads* of the engine queues (`_heads`),
-   then mark the prefetches that completed.
+   can: *issue* ops in program order (`_issue`), *start and complete the heads* of the engine queues
+   (popping and pushing tokens), hand pool ops to free cores (`Tokens._dispatch`), then mark the
+   prefetches that completed (`_fetches_done`).
 2. **survey** (`_survey`) — what each engine's head is doing now (running, setting up or draining,
    blocked, not yet issued), the active FIFO couplings, what each stream fetches and its buffer level.
 3. **solve rates** (`_solve`, with the fixed point in `timing_rates`) — every running op's progress
@@ -50,127 +51,128 @@ class Phases:
 
     # --- 1. settle: issue, start, complete at t ---------------------------------------------------
     def _settle(self, t: float) -> None:
-        """Issue, start and complete at ``t`` until nothing changes, then note completed prefetches."""
-        n, win, ic, heads = self.n, self.win, self.ic, self._heads
-        ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq, gated, pools = \
-            self.b_issue
-        k, blocker, next_issue, unstarted = self.k, self.blocker, self.next_issue, self.unstarted
+        """Issue (`_issue`), start and complete at ``t`` until nothing changes, then note completed
+        prefetches. A head starts once issued with no unfinished hazard and its tokens popped; it
+        completes when its work and tail are done and its tokens pushed; the next head follows at once."""
+        n, win, issue, take, give = self.n, self.win, self._issue, self._take, self._give
+        queue, head, cur, start, end, frac, prog_end, lat, tail, deps, dptr, haswork, inflight, sidx, \
+            gated, pops, pushes, cdepth, pending, cq, pools, s_consumed, sb, ic = self.b_heads
+        k, blocker, next_issue, unstarted, n_done = self.k, self.blocker, self.next_issue, self.unstarted, \
+            self.n_done
         changed = True
         while changed:
-            # issue in program order while the issuer is free, the window has room and it is time
-            while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
-                if cdepth and pending[cq[k]] >= cdepth:  # (command queues: the next one is full)
-                    break
-                p = k
-                issue[p] = t
-                next_issue = t + ic
-                if not isasync[p]:
-                    blocker = p
-                k += 1
-                unstarted += 1
-                if ops[p].reads or ops[p].writes:
-                    d = hazards(p, inflight)
-                    if d:
-                        deps[p] = d
-                inflight[p] = None
-                if link[p] is not None:
-                    act.append(p)
-                if cdepth:
-                    pending[cq[p]] += 1
-            self.k, self.blocker, self.next_issue, self.unstarted = k, blocker, next_issue, unstarted
-            done_any, started_any, blocked_any = heads(t)
-            blocker, next_issue, unstarted = self.blocker, self.next_issue, self.unstarted
-            # Another pass can change something only if a completion may have freed a head found
-            # blocked, or the issuer may go on. (A new head is looked at as soon as it is one: of
-            # the effects at this instant only the order of the stream byte sums could depend on
-            # that, and an op that draws from a stream cannot start and finish at one instant.)
+            if k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
+                k, blocker, next_issue, unstarted = issue(t, k, blocker, next_issue, unstarted)
+            done_any = started_any = blocked_any = False  # (blocked: by a hazard or a token)
+            for e in self.live:  # each head, and the next one whenever a head completes
+                p = cur[e]
+                while p < k:  # (a head not issued yet waits; drained engines left `live`)
+                    if start[p] == _INF:
+                        d = deps[p]
+                        if d is not None:  # the first unfinished hazard, if any, blocks the start
+                            i = dptr[p]
+                            if end[d[i]] == _INF:  # (still the same one)
+                                blocked_any = True
+                                break
+                            dn = len(d)
+                            while i < dn and end[d[i]] != _INF:
+                                i += 1
+                            dptr[p] = i
+                            if i < dn:
+                                blocked_any = True
+                                break
+                            deps[p] = None  # every hazard has finished
+                        if gated and pops[p] and not take(p):  # tokens to pop first
+                            blocked_any = True
+                            break
+                        start[p] = t
+                        unstarted -= 1
+                        if cdepth:
+                            pending[cq[p]] -= 1
+                        started_any = True
+                    elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
+                        break
+                    if t < start[p] + lat[p] - _EPS:
+                        break
+                    if frac[p] < 1 - _EPS:
+                        if haswork[p]:
+                            break
+                        frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
+                    if not t >= prog_end[p] + tail[p] - _EPS or (gated and pushes[p] and not give(p)):
+                        break  # (tokens to push last)
+                    end[p], frac[p] = t, 1.0
+                    n_done += 1
+                    del inflight[p]
+                    if sidx[p] >= 0:
+                        s_consumed[sidx[p]] += sb[p]
+                    if blocker == p:
+                        blocker, next_issue = -1, t + ic
+                    done_any = True
+                    h = head[e] = head[e] + 1
+                    if h >= len(queue[e]):
+                        cur[e] = -1
+                        self._drained()
+                        break
+                    p = cur[e] = queue[e][h]
+            # Another pass can change something only if a completion may have freed a blocked head, or
+            # the issuer may go on. (A new head is looked at as soon as it is one: of the effects at t
+            # only the order of the stream byte sums could depend on that, and an op that draws from
+            # a stream cannot start and finish at one instant.)
             changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
                                                      and unstarted < win and t >= next_issue - _EPS)
-            if pools and self._dispatch():  # (pools: issued ops to free cores)
-                changed = True
+            if pools:  # issued pool ops to free cores
+                self.k = k
+                changed = self._dispatch() or changed
             if gated and self.moved:  # a token moved: a head waiting on its queue may go on
                 self.moved, changed = False, True
-        fmoved = self.fmoved
-        if fmoved:  # prefetches whose bytes have all arrived (only `_advance` moves them: once per instant)
-            s_ops, s_cur, s_next, s_prev, s_fetched, fetched, sb, fetch_t0, fetch_t1 = self.b_fetches
-            for si in fmoved:
-                lst = s_ops[si]
-                i = s_cur[si]
-                while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
-                    p = lst[i]
-                    s_fetched[si] += sb[p] - fetched[p]
-                    fetched[p] = sb[p]
-                    fetch_t1[p] = min(fetch_t1[p], t)
-                    fetch_t0[p] = min(fetch_t0[p], t)
-                    i += 1
-                    s_cur[si] = i
-                    s_next[si] = lst[i] if i < len(lst) else -1
-                    s_prev[si] = p
-            fmoved.clear()
+        self.k, self.blocker, self.next_issue = k, blocker, next_issue
+        self.unstarted, self.n_done = unstarted, n_done
+        if self.fmoved:
+            self._fetches_done(t)
 
-    def _heads(self, t: float) -> tuple[bool, bool, bool]:
-        """Start each engine's head op when it may, complete it when its work and tail are done, and
-        go on to the next head; returns (a completion, a start, a head found blocked by a hazard)."""
-        queue, head, cur, start, end, frac, prog_end, lat, tail, deps, dptr, haswork, inflight, sidx, \
-            gated, pops, pushes, cdepth, pending, cq = self.b_heads
-        k, blocker, unstarted, n_done = self.k, self.blocker, self.unstarted, self.n_done
-        done_any = started_any = blocked_any = False
-        for e in self.live:  # each head, and the next one whenever a head completes
-            p = cur[e]
-            while p < k:  # (a head not issued yet waits; drained engines left `live`)
-                if start[p] == _INF:
-                    d = deps[p]
-                    if d is not None:  # the first unfinished hazard, if any, blocks the start
-                        i = dptr[p]
-                        if end[d[i]] == _INF:  # (still the same one)
-                            blocked_any = True
-                            break
-                        dn = len(d)
-                        while i < dn and end[d[i]] != _INF:
-                            i += 1
-                        dptr[p] = i
-                        if i < dn:
-                            blocked_any = True
-                            break
-                        deps[p] = None  # every hazard has finished
-                    if gated and pops[p] and not self._take(p):  # tokens to pop first
-                        blocked_any = True
-                        break
-                    start[p] = t
-                    unstarted -= 1
-                    if cdepth:
-                        pending[cq[p]] -= 1
-                    started_any = True
-                elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
-                    break
-                if t < start[p] + lat[p] - _EPS:
-                    break
-                if frac[p] < 1 - _EPS:
-                    if haswork[p]:
-                        break
-                    frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
-                if not t >= prog_end[p] + tail[p] - _EPS:
-                    break
-                if gated and pushes[p] and not self._give(p):  # tokens to push last
-                    break
-                end[p] = t
-                frac[p] = 1.0
-                n_done += 1
-                del inflight[p]
-                if sidx[p] >= 0:
-                    self.s_consumed[sidx[p]] += self.sb[p]
-                if blocker == p:
-                    blocker = -1
-                    self.next_issue = t + self.ic
-                done_any = True
-                h = head[e] = head[e] + 1
-                if h >= len(queue[e]):
-                    cur[e] = -1
-                    self._drained()
-                    break
-                p = cur[e] = queue[e][h]
-        self.blocker, self.unstarted, self.n_done = blocker, unstarted, n_done
-        return done_any, started_any, blocked_any
+    def _issue(self, t: float, k: int, blocker: int, next_issue: float, unstarted: int):
+        """Issue ops in program order while the issuer is free, the window and the next op's command
+        queue have room, and it is time; returns the issuer's state (k, blocker, next_issue, unstarted)."""
+        n, win, ic = self.n, self.win, self.ic
+        ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq = self.b_issue
+        while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
+            if cdepth and pending[cq[k]] >= cdepth:  # (command queues: the next one is full)
+                break
+            p = k
+            issue[p] = t
+            next_issue = t + ic
+            if not isasync[p]:
+                blocker = p
+            k += 1
+            unstarted += 1
+            if ops[p].reads or ops[p].writes:
+                d = hazards(p, inflight)
+                if d:
+                    deps[p] = d
+            inflight[p] = None
+            if link[p] is not None:
+                act.append(p)
+            if cdepth:
+                pending[cq[p]] += 1
+        return k, blocker, next_issue, unstarted
+
+    def _fetches_done(self, t: float) -> None:
+        """Prefetches whose bytes have all arrived (only `_advance` moves them, so once per instant)."""
+        s_ops, s_cur, s_next, s_prev, s_fetched, fetched, sb, fetch_t0, fetch_t1 = self.b_fetches
+        for si in self.fmoved:
+            lst = s_ops[si]
+            i = s_cur[si]
+            while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
+                p = lst[i]
+                s_fetched[si] += sb[p] - fetched[p]
+                fetched[p] = sb[p]
+                fetch_t1[p] = min(fetch_t1[p], t)
+                fetch_t0[p] = min(fetch_t0[p], t)
+                i += 1
+                s_cur[si] = i
+                s_next[si] = lst[i] if i < len(lst) else -1
+                s_prev[si] = p
+        self.fmoved.clear()
 
     def _drained(self) -> None:
         """An engine queue ran out: it leaves ``live`` (the list the heads loop walks: rebound, not
@@ -189,17 +191,17 @@ class Phases:
         (a latency or tail ending), producer→consumer pairs coupled now, the op each stream fetches
         for (None: none), buffered bytes per stream and whether any stream fetches.
         """
-        cur, start, lat, tail, frac, prog_end, sidx, act = self.b_survey
-        k = self.k
+        cur, start, lat, tail, frac, prog_end, sidx, act, end, link, nstr = self.b_survey
+        k, inf = self.k, _INF
         running, rs, waiting, blocked, filling = [], [], [], [], []
-        dt = _INF  # (the first smallest candidate, as min() over them all would pick)
+        dt = inf  # (the first smallest candidate, as min() over them all would pick)
         for e in self.live:
             p = cur[e]
             if p >= k:
                 waiting.append(e)
                 continue
             s0 = start[p]
-            if s0 == _INF:
+            if s0 == inf:
                 blocked.append(e)
                 continue
             lat_end = s0 + lat[p]
@@ -215,22 +217,21 @@ class Phases:
             else:
                 filling.append(p)
             tail_end = prog_end[p] + tail[p]
-            if t + _EPS < tail_end < _INF:
+            if t + _EPS < tail_end < inf:
                 c = tail_end - t
                 if c < dt:
                     dt = c
         links = []
         if act:
-            end, link, keep = self.end, self.link, []
+            keep = []
             for c in act:
-                if end[c] != _INF:
+                if end[c] != inf:
                     continue
                 keep.append(c)
                 pr = link[c]
-                if end[pr] == _INF:  # type: ignore[index]
+                if end[pr] == inf:  # type: ignore[index]
                     links.append((pr, c))
             act[:] = keep
-        nstr = self.nstr
         tg: list[int | None] = [None] * nstr  # the op each stream fetches for now
         lvl = [0.0] * nstr  # buffered bytes (needed where a stream fetches)
         fetching = False
@@ -241,7 +242,11 @@ class Phases:
                 if 0 <= p < k and start[s_prev[si]] <= t:
                     tg[si] = p
                     fetching = True
-                    lvl[si] = s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
+                    if len(rs) == 1:  # (`_drawn` inline: one term is that term exactly)
+                        q = rs[0]
+                        lvl[si] = s_fetched[si] - s_consumed[si] - (frac[q] * sbr[q] if sidx[q] == si else 0)
+                    else:
+                        lvl[si] = s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
         return running, rs, waiting, blocked, filling, dt, links, tg, lvl, fetching
 
     # --- 3, 4. solve rates, then the horizon: time to the next event ----------------------------
@@ -250,7 +255,7 @@ class Phases:
         """Rates (op → fraction/cycle), their limiting reasons (op → name), each stream's inflow, and the
         time to the next event: the first smallest non-negative candidate after ``dt`` (from `_survey`),
         as min() over them all would pick (every candidate is >= 0)."""
-        frac, sidx, sbr, fetched, s_capb, full, start = self.b_horizon
+        frac, sidx, sbr, fetched, s_capb, full, start, nstr = self.b_horizon
         if fetching or links or rs:
             rate, why, share = self._rates(t, running, links, lvl, tg, start, frac, fetched)
         else:  # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)
@@ -277,7 +282,7 @@ class Phases:
                         if c >= 0 and c < dt:
                             dt = c
         if fetching:
-            for si in range(self.nstr):
+            for si in range(nstr):
                 p = tg[si]
                 if p is None or not (f := share[si]) > 0:
                     continue
@@ -307,7 +312,8 @@ class Phases:
     def _advance(self, t: float, dt: float, running: list[int], rs: list[int], tg: list[int | None],
                  fetching: bool, rate: dict[int, float], share: list[float]) -> None:
         """Progress, fetched bytes, resource bytes and the usage / buffer-level samples over [t, t+dt)."""
-        nstr, frac, sbr, sidx, nres, xfer, rpath, prog_end = self.b_advance
+        nstr, frac, sbr, sidx, nres, xfer, rpath, prog_end, res_bytes, upath, s_fetched, s_consumed = \
+            self.b_advance
         if running or fetching:
             used = [0.0] * nres
             for p in running:
@@ -323,7 +329,7 @@ class Phases:
                     for ri in rpath[p]:
                         used[ri] += r * xfer[p]
             if fetching:
-                fetched, fetch_t0, s_fetched, s_rpath, fmoved = self.b_fetch_moves
+                fetched, fetch_t0, s_rpath, fmoved = self.b_fetch_moves
                 for si in range(nstr):
                     p = tg[si]
                     if p is None:
@@ -338,8 +344,7 @@ class Phases:
                         s_fetched[si] += got
                         for ri in s_rpath[si]:
                             used[ri] += f
-            res_bytes = self.res_bytes
-            for ri in (self.upath[running[0]] if len(running) == 1 and not fetching else range(nres)):
+            for ri in (upath[running[0]] if len(running) == 1 and not fetching else range(nres)):
                 res_bytes[ri] += used[ri] * dt  # (an untouched resource would add 0.0: no change)
         else:  # nothing moves (no bytes to add either)
             used = self.zeros_r
@@ -347,7 +352,6 @@ class Phases:
             self.usage.append((t, used))
             self.last_used = used
         if nstr:
-            s_fetched, s_consumed = self.s_fetched, self.s_consumed
             if nstr == 1:
                 self.levels.append((t, s_fetched[0] - s_consumed[0] - _drawn(rs, 0, frac, sbr, sidx)))
             else:
@@ -358,8 +362,9 @@ class Phases:
                    filling: list[int], rate: dict[int, float], why: dict[int, str]) -> None:
         """Each engine's and op's share of [t, t+dt): busy, idle, or a named stall (each figure is its
         own: any engine order will do)."""
-        e_idle, e_busy, e_stalls, ostall, busy, eng, nominal = self.b_attribute
-        for e in self.dead:
+        e_idle, e_busy, e_stalls, ostall, busy, eng, nominal, dead, cur, deps, dptr, end, dep_why = \
+            self.b_attribute
+        for e in dead:
             e_idle[e] += dt
         if waiting:
             reason = "sync" if self.blocker >= 0 else "issue"
@@ -367,7 +372,6 @@ class Phases:
                 st = e_stalls[e]
                 st[reason] = st.get(reason, 0.0) + dt
         if blocked:
-            cur, deps, dptr, end, dep_why = self.cur, self.deps, self.dptr, self.end, self.dep_why
             for e in blocked:
                 p = cur[e]
                 reason = "issue"

@@ -72,7 +72,7 @@ class Sim(Phases, Rates, Tokens):
         self.sbr, self.isasync = col["stream_bytes"], col["is_async"]  # stream bytes as given
         self._engine_tables(col["engine"])
         self._path_tables(col["path"], col["cycles"])
-        self._stream_and_fifo_tables(col["stream"], col["cycles"])
+        self._stream_and_fifo_tables(col["stream"], col["cycles"], col["fifo_from"])
         self._token_tables()
 
     def _engine_tables(self, engine: list[str]) -> None:
@@ -91,7 +91,7 @@ class Sim(Phases, Rates, Tokens):
             self.eng = eng = list(map(eix.__getitem__, engine))  # engine ordinal
             self.pool_ops, self.pool_cores, self.cq = [], [], eng
         for c, e in enumerate(eng):
-            if e >= 0:
+            if e >= 0:  # (-1: a pool op, queued on a core when dispatched)
                 queue[e].append(c)
         dep = {e: f"dep_{e}" for e in (*cores, *pools)}
         wait = {e: f"wait_{e}" for e in (*cores, *pools)}
@@ -122,7 +122,8 @@ class Sim(Phases, Rates, Tokens):
                         for c, x, pth in zip(cap, xfer, path, strict=True)]
         self.wf_memo: dict[tuple, list[float]] = {}
 
-    def _stream_and_fifo_tables(self, stream: list[str | None], cycles: list[float]) -> None:
+    def _stream_and_fifo_tables(self, stream: list[str | None], cycles: list[float],
+                                fifo: list[int | None]) -> None:
         """Each stream's ops in program order and the bytes each op draws; the FIFO links."""
         ops, n, sbr, isasync, xfer = self.ops, self.n, self.sbr, self.isasync, self.xfer
         six = {s: i for i, s in enumerate(self.streams)}
@@ -131,8 +132,8 @@ class Sim(Phases, Rates, Tokens):
         self.sb = sb = [b if s is not None else 0.0 for s, b in zip(stream, sbr, strict=True)]  # drawn
         self.link = link = [None] * n
         self.full = full = [0.0] * n
-        for c in [c for c in range(n) if ops[c].fifo_from is not None]:
-            pr, o = ops[c].fifo_from, ops[c]
+        for c in [c for c in range(n) if fifo[c] is not None]:
+            pr, o = fifo[c], ops[c]
             if isasync[pr] and o.fifo_elems > 0:
                 link[c] = pr
                 full[c] = o.fifo_depth / o.fifo_elems
@@ -232,21 +233,23 @@ class Sim(Phases, Rates, Tokens):
         """Each phase's working set as one tuple (see `npukit.sim.timing_phases`)."""
         tok = (self.cdepth, self.pending, self.cq) if self.cdepth else (None, None, None)
         self.b_issue = (self.ops, self.isasync, self.link, self.issue, self.deps, self.inflight, self.act,
-                        self._hazards, *tok, self.gated, bool(self.pools))
+                        self._hazards, *tok)
         self.b_fetches = (self.s_ops, self.s_cur, self.s_next, self.s_prev, self.s_fetched, self.fetched,
                           self.sb, self.fetch_t0, self.fetch_t1)
         self.b_heads = (self.queue, self.head, self.cur, self.start, self.end, self.frac, self.prog_end,
                         self.lat, self.tail, self.deps, self.dptr, self.haswork, self.inflight, self.sidx,
-                        self.gated, self.pops, self.pushes, *tok)
+                        self.gated, self.pops, self.pushes, *tok, bool(self.pools), self.s_consumed, self.sb,
+                        self.ic)
         self.b_survey = (self.cur, self.start, self.lat, self.tail, self.frac, self.prog_end, self.sidx,
-                         self.act)
+                         self.act, self.end, self.link, self.nstr)
         self.b_levels = (self.s_next, self.s_prev, self.s_fetched, self.s_consumed, self.sbr)
-        self.b_horizon = (self.frac, self.sidx, self.sbr, self.fetched, self.s_capb, self.full, self.start)
+        self.b_horizon = (self.frac, self.sidx, self.sbr, self.fetched, self.s_capb, self.full, self.start,
+                          self.nstr)
         self.b_advance = (self.nstr, self.frac, self.sbr, self.sidx, self.nres, self.xfer, self.rpath,
-                          self.prog_end)
-        self.b_fetch_moves = (self.fetched, self.fetch_t0, self.s_fetched, self.s_rpath, self.fmoved)
+                          self.prog_end, self.res_bytes, self.upath, self.s_fetched, self.s_consumed)
+        self.b_fetch_moves = (self.fetched, self.fetch_t0, self.s_rpath, self.fmoved)
         self.b_attribute = (self.e_idle, self.e_busy, self.e_stalls, self.ostall, self.busy, self.eng,
-                            self.nominal)
+                            self.nominal, self.dead, self.cur, self.deps, self.dptr, self.end, self.dep_why)
 
     def run(self) -> TimingResult:
         """Event after event: settle at t, survey, solve rates and the next event, advance to it."""
@@ -290,12 +293,16 @@ class Sim(Phases, Rates, Tokens):
         engines = {name: EngineStats(name, self.e_busy[e], e_idle[e] + max(0.0, total - t), self.e_stalls[e])
                    for e, name in enumerate(self.cores)}
         issue, start, busy, ostall = self.issue, self.start, self.busy, self.ostall
-        ran_on = map(attrgetter("engine"), ops) if not self.pools else [  # a pool op: the core it ran on
-            self.cores[e] if e >= 0 else o.engine for e, o in zip(self.eng, ops, strict=True)]
-        res = [OpTiming(o.index, name, o.label, issue[p], start[p], end[p], busy[p], ostall[p], dict(o.args))
-               for p, (o, name) in enumerate(zip(ops, ran_on))]  # noqa: B905 (same lengths)
+        if not self.pools:
+            res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
+                            dict(o.args)) for p, o in enumerate(ops)]
+        else:  # a pool op: the core it ran on
+            names = [self.cores[e] if e >= 0 else o.engine for e, o in zip(self.eng, ops, strict=True)]
+            res = [OpTiming(o.index, names[p], o.label, issue[p], start[p], end[p], busy[p], ostall[p],
+                            dict(o.args)) for p, o in enumerate(ops)]
+        sidx, sbr = self.sidx, self.sbr
         fetches = [Fetch(o.stream, o.index, self.fetch_t0[p], self.fetch_t1[p], o.stream_bytes)
-                   for p, o in enumerate(ops) if o.stream is not None and o.stream_bytes > 0]
+                   for p, o in enumerate(ops) if sidx[p] >= 0 and sbr[p] > 0]
         rnames = list(self.capacity)
         usage = [(u_t, dict(zip(rnames, u))) for u_t, u in self.usage]  # noqa: B905 (same lengths)
         usage.append((total, dict.fromkeys(self.capacity, 0.0)))
