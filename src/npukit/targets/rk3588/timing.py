@@ -186,8 +186,8 @@ class _Builder:
             ts = self.task_cache[item.node][item.start:item.stop]
             reads_in = tuple(self.tensor(b, i) for i in node.inputs)
             out_rng = self.tensor(b, node.output)
-            for g0 in range(0, len(ts), self.group):
-                est += self._chunk(ops, b, si, c, node.name, ts[g0:g0 + self.group], reads_in, out_rng)
+            for g0, g1 in _chunks(len(ts), self.group):
+                est += self._chunk(ops, b, si, c, node.name, ts[g0:g1], reads_in, out_rng)
         last = max(i for i, o in enumerate(ops) if o["args"]["kind"] in ("compute", "submit"))
         ops[last]["writes"] = (*ops[last].get("writes", ()), job)  # the job ends after its last compute
         return ops, est
@@ -226,6 +226,18 @@ class _Builder:
                             latency=setup, path=("ddr", f"port{c}"), xfer_bytes=dout, reads=(ob,),
                             writes=final + part_out, args={**args, "bytes": dout, "kind": "dma"}))
         return max(cyc, in_cycles + out_cycles + setup)
+
+
+def _chunks(n: int, group: int) -> list[tuple[int, int]]:
+    """Task ranges of one op: sizes 1, 2, 4, ... up to ``group``, then ``group`` — a ramp, so the
+    op's first loads overlap compute as they would task by task (a dependency on the previous op
+    stalls only a small first chunk) while long ops still become few timing ops."""
+    out, at, size = [], 0, 1
+    while at < n:
+        out.append((at, min(n, at + size)))
+        at += size
+        size = min(group, size * 2)
+    return out
 
 
 def _pad(v: int, a: int) -> int:
