@@ -190,8 +190,17 @@ def _print_run(args: argparse.Namespace, enc: Any, res: Any, cos: list[float] | 
         rows.append(["CPU transformers fp32 (here)", f"{ref[1] * 1e3:.3f} ms for {len(labels)} inputs",
                      "measured"])
     ui.table(rows, ["figure", "value", "tier"])
+    span = max(rep.cycles, 1)
     for c, v in rep.core_busy().items():
-        print(f"  {c}: compute busy {v['compute_busy'] / max(rep.cycles, 1):6.1%}, "
-              f"DMA-in busy {v['dma_in_busy'] / max(rep.cycles, 1):6.1%}")
+        print(f"  {c}: compute busy {v['compute_busy'] / span:6.1%}, "
+              f"DMA-in busy {v['dma_in_busy'] / span:6.1%}, compute idle {v['idle'] / span:6.1%}")
+    ms = 1e3 / rep.clock_hz
+    first = [s for s in rep.shards if s.input == 0]
+    print("\nsubmissions of input 0 (projected; DMA and compute are busy time, they overlap):")
+    ui.table([[s.shard, f"npu{s.core}", s.tasks, f"{s.start * ms:.3f}", f"{s.end * ms:.3f}",
+               f"{s.dma_cycles * ms:.3f}", f"{s.compute_cycles * ms:.3f}"] for s in first[:12]],
+             ["shard", "core", "tasks", "start ms", "end ms", "DMA ms", "compute ms"], align="lllrrrr")
+    if len(first) > 12:
+        print(f"... {len(first) - 12} more (--json has all)")
     if args.trace:
         print(f"trace: {args.trace} (open in ui.perfetto.dev)")
