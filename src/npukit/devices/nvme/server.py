@@ -41,28 +41,39 @@ def split_hostport(text: str) -> tuple[str, int]:
 
 
 def build_subsystem(cfg: ServeConfig) -> Subsystem:
+    ns = Namespace(cfg.namespace, nsid=1, size=cfg.size)  # first: a bad file leaves no state behind
     state_dir = Path(cfg.state_dir) if cfg.state_dir else Path(str(cfg.namespace) + ".state")
-    state = DeviceState(state_dir)
+    try:
+        state = DeviceState(state_dir)
+    except BaseException:
+        ns.close()
+        raise
     handler = logging.FileHandler(state_dir / "target.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("npukit.nvme").addHandler(handler)
     logging.getLogger("npukit.nvme").setLevel(logging.INFO)
-    ns = Namespace(cfg.namespace, nsid=1, size=cfg.size)
     return Subsystem(cfg.nqn, [ns], state, allowed_hosts=set(cfg.allow_hosts) or None,
                      max_io_queues=cfg.io_queues)
+
+
+async def _listen(target: TcpTarget, host: str, port: int) -> int:
+    try:
+        return await target.listen(host, port)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 async def run_target(cfg: ServeConfig, announce=print) -> None:
     host, port = split_hostport(cfg.listen)
     sub = build_subsystem(cfg)
+    target = TcpTarget([sub])
     try:
-        target = TcpTarget([sub])
-        bound = await target.listen(host, port)
+        bound = await _listen(target, host, port)
         disc_bound = None
         if cfg.discovery_port is not None:
             disc = discovery_subsystem([sub], cfg.advertise or host, str(bound))
             target.subsystems[disc.nqn] = disc
-            disc_bound = await target.listen(host, cfg.discovery_port)
+            disc_bound = await _listen(target, host, cfg.discovery_port)
         announce(json.dumps({"event": "ready", "nqn": sub.nqn, "address": host, "port": bound,
                              "discovery_port": disc_bound, "namespace": str(cfg.namespace),
                              "blocks": sub.namespaces[1].blocks}))
@@ -72,10 +83,8 @@ async def run_target(cfg: ServeConfig, announce=print) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        await target.close()
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {cfg.listen}: {exc.strerror or exc}") from None
     finally:
+        await target.close()
         sub.close()
 
 
