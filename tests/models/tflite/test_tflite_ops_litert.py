@@ -87,3 +87,22 @@ def test_fully_connected_rescales_in_double_with_ties_away_from_zero():
     expect = run_ref(model, feed)
     assert expect[0].tolist() == [-3, -2, -1, 1, 2, 3, -4, 4]
     assert np.array_equal(Interpreter(model).run([feed])["y"], expect)
+
+
+def test_strided_slice_shape_pack():
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    from ai_edge_litert.interpreter import OpResolverType
+
+    varied = 0
+    for seed in range(40):
+        model, inputs, desc = cases.strided_slice_case(np.random.default_rng(seed))
+        ref = LiteRT(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        ref.allocate_tensors()
+        ref.set_tensor(ref.get_input_details()[0]["index"], inputs[0])
+        ref.invoke()
+        ours = list(Interpreter(model).run(inputs).values())
+        for d, mine in zip(ref.get_output_details(), ours, strict=True):
+            expect = ref.get_tensor(d["index"])
+            assert mine.shape == expect.shape and np.array_equal(mine, expect), f"seed {seed}: {desc}"
+        varied += int(np.unique(ours[0]).size > 1)
+    assert varied >= 30

@@ -30,7 +30,7 @@ def _inputs(model, rng: np.random.Generator, kind: int) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", ["resnet8-cifar10", "ds-cnn-kws", "mobilenetv2-kws", "audio-example",
-                                  "autoencoder"])
+                                  "autoencoder", "anomaly-detection", "visual-wake-words"])
 def test_zoo_model_every_tensor_matches_litert(name):
     path = zoo.fetch(name)
     model = read_model(path)

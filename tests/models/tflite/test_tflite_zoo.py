@@ -9,7 +9,7 @@ from npukit.models.tflite import digits, zoo
 
 
 def test_unknown_name_lists_the_known_ones():
-    with pytest.raises(ModelError, match=r"unknown zoo model 'nope' \(known: audio-example, .*resnet8"):
+    with pytest.raises(ModelError, match=r"unknown zoo model 'nope' \(known: anomaly-detection, .*resnet8"):
         zoo.fetch("nope")
 
 

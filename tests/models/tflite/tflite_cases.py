@@ -251,3 +251,49 @@ def shape_ops_case(rng: np.random.Generator):
     y = b.tensor("y", (size,), np.int8, s, z)
     b.op("SQUEEZE", [flat], [y], O.SqueezeOptions((0, 1)))
     return b.build([x], [y]), [int8(rng, (1, h, w, c))], "pad/concat/reshape/squeeze"
+
+
+def strided_slice_case(rng: np.random.Generator):
+    """STRIDED_SLICE on int8 with begin/end masks, negative indices and strides, shrink and offset;
+    then SHAPE of the result PACKed with a constant (int32 shape arithmetic, as real models do)."""
+    shape = tuple(int(rng.integers(2, 7)) for _ in range(3))
+    begin, end, strides = [], [], []
+    bmask = emask = shrink = 0
+    offset = bool(rng.integers(0, 4) == 0)
+    index = []
+    for i, d in enumerate(shape):
+        s = int(rng.choice([1, 1, 2, -1, -2])) if not offset else int(rng.choice([1, 2]))
+        b, e = int(rng.integers(-d, d)), int(rng.integers(-d - 1, d + 1))
+        if offset:  # in bounds: LiteRT sizes the output as ceil(size / stride) without clamping
+            b = int(rng.integers(0, d))
+            e = int(rng.integers(1, d - b + 1))
+        if i == 1 and not offset and rng.integers(0, 3) == 0:
+            shrink |= 1 << i
+            s, b = 1, int(rng.integers(-d, d))
+            index.append(b)
+        else:
+            bm, em = (bool(rng.integers(0, 4) == 0), bool(rng.integers(0, 4) == 0)) if not offset else (0, 0)
+            bmask |= int(bm) << i
+            emask |= int(em) << i
+            stop = None if em else (b + e if offset else e)
+            index.append(slice(None if bm else b, stop, s))
+        begin.append(b)
+        end.append(e)
+        strides.append(s)
+    out_shape = np.zeros(shape)[tuple(index)].shape
+    if 0 in out_shape:  # TFLite rejects empty outputs; take everything instead
+        return strided_slice_case(rng)
+    sc, z = f32(log_uniform(rng, 0.01, 0.1)), zp(rng)
+    b = ModelBuilder()
+    x = b.tensor("x", shape, np.int8, sc, z)
+    ins = [x] + [b.const(n, np.array(v, np.int32)) for n, v in (("begin", begin), ("end", end),
+                                                                ("strides", strides))]
+    y = b.tensor("y", out_shape, np.int8, sc, z)
+    b.op("STRIDED_SLICE", ins, [y], O.StridedSliceOptions(bmask, emask, 0, 0, shrink, offset))
+    shp = b.tensor("shp", (len(out_shape),), np.int32)
+    b.op("SHAPE", [y], [shp])
+    packed = b.tensor("packed", (2, len(out_shape)), np.int32)
+    b.op("PACK", [shp, b.const("k", np.arange(len(out_shape), dtype=np.int32))], [packed],
+         O.PackOptions(2, 0))
+    desc = f"strided_slice {shape} b{begin} e{end} s{strides} masks {bmask},{emask},{shrink} off{offset}"
+    return b.build([x], [y, packed]), [int8(rng, shape)], desc

@@ -27,7 +27,8 @@ OP_CODES: dict[str, int] = {
     "ADD": 0, "AVERAGE_POOL_2D": 1, "CONCATENATION": 2, "CONV_2D": 3, "DEPTHWISE_CONV_2D": 4,
     "DEQUANTIZE": 6, "FULLY_CONNECTED": 9, "LOGISTIC": 14, "MAX_POOL_2D": 17, "MUL": 18,
     "RELU": 19, "RELU_N1_TO_1": 20, "RELU6": 21, "RESHAPE": 22, "SOFTMAX": 25, "TANH": 28, "PAD": 34,
-    "MEAN": 40, "SUB": 41, "SQUEEZE": 43, "LEAKY_RELU": 98, "QUANTIZE": 114, "HARD_SWISH": 117,
+    "MEAN": 40, "SUB": 41, "SQUEEZE": 43, "STRIDED_SLICE": 45, "SHAPE": 77, "PACK": 83,
+    "LEAKY_RELU": 98, "QUANTIZE": 114, "HARD_SWISH": 117,
 }
 OP_NAMES: dict[int, str] = {v: k for k, v in OP_CODES.items()}
 
@@ -36,7 +37,7 @@ OP_VERSIONS: dict[str, int] = {
     "ADD": 2, "SUB": 2, "MUL": 2, "CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4,
     "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "SQUEEZE": 1, "CONCATENATION": 2,
     "PAD": 2, "SOFTMAX": 2, "LOGISTIC": 2, "HARD_SWISH": 1, "QUANTIZE": 2, "DEQUANTIZE": 2,
-    "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 1, "TANH": 2,
+    "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 1, "TANH": 2, "STRIDED_SLICE": 2, "SHAPE": 1, "PACK": 2,
 }
 
 

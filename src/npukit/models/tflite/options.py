@@ -110,6 +110,30 @@ class SoftmaxOptions:
 
 
 @dataclass(frozen=True)
+class StridedSliceOptions:
+    TABLE: ClassVar[str] = "StridedSliceOptions"
+    begin_mask: int = 0
+    end_mask: int = 0
+    ellipsis_mask: int = 0
+    new_axis_mask: int = 0
+    shrink_axis_mask: int = 0
+    offset: bool = False
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    TABLE: ClassVar[str] = "PackOptions"
+    values_count: int = 0
+    axis: int = 0
+
+
+@dataclass(frozen=True)
+class ShapeOptions:
+    TABLE: ClassVar[str] = "ShapeOptions"
+    out_type: int = 2  # INT32
+
+
+@dataclass(frozen=True)
 class PadOptions:
     TABLE: ClassVar[str] = "PadOptions"
 
@@ -135,7 +159,8 @@ OPTION_CLASSES: dict[str, type] = {
     "AVERAGE_POOL_2D": Pool2DOptions, "MAX_POOL_2D": Pool2DOptions, "MEAN": ReducerOptions,
     "RESHAPE": ReshapeOptions, "SQUEEZE": SqueezeOptions, "CONCATENATION": ConcatenationOptions,
     "PAD": PadOptions, "SOFTMAX": SoftmaxOptions, "HARD_SWISH": HardSwishOptions,
-    "QUANTIZE": QuantizeOptions, "DEQUANTIZE": DequantizeOptions,
+    "QUANTIZE": QuantizeOptions, "DEQUANTIZE": DequantizeOptions, "STRIDED_SLICE": StridedSliceOptions,
+    "PACK": PackOptions, "SHAPE": ShapeOptions,
 }
 OPTION_TABLES: dict[str, str] = {op: cls.TABLE for op, cls in OPTION_CLASSES.items()}
 

@@ -46,6 +46,9 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in (
              "audio classifier with MAX_POOL_2D and depth multiplier 8"),
     ZooModel("autoencoder", f"{_DATA}/models/examples/autoencoder_example.mltk.zip",
              "autoencoder_example.tflite", "float-I/O FC autoencoder with LOGISTIC"),
+    ZooModel("anomaly-detection", f"{_DATA}/utils/test_helper/data/anomaly_detection.tflite", None,
+             "MLPerf Tiny FC autoencoder for machine-sound anomaly detection, float in/out "
+             "(SHAPE, STRIDED_SLICE, PACK feed a RESHAPE)"),
     ZooModel("visual-wake-words", f"{_DATA}/models/tinyml/visual_wake_words.mltk.zip",
              "visual_wake_words.tflite", "MLPerf Tiny MobileNetV1 visual wake words, float in/out"),
 )}

@@ -82,3 +82,74 @@ def prepare_pad(ctx: Ctx) -> Kernel:
         return [np.pad(ins[0], widths, mode="constant", constant_values=fill)]
 
     return run
+
+
+def _same_quant(ctx: Ctx, tensors) -> None:
+    """int8 data movement keeps the quantization: every tensor must share the output's."""
+    out = ctx.out()
+    if out.dtype != np.int8:
+        return
+    qy = ctx.q(out)
+    for t in tensors:
+        q = ctx.q(t)
+        if q.zp != qy.zp or np.float32(q.s) != np.float32(qy.s):
+            raise ctx.fail(f"input {t.name} quantization differs from the output's")
+
+
+def prepare_shape(ctx: Ctx) -> Kernel:
+    dtype = ctx.out().dtype
+    if dtype not in (np.int32, np.int64):
+        raise ctx.fail(f"SHAPE output type {dtype} is not supported")
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        return [np.array(ins[0].shape, dtype=dtype)]
+
+    return run
+
+
+def prepare_pack(ctx: Ctx) -> Kernel:
+    ins_t = [ctx.t(k) for k in range(len(ctx.op.inputs))]
+    if any(t.dtype != ctx.out().dtype for t in ins_t) or ctx.out().dtype not in (np.int8, np.int32):
+        raise ctx.fail("PACK needs int8 or int32 inputs of the output's type")
+    _same_quant(ctx, ins_t)
+    axis = ctx.op.options.axis % len(ctx.out().shape)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        return [np.stack(list(ins), axis=axis)]
+
+    return run
+
+
+def _bits(mask: int, i: int) -> bool:
+    return bool((mask >> i) & 1)
+
+
+def prepare_strided_slice(ctx: Ctx) -> Kernel:
+    """Begin/end masks, shrink-axis mask, negative indices and strides, or ``offset`` (end = begin +
+    size) without masks; no ellipsis or new-axis masks. Python slicing clamps out-of-range bounds
+    the way TFLite does."""
+    o = ctx.op.options
+    x_t, y_t = ctx.t(0), ctx.out()
+    if x_t.dtype not in (np.int8, np.int32) or y_t.dtype != x_t.dtype:
+        raise ctx.fail("STRIDED_SLICE needs int8 or int32 data")
+    _same_quant(ctx, [x_t])
+    if o.ellipsis_mask or o.new_axis_mask:
+        raise ctx.fail("ellipsis and new-axis masks are not supported")
+    if o.offset and (o.begin_mask or o.end_mask or o.shrink_axis_mask):
+        raise ctx.fail("masks together with offset=true are not supported")
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x, begin, end = ins[0], ins[1].reshape(-1), ins[2].reshape(-1)
+        strides = ins[3].reshape(-1) if len(ins) > 3 and ins[3] is not None else np.ones_like(begin)
+        index: list[slice | int] = []
+        for i in range(begin.size):
+            b, e, s = int(begin[i]), int(end[i]), int(strides[i])
+            if o.offset:
+                e += b
+            if _bits(o.shrink_axis_mask, i):
+                index.append(b + x.shape[i] if b < 0 else b)
+                continue
+            index.append(slice(None if _bits(o.begin_mask, i) else b, None if _bits(o.end_mask, i) else e, s))
+        return [np.array(x[tuple(index)])]  # a copy that keeps 0-d results 0-d
+
+    return run
