@@ -153,3 +153,16 @@ def test_every_fp16_activation_quantizes_like_torch(impl):
         got = K.gemm(a, codes, np.ones(256, np.float16), fmt="e4m3fn", a_inv_scale=a_inv,
                      out_layout="mn", impl=impl)
         assert np.array_equal(got.astype(np.float32), want)
+
+
+def test_epilogue_rounding_across_the_fp16_range():
+    """acc · scale spanning fp16 subnormals, normals, the 65504/65520 overflow edge and ties: the
+    fused kernel's integer fp16 rounding equals torch's ``.half()`` of the float32 product."""
+    acc_vals = np.arange(-128, 128, dtype=np.int8)
+    a = acc_vals[:, None].copy()  # [256, 1]: acc = a · w with w = 1 (code 0x38 = 1.0, scale 1)
+    gs_list = np.concatenate([np.logspace(-12, 3, 41), [65504 / 127, 65520 / 127, 65519.9 / 127, 2.0**-20]])
+    for gs in gs_list:
+        got = K.gemm(a, np.array([[0x38]], np.uint8), np.ones(1, np.float16), fmt="e4m3fn", global_scale=gs,
+                     out_layout="mn")
+        want = (torch.from_numpy(acc_vals.astype(np.float32)) * torch.tensor(np.float32(gs))).half().numpy()
+        assert same(got[:, 0], want), gs

@@ -201,13 +201,33 @@ def _block_portable(a8, ws, m0, mr, j0, kp, res):
             res[i * 4 + j] = s
 
 
+@nb.njit(inline="always")
+def _f16_bits(bits, v):
+    """float32 (bits, value) -> float16 bits, round to nearest even, as NumPy's astype (NaN keeps the
+    top payload bits, overflow to inf, subnormals on the 2^-24 grid)."""
+    sign = np.uint16((bits >> np.uint32(16)) & np.uint32(0x8000))
+    mag = bits & np.uint32(0x7FFFFFFF)
+    if mag > np.uint32(0x7F800000):
+        h = np.uint32(0x7C00) | ((mag >> np.uint32(13)) & np.uint32(0x3FF))
+        return sign | np.uint16(h if h != np.uint32(0x7C00) else h + np.uint32(1))
+    if mag >= np.uint32(0x477FF000):  # rounds to >= 65520: inf
+        return sign | np.uint16(0x7C00)
+    if mag >= np.uint32(0x38800000):  # fp16 normal range: rebias the exponent, RNE on 13 bits
+        r = mag + np.uint32(0xFFF) + ((mag >> np.uint32(13)) & np.uint32(1))
+        return sign | np.uint16((r - np.uint32(0x38000000)) >> np.uint32(13))
+    return sign | np.uint16(np.rint(abs(v) * np.float32(16777216.0)))  # exact scaling, then RNE
+
+
 @nb.njit(**_OPTS)
-def gemm_tile(a8, asum, codes, lut32, inv, scale, out, n0, ws, res, vnni):
-    """One tile of output columns n0 .. n0 + len(ws) - 1 for every row (see `fused_gemm`)."""
+def gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws, res, vnni):
+    """One tile of output columns n0 .. n0 + len(ws) - 1 for every row (see `fused_gemm`); ``out`` is
+    float16 bits, [N, M] when ``nm`` else [M, N]."""
     m_rows, kp = a8.shape
     n_cols = codes.shape[0]
     tile = ws.shape[0]
     chunks = kp // CHUNK
+    vals = np.empty(16, np.float32)
+    vbits = vals.view(np.uint32)
     _tile_tables(codes, lut32, inv, n0, tile, kp, ws, vnni)
     for m0 in range(0, m_rows, 4):
         mr = min(4, m_rows - m0)
@@ -223,28 +243,34 @@ def gemm_tile(a8, asum, codes, lut32, inv, scale, out, n0, ws, res, vnni):
             for i in range(mr):
                 for j in range(min(4, n_cols - n0 - j0)):
                     n = n0 + j0 + j
-                    out[m0 + i, n] = np.float32(res[i * 4 + j] - 128 * asum[m0 + i]) * scale[n]
+                    vals[0] = np.float32(res[i * 4 + j] - 128 * asum[m0 + i]) * scale[n]
+                    h = _f16_bits(vbits[0], vals[0])
+                    if nm:
+                        out[n, m0 + i] = h
+                    else:
+                        out[m0 + i, n] = h
 
 
 @nb.njit(**_OPTS, parallel=True)
-def fused_gemm(a8, asum, codes, lut32, inv, scale, out, ws, res, vnni):
-    """out[m, n] (float32) = f32(acc) · scale[n], acc = Σ_k a8[m, k] · w[n, k], w transcoded per tile of
-    ``ws.shape[1]`` columns (a multiple of 4) into ``ws[thread]``; a8 is [M, Kp] int8 zero-padded to a
-    multiple of 64; ``res`` [threads, 16] int32 scratch; ``vnni``: AVX-512 VBMI + VNNI inner loops."""
+def fused_gemm(a8, asum, codes, lut32, inv, scale, out, nm, ws, res, vnni):
+    """out[m, n] (fp16 bits; out[n, m] when ``nm``) = fp16(f32(acc) · scale[n]) with
+    acc = Σ_k a8[m, k] · w[n, k], w transcoded per tile of ``ws.shape[1]`` columns (a multiple of 4)
+    into ``ws[thread]``; a8 is [M, Kp] int8 zero-padded to a multiple of 64; ``res`` [threads, 16]
+    int32 scratch; ``vnni``: AVX-512 VBMI + VNNI inner loops."""
     tile = ws.shape[1]
     n_tiles = (codes.shape[0] + tile - 1) // tile
     for t in nb.prange(n_tiles):
         tid = nb.get_thread_id()
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, t * tile, ws[tid], res[tid], vnni)
+        gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, t * tile, ws[tid], res[tid], vnni)
 
 
 @nb.njit(**_OPTS)
-def fused_gemm_serial(a8, asum, codes, lut32, inv, scale, out, ws, res, vnni):
+def fused_gemm_serial(a8, asum, codes, lut32, inv, scale, out, nm, ws, res, vnni):
     """`fused_gemm` on the calling thread (small problems: no thread hand-off). Numba caches by
     function, so the serial and parallel builds are two functions, not one jitted twice."""
     tile = ws.shape[1]
     for n0 in range(0, codes.shape[0], tile):
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, n0, ws[0], res[0], vnni)
+        gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws[0], res[0], vnni)
 
 
 def _trial() -> bool:
@@ -259,13 +285,13 @@ def _trial() -> bool:
     lut32 = rng.integers(-300, 300, 256).astype(np.float32)
     inv = np.full(n, 0.5, np.float32)
     w = np.clip(np.rint(lut32 * np.float32(0.5)), -128, 127).astype(np.int64)[codes]
-    want = (a8[:, :k].astype(np.int64) @ w.T).astype(np.float32)
-    out = np.zeros((m, n), np.float32)
+    want = (a8[:, :k].astype(np.int64) @ w.T).astype(np.float32).astype(np.float16)
+    out = np.zeros((m, n), np.uint16)
     ws = np.empty((8, kp), np.uint8)
     res = np.empty(16, np.int32)
     for n0 in range(0, n, 8):
-        gemm_tile(a8, asum, codes, lut32, inv, np.ones(n, np.float32), out, n0, ws, res, True)
-    return bool(np.array_equal(out, want))
+        gemm_tile(a8, asum, codes, lut32, inv, np.ones(n, np.float32), out, False, n0, ws, res, True)
+    return bool(np.array_equal(out, want.view(np.uint16)))
 
 
 _PROBED: tuple[str, str] | None = None

@@ -9,11 +9,13 @@ Paths, as in the seed's ``bench_torch_vs_fp8imma.py`` but on this CPU:
   the memory saving;
 * ``int8``   — ``torch._int_mm`` on int8 weights: the CPU int8 ceiling (the seed's cuBLASLt row).
 
-Timing: best of ``reps`` calls after one warm-up (this machine is shared; the minimum is the least
-disturbed). Memory per path: resident weight bytes (what must stay allocated between calls) and
-peak workspace of one call, measured two ways: tracemalloc (NumPy allocations; the fused path
-allocates only through NumPy) and the process's peak-RSS growth (``/proc/self/clear_refs`` reset,
-covers torch and MKL; page-granular, 0 when freed memory is reused).
+Timing: the paths take turns (one warm-up each, then ``reps`` rounds, more for cheap shapes) and
+each keeps its best time (this machine is shared; the minimum is the least disturbed, and taking
+turns spreads load bursts over all paths). Memory per path: resident weight bytes (what must stay
+allocated between calls) and peak workspace of one call, measured two ways: tracemalloc (NumPy
+allocations; the fused path allocates only through NumPy) and the growth of the process's peak RSS
+(``/proc/self/clear_refs`` reset; covers torch and MKL; page-granular, and 0 when the call reuses
+memory freed earlier).
 """
 
 from __future__ import annotations
@@ -68,16 +70,6 @@ class ShapeResult:
     def ratio(self, path: str) -> float:
         """How many times faster the fused path is than ``path`` (>1: fused wins)."""
         return self.paths[path].ms / self.paths["fused"].ms
-
-
-def _best_ms(fn: Callable[[], object], reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
 
 
 def _rss_kib(field_name: str) -> int | None:
@@ -158,15 +150,35 @@ def _path_fns(a16, weights, a_inv):
     return fns
 
 
+def _interleaved_best_ms(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Best time of each path, the paths taking turns (one warm-up each, then ``reps`` rounds), so that
+    a burst of load from other processes hits every path alike instead of one."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {k: v * 1e3 for k, v in best.items()}
+
+
+def reps_for(m: int, n: int, k: int, reps: int) -> int:
+    """More rounds for cheap shapes (up to 15), ``reps`` for shapes of 10^10 operations and more."""
+    return max(reps, min(15, int(1e10 / (2.0 * m * n * k))))
+
+
 def bench_shape(label: str, m: int, n: int, k: int, *, fmt: str = "e4m3", reps: int = 3,
                 memory: bool = True) -> ShapeResult:
     a16, weights, a_inv = make_operands(m, n, k, fmt)
     res = ShapeResult(label, m, n, k)
-    for name, (fn, resident, note) in _path_fns(a16, weights, a_inv).items():
-        ms = _best_ms(fn, reps)
+    paths = _path_fns(a16, weights, a_inv)
+    ms = _interleaved_best_ms({p: v[0] for p, v in paths.items()}, reps)
+    for name, (fn, resident, note) in paths.items():
         traced = _traced_peak(fn) if memory else 0
         rss = _rss_peak_growth(fn) if memory else None
-        res.paths[name] = PathResult(ms, int(resident), int(traced), rss, note)
+        res.paths[name] = PathResult(ms[name], int(resident), int(traced), rss, note)
     return res
 
 
@@ -186,8 +198,7 @@ def run(shapes, *, fmt: str = "e4m3", reps: int = 3, memory: bool = True,
         progress: Callable[[ShapeResult], None] | None = None) -> list[ShapeResult]:
     out = []
     for label, m, n, k in shapes:
-        r = bench_shape(label, m, n, k, fmt=fmt, reps=reps if m * n * k < 2**34 else max(1, reps - 1),
-                        memory=memory)
+        r = bench_shape(label, m, n, k, fmt=fmt, reps=reps_for(m, n, k, reps), memory=memory)
         out.append(r)
         if progress:
             progress(r)

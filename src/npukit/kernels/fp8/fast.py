@@ -3,11 +3,11 @@
 Steps per call: activations -> int8 (v4 quantization in numba, or int8 passed through), padded to a
 multiple of 64 along K; the per-column fp16 reciprocals (N values, NumPy, as the contract says);
 then `_nb.fused_gemm`: per tile of output columns, decode -> scale -> int8 through a 256-entry table
-per column into a tile workspace, an int8 GEMM on it, and the fp32 epilogue product; finally
-float32 -> float16 (NumPy's conversion rounds to nearest even, as ``__float2half_rn``).
+per column into a tile workspace, an int8 GEMM on it, and the epilogue: the fp32 product rounded
+to fp16 (nearest even, as ``__float2half_rn``) in integer arithmetic, stored in the output layout.
 
 Memory per call: the int8 activations (M × Kp), one tile workspace per thread (tile × Kp bytes),
-and the M × N float32 epilogue buffer; never a weight-sized array.
+and the fp16 output itself (written in the requested layout by the kernel); never a weight-sized array.
 """
 
 from __future__ import annotations
@@ -75,13 +75,12 @@ def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float 
     inv = C.inv_scales(op.col_scales).astype(np.float32)
     scale = op.col_scales.astype(np.float32) * np.float32(op.global_scale)
     m, n = a8.shape[0], op.b_codes.shape[0]
-    out = np.empty((m, n), np.float32)
+    nm = out_layout == "nm"
+    out = np.empty((n, m) if nm else (m, n), np.uint16)  # float16 bits, written by the kernel
     parallel = m * n * a8.shape[1] > SERIAL_MACS
     threads = _nb.nb.get_num_threads() if parallel else 1
     ws = np.empty((threads, tile_for(m), a8.shape[1]), np.uint8)  # one tile per thread
     res = np.empty((threads, 16), np.int32)
     kernel = _nb.fused_gemm if parallel else _nb.fused_gemm_serial
-    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, ws, res, vnni)
-    with np.errstate(over="ignore"):
-        res = out.astype(np.float16)
-    return np.ascontiguousarray(res.T) if out_layout == "nm" else res
+    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, nm, ws, res, vnni)
+    return out.view(np.float16)
