@@ -111,3 +111,13 @@ def test_generic_asm_disasm_sim_with_target_ebpf(tmp_path: Path, capsys) -> None
     assert "ldxb %r0, [%r1+1]" in capsys.readouterr().out
     assert main(["sim", "--target", "ebpf", str(tmp_path / "p.bin"), "--bpf-mem", str(mem), "--json"]) == 0
     assert '"r0": 35' in capsys.readouterr().out  # 0x20 + length 3
+
+
+def test_conformance_runner_tool(tmp_path: Path) -> None:
+    """tools/run_bpf_conformance.py on a two-file corpus in the public format (one result, one error)."""
+    for name in ("callx-gather.data", "oob-load.data"):
+        (tmp_path / name).write_text((ROOT / "tests" / "targets" / "ebpf" / "data" / name).read_text())
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "run_bpf_conformance.py"), str(tmp_path),
+                           "--jobs", "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("2/2 passed")
