@@ -117,7 +117,11 @@ def test_conformance_runner_tool(tmp_path: Path) -> None:
     """tools/run_bpf_conformance.py on a two-file corpus in the public format (one result, one error)."""
     for name in ("callx-gather.data", "oob-load.data"):
         (tmp_path / name).write_text((ROOT / "tests" / "targets" / "ebpf" / "data" / name).read_text())
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "run_bpf_conformance.py"), str(tmp_path),
-                           "--jobs", "1"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "run_bpf_conformance.py"), str(tmp_path), "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("2/2 passed")

@@ -155,3 +155,12 @@ def test_alkali_fork_profile_refuses_what_the_board_cannot_run() -> None:
         fork("filter.v1.o")
     res = fork("add_vta.v1.o").run(bytes(1024) + bytes([5, 8, 2, 3, 2, 4, 2, 2]), 4, "alkali")
     assert res.output == bytes([5, 8, 2, 3])  # the identity double: the v1 build loads and runs
+
+
+def test_run_firmware_entry_point_for_the_device() -> None:
+    from npukit import registry
+
+    run_firmware = registry.get("ebpf").resolve("run_firmware")
+    elf = (EXAMPLES / "add_vta.v2.o").read_bytes()
+    res = run_firmware(elf, bytes(1024) + bytes([5, 8, 2, 3, 2, 4, 2, 2]), 4, tflite=_sum_engine)
+    assert res.output == bytes([7, 12, 4, 5]) and res.printed[-1] == "ADD on VTA: all outputs match\n"

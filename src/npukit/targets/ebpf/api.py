@@ -68,3 +68,30 @@ def simulate(
     machine = Machine(isa.decode(isa.words_to_bytes(words)), REGISTRIES[bpf_helpers]())
     result = machine.run(input, bpf_output_size, bpf_abi, budget=bpf_budget, engine=engine)
     return result.to_json()
+
+
+def run_firmware(
+    elf: bytes,
+    input: bytes,
+    output_size: int,
+    *,
+    tflite: Any = None,
+    legacy_relocations: bool = False,
+    profile: str = "rfc9669",
+    section: str | None = None,
+    budget: int = DEFAULT_BUDGET,
+) -> Any:
+    """What the Alkali APU does with a firmware object: load it (Alkali helpers; ``tflite`` injects the
+    TFLite engine), run it with the Alkali ABI on ``input``, return the `RunResult` (r0, output, printed)."""
+    from npukit.targets.ebpf.helpers import alkali_helpers
+    from npukit.targets.ebpf.load import program_from_bytes
+
+    helpers = alkali_helpers(tflite=tflite)
+    loaded = program_from_bytes(
+        elf,
+        section=section,
+        legacy_relocations=legacy_relocations,
+        helper_names={n: i for i, n in helpers.names().items()},
+    )
+    machine = Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry, profile=profile)
+    return machine.run(input, output_size, "alkali", budget=budget)

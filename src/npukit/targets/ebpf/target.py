@@ -13,6 +13,7 @@ TARGET = Target(
     extra={
         "cli": "npukit.targets.ebpf.api:add_arguments",
         "opcode_table": "npukit.targets.ebpf.isa:opcode_table",
+        "run_firmware": "npukit.targets.ebpf.api:run_firmware",
         "elf": "npukit.targets.ebpf.elf:load_elf",
     },
 )
