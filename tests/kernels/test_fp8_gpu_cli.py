@@ -108,3 +108,14 @@ def test_demo_fp8(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "bit for bit: True" in out and "fused is" in out
     assert np.isfinite(float(out.split("kernel")[1].split("cosine")[1].split()[0]))
+
+
+def test_npukit_simd_portable_env_forces_portable_loops():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NPUKIT_SIMD="portable")
+    out = subprocess.run([sys.executable, "-c", "from npukit.kernels.fp8 import fast; print(fast.simd()[0])"],
+                         env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "portable"
