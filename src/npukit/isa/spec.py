@@ -367,7 +367,10 @@ class BoundSpec:
         w = self._word(words[i])
         fmt = self.match(w)
         if fmt is None or fmt.words == 1:
-            return self.decode(w), 1
+            hit = self.decode_or_reason(w)
+            if isinstance(hit, str):
+                raise DecodeError(w, hit, self.word_bits)
+            return hit, 1
         if i + fmt.words > len(words):
             raise DecodeError(w, f"{fmt.name} takes {fmt.words} words; the program ends", self.word_bits)
         wide = 0

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -65,18 +65,22 @@ class KeyValueSyntax:
         return hit
 
     def mnemonic(self, fmt: BoundFormat, ins: Any) -> str:
-        if fmt.mnemonic_field is None:
-            return fmt.name.lower()
-        v = getattr(ins, fmt.mnemonic_field)
-        return f"{fmt.name.lower()}.{v.name.lower() if isinstance(v, enum.Enum) else v}"
+        v = getattr(ins, fmt.mnemonic_field) if fmt.mnemonic_field is not None else None
+        key = (fmt, v)
+        hit = _MNEMONIC.get(key)
+        if hit is None:
+            hit = fmt.name.lower()
+            if fmt.mnemonic_field is not None:
+                hit += f".{v.name.lower() if isinstance(v, enum.Enum) else v}"
+            _MNEMONIC[key] = hit
+        return hit
 
     def _plan(self, spec: BoundSpec, fmt: BoundFormat) -> tuple:
-        """Per format: (shown fields as (name, asm, is_bool, field), operand keys -> field)."""
-        key = ("kv-plan", fmt.name)
-        hit = spec.cache.get(key)
+        """Per format: (shown fields as (name, asm, how, field), operand keys -> field)."""
+        hit = spec.cache.get(fmt)
         if hit is None:
             keyed = [bf for bf in fmt.values if bf.asm and bf.name != fmt.mnemonic_field]
-            hit = spec.cache[key] = (tuple((bf.name, bf.asm, bf.enum is bool, bf) for bf in keyed),
+            hit = spec.cache[fmt] = (tuple((bf.name, bf.asm, _how(bf), bf) for bf in keyed),
                                      {bf.asm: bf for bf in keyed})
         return hit
 
@@ -84,14 +88,21 @@ class KeyValueSyntax:
         fmt = spec.format_of(ins)
         parts = [self.mnemonic(fmt, ins)]
         hook = self.value_text
-        for name, asm, is_bool, bf in self._plan(spec, fmt)[0]:
+        for name, asm, how, bf in self._plan(spec, fmt)[0]:
             v = getattr(ins, name)
-            if is_bool:
+            if how == "bool":
                 if v:
                     parts.append(asm)
                 continue
             text = hook(ins, bf, v) if hook is not None else None
-            parts.append(f"{asm}={value_text(bf, v) if text is None else text}")
+            if text is None:
+                if how == "dec":
+                    text = str(int(v))
+                elif how == "hex":
+                    text = f"0x{int(v):X}"
+                else:
+                    text = value_text(bf, v)
+            parts.append(f"{asm}={text}")
         return " ".join(parts)
 
     def parse(self, spec: BoundSpec, text: str, where: str) -> tuple[BoundFormat, dict[str, int]]:
@@ -131,6 +142,16 @@ class KeyValueSyntax:
 
 
 _FLAG_TEXT: dict[tuple[type, int], str] = {}
+_ENUM_TEXT: dict[tuple[type, int], str] = {}
+_MNEMONIC: dict[tuple[BoundFormat, Any], str] = {}
+
+
+def _how(bf: BoundField) -> str:
+    if bf.enum is bool:
+        return "bool"
+    if bf.enum is not None:
+        return "enum"
+    return "hex" if bf.fmt == "hex" else "dec"
 
 
 def value_text(bf: BoundField, v: Any) -> str:
@@ -140,10 +161,16 @@ def value_text(bf: BoundField, v: Any) -> str:
         return f"0x{int(v):X}" if bf.fmt == "hex" else str(int(v))
     if tp is bool:
         return str(int(v))
-    if issubclass(tp, enum.Flag):
-        return flag_text(tp, int(v))
-    member = tp._value2member_map_.get(int(v))
-    return member.name.lower() if member is not None else str(int(v))
+    key = (tp, int(v))
+    hit = _ENUM_TEXT.get(key)
+    if hit is None:
+        if issubclass(tp, enum.Flag):
+            hit = flag_text(tp, key[1])
+        else:
+            member = tp._value2member_map_.get(key[1])
+            hit = member.name.lower() if member is not None else str(key[1])
+        _ENUM_TEXT[key] = hit
+    return hit
 
 
 def flag_text(tp: type, v: int) -> str:
@@ -209,8 +236,7 @@ def assemble(spec: BoundSpec, syntax: Syntax, text: str) -> list[int]:
     return out
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One disassembled instruction: where it starts, its words, its text (``.word 0x…`` when invalid)
     and the reason it is invalid (None when valid)."""
 
