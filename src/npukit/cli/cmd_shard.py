@@ -31,6 +31,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sandwich", action="store_true", help="skip the sandwich domain shift")
     p.add_argument("--schedule", choices=SCHEDULES, default="pipeline",
                    help="core schedule (default pipeline)")
+    p.add_argument("--dtype", choices=("fp16", "int8"), default="fp16",
+                   help="fp16 (default) or int8 w8a8 matmuls (per-channel weights, static activations)")
     p.add_argument("--task-limit", type=int, default=None, help="tasks per submission (default: the hw's)")
     p.add_argument("--layers", type=int, default=None, help="run only the first N layers")
     p.add_argument("--image-size", type=int, default=None, help="SigLIP presets: image size (fewer patches)")
@@ -67,7 +69,8 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     hw = hwmod.load_hw(args.hw, args.overrides, expect="rk3588")
     enc = resolve_model(args.model, args.layers, args.image_size, args.spikes)
     opts = CompileOptions(tiling=not args.no_tiling, barriers=not args.no_barriers,
-                          sandwich=not args.no_sandwich, schedule=args.schedule, task_limit=args.task_limit)
+                          sandwich=not args.no_sandwich, schedule=args.schedule, task_limit=args.task_limit,
+                          dtype=args.dtype)
     if args.task_limit is not None and args.task_limit < 1:
         raise ConfigError("--task-limit must be >= 1")
     return hw, enc, opts

@@ -56,3 +56,13 @@ def test_anchor_rows_show_the_projection_error(plan):
     rr = next(r for r in rows if r["figure"].startswith("SHARD 3-core"))
     assert rr["error"] == pytest.approx(reps[("round-robin", 1)].latency_ms / 1800.0 - 1)
     assert all(r["published_tier"] == "measured" for r in rows)
+
+
+def test_int8_weights_halve_the_dma_bound_time(plan, minilm, hw):
+    from npukit.targets.rk3588.runner import calibration_inputs
+
+    int8 = compile_graph(build_graph(minilm, 32), hw, CompileOptions(sandwich=False, dtype="int8"),
+                         calibration_inputs(minilm))
+    fp16_ms = simulate_plan(plan, "single", 1).latency_ms
+    int8_ms = simulate_plan(int8, "single", 1).latency_ms
+    assert 0.4 * fp16_ms < int8_ms < 0.8 * fp16_ms  # weight bytes halve; activations stay fp16

@@ -145,6 +145,27 @@ def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.nda
     return f16(y)
 
 
+def quantize_act(x16: np.ndarray, scale: float) -> np.ndarray:
+    """w8a8 activations: ``int8(clip(rint(fp32(x) * fp32(1/scale))))`` — per tensor, static."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.rint(x16.astype(np.float32) * np.float32(1.0 / scale))
+    return np.clip(np.nan_to_num(q), -128, 127).astype(np.int8)
+
+
+def int8_acc(xq: np.ndarray, wq: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
+    """Exact int8 x int8 dot products (int32 on the NPU). float64 BLAS is exact here: every product
+    and partial sum is an integer below 2^53 (|acc| <= 127 * 128 * K), so any order gives the same."""
+    out = xq.astype(np.float64) @ wq.astype(np.float64)
+    return out if acc is None else acc + out
+
+
+def int8_out(acc: np.ndarray, act_scale: float, w_scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``fp16(fp32(acc) * (fp32(sa) * sw[n]) + fp32(b))``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.float32(act_scale) * w_scale.astype(np.float32)
+        return f16(acc.astype(np.int32).astype(np.float32) * s + bias.astype(np.float32))
+
+
 def attention_scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
     """fp16 scores [..., Tq, Tk] from q [..., Tq, d] and k [..., Tk, d]."""
     with np.errstate(over="ignore", invalid="ignore"):

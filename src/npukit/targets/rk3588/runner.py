@@ -87,7 +87,7 @@ def encode(enc: Encoder, inputs: list[np.ndarray], hw: RK3588HW, options: Compil
     """Run host embeddings ``inputs`` ([T_i, H] each) packed through the compiled encoder."""
     x, segs = pack(inputs)
     t0 = time.perf_counter()
-    calib = calibration_inputs(enc) if options.sandwich else []
+    calib = calibration_inputs(enc) if options.sandwich or options.dtype == "int8" else []
     plan = compile_graph(build_graph(enc, len(x), segs), hw, options, calib)
     stats: dict[str, dict[str, float]] = {}
     y = output(plan.graph, run_graph(plan.graph, x, hw, tiled=tiled, stats=stats)).astype(np.float32)
@@ -146,7 +146,7 @@ def sentence_embeddings(enc: Encoder, hidden: list[np.ndarray]) -> np.ndarray:
 
 def fixed_shape_plan(enc: Encoder, seq_len: int, hw: RK3588HW, options: CompileOptions) -> Plan:
     """The deployment plan for inputs padded to ``seq_len`` (what the timing model schedules)."""
-    calib = calibration_inputs(enc) if options.sandwich else []
+    calib = calibration_inputs(enc) if options.sandwich or options.dtype == "int8" else []
     return compile_graph(build_graph(enc, seq_len), hw, options, calib)
 
 

@@ -37,6 +37,10 @@ def _heads(x: np.ndarray, heads: int) -> np.ndarray:
 
 def _whole(node: Node, args: list[np.ndarray]) -> np.ndarray:
     op = node.op
+    if op == "matmul" and node.attrs.get("dtype") == "int8":
+        xq = nx.quantize_act(args[0], node.attrs["sa"])
+        acc = nx.int8_acc(xq, node.params["wq"])
+        return nx.int8_out(acc, node.attrs["sa"], node.params["sw"], _bias(node))
     if op == "matmul":
         return nx.bias_out(nx.seq_acc(args[0], node.params["w"]), _bias(node))
     if op == "attention":
@@ -70,13 +74,19 @@ def _vector(node: Node, args: list[np.ndarray]) -> np.ndarray:
 def _tiled(node: Node, g: Graph, args: list[np.ndarray], hw: RK3588HW) -> np.ndarray:
     out = np.empty(node.shape, np.float16)
     if node.op == "matmul":
-        w, b = node.params["w"], _bias(node)
+        int8 = node.attrs.get("dtype") == "int8"
+        w, b = (node.params["wq"] if int8 else node.params["w"]), _bias(node)
+        x = nx.quantize_act(args[0], node.attrs["sa"]) if int8 else args[0]
         acc: dict[tuple, np.ndarray] = {}
         for t in tasks(node, g, node.tiling, hw):
             (m0, m1), (n0, n1), (k0, k1) = t.sl
             key = (m0, n0)
-            acc[key] = nx.seq_acc(args[0][m0:m1, k0:k1], w[k0:k1, n0:n1], acc.get(key))
-            if t.last:
+            step = nx.int8_acc if int8 else nx.seq_acc
+            acc[key] = step(x[m0:m1, k0:k1], w[k0:k1, n0:n1], acc.get(key))
+            if t.last and int8:
+                sw = node.params["sw"][n0:n1]
+                out[m0:m1, n0:n1] = nx.int8_out(acc.pop(key), node.attrs["sa"], sw, b[n0:n1])
+            elif t.last:
                 out[m0:m1, n0:n1] = nx.bias_out(acc.pop(key), b[n0:n1])
         return out
     if node.op == "attention":

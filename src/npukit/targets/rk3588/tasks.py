@@ -57,6 +57,11 @@ def segments(node: Node) -> list[tuple[int, int]]:
     return node.attrs.get("segments") or [(0, node.shape[0])]
 
 
+def weight_bytes(node: Node) -> int:
+    """Bytes per weight: 1 for an int8 (w8a8) matmul, 2 for fp16."""
+    return 1 if node.attrs.get("dtype") == "int8" else F16
+
+
 def _row_bytes(node: Node, g: Graph) -> tuple[int, int]:
     """(input bytes, output bytes) per row of a vector op."""
     ins = sum(g.shape(i)[-1] for i in node.inputs) * F16
@@ -82,7 +87,7 @@ def working_set(node: Node, g: Graph, hw: RK3588HW, tiling: dict[str, int] | Non
         mb, nb, kb = tl["m"], tl["n"], tl["k"]
         mpad = -(-mb // hw.core.m_align) * hw.core.m_align
         fd = math.ceil(mpad * kb * F16 / bank)
-        wt = math.ceil(kb * nb * F16 / bank)
+        wt = math.ceil(kb * nb * weight_bytes(node) / bank)
         return WorkingSet(fd + wt, kb, 0, f"features {mpad}x{kb} fp16 = {fd} banks, weights {kb}x{nb} fp16 = "
                                          f"{wt} banks")
     if node.op == "attention":
@@ -129,11 +134,12 @@ def _matmul_tasks(node: Node, tl: dict[str, int]) -> Iterator[Task]:
     kdim, ndim = node.params["w"].shape
     mbl, nbl, kbl = _blocks(t, tl["m"]), _blocks(ndim, tl["n"]), _blocks(kdim, tl["k"])
     last_k = len(kbl) - 1
+    wb = weight_bytes(node)
 
     def one(m: tuple[int, int], n: tuple[int, int], ki: int, load_w: bool, load_f: bool) -> Task:
         k = kbl[ki]
         mm, nn, kk = m[1] - m[0], n[1] - n[0], k[1] - k[0]
-        w = (kk * nn * F16 if load_w else 0) + (0 if ki > 0 else nn * F16)  # weights, bias
+        w = (kk * nn * wb if load_w else 0) + (0 if ki > 0 else nn * F16)  # weights, bias
         din = (mm * kk * F16 if load_f else 0) + w + (mm * nn * F32 if ki > 0 else 0)  # + partial sums in
         dout = mm * nn * (F16 if ki == last_k else F32)
         return Task(node.name, "cna", (m, n, k), mm * nn * kk, 0, din, dout, ki == last_k, w)
@@ -195,7 +201,7 @@ def _matmul_totals(node: Node, tl: dict[str, int]) -> tuple[int, int, int, int]:
     t = node.shape[0]
     kdim, ndim = node.params["w"].shape
     nm, nn, nk = math.ceil(t / tl["m"]), math.ceil(ndim / tl["n"]), math.ceil(kdim / tl["k"])
-    w_bytes = kdim * ndim * F16
+    w_bytes = kdim * ndim * weight_bytes(node)
     f_bytes = t * kdim * F16
     if tl.get("order", 0) == 0:
         moved = w_bytes + f_bytes * nn

@@ -171,7 +171,8 @@ class _Builder:
             (m0, m1), (n0, n1), (k0, k1) = t.sl
             macs = (_pad(m1 - m0, core.m_align) * _pad(n1 - n0, core.weight_group_out)
                     * _pad(k1 - k0, core.weight_group_in))
-        return macs / self.hw.macs_per_cycle("fp16") + t.vec_elems / core.vector_elems_per_cycle.value
+        dtype = self.g.node(t.node).attrs.get("dtype", "fp16") if t.kind == "cna" else "fp16"
+        return macs / self.hw.macs_per_cycle(dtype) + t.vec_elems / core.vector_elems_per_cycle.value
 
     def shard_ops(self, b: int, si: int, shard: Shard, c: int) -> tuple[list[dict[str, Any]], float]:
         """The op descriptions of one shard on core ``c`` and its estimated cycles."""

@@ -1,7 +1,8 @@
 """The rk3588 compiler: an ordered list of passes over the graph IR, each one optional.
 
 No shared stage-pipeline module exists in npukit yet, so the pass manager is this list of `Pass`
-objects (the shape of ZigZag's stage list): sandwich → tile → barrier → vendor-fuse → place → shard.
+objects (the shape of ZigZag's stage list): sandwich → quantize (int8 only) → tile → barrier →
+vendor-fuse → place → shard.
 Turning a pass off shows what breaks without it: no tiling → the placement check fails on the first
 op that does not fit; no barriers → the vendor optimizer re-fuses the tiles and placement fails;
 no sandwich → LayerNorm squares overflow fp16 on spiking activations and the output collapses.
@@ -18,6 +19,7 @@ import numpy as np
 from npukit.targets.rk3588.compile.barrier import insert_barriers
 from npukit.targets.rk3588.compile.fuse import vendor_fuse
 from npukit.targets.rk3588.compile.place import PlacementError, place
+from npukit.targets.rk3588.compile.quantize import quantize
 from npukit.targets.rk3588.compile.sandwich import MARGIN, Site, apply_sandwich, calibrate, plan_sites
 from npukit.targets.rk3588.compile.shard import Shard, shard
 from npukit.targets.rk3588.compile.tile import tile
@@ -38,6 +40,7 @@ class CompileOptions:
     schedule: str = "pipeline"
     task_limit: int | None = None
     pack: bool = False  # pack half-layer blocks into fewer submissions (else one per block, as the seed)
+    dtype: str = "fp16"  # "int8": w8a8 matmuls (per-channel weight scales, static per-tensor activations)
     margin: float = MARGIN
 
 
@@ -89,6 +92,17 @@ def _sandwich(plan: Plan, calib: list[np.ndarray]) -> str:
     return "; ".join(f"{s.node} x2^{s.exp} (peak {s.quantity} {s.peak:.4g})" for s in plan.sites)
 
 
+def _quantize(plan: Plan, calib: list[np.ndarray]) -> str:
+    if not calib:
+        from npukit.errors import ConfigError
+
+        raise ConfigError("int8 (w8a8) needs calibration inputs for the activation scales")
+    if not plan.calibration:
+        plan.calibration = calibrate(plan.graph, calib)
+    names = quantize(plan.graph, plan.calibration, plan.calibration["x"]["peak"])
+    return f"{len(names)} matmuls w8a8 (per-channel weight scales, static per-tensor activation scales)"
+
+
 def _tile(plan: Plan, calib: list[np.ndarray]) -> str:
     tile(plan.graph, plan.hw)
     return f"{sum(totals(n, plan.graph, n.tiling, plan.hw)[0] for n in plan.graph.nodes)} tasks"
@@ -121,6 +135,7 @@ def _shard(plan: Plan, calib: list[np.ndarray]) -> str:
 
 PASSES: tuple[Pass, ...] = (
     Pass("sandwich", lambda o: o.sandwich, _sandwich),
+    Pass("quantize", lambda o: o.dtype == "int8", _quantize),
     Pass("tile", lambda o: o.tiling, _tile),
     Pass("barrier", lambda o: o.barriers and o.tiling, _barrier),
     Pass("vendor-fuse", lambda o: True, _fuse),
@@ -137,6 +152,10 @@ def compile_graph(g: Graph, hw: RK3588HW, options: CompileOptions | None = None,
         from npukit.errors import ConfigError
 
         raise ConfigError(f"unknown schedule {options.schedule!r} (choose from {', '.join(SCHEDULES)})")
+    if options.dtype not in ("fp16", "int8"):
+        from npukit.errors import ConfigError
+
+        raise ConfigError(f"unknown dtype {options.dtype!r} (fp16 or int8)")
     plan = Plan(g.copy(), hw, options)
     for p in PASSES:
         if p.enabled(options):

@@ -56,6 +56,7 @@ def calibrate(g: Graph, inputs: list[np.ndarray]) -> dict[str, dict[str, float]]
                 dev = np.abs(args[0] - args[0].mean(-1, keepdims=True))
                 rec["dev_peak"] = max(rec["dev_peak"], float(dev.max()))
             env[n.output] = y
+        stats["x"] = {"peak": float(np.abs(env["x"]).max()), "dev_peak": 0.0}
     return stats
 
 

@@ -24,8 +24,9 @@ class TilingError(NpukitError):
 
 def estimate_cycles(node: Node, g: Graph, hw: RK3588HW, tiling: dict[str, int] | None) -> float:
     n_tasks, moved, macs, vec = totals(node, g, tiling, hw)
+    rate = hw.macs_per_cycle(node.attrs.get("dtype", "fp16"))
     return (moved / hw.dma_bytes_per_cycle() + n_tasks * hw.core.task_overhead_cycles.value
-            + macs / hw.macs_per_cycle("fp16") + vec / hw.core.vector_elems_per_cycle.value)
+            + macs / rate + vec / hw.core.vector_elems_per_cycle.value)
 
 
 def _splits(n: int, align: int, cap: int | None = None) -> list[int]:
@@ -65,7 +66,7 @@ def candidates(node: Node, g: Graph, hw: RK3588HW) -> list[dict[str, int]]:
 
 
 def choose(node: Node, g: Graph, hw: RK3588HW) -> dict[str, int]:
-    key = (node.op, node.shape, tuple(g.shape(i) for i in node.inputs),
+    key = (node.op, node.shape, tuple(g.shape(i) for i in node.inputs), node.attrs.get("dtype"),
            tuple(node.params["w"].shape) if "w" in node.params else (),
            tuple(segments(node)) if node.op == "attention" else ())
     return dict(_choose_cached(key, _Ctx(node, g, hw)))
