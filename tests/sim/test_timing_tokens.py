@@ -96,26 +96,37 @@ def test_initial_tokens_are_free_buffers(buffers, want):
 
 
 def test_waiting_for_a_token_does_not_block_dispatch_with_command_queues():
-    """G0, G1 pop l2g that L0, L1 (issued after them) push. A global issue window of 2 fills with the
-    two waiting GEMMs and the loads are never issued: deadlock. Per-engine command queues of depth 2
-    let the loads through: L0 0-10, L1 10-20, G0 10-40, G1 40-70."""
+    """G0, G1 pop l2g that L2, L3 (issued after them) push. A global issue window of 2 fills with the
+    two waiting GEMMs and the loads are never issued: deadlock. Per-engine command queues let the
+    loads through: L2 0-10, L3 10-20, G0 10-40, G1 40-70. One slot is enough, as in VTA: compute
+    holds G0 (a module takes an instruction off its queue, then waits for its tokens), G1 fills the
+    slot, and the loads go to load's own queue."""
     ops = [gemm(0, pop=("l2g",)), gemm(1, pop=("l2g",)), load(2, push=("l2g",)), load(3, push=("l2g",))]
     with pytest.raises(TokenDeadlock) as exc:
         simulate(vta(TokenQueue("l2g", 2), issue_window=2), ops)
     assert exc.value.queues == ("l2g",)
     assert [(w.index, w.action, w.queue) for w in exc.value.waits] == [(0, "pop", "l2g")]
-    r = simulate(vta(TokenQueue("l2g", 2), command_depth=2), ops)
-    assert spans(r) == [(10, 40), (40, 70), (0, 10), (10, 20)]
-    # depth 1: G1 finds compute's command queue full, and the in-order issuer stops before the loads
+    for depth in (1, 2):
+        r = simulate(vta(TokenQueue("l2g", 2), command_depth=depth), ops)
+        assert spans(r) == [(10, 40), (40, 70), (0, 10), (10, 20)]
+        assert [o.issue for o in r.ops] == [0, 0, 0, 0]
+
+
+def test_a_full_command_queue_stops_the_in_order_issuer():
+    """Three GEMMs waiting on l2g ahead of the load that feeds them, compute's queue 1 deep: compute
+    holds G0, G1 fills the slot, G2 finds it full and the in-order issuer stops before the load."""
+    ops = [gemm(0, pop=("l2g",)), gemm(1, pop=("l2g",)), gemm(2, pop=("l2g",)), load(3, push=("l2g",))]
     with pytest.raises(TokenDeadlock, match="op 0 \\(GEMM 0\\) on compute waits to pop 'l2g' \\(empty\\)"):
         simulate(vta(TokenQueue("l2g", 2), command_depth=1), ops)
+    # two slots: G2 queues too, L3 issues at 0 and feeds G0 at 10; L3 pushes once, so G1 then waits
+    with pytest.raises(TokenDeadlock, match="at cycle 40: op 1"):
+        simulate(vta(TokenQueue("l2g", 2), command_depth=2), ops)
 
 
 def test_command_depth_holds_the_issuer():
-    """Three 10-cycle loads then a 5-cycle store, command queues 1 deep. t=0: L0 issues and starts, which
-    frees load's queue, so L1 issues too and waits in it; L2 finds it full and the in-order issuer
-    stops. t=10: L1 starts, L2 takes its slot, and the store (its own queue is empty) issues and runs
-    10-15 instead of 0-5."""
+    """Three 10-cycle loads then a 5-cycle store, command queues 1 deep. t=0: L0 issues as load's head,
+    L1 issues into load's queue, L2 finds it full and the in-order issuer stops. t=10: load takes L1,
+    L2 takes the slot, and the store (its engine idle) issues and runs 10-15 instead of 0-5."""
     ops = [load(0), load(1), load(2), TokenOp(3, "store", "STORE", cycles=5, is_async=True)]
     r = simulate(vta(command_depth=1), ops)
     assert [o.issue for o in r.ops] == close([0, 0, 10, 10])

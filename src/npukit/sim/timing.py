@@ -27,7 +27,8 @@ A target adapter turns each `npukit.sim.work.Work` record into an `Op` and descr
   before it starts and pushes one to each queue in ``push`` (in order) when its work and tail are
   done; an empty queue holds back the popping engine, a full one the pushing engine (the op ends
   when its last push lands). ``command_depth`` bounds each engine's own command queue (issued ops
-  not yet started), so one engine waiting on a token does not hold the issuer for the others.
+  queued behind the op the engine holds), so one engine waiting on a token does not hold the issuer
+  for the others.
   A program that can never make progress raises `TokenDeadlock` naming the queues and ops.
 * **Engine pools** (several cores of one engine type). ``EnginePool(name, count)`` among the engines
   declares cores ``name.0`` … ``name.<count-1>``; an op naming a core runs there, an op naming the
@@ -133,7 +134,7 @@ class Machine:
     issue_cycles: float = 0.0
     issue_window: int | None = None  # issued ops not yet started, all engines together (None: no bound)
     queues: tuple[TokenQueue, ...] = ()
-    command_depth: int | None = None  # issued ops not yet started, per engine (a pool: per pool)
+    command_depth: int | None = None  # issued ops queued behind each engine's head (a pool: per pool)
 
     def core_names(self) -> tuple[str, ...]:
         """Every engine queue: plain engines as named, a pool as its cores (the result's engine keys)."""

@@ -87,8 +87,6 @@ class Phases:
                             break
                         start[p] = t
                         unstarted -= 1
-                        if cdepth:
-                            pending[cq[p]] -= 1
                         started_any = True
                     elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
                         break
@@ -114,6 +112,8 @@ class Phases:
                         self._drained()
                         break
                     p = cur[e] = queue[e][h]
+                    if cdepth and p < k:  # the engine takes its next command off its queue
+                        pending[cq[p]] -= 1
             # Another pass can change something only if a completion may have freed a blocked head, or
             # the issuer may go on. (A new head is looked at as soon as it is one: of the effects at t
             # only the order of the stream byte sums could depend on that, and an op that draws from
@@ -134,7 +134,7 @@ class Phases:
         """Issue ops in program order while the issuer is free, the window and the next op's command
         queue have room, and it is time; returns the issuer's state (k, blocker, next_issue, unstarted)."""
         n, win, ic = self.n, self.win, self.ic
-        ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq = self.b_issue
+        ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq, eng, cur = self.b_issue
         while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
             if cdepth and pending[cq[k]] >= cdepth:  # (command queues: the next one is full)
                 break
@@ -152,7 +152,7 @@ class Phases:
             inflight[p] = None
             if link[p] is not None:
                 act.append(p)
-            if cdepth:
+            if cdepth and (eng[p] < 0 or cur[eng[p]] != p):  # (an engine's head is not queued)
                 pending[cq[p]] += 1
         return k, blocker, next_issue, unstarted
 

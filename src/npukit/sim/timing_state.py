@@ -233,7 +233,7 @@ class Sim(Phases, Rates, Tokens):
         """Each phase's working set as one tuple (see `npukit.sim.timing_phases`)."""
         tok = (self.cdepth, self.pending, self.cq) if self.cdepth else (None, None, None)
         self.b_issue = (self.ops, self.isasync, self.link, self.issue, self.deps, self.inflight, self.act,
-                        self._hazards, *tok)
+                        self._hazards, *tok, self.eng, self.cur)
         self.b_fetches = (self.s_ops, self.s_cur, self.s_next, self.s_prev, self.s_fetched, self.fetched,
                           self.sb, self.fetch_t0, self.fetch_t1)
         self.b_heads = (self.queue, self.head, self.cur, self.start, self.end, self.frac, self.prog_end,

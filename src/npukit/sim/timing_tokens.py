@@ -8,7 +8,8 @@ without an `EnginePool` never dispatches, so the loop pays one local flag test w
   order once its work and tail are done (waiting on the first full queue). A token pushed at ``t`` can
   be popped at ``t``; the settle phase runs another pass whenever a token moved.
 * **Command queues.** With ``command_depth`` the issuer also stops while the next op's own command
-  queue (its engine's, or its pool's) holds that many issued ops that have not started.
+  queue (its engine's, or its pool's) holds that many issued ops. An op leaves it when its engine
+  takes it as the head (VTA's modules read an instruction, then wait for its tokens).
 * **Pools.** An op naming a pool waits, in program order among that pool's ops, until it is issued
   and some core of the pool is free — it has no unfinished op of its own queued — and then joins the
   lowest-numbered free core's queue ahead of that core's later (not yet issued) pinned ops.
@@ -160,6 +161,8 @@ class Tokens:
                     break
                 p = lst[j]
                 queue[e].insert(head[e], p)
+                if self.cdepth:  # it leaves the pool's command queue as the core's head
+                    self.pending[self.cq[p]] -= 1
                 revive = cur[e] < 0
                 cur[e], eng[p] = p, e
                 self.dep_why[p], self.wait_why[p] = f"dep_{self.cores[e]}", f"wait_{self.cores[e]}"
