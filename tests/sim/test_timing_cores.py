@@ -157,3 +157,21 @@ def test_random_pool_programs_keep_the_model_invariants():
                     assert r.ops[i].start >= r.ops[j].end - 1e-9
 
     check()
+
+
+def test_pool_cores_with_token_handshakes():
+    """Two NPU cores consume what one DMA produces through a 2-deep token queue: D0 (10 cycles) and
+    D1 (10) push 'ready'; conv 2 and conv 3 (pool ops, 50 cycles) pop it. conv 2 is dispatched to
+    npu.0 at t=0 and waits there for D0's token (10), conv 3 to npu.1 and waits for D1's (20):
+    npu.0 runs 10-60, npu.1 20-70."""
+    from npukit.sim.timing import TokenOp, TokenQueue
+
+    m = Machine(engines=(EnginePool("npu", 2), "dma"), queues=(TokenQueue("ready", 2),))
+    ops = [TokenOp(0, "dma", cycles=10, is_async=True, push="ready"),
+           TokenOp(1, "dma", cycles=10, is_async=True, push=("ready",)),
+           TokenOp(2, "npu", cycles=50, is_async=True, pop=("ready",)),
+           TokenOp(3, "npu", cycles=50, is_async=True, pop=("ready",))]
+    r = simulate(m, ops)
+    assert [(o.engine, o.start, o.end) for o in r.ops] == [
+        ("dma", 0, 10), ("dma", 10, 20), ("npu.0", 10, 60), ("npu.1", 20, 70)]
+    assert r.engines["npu.1"].stalls == {"pop_ready": 20}

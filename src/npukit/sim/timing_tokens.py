@@ -77,8 +77,9 @@ class Tokens:
         qix = {q.name: i for i, q in enumerate(machine.queues)}
 
         def ordinals(o: Op, what: str) -> tuple[int, ...]:
-            try:
-                return tuple(qix[q] for q in getattr(o, what, ()))
+            names = getattr(o, what, ())
+            try:  # (one queue named as a bare string: that queue)
+                return tuple(qix[q] for q in ((names,) if isinstance(names, str) else names))
             except KeyError as exc:
                 raise TimingError(f"op {o.index} {what}s unknown token queue {exc.args[0]!r}") from None
 
