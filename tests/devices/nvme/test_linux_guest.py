@@ -3,8 +3,8 @@
 One boot runs tools/qemu_guest/nvme_check.sh in the guest: nvme discover, nvme connect with header and
 data digests, /dev/nvme0n1 size, direct-I/O writes through both the R2T and the in-capsule paths with
 checksums of what the kernel reads back, id-ctrl, id-ns, smart-log before/after, a vendor admin
-opcode, disconnect. The host side then compares nvme-cli's Identify data with npukit's client and
-reads the guest's blocks back through npukit's client."""
+opcode, firmware download/commit/log, disconnect. The host side then compares nvme-cli's Identify data
+with npukit's client and reads the guest's blocks back through npukit's client."""
 
 import hashlib
 import importlib.util
@@ -119,6 +119,9 @@ def test_linux_nvme_tcp_host_against_npukit_target(tmp_path):
         text, rc = blocks["vendor_passthru"]
         assert rc != 0 and "Invalid Command Opcode" in text and "0x4001" in text  # SC 1 with DNR
         assert blocks["disconnect"][1] == 0 and "disconnected 1 controller" in blocks["disconnect"][0]
+        assert blocks["fw_download"][1] == 0 and blocks["fw_commit"][1] == 0, blocks["fw_commit"][0]
+        revision = values["fw_sha256"][:8].upper()  # a slot's revision: the image's SHA-256, 8 digits
+        assert revision in blocks["fw_log"][0] and "12.34" in blocks["fw_log"][0], blocks["fw_log"][0]
 
         # npukit's own client: the same Identify data and the same blocks
         with NvmeTcpHost("127.0.0.1", ready["port"], NQN, io_queues=1) as host:
