@@ -73,12 +73,10 @@ def test_alignment_padding_follows_hpda():
 
 def test_common_header_validation():
     with pytest.raises(FatalPduError) as exc:
-        pdu.validate_common(bytes([4, 0, 60, 0]) + (72).to_bytes(4, "little"), max_data=8192,
-                            hdgst=False, ddgst=False)
+        pdu.validate_common(bytes([4, 0, 60, 0]) + (72).to_bytes(4, "little"), max_data=8192)
     assert exc.value.fes == 0x01 and exc.value.fei == 2
     with pytest.raises(FatalPduError) as exc:
-        pdu.validate_common(bytes([4, 0, 72, 72]) + (1 << 30).to_bytes(4, "little"), max_data=8192,
-                            hdgst=False, ddgst=False)
+        pdu.validate_common(bytes([4, 0, 72, 72]) + (1 << 30).to_bytes(4, "little"), max_data=8192)
     assert exc.value.fes == 0x05
 
 

@@ -170,6 +170,17 @@ def test_discovery_log_and_discovery_controller(target):
         d.close()
 
 
+def test_discovery_hides_subsystems_a_host_may_not_connect_to(target):
+    target.sub.allowed_hosts = {"nqn.2014-08.org.nvmexpress:uuid:friend"}
+    for hostnqn, expected in (("nqn.2014-08.org.nvmexpress:uuid:friend", 1),
+                              ("nqn.2014-08.org.nvmexpress:uuid:stranger", 0)):
+        d = NvmeTcpHost("127.0.0.1", target.port, DISCOVERY_NQN, hostnqn=hostnqn, io_queues=0)
+        try:
+            assert d.discovery_log()["numrec"] == expected
+        finally:
+            d.close()
+
+
 def test_shutdown_reports_complete(host):
     host.shutdown()
     assert (host.property_get(0x1C) >> 2) & 3 == 0b10

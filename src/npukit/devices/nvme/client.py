@@ -8,7 +8,6 @@ nvme-cli's verbs. A command that completes with an error raises :class:`NvmeStat
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import time
@@ -231,6 +230,7 @@ class NvmeTcpHost:
         self.hostid = hostid or uuid.uuid5(uuid.NAMESPACE_URL, self.hostnqn).bytes
         self.hdgst, self.ddgst, self.timeout = hdgst, ddgst, timeout
         self.queue_size = queue_size
+        self.cntlid = DYNAMIC_CNTLID  # the controller ID the admin Connect returns
         self.admin_q = self._open_queue(0, DYNAMIC_CNTLID, kato_ms)
         self.identify: dict[str, object] = {}
         self.io_qs: list[TcpQueue] = []
@@ -300,14 +300,6 @@ class NvmeTcpHost:
         self.admin(_property_cmd(FabricsType.PROPERTY_SET, 0, offset, size, value))
 
     # helpers shaped like nvme-cli verbs -------------------------------------------------------------
-    @property
-    def cntlid(self) -> int:
-        return self._cntlid
-
-    @cntlid.setter
-    def cntlid(self, value: int) -> None:
-        self._cntlid = value
-
     def identify_raw(self, cns: int, nsid: int = 0, cntid: int = 0) -> bytes:
         return self.admin(Command.build(AdminOpcode.IDENTIFY, nsid=nsid, cdws={10: cns | (cntid << 16)}),
                           read_len=4096).data
@@ -398,6 +390,3 @@ class NvmeTcpHost:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def random_hostid() -> bytes:
-    return os.urandom(16)

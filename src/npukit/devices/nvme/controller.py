@@ -27,7 +27,7 @@ from npukit.devices.nvme.regs import (
     RegisterFile,
     cc_fields,
 )
-from npukit.devices.nvme.spec import STATUS_DNR, NvmeError, Register, Status
+from npukit.devices.nvme.spec import NvmeError, Register, Status
 
 if TYPE_CHECKING:
     from npukit.devices.nvme.subsystem import Subsystem
@@ -258,11 +258,3 @@ class Controller:
 
 DISCOVERY_ADMIN_OPCODES = {0x02, 0x06, 0x09, 0x0A, 0x0C, 0x18, 0x7F}
 
-
-def status_of(completion: Completion) -> tuple[Status | int, bool]:
-    value = completion.status & 0x7FF
-    try:
-        status: Status | int = Status(value)
-    except ValueError:
-        status = value
-    return status, bool(completion.status & STATUS_DNR)

@@ -150,7 +150,7 @@ def parse(raw: bytes | bytearray, *, hdgst: bool, ddgst: bool) -> Pdu:
     return Pdu(ptype, flags, hlen, pdo, plen, header, data)
 
 
-def validate_common(ch: bytes, *, max_data: int, hdgst: bool, ddgst: bool) -> tuple[int, int]:
+def validate_common(ch: bytes, *, max_data: int) -> tuple[int, int]:
     """Check a common header before reading the rest; returns (type, plen)."""
     ptype, _flags, hlen, _pdo, plen = CH.unpack(ch)
     try:

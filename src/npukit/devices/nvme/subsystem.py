@@ -68,6 +68,8 @@ class Subsystem:
         self.discovery_entries: list[DiscoveryEntry] = []
         self.discovery_genctr = 0
         self._fw_staging: dict[str, FirmwareStaging] = {}
+        # discovery subsystems only: NQN -> which hosts may see that entry (the target's allow-list)
+        self.entry_filters: dict[str, Callable[[str], bool]] = {}
         if discovery:
             self.registry.register_log_page(LogPage.DISCOVERY, LogPageSpec("discovery", _discovery_log),
                                             replace=True)
@@ -125,13 +127,9 @@ def _discovery_log(ctrl: Controller, cmd) -> bytes:
     sub = ctrl.subsystem
     if not sub.discovery:
         raise NvmeError(Status.INVALID_LOG_PAGE, "the discovery log exists on discovery controllers only")
-    entries = [e for e in sub.discovery_entries if sub_host_allowed(sub, e, ctrl.hostnqn)]
+    entries = [e for e in sub.discovery_entries
+               if e.subnqn not in sub.entry_filters or sub.entry_filters[e.subnqn](ctrl.hostnqn)]
     return discovery_page(entries, sub.discovery_genctr)
-
-
-def sub_host_allowed(discovery: Subsystem, entry: DiscoveryEntry, hostnqn: str) -> bool:
-    check: Callable[[str], bool] | None = getattr(discovery, "entry_filters", {}).get(entry.subnqn)
-    return check is None or check(hostnqn)
 
 
 def discovery_subsystem(targets: list[Subsystem], traddr: str, trsvcid: str) -> Subsystem:

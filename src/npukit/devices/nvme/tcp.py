@@ -79,7 +79,7 @@ class Connection:
     async def _read_pdu(self) -> pdu.Pdu:
         ch = await self.reader.readexactly(pdu.CH.size)
         limit = max(self.target.in_capsule_limit(self.fabrics.qid), MAX_H2C_DATA)
-        kind, plen = pdu.validate_common(ch, max_data=limit, hdgst=self.hdgst, ddgst=self.ddgst)
+        kind, plen = pdu.validate_common(ch, max_data=limit)
         if kind not in _HOST_TO_TARGET:
             raise FatalPduError(Fes.INVALID_HEADER_FIELD, 0, ch, f"{kind.name} is not sent by a host")
         raw = ch + await self.reader.readexactly(plen - 8)
