@@ -147,8 +147,8 @@ class PcieController:
     def service(self) -> int:
         """Handle every logged host write (the RPU's IRQ loop); returns how many were handled."""
         handled = 0
-        while self.regs.host_read(Register.IRQ_STATUS):
-            offset = self.regs.host_read(Register.IRQ_DATA) * 4
+        while self.regs.irq_pending():  # IRQ status bit 0, read on the firmware's port
+            offset = self.regs.pop_host_write()  # IRQ data x 4
             handled += 1
             self._register_written(offset)
         return handled
