@@ -250,3 +250,13 @@ def test_more_pending_transfers_than_queue_entries_is_fatal(target):
         h.close()
     with target.host(io_queues=1) as other:
         assert other.read(0, 1) == bytes(512)
+
+
+def test_a_connection_that_never_connects_is_closed(target):
+    target.thread.target.connect_timeout = 0.3
+    q = TcpQueue("127.0.0.1", target.port)  # ICReq only
+    try:
+        with pytest.raises(ProtocolError, match="closed"):
+            q.read_pdu()
+    finally:
+        q.close()

@@ -93,7 +93,10 @@ class Connection:
     async def run(self) -> None:
         try:
             while not self.closed:
-                p = await self._read_pdu()
+                if self.ctrl is None:  # a connection must Connect within connect_timeout seconds
+                    p = await asyncio.wait_for(self._read_pdu(), self.target.connect_timeout)
+                else:
+                    p = await self._read_pdu()
                 self._dispatch(p)
                 await self.writer.drain()
                 if self.fabrics.disconnect_requested:
@@ -105,6 +108,8 @@ class Connection:
                 await self.writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except TimeoutError:
+            log.info("%s: no Connect within %.0f s, closing", self.peer, self.target.connect_timeout)
         except Exception:  # the last line of defence: log it, drop this connection only
             log.exception("%s: connection handler failed", self.peer)
         finally:
@@ -273,6 +278,7 @@ class TcpTarget:
         self.connections: set[Connection] = set()
         self.servers: list[asyncio.base_events.Server] = []
         self._watchdog: asyncio.Task | None = None
+        self.connect_timeout = 30.0
 
     @property
     def max_transfer(self) -> int:
