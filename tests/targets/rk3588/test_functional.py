@@ -80,3 +80,16 @@ def test_int8_w8a8_is_tile_exact_and_loses_accuracy_on_spikes(minilm, hw, minilm
     assert np.array_equal(tiled.view(np.uint16), output(g, run_graph(g, x, hw, tiled=False)).view(np.uint16))
     cos = [float(e @ hf_sentence_embedding(minilm_hf, i)) for e, i in zip(run.embeddings, ids, strict=True)]
     assert 0.95 < min(cos) < 0.999
+
+
+@pytest.mark.slow
+def test_embeddings_are_what_sentence_transformers_returns(npu_run, minilm):
+    """sentence-transformers itself (pulled in by the MiniLM package) on the same directory: its
+    Transformer -> Pooling -> Normalize modules are the oracle for the embedding the CLI prints."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(minilm.path), device="cpu")
+    ref = st.encode(SENTENCES[:6], convert_to_numpy=True)
+    for ours, theirs in zip(npu_run.embeddings[:6], ref, strict=True):
+        assert abs(np.linalg.norm(theirs) - 1) < 1e-5  # its Normalize module ran
+        assert float(ours @ theirs) >= 0.999
