@@ -23,25 +23,9 @@ the Sim's attributes.
 from __future__ import annotations
 
 from npukit.sim.timing import _BEPS, _EPS
+from npukit.sim.timing_rates import _drawing, _drawn
 
 _INF = float("inf")
-
-
-def _drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: list[int]):
-    """Bytes the running stream ops ``rs`` have drawn from stream ``si`` so far: the sum() the model
-    defines (0 for none; one term alone, never -0.0, is exactly that term: sum() is skipped for it)."""
-    if len(rs) == 1:
-        p = rs[0]
-        return frac[p] * sbr[p] if sidx[p] == si else 0
-    return sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0
-
-
-def _drawing(rs: list[int], si: int, rate: dict[int, float], sbr: list[float], sidx: list[int]):
-    """Bytes per cycle the running stream ops ``rs`` draw from stream ``si`` at ``rate`` (as `_drawn`)."""
-    if len(rs) == 1:
-        p = rs[0]
-        return rate.get(p, 0.0) * sbr[p] if sidx[p] == si else 0
-    return sum(rate.get(p, 0.0) * sbr[p] for p in rs if sidx[p] == si)
 
 
 class Phases:
@@ -362,7 +346,7 @@ class Phases:
                    filling: list[int], rate: dict[int, float], why: dict[int, str]) -> None:
         """Each engine's and op's share of [t, t+dt): busy, idle, or a named stall (each figure is its
         own: any engine order will do)."""
-        e_idle, e_busy, e_stalls, ostall, busy, eng, nominal, dead, cur, deps, dptr, end, dep_why = \
+        e_idle, e_busy, e_stalls, ostall, busy, eng, nominal, dead, cur, deps, dptr, end, dep_why, gated = \
             self.b_attribute
         for e in dead:
             e_idle[e] += dt
@@ -383,13 +367,13 @@ class Phases:
                     dptr[p] = i
                     if i < dn:
                         reason = dep_why[d[i]]
-                if reason == "issue" and self.gated:  # no hazard left: a token to pop
+                if reason == "issue" and gated:  # no hazard left: a token to pop
                     reason = self._token_why(p)
                 st = e_stalls[e]
                 st[reason] = st.get(reason, 0.0) + dt
                 st = ostall[p]
                 st[reason] = st.get(reason, 0.0) + dt
-        if self.gated and self.pushing:  # heads done but for a push to a full queue: stalled, not busy
+        if gated and self.pushing:  # heads done but for a push to a full queue: stalled, not busy
             for p in [p for p in filling if p in self.pushing]:
                 reason = self._token_why(p)
                 for st in (e_stalls[eng[p]], ostall[p]):

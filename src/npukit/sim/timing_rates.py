@@ -14,6 +14,23 @@ from collections.abc import Sequence
 from npukit.sim.timing import _BEPS, _EPS, _waterfill
 
 
+def _drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: list[int]):
+    """Bytes the running stream ops ``rs`` have drawn from stream ``si`` so far: the sum() the model
+    defines (0 for none; one term alone, never -0.0, is exactly that term: sum() is skipped for it)."""
+    if len(rs) == 1:
+        p = rs[0]
+        return frac[p] * sbr[p] if sidx[p] == si else 0
+    return sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0
+
+
+def _drawing(rs: list[int], si: int, rate: dict[int, float], sbr: list[float], sidx: list[int]):
+    """Bytes per cycle the running stream ops ``rs`` draw from stream ``si`` at ``rate`` (as `_drawn`)."""
+    if len(rs) == 1:
+        p = rs[0]
+        return rate.get(p, 0.0) * sbr[p] if sidx[p] == si else 0
+    return sum(rate.get(p, 0.0) * sbr[p] for p in rs if sidx[p] == si)
+
+
 class Rates:
     """Mixed into `npukit.sim.timing_state.Sim`: the rate solver (reads the Sim's tables and state)."""
 
@@ -57,10 +74,11 @@ class Rates:
     def _rates(self, t: float, running: list[int], links: list[tuple[int, int]], lvl: list[float],
                tg: list[int | None], start: list[float], frac: list[float], fetched: list[float]):
         """Progress rates (op → fraction/cycle), their limiting reasons, and each stream's inflow."""
-        xfer, sidx, sbr = self.xfer, self.sidx, self.sbr
-        streams = self.m.streams
-        nstr = len(streams)
-        scap = [(si, streams[si].bytes_per_cycle) for si in range(nstr) if tg[si] is not None]
+        xfer, sidx, sbr, s_bpc, s_capb = self.xfer, self.sidx, self.sbr, self.s_bpc, self.s_capb
+        nstr = len(s_bpc)
+        scap = [(si, s_bpc[si]) for si in range(nstr) if tg[si] is not None]
+        rs = [p for p in running if sidx[p] >= 0]
+        chain = links + links[::-1]  # forward then backward along chains
         xops = [p for p in running if xfer[p] > 0]
         nx = len(xops)
         xk = tuple([self.xkey[p] for p in xops])
@@ -88,8 +106,8 @@ class Rates:
                     inflow = share[si] if tg[si] == p else 0.0
                     lim = inflow / sb
                     if lim < new_rate[p]:
-                        new_rate[p], new_why[p] = lim, streams[si].name
-            for pr, c in links + links[::-1]:  # forward then backward along chains
+                        new_rate[p], new_why[p] = lim, self.snames[si]
+            for pr, c in chain:
                 gap = frac[pr] - frac[c]
                 rc = new_rate.get(c, 0.0)
                 rp = new_rate.get(pr, 0.0)
@@ -102,9 +120,9 @@ class Rates:
             for si in range(nstr):
                 if tg[si] is None:
                     continue
-                c = streams[si].bytes_per_cycle
-                if lvl[si] >= streams[si].capacity_bytes - _BEPS:
-                    c = sum(new_rate.get(q, 0.0) * sbr[q] for q in running if sidx[q] == si)
+                c = s_bpc[si]
+                if lvl[si] >= s_capb[si] - _BEPS:
+                    c = _drawing(rs, si, new_rate, sbr, sidx)
                 new_scap.append((si, c))
             # the rates are a function of the stream caps: equal caps, and the next round repeats this one
             stable = new_scap == scap

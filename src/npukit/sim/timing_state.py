@@ -50,10 +50,10 @@ class Sim(Phases, Rates, Tokens):
         "isasync", "issue", "k", "last_used", "lat", "levels", "link", "live", "m", "moved", "n", "n_done",
         "next_issue", "nominal", "nres", "nstr", "ops", "ostall", "pending", "pool_cores", "pool_next",
         "pool_ops", "pools", "pop_ptr", "pop_why", "pops", "prog_end", "push_ptr", "push_why", "pushes",
-        "pushing", "queue", "res_bytes", "rmask", "rpath", "s_capb", "s_consumed", "s_cur", "s_fetched",
-        "s_next", "s_ops", "s_prev", "s_rpath", "sb", "sbr", "sidx", "start", "streams", "tail", "tok_cap",
-        "tokens", "unstarted", "unused", "upath", "usage", "wait_why", "wf_memo", "win", "wmask", "xcap",
-        "xfer", "xkey", "xlow", "zeros_r", "zeros_s")
+        "pushing", "queue", "res_bytes", "rmask", "rpath", "s_bpc", "s_capb", "s_consumed", "s_cur",
+        "s_fetched", "s_next", "s_ops", "s_prev", "s_rpath", "sb", "sbr", "sidx", "snames", "start",
+        "streams", "tail", "tok_cap", "tokens", "unstarted", "unused", "upath", "usage", "wait_why",
+        "wf_memo", "win", "wmask", "xcap", "xfer", "xkey", "xlow", "zeros_r", "zeros_s")
 
     def __init__(self, machine: Machine, ops: Sequence[Op]) -> None:
         self.m, self.ops = machine, list(ops)
@@ -196,6 +196,8 @@ class Sim(Phases, Rates, Tokens):
         self.s_fetched = [0.0] * nstr
         self.s_consumed = [0.0] * nstr  # by finished ops
         self.s_capb = [s.capacity_bytes for s in self.m.streams]
+        self.s_bpc = [s.bytes_per_cycle for s in self.m.streams]
+        self.snames = [s.name for s in self.m.streams]
         rnames = list(self.capacity)
         self.s_rpath = [tuple(rnames.index(r) for r in s.path) for s in self.m.streams]
         self.zeros_s, self.zeros_r = [0.0] * nstr, [0.0] * nres
@@ -249,7 +251,8 @@ class Sim(Phases, Rates, Tokens):
                           self.prog_end, self.res_bytes, self.upath, self.s_fetched, self.s_consumed)
         self.b_fetch_moves = (self.fetched, self.fetch_t0, self.s_rpath, self.fmoved)
         self.b_attribute = (self.e_idle, self.e_busy, self.e_stalls, self.ostall, self.busy, self.eng,
-                            self.nominal, self.dead, self.cur, self.deps, self.dptr, self.end, self.dep_why)
+                            self.nominal, self.dead, self.cur, self.deps, self.dptr, self.end, self.dep_why,
+                            self.gated)
 
     def run(self) -> TimingResult:
         """Event after event: settle at t, survey, solve rates and the next event, advance to it."""
