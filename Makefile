@@ -25,6 +25,7 @@ demo: $(VENV)/.core-installed
 	$(BIN)/npukit demo
 
 test: $(VENV)/.dev-installed
+	bash scripts/ensure_debian_deps.sh  # Debian packages the QEMU/NVMe and clang/eBPF tests need
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n 2 --dist loadfile
