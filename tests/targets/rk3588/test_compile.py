@@ -9,7 +9,7 @@ import pytest
 from npukit.models.encoder import preset_config
 from npukit.targets.rk3588.compile import CompileOptions, PlacementError, compile_graph
 from npukit.targets.rk3588.graph import build_graph
-from npukit.targets.rk3588.tasks import tasks, totals, working_set
+from npukit.targets.rk3588.tasks import tasks, totals, weights_moved, working_set
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,7 @@ def test_closed_form_totals_equal_the_task_list(hw):
         assert count == len(ts), n.name
         assert moved == sum(t.dma_in + t.dma_out for t in ts), n.name
         assert macs == sum(t.macs for t in ts) and vec == sum(t.vec_elems for t in ts), n.name
+        assert weights_moved(n, n.tiling) == sum(t.dma_w for t in ts), n.name
 
 
 def test_shards_respect_the_task_limit(minilm_graph, hw):

@@ -197,6 +197,16 @@ def totals(node: Node, g: Graph, tiling: dict[str, int] | None, hw: RK3588HW) ->
     return (math.ceil(rows / tl["r"]), rows * (rin + rout), 0, rows * width * VEC_OPS_PER_ELEM[node.op])
 
 
+def weights_moved(node: Node, tiling: dict[str, int] | None) -> int:
+    """Of `totals`' bytes, those of weights and biases (the `Task.dma_w` sum), in closed form."""
+    if node.op != "matmul":
+        return 0
+    tl = tiling or {"m": node.shape[0], "order": 0}
+    kdim, ndim = node.params["w"].shape
+    nm = math.ceil(node.shape[0] / tl["m"])
+    return kdim * ndim * weight_bytes(node) * (nm if tl.get("order", 0) == 1 else 1) + ndim * F16 * nm
+
+
 def _matmul_totals(node: Node, tl: dict[str, int]) -> tuple[int, int, int, int]:
     t = node.shape[0]
     kdim, ndim = node.params["w"].shape

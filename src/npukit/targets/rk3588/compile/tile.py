@@ -15,7 +15,7 @@ from functools import cache
 from npukit.errors import NpukitError
 from npukit.targets.rk3588.graph import Graph, Node
 from npukit.targets.rk3588.hw import RK3588HW
-from npukit.targets.rk3588.tasks import fits, segments, totals, working_set
+from npukit.targets.rk3588.tasks import F16, fits, segments, totals, weights_moved, working_set
 
 
 class TilingError(NpukitError):
@@ -23,10 +23,16 @@ class TilingError(NpukitError):
 
 
 def estimate_cycles(node: Node, g: Graph, hw: RK3588HW, tiling: dict[str, int] | None) -> float:
+    """The timing model's terms in closed form: weights at the DRAM DMA rate, activations at the
+    L3-snoop rate when the op's tensors fit the L3, per-task overhead, MACs and vector elements."""
     n_tasks, moved, macs, vec = totals(node, g, tiling, hw)
+    weights = weights_moved(node, tiling)
+    biggest = max([math.prod(g.shape(i)) for i in node.inputs] + [math.prod(node.shape)]) * F16
+    act_rate = hw.l3_bytes_per_cycle() if biggest <= hw.dma.l3_bytes.value else hw.dma_bytes_per_cycle()
     rate = hw.macs_per_cycle(node.attrs.get("dtype", "fp16"))
-    return (moved / hw.dma_bytes_per_cycle() + n_tasks * hw.core.task_overhead_cycles.value
-            + macs / rate + vec / hw.core.vector_elems_per_cycle.value)
+    return (weights / hw.dma_bytes_per_cycle() + (moved - weights) / act_rate
+            + n_tasks * hw.core.task_overhead_cycles.value + macs / rate
+            + vec / hw.core.vector_elems_per_cycle.value)
 
 
 def _splits(n: int, align: int, cap: int | None = None) -> list[int]:
