@@ -121,6 +121,8 @@ def run_run(args: argparse.Namespace) -> int:
     from npukit.targets.rk3588 import runner
     from npukit.targets.rk3588.timing import simulate_plan
 
+    if args.batch is not None and args.batch < 1:
+        raise ConfigError("--batch must be >= 1")
     hw, enc, opts = _setup(args)
     text = enc.tokenizer is not None
     if text and not args.text:

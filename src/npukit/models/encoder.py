@@ -364,6 +364,9 @@ def preset_config(name: str, layers: int | None = None, image_size: int | None =
     if layers is not None:
         p["layers"] = layers
     if image_size is not None:
+        if image_size < p["patch"] or image_size % p["patch"]:
+            raise ConfigError(f"image size must be a positive multiple of the patch size {p['patch']}, "
+                              f"got {image_size}")
         p["image_size"] = image_size
     return EncoderConfig("siglip", act="gelu_tanh", eps=1e-6, **p)
 
