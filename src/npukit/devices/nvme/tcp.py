@@ -30,6 +30,7 @@ log = logging.getLogger("npukit.nvme.tcp")
 ADMIN_IN_CAPSULE = 8192  # NVME_TCP_ADMIN_CCSZ: what Linux puts in-capsule on the admin queue
 MAX_H2C_DATA = 128 * 1024
 C2H_CHUNK = 128 * 1024
+BATCH_LIMIT = 1 << 20  # flush queued responses at least every MiB
 _HOST_TO_TARGET = {PduType.IC_REQ, PduType.H2C_TERM_REQ, PduType.CAPSULE_CMD, PduType.H2C_DATA}
 
 
@@ -59,6 +60,9 @@ class Connection:
         self.pending: dict[int, PendingWrite] = {}
         self._next_ttag = 0
         self.closed = False
+        self._batching = False
+        self._out: list[bytes | memoryview] = []
+        self._out_bytes = 0
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -68,8 +72,26 @@ class Connection:
 
     # I/O helpers ----------------------------------------------------------------------------------
     def send(self, buffers: list[bytes | memoryview]) -> None:
-        if not self.closed:
+        """Queue PDUs. Inside the read loop they go out together once no further PDU is already
+        buffered (one send for a burst of pipelined commands); from elsewhere (an AER completed by
+        another connection's command) at once."""
+        if self.closed:
+            return
+        if self._batching:
+            self._out.extend(buffers)
+            self._out_bytes += sum(len(b) for b in buffers)
+        else:
             self.writer.writelines(buffers)
+
+    def _more_input_buffered(self) -> bool:
+        # asyncio's StreamReader has no public "bytes available" query; without it, flush every PDU
+        return len(getattr(self.reader, "_buffer", b"")) >= pdu.CH.size
+
+    async def _flush(self) -> None:
+        if self._out and not self.closed:
+            self.writer.writelines(self._out)
+        self._out, self._out_bytes = [], 0
+        await self.writer.drain()
 
     def close(self) -> None:
         if not self.closed:
@@ -97,15 +119,21 @@ class Connection:
                     p = await asyncio.wait_for(self._read_pdu(), self.target.connect_timeout)
                 else:
                     p = await self._read_pdu()
-                self._dispatch(p)
-                await self.writer.drain()
+                self._batching = True
+                try:
+                    self._dispatch(p)
+                finally:
+                    self._batching = False
+                if self._out_bytes > BATCH_LIMIT or not self._more_input_buffered():
+                    await self._flush()
                 if self.fabrics.disconnect_requested:
+                    await self._flush()
                     break
         except FatalPduError as exc:
             log.info("%s: fatal PDU error: %s", self.peer, exc)
-            self.send(pdu.term_req(PduType.C2H_TERM_REQ, exc.fes, exc.fei, exc.header))
+            self._out.extend(pdu.term_req(PduType.C2H_TERM_REQ, exc.fes, exc.fei, exc.header))
             with contextlib.suppress(Exception):
-                await self.writer.drain()
+                await self._flush()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except TimeoutError:
@@ -113,6 +141,8 @@ class Connection:
         except Exception:  # the last line of defence: log it, drop this connection only
             log.exception("%s: connection handler failed", self.peer)
         finally:
+            with contextlib.suppress(Exception):
+                await self._flush()
             self.release()
 
     def release(self) -> None:
