@@ -72,3 +72,12 @@ def test_missing_field_and_bad_toml(tmp_path):
         hw.load_hw(_write(tmp_path, "target = \n"))
     with pytest.raises(ConfigError, match="unknown hardware preset"):
         hw.load_hw("no-such-preset")
+
+
+def test_a_target_is_found_through_its_registry_record(tmp_path):
+    assert hw.target_of(hw.load_hw("pccx-v002-kv260")) == "pccx"
+    assert hw.target_of(hw.load_hw(_write(tmp_path, TOML))) == "_testdev"
+    with pytest.raises(ConfigError, match=r"unknown target 'nosuch' .*known: .*pccx.*tern"):
+        hw.load_hw(_write(tmp_path, 'target = "nosuch"\nname = "x"\n'))
+    with pytest.raises(ConfigError, match="not the hardware description of any registered target"):
+        hw.target_of(_Mem(1))
