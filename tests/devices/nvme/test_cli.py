@@ -50,6 +50,12 @@ def test_passthru_vendor_opcode_and_errors_are_one_line(capsys, target):
     assert rc == 1 and json.loads(out)["status"] == 0x4001
     rc, out, _ = run(capsys, target, "admin-passthru", "-o", "0x06", "-l", "4096", "-r", "-4", "1", "--json")
     assert rc == 0 and json.loads(out)["data"].startswith("961b961b")  # VID, SSVID little endian
+    (target.tmp / "blk.bin").write_bytes(b"\x5a" * 512)
+    rc, _, _ = run(capsys, target, "io-passthru", "-o", "0x01", "-n", "1", "-l", "512", "-w",
+                   "-i", str(target.tmp / "blk.bin"))
+    assert rc == 0
+    rc, out, _ = run(capsys, target, "io-passthru", "-o", "0x02", "-n", "1", "-l", "512", "-r", "--json")
+    assert rc == 0 and bytes.fromhex(json.loads(out)["data"]) == b"\x5a" * 512
     rc, _, err = run(capsys, target, "read", "-s", "0", "-c", "1", "-z", "100")
     assert rc == 2 and "does not match" in err
     rc = main(["nvme", "id-ctrl", "--trsvcid", "1", "--nqn", NQN])

@@ -181,6 +181,28 @@ def test_discovery_hides_subsystems_a_host_may_not_connect_to(target):
             d.close()
 
 
+def test_disconnect_frees_the_io_queue(target):
+    from npukit.devices.nvme.client import TcpQueue
+    from npukit.devices.nvme.fabrics import ConnectData
+
+    h = target.host(io_queues=1)
+    try:
+        q = h.io_qs[0]
+        reply = q.submit(Command.build(0x7F, q.next_cid(), nsid=0x08))  # Disconnect (FCTYPE 08h)
+        assert reply.cqe.status == 0
+        with pytest.raises(ProtocolError):
+            q.read_pdu()  # the target closes the connection after answering
+        ctrl = target.sub.controllers[h.cntlid]
+        assert 1 not in ctrl.io_queues
+        again = TcpQueue("127.0.0.1", target.port)  # QID 1 can be connected again
+        data = ConnectData(h.hostid, h.cntlid, NQN, h.hostnqn).encode()
+        cqe = again.submit(Command.build(0x7F, 1, nsid=0x01, cdws={10: 1 << 16, 11: 31}), data).cqe
+        assert cqe.status == 0 and cqe.dw0 == h.cntlid
+        again.close()
+    finally:
+        h.close()
+
+
 def test_shutdown_reports_complete(host):
     host.shutdown()
     assert (host.property_get(0x1C) >> 2) & 3 == 0b10
