@@ -1,7 +1,8 @@
 """The rk3588 compiler: an ordered list of passes over the graph IR, each one optional.
 
-No shared stage-pipeline module exists in npukit yet, so the pass manager is this list of `Pass`
-objects (the shape of ZigZag's stage list): sandwich → quantize (int8 only) → tile → barrier →
+The passes are `Pass` records (name, when enabled, what it does to the `Plan`); `compile_graph` turns
+the enabled ones into stages of the shared `npukit.compile.pipeline.Pipeline` (ZigZag-style stage
+list, each stage Plan → Plan, timed): sandwich → quantize (int8 only) → tile → barrier →
 vendor-fuse → place → shard.
 Turning a pass off shows what breaks without it: no tiling → the placement check fails on the first
 op that does not fit; no barriers → the vendor optimizer re-fuses the tiles and placement fails;
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from npukit.compile.pipeline import Pipeline, Stage
 from npukit.targets.rk3588.compile.barrier import insert_barriers
 from npukit.targets.rk3588.compile.fuse import vendor_fuse
 from npukit.targets.rk3588.compile.place import PlacementError, place
@@ -55,6 +57,7 @@ class Plan:
     fused: list[str] = field(default_factory=list)
     calibration: dict[str, dict[str, float]] = field(default_factory=dict)
     log: list[tuple[str, str]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per pass (the pipeline's)
 
     @property
     def tasks(self) -> int:
@@ -64,7 +67,8 @@ class Plan:
         g = self.graph
         return {
             "model": g.name, "seq_len": g.meta.get("seq_len"), "hw": self.hw.name,
-            "options": vars(self.options), "passes": [{"pass": p, "result": r} for p, r in self.log],
+            "options": vars(self.options),
+            "passes": [{"pass": p, "result": r, "seconds": self.seconds.get(p)} for p, r in self.log],
             "sandwich": [vars(s) for s in self.sites],
             "ops": [{"name": n.name, "op": n.op, "shape": list(n.shape), "block": n.block,
                      "tiling": n.tiling, "tasks": totals(n, g, n.tiling, self.hw)[0],
@@ -157,9 +161,18 @@ def compile_graph(g: Graph, hw: RK3588HW, options: CompileOptions | None = None,
 
         raise ConfigError(f"unknown dtype {options.dtype!r} (fp16 or int8)")
     plan = Plan(g.copy(), hw, options)
-    for p in PASSES:
-        if p.enabled(options):
-            plan.log.append((p.name, p.run(plan, calibration or [])))
-        else:
-            plan.log.append((p.name, "off"))
+    calib = calibration or []
+    stages = [Stage(p.name, Plan, Plan, _stage(p)) for p in PASSES if p.enabled(options)]
+    run = Pipeline(stages).run(plan, calibration=calib, log={})
+    logged = run.ctx["log"]
+    plan.log = [(p.name, logged.get(p.name, "off")) for p in PASSES]
+    plan.seconds = run.timings()
     return plan
+
+
+def _stage(p: Pass) -> Callable[[Plan, dict[str, Any]], Plan]:
+    def fn(plan: Plan, ctx: dict[str, Any]) -> Plan:
+        ctx["log"][p.name] = p.run(plan, ctx["calibration"])
+        return plan
+
+    return fn
