@@ -74,3 +74,24 @@ def test_lddw_two_slots_and_labels() -> None:
 def test_assembler_errors_are_typed(text: str, phrase: str) -> None:
     with pytest.raises(AsmError, match=phrase):
         assemble(text)
+
+
+def test_random_valid_programs_round_trip_through_text() -> None:
+    import random
+
+    from npukit.targets.ebpf.errors import EncodingError
+
+    from .fuzzgen import stream
+
+    rng = random.Random(9)
+    checked = 0
+    for _ in range(1500):
+        raw = stream(rng, rng.randrange(1, 10))
+        try:
+            program = isa.decode(raw)
+        except EncodingError:
+            continue
+        assert assemble_bytes(disassemble(program)) == raw
+        assert assemble_bytes(disassemble(program, labels=False)) == raw
+        checked += 1
+    assert checked > 300
