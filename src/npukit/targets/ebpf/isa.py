@@ -1,9 +1,10 @@
-"""The BPF instruction set of RFC 9669 as data: opcode table, encoder, decoder with validation.
+"""The BPF instruction set of RFC 9669: opcode constants and table, `Insn`/`Program`, encode and decode.
 
 An instruction slot is 64 bits, little-endian: ``opcode:8 | dst:4 src:4 | offset:s16 | imm:s32``.
 ``lddw`` (opcode 0x18) takes two slots; the second carries the upper 32 bits of the immediate and
-must otherwise be zero. `decode` turns bytes into `Insn` records and rejects every encoding RFC 9669
-does not define (unknown opcode, non-zero unused fields, bad byte-swap width, bad register) with a
+must otherwise be zero. The field layout is the toolkit spec in ``spec.py``, through which `decode`
+and `encode_insn` go; the per-opcode rules are `check_fields` here (the spec's format check).
+`decode` turns bytes into `Insn` records and rejects every encoding RFC 9669 does not define (unknown opcode, non-zero unused fields, bad byte-swap width, bad register) with a
 typed `EncodingError` naming the slot. Control-flow checks (jump targets, fall-through, r10 writes)
 live in ``verify.py``.
 """
@@ -107,16 +108,6 @@ class Program:
 
     def encode(self) -> bytes:
         return encode([i for i in self.insns if i is not None])
-
-
-def _s32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
-
-
-def _s16(value: int) -> int:
-    value &= 0xFFFF
-    return value - (1 << 16) if value & 0x8000 else value
 
 
 def _values(insn: Insn) -> tuple[str, dict[str, int]]:
