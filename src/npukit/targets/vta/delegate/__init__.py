@@ -1,0 +1,156 @@
+"""The VTA TFLite delegate: ``npukit tflite run MODEL --target vta [--delegate exact|alkali]``.
+
+`make_delegate` is the factory the target record names (``extra["tflite_delegate"]``). `VtaDelegate`
+partitions a model op by op (`lower.supported`), lowers each delegated op to a VTA program once, times
+every program on the shared core (data-independent, so once) and reports cycles, utilisation,
+energy and the exact-mode host/VTA split as tiered figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from npukit.errors import ConfigError
+from npukit.evidence import Ledger, Tier
+from npukit.models.tflite.delegates import Plan, op_segments
+from npukit.models.tflite.model import Model
+from npukit.sim.timing import TimingResult
+from npukit.targets.vta.delegate.lower import Lowered, lower_add, lower_gemm, supported
+from npukit.targets.vta.hw import VtaHw
+from npukit.targets.vta.timing import ledger, time_program
+
+VARIANTS = ("exact", "alkali")
+
+
+@dataclass
+class OpReport:
+    index: int
+    name: str
+    instructions: int
+    timing: TimingResult
+    ledger: Ledger
+
+
+@dataclass
+class VtaDelegate:
+    hw: VtaHw
+    variant: str = "exact"
+    trace_path: str | None = None
+    name: str = "vta"
+    lowered: dict[int, Lowered] = field(default_factory=dict)
+    reports: list[OpReport] = field(default_factory=list)
+    host_reasons: dict[int, str] = field(default_factory=dict)
+
+    def partition(self, model: Model) -> Plan:
+        self.lowered.clear()
+        self.reports.clear()
+        for i, op in enumerate(model.ops):
+            why = supported(model, op, self.variant)
+            if why is not None:
+                self.host_reasons[i] = why
+                continue
+            if op.name == "ADD":
+                low = lower_add(self.hw, model, i, self.variant)
+            else:
+                low = lower_gemm(self.hw, model, i)
+            self.lowered[i] = low
+            res = time_program(self.hw, low.program.instrs)
+            counters = _counters(self.hw, low)
+            self.reports.append(OpReport(i, op.name, len(low.program.instrs), res,
+                                         ledger(self.hw, res, counters)))
+
+        def run_op(op, ins):
+            return self.lowered[_index(model, op)].run(ins)
+
+        segments = op_segments(model, self.lowered, run_op, label=f"vta-{self.variant}")
+        plan = Plan(segments, self.figures())
+        if self.trace_path:
+            self.write_trace(self.trace_path)
+        return plan
+
+    def figures(self) -> Ledger:
+        led = Ledger()
+        src = f"VTA timing model, preset {self.hw.name} ({self.variant} delegate), programs run back to back"
+        tier = Tier.weakest(Tier(self.hw.timing.tier), Tier.DERIVED)
+        cycles = sum(r.timing.cycles for r in self.reports)
+        led.add("vta_delegated_ops", len(self.reports), "ops", Tier.DERIVED, "delegate partition")
+        led.add("vta_instructions", sum(r.instructions for r in self.reports), "insn", Tier.DERIVED,
+                "lowered VTA programs")
+        led.add("vta_cycles", cycles, "cycles", tier, src)
+        led.add("vta_time", cycles / self.hw.clock_hz * 1e6, "us", tier,
+                f"{src} at {self.hw.timing.clock_mhz:g} MHz")
+        macs = sum(r.ledger["gemm_macs"].value for r in self.reports)
+        peak = cycles * self.hw.batch * self.hw.block * self.hw.block
+        led.add("vta_gemm_macs", macs, "MAC", Tier.DERIVED, "uop iterations × block² (padded blocks)")
+        led.add("vta_gemm_utilisation", 100.0 * macs / peak if peak else 0.0, "%", tier,
+                "MACs / (cycles × MACs per cycle)")
+        led.add("vta_dram_bytes", sum(r.ledger["dram_bytes"].value for r in self.reports), "B", Tier.DERIVED,
+                "LOAD/STORE sizes of the programs")
+        energy_tier = Tier.weakest(Tier(self.hw.timing.energy_tier), Tier.DERIVED)
+        led.add("vta_energy", sum(r.ledger["energy"].value for r in self.reports), "uJ", energy_tier,
+                self.hw.timing.energy_source or "preset energy figures")
+        led.add("host_requant_elements", sum(lo.host_requant for lo in self.lowered.values()), "elem",
+                Tier.DERIVED, "exact mode: outputs the host rescales after VTA (0 in alkali mode)")
+        led.add("vta_export_bytes", sum(lo.export_bytes for lo in self.lowered.values()), "B", Tier.DERIVED,
+                "bytes VTA stores for the host (exact: 4 int8 planes per int32 output)")
+        return led
+
+    def write_trace(self, path: str | Path) -> Path:
+        """One Perfetto trace of every delegated program, placed back to back on one time axis."""
+        import json
+
+        from npukit.sim.trace import to_trace
+
+        events, offset_us = [], 0.0
+        for r in self.reports:
+            tr = to_trace(r.timing, process=f"vta op {r.index} {r.name}", pid=1,
+                          metadata={"op": r.index, "tier": str(Tier.weakest(Tier(self.hw.timing.tier)))})
+            for ev in tr["traceEvents"]:
+                if "ts" in ev:
+                    ev = {**ev, "ts": ev["ts"] + offset_us}
+                if ev.get("ph") == "M" and ev.get("name") == "process_name" and events:
+                    continue
+                events.append(ev)
+            offset_us += r.timing.seconds * 1e6
+        out = Path(path)
+        try:
+            out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+        except OSError as exc:
+            raise ConfigError(f"cannot write trace {path}: {exc.strerror}") from None
+        return out
+
+
+def _index(model: Model, op) -> int:
+    return next(i for i, o in enumerate(model.ops) if o is op)
+
+
+def _counters(hw: VtaHw, low: Lowered):
+    """The program's fsim counters without executing it (skip-exec: counts and tokens only)."""
+    import numpy as np
+
+    from npukit.targets.vta.sim import Simulator
+
+    sim = Simulator(hw, np.zeros(low.program.image.size, np.uint8), skip_exec=True)
+    sim.run(low.program.instrs)
+    return sim.counters
+
+
+def make_delegate(variant: str | None = None, hw: str | None = None,
+                  overrides: list[str] | None = None) -> VtaDelegate:
+    """The factory `npukit tflite run --target vta` calls with ``--delegate``, ``--hw``, ``--set``.
+    ``--set trace=FILE`` writes the VTA programs' Perfetto trace (module timelines)."""
+    from npukit import hw as hwmod
+
+    v = variant or "exact"
+    if v not in VARIANTS:
+        raise ConfigError(f"unknown VTA delegate {v!r} (choose exact or alkali)")
+    trace, rest = None, []
+    for o in overrides or []:
+        key, _, value = o.partition("=")
+        if key.strip() == "trace":
+            trace = value.strip()
+        else:
+            rest.append(o)
+    desc = hwmod.load_hw(hw or "vta-alkali", rest, expect="vta")
+    return VtaDelegate(desc, v, trace)
