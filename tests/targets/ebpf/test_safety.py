@@ -177,3 +177,17 @@ def test_fork_profile_faults_on_division_by_zero() -> None:
     )
     with pytest.raises(DivisionFault):
         m.run()
+
+
+def test_a_failing_injected_helper_is_a_typed_fault() -> None:
+    def broken(model: bytes, inputs: bytes, delegate: str) -> bytes:
+        raise RuntimeError("engine crashed")
+
+    with pytest.raises(HelperFault, match=r"tflite_apu.*RuntimeError: engine crashed"):
+        run(
+            "mov %r3, 4\nmov %r4, 4\nmov %r5, 0\ncall 2\nexit",
+            bytes(4),
+            helpers=alkali_helpers(tflite=broken),
+            abi="alkali",
+            output_size=4,
+        )

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from npukit.errors import NpukitError
 from npukit.targets.ebpf.errors import HelperFault
 from npukit.targets.ebpf.memory import Memory
 
@@ -69,7 +70,14 @@ class HelperRegistry:
         helper = self._by_index.get(index)
         if helper is None:
             raise HelperFault(ctx.pc, f"call to unknown helper {index} at pc {ctx.pc}")
-        return int(helper.fn(ctx, *args)) & M64
+        try:
+            return int(helper.fn(ctx, *args)) & M64
+        except NpukitError:
+            raise
+        except Exception as exc:  # an injected helper's bug must not escape as a traceback
+            raise HelperFault(
+                ctx.pc, f"helper {index} ({helper.name}) failed at pc {ctx.pc}: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 # --------------------------------------------------------------------------- Alkali

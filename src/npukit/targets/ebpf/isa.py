@@ -4,8 +4,9 @@ An instruction slot is 64 bits, little-endian: ``opcode:8 | dst:4 src:4 | offset
 ``lddw`` (opcode 0x18) takes two slots; the second carries the upper 32 bits of the immediate and
 must otherwise be zero. The field layout is the toolkit spec in ``spec.py``, through which `decode`
 and `encode_insn` go; the per-opcode rules are `check_fields` here (the spec's format check).
-`decode` turns bytes into `Insn` records and rejects every encoding RFC 9669 does not define (unknown opcode, non-zero unused fields, bad byte-swap width, bad register) with a
-typed `EncodingError` naming the slot. Control-flow checks (jump targets, fall-through, r10 writes)
+`decode` turns bytes into `Insn` records and rejects every encoding RFC 9669 does not define
+(unknown opcode, non-zero unused fields, bad byte-swap width, bad register) with a typed
+`EncodingError` naming the slot. Control-flow checks (jump targets, fall-through, r10 writes)
 live in ``verify.py``.
 """
 
