@@ -72,3 +72,44 @@ def test_exact_chain_and_figures():
     assert fig["vta_gemm_macs"].tier == "derived"
     # the dense conv: 81 rows × ceil(45/16)=3 k-blocks × 2 n-blocks uop iterations, 256 MACs each
     assert fig["vta_gemm_macs"].value >= 81 * 3 * 2 * 256
+
+
+def _example_add_model():
+    """The Alkali example (examples/tflite_vta/add/model.tflite): ADD(t1, t0), t0 s=0.02394966 zp=17,
+    t1 s=0.02529984 zp=-1, out s=0.03020681 zp=-4 (refs/alkali_vta.md §1.6), widened to all pairs."""
+    b = ModelBuilder()
+    t0 = b.tensor("input_1", (1, 65536), np.int8, 0.02394966, 17)
+    t1 = b.tensor("input_0", (1, 65536), np.int8, 0.02529984, -1)
+    y = b.tensor("out", (1, 65536), np.int8, 0.03020681, -4)
+    b.op("ADD", [t1, t0], [y], O.AddOptions(O.ACT_NONE))
+    return b.build([t0, t1], [y])
+
+
+def test_alkali_add_reproduces_the_seed_delegate_on_all_input_pairs():
+    model = _example_add_model()
+    grid = np.stack(np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
+    ins = [grid[0].reshape(1, -1).astype(np.int8), grid[1].reshape(1, -1).astype(np.int8)]
+    it, out = _run(model, ins, "alkali")
+    assert it.delegated_ops == 1
+    diff = out.astype(int) - run_ref(model, *ins).astype(int)
+    # measured on the seed's arithmetic (refs/alkali_vta.md §1.7): −1 on 28,285 pairs, equal on 37,251
+    assert (diff == -1).sum() == 28285 and (diff == 0).sum() == 37251
+    it, exact = _run(model, ins, "exact")
+    np.testing.assert_array_equal(exact, run_ref(model, *ins))
+
+
+def test_alkali_random_add_only_rounds_down_and_leaves_the_rest_on_the_host():
+    counts = {-1: 0, 0: 0}
+    for seed in range(25):
+        model, ins, desc = cases.binary_case(np.random.default_rng(seed), "ADD")
+        it, out = _run(model, ins, "alkali")
+        assert it.delegated_ops == 1, desc
+        diff = out.astype(int) - run_ref(model, *ins).astype(int)
+        assert set(np.unique(diff).tolist()) <= {-1, 0}, desc
+        for k in counts:
+            counts[k] += int((diff == k).sum())
+    assert counts[-1] > 0 and counts[0] > counts[-1]
+    model, ins, desc = cases.conv2d_case(np.random.default_rng(3))
+    it, out = _run(model, ins, "alkali")
+    assert it.delegated_ops == 0  # the seed's CONV_2D path is disabled: the host runs it
+    np.testing.assert_array_equal(out, run_ref(model, *ins))
