@@ -104,3 +104,24 @@ def test_ring_options_on_a_target_without_them_are_one_line_errors(capsys):
                "--max-new-tokens", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and "kv-max-tokens" in err and err.count("\n") == 1
+
+
+def test_trace_is_written_once_and_covers_the_last_16_runs(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from npukit.runtime.generate import generate
+    from npukit.targets.pccx.backend import Gemma3nPccx
+
+    cfg = Gemma3nConfig.from_hf(RING_CFG)
+    trace = tmp_path / "t.json"
+    be = Gemma3nPccx(SimpleNamespace(weights=synthetic_weights(cfg, seed=3)), trace=str(trace))
+    writes = []
+    real = Path.write_text
+    monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: (writes.append(self), real(self, *a, **k))[1])
+    res = generate(be, [2, 3], 19)  # 1 prompt chunk + 18 decode tokens = 19 program runs
+    assert writes == [trace]  # once, at the end; never rewritten per token
+    pids = {e["pid"] for e in json.loads(trace.read_text())["traceEvents"]}
+    # each run is one process, numbered by its first position + 1: the last 16 runs are positions 4..19
+    assert pids == set(range(5, 21)) and len(res.tokens) == 19
+    assert sum(r.timing is not None for r in be.drv.records) <= 17  # older schedules are dropped
+    assert len(be.stats()["simulated_cycles_per_token"]) == 18  # every token's cycles stay reported

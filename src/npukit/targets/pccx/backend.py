@@ -16,6 +16,7 @@ and why, L2 peak, constant cache, host DDR image; a prefill chunk's own under ``
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,9 @@ class Gemma3nPccx:
         cap, sink = ring_size(kv_max_tokens, kv_sink, kv_window)
         self.store = Int4Store(model.weights)
         self.drv = PccxDriver(self.hw, profile, executor).open().load(self.store)
+        if getattr(self.drv.dev, "backend", None) == "numpy":  # numba missing: say so once, at start
+            print("npukit: note: numba is not importable; --target pccx runs its NumPy kernels "
+                  "(bit-identical, several times slower)", file=sys.stderr)
         self.drv.kv_init(kv, cap, sink).start()
         self.setup_s = time.perf_counter() - t0
         self.prefill_tokens = 0
@@ -65,8 +69,7 @@ class Gemma3nPccx:
             raise ModelError("no input tokens")
         logits = self.drv.prefill([int(t) for t in ids], batched=self.prefill_mode == "gemm")
         self.prefill_tokens = len(ids)
-        if self.trace_path:
-            self._write_trace()
+        self._forget_old_timing()
         return logits
 
     def step(self, token: int) -> np.ndarray:
@@ -76,9 +79,23 @@ class Gemma3nPccx:
         if self.drv.position >= cfg.max_position_embeddings:
             raise ModelError(f"context exceeds max_position_embeddings {cfg.max_position_embeddings}")
         logits = self.drv.step(token)
+        self._forget_old_timing()
+        return logits
+
+    def _forget_old_timing(self) -> None:
+        """Keep the schedules a trace or the figures can still use (the last TRACE_TOKENS runs); the
+        cycle counts stay in every record."""
+        recs = self.drv.records
+        for r in recs[max(0, len(recs) - TRACE_TOKENS - 1)::-1]:
+            if r.timing is None:
+                break
+            if r is not recs[-1]:
+                r.timing = None
+
+    def close(self) -> None:
+        """End of a generation: write the --trace file once (it covers the last TRACE_TOKENS runs)."""
         if self.trace_path:
             self._write_trace()
-        return logits
 
     def _write_trace(self) -> None:
         from npukit.sim.trace import to_trace
