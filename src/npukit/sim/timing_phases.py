@@ -245,7 +245,12 @@ class Phases:
         else:  # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)
             rate, why, share = {}, {}, self.zeros_s
             if running:
-                self._share_rates(running, self._shares(running), rate, why)
+                xops = [p for p in running if self.xfer[p] > 0]
+                got = []
+                if xops:  # (water-filling memoised on its exact inputs)
+                    key = (tuple([self.xkey[p] for p in xops]), ())
+                    got = self.wf_memo.get(key) or self._fill(key, xops, [])
+                self._share_rates(running, got, rate, why)
         if self.k < self.n and self.blocker < 0 and self.next_issue > t + _EPS:
             c = self.next_issue - t
             if c >= 0 and c < dt:
@@ -336,8 +341,9 @@ class Phases:
             self.usage.append((t, used))
             self.last_used = used
         if nstr:
-            if nstr == 1:
-                self.levels.append((t, s_fetched[0] - s_consumed[0] - _drawn(rs, 0, frac, sbr, sidx)))
+            if nstr == 1:  # (`_drawn` inline for one running op)
+                drawn = (frac[rs[0]] * sbr[rs[0]] if len(rs) == 1 else _drawn(rs, 0, frac, sbr, sidx))
+                self.levels.append((t, s_fetched[0] - s_consumed[0] - drawn))
             else:
                 self.levels.append((t, tuple([s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
                                               for si in range(nstr)])))

@@ -36,16 +36,6 @@ class Rates:
 
     __slots__ = ()
 
-    def _shares(self, running: list[int]) -> list[float]:
-        """The water-filled shares of the running ops that transfer (no stream flows), memoised."""
-        xfer, xkey = self.xfer, self.xkey
-        xops = [p for p in running if xfer[p] > 0]
-        if not xops:
-            return []
-        key = (tuple([xkey[p] for p in xops]), ())
-        got = self.wf_memo.get(key)
-        return self._fill(key, xops, []) if got is None else got
-
     def _fill(self, key: tuple, xops: Sequence[int], scap: list[tuple[int, float]]) -> list[float]:
         """Water-fill the transfers of ``xops`` and the stream flows ``scap``; memoised under ``key``."""
         streams = self.m.streams
