@@ -12,6 +12,7 @@ TOPS and ratios are ``derived``; the RTX 3090 Ti rows are ``projected`` next to 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         ui.emit_json({"simd": simd, "results": bench.to_json(results), "gpu": gpu.seed_table()})
         return 0
-    print(f"FP8-as-storage GEMM, {args.fmt}, {simd}; measured (best of {args.reps}), ratios derived")
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"FP8-as-storage GEMM, {args.fmt}, {simd}; measured (best of {args.reps}+ rounds, paths taking "
+          f"turns), TOPS and ratios derived; load average at the end {load} on {os.cpu_count()} CPUs")
     print("\n".join(bench.speed_table(results)))
     print("\nMemory MiB: resident / tracemalloc peak per call / peak-RSS growth per call (measured)")
     print("\n".join(bench.memory_table(results)))

@@ -9,6 +9,7 @@ GPU model alone) and ``models`` (real models with FP8-stored linear layers).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -163,8 +164,10 @@ def run_bench(args: argparse.Namespace) -> int:
         ui.emit_json({"simd": simd, "fmt": args.fmt, "results": bench.to_json(results),
                       "gpu_projection": _gpu_rows(gpu.seed_table())})
         return 0
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"FP8-as-storage GEMM on this CPU ({simd}), fmt {args.fmt}, v4 activations; times measured "
-          f"(best of {reps}), TOPS and ratios derived from them; all from this one run.")
+          f"(best of {reps}+ rounds, paths taking turns), TOPS and ratios derived; all from this one run; "
+          f"load average {load} on {os.cpu_count()} CPUs")
     print("\n".join(bench.speed_table(results)))
     print("\nMemory (MiB, measured): resident weight bytes / tracemalloc peak of one call / peak-RSS growth "
           "of one call")
