@@ -59,7 +59,7 @@ def _mem_check(ins, hw) -> str | None:
 def _mem(name: str, code: int) -> Format:
     return Format(name, (
         *_header(code),
-        Field("memory_type", 3, enum=Mem, strict_enum=False, doc="SRAM: uop wgt inp acc out acc_8bit"),
+        Field("memory_type", 3, enum=Mem, strict_enum=False, doc="which SRAM"),
         Field("sram_base", 16, fmt="hex", doc="SRAM element index"),
         Field("dram_base", 32, fmt="hex", doc="DRAM address in elements of the SRAM's element size"),
         Field("y_size", 16, doc="rows"),
@@ -114,7 +114,7 @@ ISA = Spec("vta", 128, (
         *_loop_header(Opcode.ALU),
         Field("src_factor_out", "log_acc_depth", doc="acc source step per outer iteration"),
         Field("src_factor_in", "log_acc_depth", doc="acc source step per inner iteration"),
-        Field("alu_opcode", 3, enum=AluOp, strict_enum=False, doc="MIN MAX ADD SHR MUL"),
+        Field("alu_opcode", 3, enum=AluOp, strict_enum=False, doc="operation"),
         Field("use_imm", 1, enum=bool, doc="operand is imm instead of acc[src]"),
         Field("imm", 16, signed=True, doc="signed immediate"),
     ), pack_unit=64, mnemonic_field="alu_opcode", check=_alu_check),
