@@ -115,7 +115,7 @@ def test_an_unused_pool_leaves_the_pinned_schedule_bit_identical():
     """The pinned program of test_timing with an extra, unused pool: every op's timing, every resource
     and stream sample and the three original engines' figures are those pinned there (its digest covers
     exactly those once the extra cores are left out); the two spare cores idle throughout."""
-    from tests.sim.test_timing import PIN_MACHINE, pinned_program, result_digest
+    from .test_timing import PIN_MACHINE, pinned_program, result_digest
 
     m = dataclasses.replace(PIN_MACHINE, engines=(*PIN_MACHINE.engines, EnginePool("spare", 2)))
     r = simulate(m, pinned_program())

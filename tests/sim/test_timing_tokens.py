@@ -169,7 +169,7 @@ def test_unused_tokens_leave_the_pinned_schedule_bit_identical():
     """The pinned program of test_timing (digest pinned from the pre-optimisation event loop) on the same
     machine plus a token queue nobody uses and its ops as TokenOps without tokens: the token path is
     taken (the machine has queues) and must not move a bit."""
-    from tests.sim.test_timing import PIN_MACHINE, pinned_program, result_digest
+    from .test_timing import PIN_MACHINE, pinned_program, result_digest
 
     m = dataclasses.replace(PIN_MACHINE, queues=(TokenQueue("idle", 4, initial=1),))
     ops = [TokenOp(**{f.name: getattr(o, f.name) for f in dataclasses.fields(Op)}) for o in pinned_program()]
