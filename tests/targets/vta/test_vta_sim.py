@@ -121,3 +121,23 @@ def test_simulator_matches_the_element_by_element_model(seed):
     assert ours.counters.gemm_counter == 3 * 2 * 3
     assert ours.counters.alu_counter == len(ops) * 2 * 2 * 3
     assert ours.timing.cycles > 0 and ours.finished == 1
+
+
+@pytest.mark.parametrize("k", [1, 2, 17, 260, 2000])
+def test_gemm_program_extremes_survive_the_byte_plane_export(k):
+    """GEMM programs export only the byte planes their bound allows: the extreme accumulators
+    (all inputs −128 against all weights ±127, biases at the edge) must still come back exact."""
+    from npukit.targets.vta.delegate.gemm import GemmProgram
+
+    rng = np.random.default_rng(k)
+    w = np.where(rng.integers(0, 2, (k, 19)) == 1, 127, -127).astype(np.int8)
+    w[:, 0] = -127  # channel 0: the most negative sum
+    w[:, 1] = 127
+    bias = rng.integers(-2**20, 2**20, 19).astype(np.int32)
+    a = np.full((5, k), -128, np.int8)
+    a[1] = 127
+    a[2:] = rng.integers(-128, 128, (3, k))
+    prog = GemmProgram(HW, 5, w, bias)
+    expect = a.astype(np.int64) @ w.astype(np.int64) + bias
+    np.testing.assert_array_equal(prog.run(a).astype(np.int64), expect)
+    assert prog.planes == next(p for p in (1, 2, 3, 4) if p == 4 or 128 * 127 * k + 2**20 < 2 ** (8 * p - 1))

@@ -93,7 +93,7 @@ class VtaDelegate:
         led.add("host_requant_elements", sum(lo.host_requant for lo in self.lowered.values()), "elem",
                 Tier.DERIVED, "exact mode: outputs the host rescales after VTA (0 in alkali mode)")
         led.add("vta_export_bytes", sum(lo.export_bytes for lo in self.lowered.values()), "B", Tier.DERIVED,
-                "bytes VTA stores for the host (exact: 4 int8 planes per int32 output)")
+                "bytes VTA stores for the host (exact: 1-4 byte planes per int32 output)")
         return led
 
     def write_trace(self, path: str | Path) -> Path:

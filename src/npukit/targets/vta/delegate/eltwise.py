@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npukit.targets.vta.delegate.program_builder import Emitter, export_int32, read_int32
+from npukit.targets.vta.delegate.program_builder import Emitter, export_int32, planes_for, read_int32
 from npukit.targets.vta.hw import VtaHw
 from npukit.targets.vta.isa import AluOp, Mem
 from npukit.targets.vta.program import Dram, RunResult, run
@@ -19,16 +19,17 @@ from npukit.targets.vta.program import Dram, RunResult, run
 
 class AddProgram:
     """``n`` elements; ``requant = (multiplier, shift, offset, lo, hi)`` selects the on-VTA
-    requantization (alkali) instead of the int32 export (exact)."""
+    requantization (alkali) instead of the int32 export (exact); ``bound`` limits ``|a + b|``."""
 
-    def __init__(self, hw: VtaHw, n: int, requant: tuple[int, int, int, int, int] | None = None) -> None:
+    def __init__(self, hw: VtaHw, n: int, requant: tuple[int, int, int, int, int] | None = None,
+                 bound: int = 2**31) -> None:
         self.hw, self.n, self.requant = hw, n, requant
         b = hw.block
         self.rows = rows = -(-n // b)
         dram = Dram()
         self.a_addr = dram.reserve(rows * hw.acc_elem_bytes)
         self.b_addr = dram.reserve(rows * hw.acc_elem_bytes)
-        nplanes = 1 if requant else 4
+        nplanes = 1 if requant else planes_for(bound)  # |a + b| ≤ bound: planes that carry it
         self.out_addrs = [dram.reserve(rows * b) for _ in range(nplanes)]
         slot = hw.acc_depth // 2
         tile = max(1, min(slot // (nplanes + 1), (1 << 14) - 1, (1 << 16) - 1))

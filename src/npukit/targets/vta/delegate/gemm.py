@@ -2,8 +2,10 @@
 
 Layouts in DRAM (16 = the block): A as (M, kb) input elements of 16 int8 (K zero-padded); W as
 (nb, kb) weight blocks, block (n, k) holding ``W[16k + i, 16n + j]`` at row j, column i (VTA's
-``wgt[j][k]``); bias as nb accumulator elements; the result as four int8 byte planes of (M, nb)
-elements. A tile is up to ``mt`` rows × ``nt`` output blocks × ``kt`` reduction blocks:
+``wgt[j][k]``); bias as nb accumulator elements; the result as int8 byte planes of (M, nb)
+elements: as many as the layer's accumulators can need (``|acc| ≤ 128·Σ|w| + |bias'|`` per channel,
+known at build time), at most four. A tile is up to ``mt`` rows × ``nt`` output blocks × ``kt``
+reduction blocks:
 
 * load (per reduction step, input slot = step parity): LOAD INP (mt × kt), LOAD WGT (nt × kt);
 * compute: LOAD ACC of the bias row repeated mt times (``x_stride = 0``) at the first step of an
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npukit.targets.vta.delegate.program_builder import Emitter, export_int32, read_int32
+from npukit.targets.vta.delegate.program_builder import Emitter, export_int32, planes_for, read_int32
 from npukit.targets.vta.hw import VtaHw
 from npukit.targets.vta.isa import Mem
 from npukit.targets.vta.program import Dram, RunResult, run
@@ -65,9 +67,11 @@ class GemmProgram:
         bias_p = np.zeros(self.nb * b, np.int32)
         bias_p[: self.n] = bias
         bias_addr = dram.put(bias_p)
-        self.out_addrs = [dram.reserve(m * self.nb * b) for _ in range(4)]
+        bound = int((128 * np.abs(w.astype(np.int64)).sum(axis=0) + np.abs(bias.astype(np.int64))).max())
+        self.planes = planes_for(bound)
+        self.out_addrs = [dram.reserve(m * self.nb * b) for _ in range(self.planes)]
         e = Emitter(hw, dram)
-        self.tiles = t = choose_tiles(hw, m, self.nb, self.kb)
+        self.tiles = t = choose_tiles(hw, m, self.nb, self.kb, self.planes)
         e.prologue()
         step = tile = 0
         for n0 in range(0, self.nb, t.nt):

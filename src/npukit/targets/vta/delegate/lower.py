@@ -137,7 +137,7 @@ def lower_gemm(hw: VtaHw, model: Model, index: int) -> Lowered:
         y = np.clip(scaled + zp_out, lo, hi).astype(np.int8)
         return [y.reshape(y_t.shape)]
 
-    return Lowered(index, op.name, prog, run, m * wmat.shape[1], 4 * m * prog.nb * hw.block)
+    return Lowered(index, op.name, prog, run, m * wmat.shape[1], prog.planes * m * prog.nb * hw.block)
 
 
 def lower_add(hw: VtaHw, model: Model, index: int, variant: str) -> Lowered:
@@ -159,7 +159,8 @@ def lower_add(hw: VtaHw, model: Model, index: int, variant: str) -> Lowered:
                                                       p.input1_multiplier, p.input1_shift)
         table_b = fp.multiply_by_quantized_multiplier((codes + p.input2_offset) << p.left_shift,
                                                       p.input2_multiplier, p.input2_shift)
-        prog = AddProgram(hw, n)
+        bound = int(np.abs(table_a.astype(np.int64)).max() + np.abs(table_b.astype(np.int64)).max())
+        prog = AddProgram(hw, n, bound=bound)
 
     def run(ins: list[np.ndarray]) -> list[np.ndarray]:
         a = np.broadcast_to(ins[0], y_t.shape).reshape(-1).astype(np.intp) + 128
@@ -171,5 +172,5 @@ def lower_add(hw: VtaHw, model: Model, index: int, variant: str) -> Lowered:
         return [np.clip(r + p.output_offset, lo, hi).astype(np.int8).reshape(y_t.shape)]
 
     host = 0 if variant == "alkali" else n
-    export = prog.rows * hw.block * (1 if variant == "alkali" else 4)
+    export = prog.rows * hw.block * len(prog.out_addrs)
     return Lowered(index, op.name, prog, run, host, export)

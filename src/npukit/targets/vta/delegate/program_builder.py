@@ -76,32 +76,50 @@ class Emitter:
         return self.spec.encode_program(self.instrs)
 
 
+def planes_for(bound: int) -> int:
+    """Byte planes that carry every int32 of magnitude ≤ ``bound`` exactly (two's complement): the
+    smallest p with ``bound < 2^(8p − 1)``; 4 when the bound says nothing (wrap-around possible)."""
+    for p in (1, 2, 3):
+        if bound < 1 << (8 * p - 1):
+            return p
+    return 4
+
+
 def export_int32(e: Emitter, base: int, count: int, out_addrs: list[int],
                  out_row: tuple[int, int, int, int]) -> None:
-    """Store the ``count`` accumulator rows at ``base`` as four int8 byte planes (STORE truncates,
-    so plane p holds ``acc >> 8p``): planes 1–3 are copies shifted on the ALU, placed after plane 0.
+    """Store the ``count`` accumulator rows at ``base`` as ``len(out_addrs)`` int8 byte planes
+    (STORE truncates, so plane p holds ``acc >> 8p``): planes 1.. are copies shifted on the ALU,
+    placed after plane 0. Fewer than four planes are exact when the values are known to fit
+    (`planes_for`).
 
     ``out_row = (dram row offset, y_size, x_size, x_stride)`` in 16-byte elements within each plane;
-    the SRAM rows are the y×x tile in order. The last ALU pushes to store; the first STORE pops it and
-    the last STORE frees the accumulator slot."""
+    the SRAM rows are the y×x tile in order. The last ALU op pushes to store (compute → store) and
+    the last STORE frees the accumulator slot (store → compute)."""
     row0, ys, xs, stride = out_row
-    planes = [base + p * count for p in range(4)]
-    kernel = np.array([[planes[p], planes[0], 0] for p in (1, 2, 3)], np.int64)
-    e.uops(("export", base, count), kernel)
+    n = len(out_addrs)
+    planes = [base + p * count for p in range(n)]
     last = None
-    for p in (1, 2, 3):
-        common = {"uop_bgn": p - 1, "uop_end": p, "iter_out": count, "iter_in": 1, "dst_factor_out": 1}
-        e.emit("GEMM", reset_reg=True, **common)
-        e.emit("ALU", alu_opcode=AluOp.ADD, src_factor_out=1, **common)
-        last = e.emit("ALU", alu_opcode=AluOp.SHR, use_imm=True, imm=8 * p, **common)
+    if n > 1:
+        kernel = np.array([[planes[p], planes[0], 0] for p in range(1, n)], np.int64)
+        e.uops(("export", base, count, n), kernel)
+        for p in range(1, n):
+            common = {"uop_bgn": p - 1, "uop_end": p, "iter_out": count, "iter_in": 1, "dst_factor_out": 1}
+            e.emit("GEMM", reset_reg=True, **common)
+            e.emit("ALU", alu_opcode=AluOp.ADD, src_factor_out=1, **common)
+            last = e.emit("ALU", alu_opcode=AluOp.SHR, use_imm=True, imm=8 * p, **common)
+    if last is None:  # one plane: a no-op ALU carries the token (x_size 0 loads cannot push to store)
+        last = e.emit("ALU", alu_opcode=AluOp.ADD, use_imm=True, imm=0, uop_end=0, iter_out=1, iter_in=1)
     e.set_flag(last, "push_next")
-    for p in range(4):
+    for p in range(n):
         e.emit("STORE", memory_type=Mem.OUT, sram_base=planes[p], dram_base=out_addrs[p] // 16 + row0,
-               y_size=ys, x_size=xs, x_stride=stride, pop_prev=(p == 0), push_prev=(p == 3))
+               y_size=ys, x_size=xs, x_stride=stride, pop_prev=(p == 0), push_prev=(p == n - 1))
 
 
 def read_int32(image: np.ndarray, addrs: list[int], nbytes: int) -> np.ndarray:
-    """Reassemble int32 values from four byte planes written by `export_int32`."""
-    planes = [image[a:a + nbytes].astype(np.uint32) for a in addrs]
-    v = planes[0] | (planes[1] << 8) | (planes[2] << 16) | (planes[3] << 24)
-    return v.view(np.int32)
+    """Reassemble int32 values from the byte planes `export_int32` wrote: the low planes unsigned,
+    the top plane signed (sign extension)."""
+    top = len(addrs) - 1
+    v = image[addrs[top]:addrs[top] + nbytes].view(np.int8).astype(np.int64) << (8 * top)
+    for p in range(top):
+        v += image[addrs[p]:addrs[p] + nbytes].astype(np.int64) << (8 * p)
+    return ((v + 2**31) % 2**32 - 2**31).astype(np.int32)
