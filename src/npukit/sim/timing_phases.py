@@ -239,7 +239,7 @@ class Phases:
         """Rates (op → fraction/cycle), their limiting reasons (op → name), each stream's inflow, and the
         time to the next event: the first smallest non-negative candidate after ``dt`` (from `_survey`),
         as min() over them all would pick (every candidate is >= 0)."""
-        frac, sidx, sbr, fetched, s_capb, full, start, nstr = self.b_horizon
+        frac, sidx, sbr, fetched, s_capb, full, start, nstr = self.b_solve
         if fetching or links or rs:
             rate, why, share = self._rates(t, running, links, lvl, tg, start, frac, fetched)
         else:  # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)

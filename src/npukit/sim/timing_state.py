@@ -43,11 +43,11 @@ class Sim(Phases, Rates, Tokens):
 
     # every table and piece of run state is a slot: the phases load dozens of them per event
     __slots__ = (
-        "act", "b_advance", "b_attribute", "b_fetch_moves", "b_fetches", "b_heads", "b_horizon", "b_issue",
-        "b_levels", "b_survey", "blocker", "busy", "cap", "capacity", "cdepth", "cores", "cq", "cur",
-        "dead", "dep_why", "deps", "dptr", "e_busy", "e_idle", "e_stalls", "end", "eng", "fetch_t0",
-        "fetch_t1", "fetched", "fmoved", "frac", "full", "gated", "haswork", "head", "ic", "inflight",
-        "isasync", "issue", "k", "last_used", "lat", "levels", "link", "live", "m", "moved", "n", "n_done",
+        "act", "b_advance", "b_attribute", "b_fetch_moves", "b_fetches", "b_heads", "b_issue", "b_levels",
+        "b_solve", "b_survey", "blocker", "busy", "cap", "capacity", "cdepth", "cores", "cq", "cur", "dead",
+        "dep_why", "deps", "dptr", "e_busy", "e_idle", "e_stalls", "end", "eng", "fetch_t0", "fetch_t1",
+        "fetched", "fmoved", "frac", "full", "gated", "haswork", "head", "ic", "inflight", "isasync",
+        "issue", "k", "last_used", "lat", "levels", "link", "live", "m", "moved", "n", "n_done",
         "next_issue", "nominal", "nres", "nstr", "ops", "ostall", "pending", "pool_cores", "pool_next",
         "pool_ops", "pools", "pop_ptr", "pop_why", "pops", "prog_end", "push_ptr", "push_why", "pushes",
         "pushing", "queue", "res_bytes", "rmask", "rpath", "s_bpc", "s_capb", "s_consumed", "s_cur",
@@ -245,7 +245,7 @@ class Sim(Phases, Rates, Tokens):
         self.b_survey = (self.cur, self.start, self.lat, self.tail, self.frac, self.prog_end, self.sidx,
                          self.act, self.end, self.link, self.nstr)
         self.b_levels = (self.s_next, self.s_prev, self.s_fetched, self.s_consumed, self.sbr)
-        self.b_horizon = (self.frac, self.sidx, self.sbr, self.fetched, self.s_capb, self.full, self.start,
+        self.b_solve = (self.frac, self.sidx, self.sbr, self.fetched, self.s_capb, self.full, self.start,
                           self.nstr)
         self.b_advance = (self.nstr, self.frac, self.sbr, self.sidx, self.nres, self.xfer, self.rpath,
                           self.prog_end, self.res_bytes, self.upath, self.s_fetched, self.s_consumed)
