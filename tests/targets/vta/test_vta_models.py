@@ -50,6 +50,30 @@ def test_resnet8_on_vta_exact_is_bit_identical_to_litert(tmp_path):
     assert sum(e.get("ph") == "X" for e in events) == fig["vta_instructions"].value  # one per instruction
 
 
+@pytest.mark.slow  # ~3 s for the six models
+@pytest.mark.parametrize("name", ["ds-cnn-kws", "mobilenetv2-kws", "audio-example", "autoencoder",
+                                  "visual-wake-words", "anomaly-detection"])
+def test_other_zoo_models_on_vta_exact_equal_litert_on_every_tensor(name):
+    """Depthwise stacks (MobileNetV2: 65 delegated ops), float I/O models, depth multiplier 8."""
+    path = zoo.fetch(name)
+    model = read_model(path)
+    ours = Interpreter(model, delegate=make_delegate("exact"))
+    assert ours.delegated_ops >= 4
+    ref = LiteRT(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                 experimental_preserve_all_tensors=True)
+    ref.allocate_tensors()
+    rng = np.random.default_rng(5)
+    feeds = [rng.normal(size=t.shape).astype(np.float32) if t.dtype == np.float32
+             else rng.integers(-128, 128, t.shape).astype(t.dtype) for t in model.input_tensors()]
+    for detail, x in zip(ref.get_input_details(), feeds, strict=True):
+        ref.set_tensor(detail["index"], x)
+    ref.invoke()
+    values = ours.run_all(feeds)
+    for op in model.ops:
+        for i in op.outputs:
+            assert np.array_equal(values[i], ref.get_tensor(i)), f"{name}: op {op.index} {op.name}"
+
+
 def _npukit(*argv):
     return subprocess.run([sys.executable, "-m", "npukit", *argv], capture_output=True, text=True,
                           timeout=300)
