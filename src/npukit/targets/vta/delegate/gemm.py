@@ -7,7 +7,8 @@ elements: as many as the layer's accumulators can need (``|acc| ≤ 128·Σ|w| +
 known at build time), at most four. A tile is up to ``mt`` rows × ``nt`` output blocks × ``kt``
 reduction blocks:
 
-* load (per reduction step, input slot = step parity): LOAD INP (mt × kt), LOAD WGT (nt × kt);
+* load (per reduction step, input slot = step parity): LOAD INP (mt × kt), LOAD WGT (nt × kt)
+  unless that slot still holds the same weight blocks (one reduction step, several row tiles);
 * compute: LOAD ACC of the bias row repeated mt times (``x_stride = 0``) at the first step of an
   output tile, then GEMM over ``iter_out = mt`` rows; all-zero weight blocks (a depthwise layer's
   off-diagonal blocks) get no uop, otherwise the inner loop runs over the output blocks;
@@ -74,6 +75,7 @@ class GemmProgram:
         self.tiles = t = choose_tiles(hw, m, self.nb, self.kb, self.planes)
         e.prologue()
         step = tile = 0
+        held: list[tuple | None] = [None, None]  # weight blocks in each wgt slot
         for n0 in range(0, self.nb, t.nt):
             nt = min(t.nt, self.nb - n0)
             for m0 in range(0, m, t.mt):
@@ -82,12 +84,15 @@ class GemmProgram:
                 for k0 in range(0, self.kb, t.kt):
                     kt = min(t.kt, self.kb - k0)
                     inp_base, wgt_base = (step % 2) * (hw.inp_depth // 2), (step % 2) * (hw.wgt_depth // 2)
+                    resident = held[step % 2] == (n0, k0, nt, kt)  # this slot already holds the blocks
                     e.emit("LOAD", memory_type=Mem.INP, sram_base=inp_base,
                            dram_base=self.a_addr // hw.inp_elem_bytes + m0 * self.kb + k0,
-                           y_size=mt, x_size=kt, x_stride=self.kb, pop_next=True)
-                    e.emit("LOAD", memory_type=Mem.WGT, sram_base=wgt_base,
-                           dram_base=w_addr // hw.wgt_elem_bytes + n0 * self.kb + k0,
-                           y_size=nt, x_size=kt, x_stride=self.kb, push_next=True)
+                           y_size=mt, x_size=kt, x_stride=self.kb, pop_next=True, push_next=resident)
+                    if not resident:
+                        e.emit("LOAD", memory_type=Mem.WGT, sram_base=wgt_base,
+                               dram_base=w_addr // hw.wgt_elem_bytes + n0 * self.kb + k0,
+                               y_size=nt, x_size=kt, x_stride=self.kb, push_next=True)
+                        held[step % 2] = (n0, k0, nt, kt)
                     first = k0 == 0
                     if first:
                         e.emit("LOAD", memory_type=Mem.ACC, sram_base=acc_base,
