@@ -278,12 +278,11 @@ class Simulator:
         self._check(src, s.inp.shape[0], "inp")
         self._check(wgt, s.wgt.shape[0], "wgt")
         b = self.hw.batch
-        x = s.inp[src].reshape(n, b, -1).astype(np.float64)
-        w = s.wgt[wgt].astype(np.float64)  # (n, out, in)
-        prod = np.matmul(x, w.transpose(0, 2, 1)).reshape(n, -1)  # exact: |sum| < 2^53
-        total = s.acc.astype(np.int64)
-        np.add.at(total, dst, prod.astype(np.int64))
-        s.acc[:] = total.astype(np.int32)  # int32 wrap-around (numpy casts modulo 2^32)
+        x = s.inp[src].reshape(n, b, -1).astype(np.int32)
+        w = s.wgt[wgt].astype(np.int32)  # (n, out, in)
+        prod = np.matmul(x, w.transpose(0, 2, 1)).reshape(n, -1)  # |dot| ≤ 16·128·128: no overflow
+        # int32 accumulation wraps modulo 2^32 exactly like fsim's int32_t sum
+        np.add.at(s.acc, dst, prod)
 
     def _alu(self, ins) -> None:
         n = ins.iter_out * ins.iter_in * (ins.uop_end - ins.uop_bgn)
@@ -297,8 +296,9 @@ class Simulator:
         if not ins.use_imm:
             self._check(src, s.acc.shape[0], "acc")
         op = ins.alu_opcode
-        uniq = np.unique(dst).size == dst.size
-        if uniq and (ins.use_imm or not np.isin(src, dst).any() or np.array_equal(src, dst)):
+        seen = np.bincount(dst, minlength=s.acc.shape[0])
+        uniq = seen.max() <= 1
+        if uniq and (ins.use_imm or np.array_equal(src, dst) or not seen[src].any()):
             a = s.acc[dst].astype(np.int64)
             b = np.int64(ins.imm) if ins.use_imm else s.acc[src].astype(np.int64)
             s.acc[dst] = _alu(op, a, b)
