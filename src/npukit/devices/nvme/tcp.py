@@ -9,12 +9,14 @@ the queue depth times MDTS). The data path hands memoryviews of received PDUs to
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from npukit.devices.nvme import pdu
 from npukit.devices.nvme.command import SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK, Command, Completion
@@ -31,6 +33,12 @@ ADMIN_IN_CAPSULE = 8192  # NVME_TCP_ADMIN_CCSZ: what Linux puts in-capsule on th
 MAX_H2C_DATA = 128 * 1024
 C2H_CHUNK = 128 * 1024
 BATCH_LIMIT = 1 << 20  # flush queued responses at least every MiB
+# What a peer can make the target buffer for R2T transfers: R2Ts are paced so that one connection has
+# at most CONN_R2T_BYTES requested (always at least one transfer) and all connections together at most
+# TARGET_R2T_BYTES (plus one transfer per connection); later commands wait, holding only their SQE.
+CONN_R2T_BYTES = 2 << 20
+TARGET_R2T_BYTES = 128 << 20
+MAX_CONNECTIONS = 1024
 _HOST_TO_TARGET = {PduType.IC_REQ, PduType.H2C_TERM_REQ, PduType.CAPSULE_CMD, PduType.H2C_DATA}
 
 
@@ -41,10 +49,11 @@ class PendingWrite:
     cmd: Command
     spec: CommandSpec | None  # None for fabrics commands
     n_out: int
-    buffer: bytearray
+    length: int
+    buffer: bytearray | None = None  # allocated when data arrives in more than one PDU
     received: int = 0
     digest_error: bool = False
-    chunks: list[memoryview] = field(default_factory=list)
+    r2t_sent: bool = False
 
 
 class Connection:
@@ -58,6 +67,8 @@ class Connection:
         self.connected_ic = False
         self.sqhd = 0
         self.pending: dict[int, PendingWrite] = {}
+        self._r2t_waiting: collections.deque[int] = collections.deque()  # TTAGs whose R2T is not sent yet
+        self.r2t_outstanding = 0  # bytes requested by R2T and not yet received
         self._next_ttag = 0
         self.closed = False
         self._batching = False
@@ -147,6 +158,9 @@ class Connection:
 
     def release(self) -> None:
         ctrl, qid = self.ctrl, self.fabrics.qid
+        self._r2t_done(self.r2t_outstanding)
+        self.pending.clear()
+        self._r2t_waiting.clear()
         self.fabrics.release()
         self.close()
         self.target.connections.discard(self)
@@ -231,9 +245,29 @@ class Connection:
                                 f"{len(self.pending) + 1} commands wait for data, "
                                 f"queue has {self.fabrics.sqsize + 1} entries")
         ttag = self._ttag()
-        self.pending[ttag] = PendingWrite(cmd, spec, n_out, bytearray(length))
-        self.send(pdu.r2t(cmd.cid, ttag, 0, length, hdgst=self.hdgst))
+        self.pending[ttag] = PendingWrite(cmd, spec, n_out, length)
+        self._r2t_waiting.append(ttag)
+        self._issue_r2ts()
         return None
+
+    def _issue_r2ts(self) -> None:
+        """Send R2Ts for waiting transfers while the connection's and the target's budgets allow."""
+        target = self.target
+        while self._r2t_waiting:
+            pending = self.pending[self._r2t_waiting[0]]
+            n = pending.length
+            if self.r2t_outstanding and (self.r2t_outstanding + n > CONN_R2T_BYTES
+                                         or target.r2t_outstanding + n > TARGET_R2T_BYTES):
+                return
+            ttag = self._r2t_waiting.popleft()
+            pending.r2t_sent = True
+            self.r2t_outstanding += n
+            target.r2t_outstanding += n
+            self.send(pdu.r2t(pending.cmd.cid, ttag, 0, n, hdgst=self.hdgst))
+
+    def _r2t_done(self, n: int) -> None:
+        self.r2t_outstanding -= n
+        self.target.r2t_outstanding -= n
 
     def _ttag(self) -> int:
         for _ in range(0xFFFF):
@@ -245,26 +279,30 @@ class Connection:
     def _h2c_data(self, p: pdu.Pdu) -> None:
         cccid, ttag, offset, length = pdu.data_fields(p)
         pending = self.pending.get(ttag)
-        if pending is None:
+        if pending is None or not pending.r2t_sent:
             raise FatalPduError(Fes.INVALID_HEADER_FIELD, 10, p.header, f"unknown TTAG {ttag}")
         if cccid != pending.cmd.cid:
             raise FatalPduError(Fes.INVALID_HEADER_FIELD, 8, p.header, f"CCCID {cccid} for TTAG {ttag}")
         if length != len(p.data):
             raise FatalPduError(Fes.INVALID_HEADER_FIELD, 16, p.header,
                                 f"DATAL {length} with {len(p.data)} bytes")
-        if offset != pending.received or offset + length > len(pending.buffer):
+        if offset != pending.received or offset + length > pending.length:
             raise FatalPduError(Fes.DATA_OUT_OF_RANGE, 12, p.header, f"DATAO {offset} DATAL {length}")
-        if offset == 0 and length == len(pending.buffer):
+        if offset == 0 and length == pending.length:
             data = p.data  # the whole transfer in one PDU: no copy
         else:
+            if pending.buffer is None:
+                pending.buffer = bytearray(pending.length)
             pending.buffer[offset:offset + length] = p.data
             data = memoryview(pending.buffer)
         pending.received += length
         pending.digest_error |= bool(p.flags & 0x80)
-        if pending.received < len(pending.buffer):
+        if pending.received < pending.length:
             return
         del self.pending[ttag]
+        self._r2t_done(pending.length)
         self._run(pending.cmd, pending.spec, data, pending.n_out, digest_error=pending.digest_error)
+        self._issue_r2ts()
 
     def _run(self, cmd: Command, spec: CommandSpec | None, data: memoryview, n_out: int, *,
              digest_error: bool = False) -> None:
@@ -309,6 +347,8 @@ class TcpTarget:
         self.servers: list[asyncio.base_events.Server] = []
         self._watchdog: asyncio.Task | None = None
         self.connect_timeout = 30.0
+        self.max_connections = MAX_CONNECTIONS
+        self.r2t_outstanding = 0  # bytes requested by R2T on all connections, not yet received
 
     @property
     def max_transfer(self) -> int:
@@ -327,6 +367,11 @@ class TcpTarget:
         return server.sockets[0].getsockname()[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.connections) >= self.max_connections:
+            log.warning("refusing a connection: %d open", len(self.connections))
+            writer.close()
+            return
+        _tcp_keepalive(writer)
         conn = Connection(self, reader, writer)
         self.connections.add(conn)
         await conn.run()
@@ -360,6 +405,19 @@ class TcpTarget:
         for server in self.servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
+
+
+def _tcp_keepalive(writer: asyncio.StreamWriter) -> None:
+    """Kernel keepalive probes find peers that vanished without a FIN (half-open connections) within
+    about 90 s, also on queues without an NVMe keep alive."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 60)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
 class TargetThread:
