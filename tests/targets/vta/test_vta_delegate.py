@@ -26,11 +26,17 @@ def _run(model, ins, variant):
 
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_exact_delegate_is_bit_identical_to_litert(name):
+    descs = []
     for seed in range(12):
         model, ins, desc = BUILDERS[name](np.random.default_rng(1000 + seed))
         it, out = _run(model, ins, "exact")
         assert it.delegated_ops == 1 and it.host_ops == 0, desc
         np.testing.assert_array_equal(out, run_ref(model, *ins), err_msg=desc)
+        descs.append(desc)
+    text = " ".join(descs)
+    if name != "ADD":  # both weight quantizations and several fused activations were exercised
+        assert "pcTrue" in text and "pcFalse" in text
+    assert len({d.split("act")[1][0] for d in descs}) >= 3
 
 
 def _chain(rng):
