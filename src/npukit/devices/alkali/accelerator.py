@@ -171,15 +171,19 @@ def run_summary(out: RunOutcome, firmware_id: int) -> str:
     parts = [f"firmware {firmware_id} returned r0={out.r0:#x} ({_signed(out.r0)})",
              f"output {out.produced} B", f"{out.instructions} eBPF instructions (measured, VM count)",
              f"run {out.seconds * 1e3:.3f} ms (measured, wall clock)"]
-    for c in out.tflite:
-        where = f"{c.delegated_ops} ops on VTA, {c.host_ops} on host" if c.helper == "tflite_vta" else \
-            f"{c.host_ops} ops on host"
-        text = f"{c.helper}: {where}, host interpreter {c.host_s * 1e3:.3f} ms (measured, wall clock)"
-        if c.vta_cycles:
-            src = c.figures["vta_cycles"].source if "vta_cycles" in c.figures else "VTA timing model"
-            text += f", VTA {c.vta_cycles} cycles ({c.vta_tier}, {src})"
-        if c.note:
-            text += f"; {c.note}"
+    for helper in sorted({c.helper for c in out.tflite}):
+        calls = [c for c in out.tflite if c.helper == helper]
+        c0 = calls[0]
+        where = f"{c0.delegated_ops} ops on VTA, {c0.host_ops} on host" if helper == "tflite_vta" else \
+            f"{c0.host_ops} ops on host"
+        host_ms = sum(c.host_s for c in calls) * 1e3
+        text = f"{helper} x{len(calls)}: {where}, host interpreter {host_ms:.3f} ms (measured, wall clock)"
+        cycles = sum(c.vta_cycles for c in calls)
+        if cycles:
+            src = c0.figures["vta_cycles"].source if "vta_cycles" in c0.figures else "VTA timing model"
+            text += f", VTA {cycles} cycles ({c0.vta_tier}, {src})"
+        if c0.note:
+            text += f"; {c0.note}"
         parts.append(text)
     return "; ".join(parts)
 

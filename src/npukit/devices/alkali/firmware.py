@@ -66,15 +66,31 @@ class TfliteEngine:
 
     def __init__(self, variant: str, t0: float, calls: list[TfliteCall]) -> None:
         self.variant, self.t0, self.calls = variant, t0, calls
+        self._prepared: dict[tuple[bytes, str], tuple[Any, Any, str]] = {}
+
+    def _prepare(self, model: bytes, delegate: str) -> tuple[Any, Any, str]:
+        from npukit.models.tflite import Interpreter, read_model
+        from npukit.models.tflite.delegates import DelegateUnavailable, get_delegate
+
+        engine, note = None, ""
+        if delegate == "vta":
+            try:
+                engine = get_delegate("vta", self.variant)
+            except DelegateUnavailable as exc:
+                note = f"VTA delegate unavailable, ran on the host kernels ({exc})"
+        return Interpreter(read_model(model), delegate=engine), engine, note
 
     def __call__(self, model: bytes, inputs: bytes, delegate: str) -> bytes:
         import numpy as np
 
-        from npukit.models.tflite import Interpreter, read_model
-        from npukit.models.tflite.delegates import DelegateUnavailable, get_delegate
-
         start = time.perf_counter()
-        parsed = read_model(bytes(model))
+        call = TfliteCall(f"tflite_{delegate}", start - self.t0, 0.0)
+        key = (bytes(model), delegate)
+        if key not in self._prepared:  # one partition (and VTA lowering) per model in a run
+            self._prepared[key] = self._prepare(key[0], delegate)
+        interp, engine, note = self._prepared[key]
+        call.note = note
+        parsed = interp.model
         feeds, pos = [], 0
         for t in parsed.input_tensors():
             n = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
@@ -82,14 +98,6 @@ class TfliteEngine:
                 raise HelperFault(-1, f"tflite: input {t.name!r} needs {n} bytes, {len(inputs) - pos} left")
             feeds.append(np.frombuffer(inputs[pos:pos + n], dtype=t.dtype).reshape(t.shape))
             pos += n
-        call = TfliteCall(f"tflite_{delegate}", start - self.t0, 0.0)
-        engine = None
-        if delegate == "vta":
-            try:
-                engine = get_delegate("vta", self.variant)
-            except DelegateUnavailable as exc:
-                call.note = f"VTA delegate unavailable, ran on the host kernels ({exc})"
-        interp = Interpreter(parsed, delegate=engine)
         values = interp.run_all(feeds)
         out = b"".join(np.ascontiguousarray(values[t.index]).tobytes() for t in parsed.output_tensors())
         call.host_s = time.perf_counter() - start
