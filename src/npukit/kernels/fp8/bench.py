@@ -82,24 +82,21 @@ def _rss_kib(field_name: str) -> int | None:
     return None
 
 
-def _rss_peak_growth(fn: Callable[[], object]) -> int | None:
+def _call_peaks(fn: Callable[[], object]) -> tuple[int, int | None]:
+    """(tracemalloc peak, peak-RSS growth or None) of one call of ``fn``, from the same call."""
     try:
         Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+        before = _rss_kib("VmRSS")
     except OSError:
-        return None
-    before = _rss_kib("VmRSS")
-    fn()
-    peak = _rss_kib("VmHWM")
-    return None if before is None or peak is None else max(0, peak - before) * 1024
-
-
-def _traced_peak(fn: Callable[[], object]) -> int:
+        before = None
     tracemalloc.start()
     try:
         fn()
-        return tracemalloc.get_traced_memory()[1]
+        traced = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    peak = _rss_kib("VmHWM") if before is not None else None
+    return traced, None if before is None or peak is None else max(0, peak - before) * 1024
 
 
 def _torch():
@@ -176,8 +173,7 @@ def bench_shape(label: str, m: int, n: int, k: int, *, fmt: str = "e4m3", reps: 
     paths = _path_fns(a16, weights, a_inv)
     ms = _interleaved_best_ms({p: v[0] for p, v in paths.items()}, reps)
     for name, (fn, resident, note) in paths.items():
-        traced = _traced_peak(fn) if memory else 0
-        rss = _rss_peak_growth(fn) if memory else None
+        traced, rss = _call_peaks(fn) if memory else (0, None)
         res.paths[name] = PathResult(ms[name], int(resident), int(traced), rss, note)
     return res
 
