@@ -10,6 +10,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")  # the hf extra: installed by `make test`
 
@@ -166,3 +168,16 @@ def test_epilogue_rounding_across_the_fp16_range():
                      out_layout="mn")
         want = (torch.from_numpy(acc_vals.astype(np.float32)) * torch.tensor(np.float32(gs))).half().numpy()
         assert same(got[:, 0], want), gs
+
+
+@settings(max_examples=40)
+@given(m=st.integers(1, 9), n=st.integers(1, 40), k=st.integers(1, 300), fmt=st.sampled_from(C.FORMATS),
+       act=st.sampled_from(["int8", "f16"]), seed=st.integers(0, 2**31 - 1),
+       a_inv=st.floats(1e-3, 1e3), gs=st.floats(1e-6, 1e2))
+def test_fused_equals_reference_random_shapes(m, n, k, fmt, act, seed, a_inv, gs):
+    rng = np.random.default_rng(seed)
+    a, codes, scales = make_case(rng, m, n, k, act)
+    kw = {"fmt": fmt, "global_scale": gs, "a_inv_scale": None if act == "int8" else a_inv}
+    ref = K.gemm_reference(a, codes, scales, **kw)
+    assert same(K.gemm(a, codes, scales, impl="fast", **kw), ref)
+    assert same(K.gemm(a, codes, scales, impl="portable", **kw), ref)
