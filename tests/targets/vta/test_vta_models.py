@@ -50,6 +50,25 @@ def test_resnet8_on_vta_exact_is_bit_identical_to_litert(tmp_path):
     assert sum(e.get("ph") == "X" for e in events) == fig["vta_instructions"].value  # one per instruction
 
 
+@pytest.mark.slow  # ~4 s: 7,500 VTA instructions per inference
+def test_resnet8_with_the_rescale_on_vta_is_bit_identical_to_litert():
+    path = zoo.fetch("resnet8-cifar10")
+    model = read_model(path)
+    ours = Interpreter(model, delegate=make_delegate("exact", overrides=["requant=vta"]))
+    x = np.random.default_rng(3).integers(-128, 128, model.input_tensors()[0].shape).astype(np.int8)
+    ref = LiteRT(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                 experimental_preserve_all_tensors=True)
+    ref.allocate_tensors()
+    ref.set_tensor(ref.get_input_details()[0]["index"], x)
+    ref.invoke()
+    values = ours.run_all([x])
+    for op in model.ops:
+        for i in op.outputs:
+            assert np.array_equal(values[i], ref.get_tensor(i)), f"op {op.index} {op.name}"
+    fig = ours.plan.figures
+    assert fig["host_requant_elements"].value == 10  # only FULLY_CONNECTED's double rescale
+
+
 @pytest.mark.slow  # ~3 s for the six models
 @pytest.mark.parametrize("name", ["ds-cnn-kws", "mobilenetv2-kws", "audio-example", "autoencoder",
                                   "visual-wake-words", "anomaly-detection"])

@@ -37,6 +37,7 @@ class VtaDelegate:
     hw: VtaHw
     variant: str = "exact"
     trace_path: str | None = None
+    requant: str = "host"  # exact mode: where TFLite's rescale of CONV_2D/DEPTHWISE_CONV_2D runs
     name: str = "vta"
     lowered: dict[int, Lowered] = field(default_factory=dict)
     reports: list[OpReport] = field(default_factory=list)
@@ -51,9 +52,9 @@ class VtaDelegate:
                 self.host_reasons[i] = why
                 continue
             if op.name == "ADD":
-                low = lower_add(self.hw, model, i, self.variant)
+                low = lower_add(self.hw, model, i, self.variant, requant_on_vta=self.requant == "vta")
             else:
-                low = lower_gemm(self.hw, model, i)
+                low = lower_gemm(self.hw, model, i, requant_on_vta=self.requant == "vta")
             self.lowered[i] = low
             res = time_program(self.hw, low.program.instrs)
             counters = _counters(self.hw, low)
@@ -139,18 +140,23 @@ def _counters(hw: VtaHw, low: Lowered):
 def make_delegate(variant: str | None = None, hw: str | None = None,
                   overrides: list[str] | None = None) -> VtaDelegate:
     """The factory `npukit tflite run --target vta` calls with ``--delegate``, ``--hw``, ``--set``.
-    ``--set trace=FILE`` writes the VTA programs' Perfetto trace (module timelines)."""
+    Two ``--set`` keys belong to the delegate, not the hardware: ``trace=FILE`` writes the VTA
+    programs' Perfetto trace (module timelines); ``requant=host|vta`` picks where exact mode rescales
+    convolution outputs (default host: VTA exports int32; vta: the bit-exact ALU sequence of
+    `delegate.requant`, wherever the layer's accumulator bound allows)."""
     from npukit import hw as hwmod
 
     v = variant or "exact"
     if v not in VARIANTS:
         raise ConfigError(f"unknown VTA delegate {v!r} (choose exact or alkali)")
-    trace, rest = None, []
+    own, rest = {"trace": None, "requant": "host"}, []
     for o in overrides or []:
         key, _, value = o.partition("=")
-        if key.strip() == "trace":
-            trace = value.strip()
+        if key.strip() in own:
+            own[key.strip()] = value.strip()
         else:
             rest.append(o)
+    if own["requant"] not in ("host", "vta"):
+        raise ConfigError(f"requant={own['requant']!r}: expected host or vta")
     desc = hwmod.load_hw(hw or "vta-alkali", rest, expect="vta")
-    return VtaDelegate(desc, v, trace)
+    return VtaDelegate(desc, v, own["trace"], own["requant"])

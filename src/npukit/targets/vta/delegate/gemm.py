@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npukit.targets.vta.delegate.program_builder import Emitter, export_int32, planes_for, read_int32
+from npukit.targets.vta.delegate.requant import CONSTS, N_REGS, Requant, emit_requant
 from npukit.targets.vta.hw import VtaHw
 from npukit.targets.vta.isa import Mem
 from npukit.targets.vta.program import Dram, RunResult, run
@@ -34,12 +35,13 @@ class Tiles:
     kt: int
 
 
-def choose_tiles(hw: VtaHw, m: int, nb: int, kb: int, planes: int = 4) -> Tiles:
-    """Half of each buffer per slot (double buffering); the accumulator slot holds ``planes`` copies."""
+def choose_tiles(hw: VtaHw, m: int, nb: int, kb: int, planes: int = 4, per_block: int = 0) -> Tiles:
+    """Half of each buffer per slot (double buffering); the accumulator slot holds ``planes`` copies
+    of the tile plus ``per_block`` rows per output block (constants)."""
     inp_slot, wgt_slot, acc_slot = hw.inp_depth // 2, hw.wgt_depth // 2, hw.acc_depth // 2
-    nt = min(nb, max(1, wgt_slot // 8), acc_slot // planes)
+    nt = min(nb, max(1, wgt_slot // 8), acc_slot // (planes + per_block))
     kt = min(kb, wgt_slot // nt, inp_slot)
-    mt = max(1, min(m, inp_slot // kt, acc_slot // (planes * nt), (1 << 14) - 1))
+    mt = max(1, min(m, inp_slot // kt, (acc_slot // nt - per_block) // planes, (1 << 14) - 1))
     return Tiles(mt, nt, kt)
 
 
@@ -57,7 +59,8 @@ def weight_blocks(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
 class GemmProgram:
     """Built once per layer (shapes and weights are static); `run` takes A and returns int32 C."""
 
-    def __init__(self, hw: VtaHw, m: int, w: np.ndarray, bias: np.ndarray) -> None:
+    def __init__(self, hw: VtaHw, m: int, w: np.ndarray, bias: np.ndarray,
+                 requant: Requant | None = None) -> None:
         self.hw, self.m, self.k, self.n = hw, m, w.shape[0], w.shape[1]
         b = hw.block
         self.kb, self.nb = -(-self.k // b), -(-self.n // b)
@@ -69,10 +72,14 @@ class GemmProgram:
         bias_p[: self.n] = bias
         bias_addr = dram.put(bias_p)
         bound = int((128 * np.abs(w.astype(np.int64)).sum(axis=0) + np.abs(bias.astype(np.int64))).max())
-        self.planes = planes_for(bound)
+        self.requant = requant if requant is not None and requant.feasible(bound) else None
+        self.planes = 1 if self.requant else planes_for(bound)
         self.out_addrs = [dram.reserve(m * self.nb * b) for _ in range(self.planes)]
+        if self.requant:
+            const_addr = dram.put(self.requant.constants(self.nb * b))
         e = Emitter(hw, dram)
-        self.tiles = t = choose_tiles(hw, m, self.nb, self.kb, self.planes)
+        regions, per_block = (N_REGS, len(CONSTS)) if self.requant else (self.planes, 0)
+        self.tiles = t = choose_tiles(hw, m, self.nb, self.kb, regions, per_block)
         e.prologue()
         step = tile = 0
         held: list[tuple | None] = [None, None]  # weight blocks in each wgt slot
@@ -98,16 +105,33 @@ class GemmProgram:
                         e.emit("LOAD", memory_type=Mem.ACC, sram_base=acc_base,
                                dram_base=bias_addr // hw.acc_elem_bytes + n0, y_size=mt, x_size=nt,
                                x_stride=0, pop_prev=True, pop_next=True)
+                        const_base = acc_base + regions * mt * nt
+                        if self.requant:
+                            e.emit("LOAD", memory_type=Mem.ACC, sram_base=const_base,
+                                   dram_base=const_addr // hw.acc_elem_bytes + n0, y_size=len(CONSTS),
+                                   x_size=nt, x_stride=self.nb)
                     sub = mask[n0:n0 + nt, k0:k0 + kt]
                     self._gemm(e, sub, (acc_base, inp_base, wgt_base), mt, nt, kt, pop=not first)
                     step += 1
-                export_int32(e, acc_base, mt * nt, self.out_addrs, (m0 * self.nb + n0, mt, nt, self.nb))
+                out_row = (m0 * self.nb + n0, mt, nt, self.nb)
+                if self.requant:
+                    self._requant_store(e, acc_base, mt, nt, const_base, out_row)
+                else:
+                    export_int32(e, acc_base, mt * nt, self.out_addrs, out_row)
                 tile += 1
         e.emit("FINISH")
         self.instrs = e.instrs
         self.words = e.words()  # encoding checks every field against the description
         self.image = dram.image()
         self.result: RunResult | None = None
+
+    def _requant_store(self, e: Emitter, base: int, mt: int, nt: int, const_base: int,
+                       out_row: tuple[int, int, int, int]) -> None:
+        last, result = emit_requant(e, base, mt, nt, const_base, self.requant)
+        e.set_flag(last, "push_next")
+        row0, ys, xs, stride = out_row
+        e.emit("STORE", memory_type=Mem.OUT, sram_base=result, dram_base=self.out_addrs[0] // 16 + row0,
+               y_size=ys, x_size=xs, x_stride=stride, pop_prev=True, push_prev=True)
 
     @staticmethod
     def _gemm(e: Emitter, sub: np.ndarray, bases: tuple[int, int, int], mt: int, nt: int, kt: int,
@@ -130,12 +154,16 @@ class GemmProgram:
                src_factor_out=kt, **flags)
 
     def run(self, a: np.ndarray, timing: bool = False) -> np.ndarray:
-        """``a``: (M, K) int8 → (M, N) int32 computed on the simulated VTA."""
+        """``a``: (M, K) int8 → (M, N) int32 computed on the simulated VTA (int8 when the program
+        requantizes on VTA)."""
         b = self.hw.block
         ap = np.zeros((self.m, self.kb * b), np.int8)
         ap[:, : self.k] = a
         image = self.image.copy()
         image[self.a_addr:self.a_addr + ap.nbytes] = ap.view(np.uint8).reshape(-1)
         self.result = run(self.hw, self.instrs, image, timing=timing)
+        if self.requant:  # int8 outputs, requantized on VTA
+            raw = self.result.dram[self.out_addrs[0]:self.out_addrs[0] + self.m * self.nb * b]
+            return raw.view(np.int8).reshape(self.m, self.nb * b)[:, : self.n].copy()
         out = read_int32(self.result.dram, self.out_addrs, self.m * self.nb * b)
         return out.reshape(self.m, self.nb * b)[:, : self.n]

@@ -14,6 +14,10 @@ accumulator; the host does what VTA's ALU cannot express:
 * ADD: the host rescales each int8 input (a 256-entry table of ``MBQM((x − zp)·2^20)``), VTA adds
   the int32 operands, the host applies the output ``MBQM`` and clamp.
 
+With ``requant_on_vta`` (``--set requant=vta``) CONV_2D, DEPTHWISE_CONV_2D and ADD run TFLite's
+rescale, zero point and clamp on the ALU too (`delegate.requant`, exact whenever the accumulator
+bound is below 2^30) and store int8; FULLY_CONNECTED's double-precision rescale stays on the host.
+
 Alkali mode: the seed's ADD, with the host's 16-bit input rescale (``simulateRealValue``) and the
 ALU sequence ADD, MUL, SHR, ADD, MIN, MAX on VTA; the seed does not delegate anything else.
 """
@@ -32,6 +36,7 @@ from npukit.models.tflite.kernels.conv import ConvParams, conv_params
 from npukit.models.tflite.model import Model, Op
 from npukit.targets.vta.delegate.eltwise import AddProgram
 from npukit.targets.vta.delegate.gemm import GemmProgram
+from npukit.targets.vta.delegate.requant import Requant
 from npukit.targets.vta.hw import VtaHw
 
 GEMM_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
@@ -107,7 +112,7 @@ def _weight_matrix(op: Op, p: ConvParams, cin: int) -> tuple[np.ndarray, int, in
     return dense.reshape(kh * kw * cin, n), kh, kw
 
 
-def lower_gemm(hw: VtaHw, model: Model, index: int) -> Lowered:
+def lower_gemm(hw: VtaHw, model: Model, index: int, requant_on_vta: bool = False) -> Lowered:
     op = model.ops[index]
     p = conv_params(model, index)
     x_t, y_t = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
@@ -123,13 +128,16 @@ def lower_gemm(hw: VtaHw, model: Model, index: int) -> Lowered:
         g = geometry(x_t.shape[1], x_t.shape[2], kh, kw, p.options.stride_h, p.options.stride_w,
                      p.options.dilation_h_factor, p.options.dilation_w_factor, p.options.padding)
         m = x_t.shape[0] * g.oh * g.ow
-    prog = GemmProgram(hw, m, wmat, bias32)
     lo, hi = p.act_min, p.act_max
+    req = Requant(p.multipliers, p.shifts, zp_out, lo, hi) if requant_on_vta and not fc else None
+    prog = GemmProgram(hw, m, wmat, bias32, req)
 
     def run(ins: list[np.ndarray]) -> list[np.ndarray]:
         x = ins[0]
         a = x.reshape(-1, cin) if fc else _im2col(x, kh, kw, p.options, zp_in)[0]
         acc = prog.run(a).astype(np.int64)
+        if prog.requant is not None:  # VTA requantized: int8 already
+            return [acc.astype(np.int8).reshape(y_t.shape)]
         if fc:  # LiteRT's reference FULLY_CONNECTED: double rescale, ties away from zero
             scaled = round_half_away(acc.astype(np.float64) * p.real_scales).astype(np.int64)
         else:
@@ -137,10 +145,11 @@ def lower_gemm(hw: VtaHw, model: Model, index: int) -> Lowered:
         y = np.clip(scaled + zp_out, lo, hi).astype(np.int8)
         return [y.reshape(y_t.shape)]
 
-    return Lowered(index, op.name, prog, run, m * wmat.shape[1], prog.planes * m * prog.nb * hw.block)
+    host = 0 if prog.requant is not None else m * wmat.shape[1]
+    return Lowered(index, op.name, prog, run, host, prog.planes * m * prog.nb * hw.block)
 
 
-def lower_add(hw: VtaHw, model: Model, index: int, variant: str) -> Lowered:
+def lower_add(hw: VtaHw, model: Model, index: int, variant: str, requant_on_vta: bool = False) -> Lowered:
     op = model.ops[index]
     ctx = Ctx(model, op)
     a_t, b_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
@@ -160,17 +169,21 @@ def lower_add(hw: VtaHw, model: Model, index: int, variant: str) -> Lowered:
         table_b = fp.multiply_by_quantized_multiplier((codes + p.input2_offset) << p.left_shift,
                                                       p.input2_multiplier, p.input2_shift)
         bound = int(np.abs(table_a.astype(np.int64)).max() + np.abs(table_b.astype(np.int64)).max())
-        prog = AddProgram(hw, n, bound=bound)
+        vreq = None
+        if requant_on_vta:
+            vreq = Requant(np.array([p.output_multiplier] * hw.block), np.array([p.output_shift] * hw.block),
+                           p.output_offset, lo, hi)
+        prog = AddProgram(hw, n, bound=bound, exact_requant=vreq)
 
     def run(ins: list[np.ndarray]) -> list[np.ndarray]:
         a = np.broadcast_to(ins[0], y_t.shape).reshape(-1).astype(np.intp) + 128
         b = np.broadcast_to(ins[1], y_t.shape).reshape(-1).astype(np.intp) + 128
         out = prog.run(table_a[a], table_b[b])
-        if variant == "alkali":
+        if variant == "alkali" or prog.exact_requant is not None:
             return [out.reshape(y_t.shape)]
         r = fp.multiply_by_quantized_multiplier(out, p.output_multiplier, p.output_shift).astype(np.int64)
         return [np.clip(r + p.output_offset, lo, hi).astype(np.int8).reshape(y_t.shape)]
 
-    host = 0 if variant == "alkali" else n
+    host = 0 if variant == "alkali" or prog.exact_requant is not None else n
     export = prog.rows * hw.block * len(prog.out_addrs)
     return Lowered(index, op.name, prog, run, host, export)
