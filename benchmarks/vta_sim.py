@@ -1,6 +1,7 @@
 """VTA simulation speed: simulated VTA cycles per wall-clock second, functional and timing.
 
-Run: ``python benchmarks/vta_sim.py [--models resnet8-cifar10,zoo:digits] [--rounds R] [--json]``.
+Run: ``python benchmarks/vta_sim.py [--models resnet8-cifar10,zoo:digits] [--rounds R]
+[--requant host|vta] [--json]``.
 
 For each model the exact delegate lowers every supported op to a VTA program once. Then, per round:
 one inference through the functional simulator (all delegated programs, host ops included, outputs
@@ -31,11 +32,11 @@ from npukit.targets.vta.timing import time_program
 SOURCE = "benchmarks/vta_sim.py"
 
 
-def _bench(name: str, rounds: int) -> dict:
+def _bench(name: str, rounds: int, requant: str = "host") -> dict:
     model = read_model(zoo.resolve(name if ":" in name else f"zoo:{name}"))
     rng = np.random.default_rng(0)
     x = [rng.integers(-128, 128, t.shape).astype(t.dtype) for t in model.input_tensors()]
-    delegate = make_delegate("exact")
+    delegate = make_delegate("exact", overrides=[f"requant={requant}"])
     vta = Interpreter(model, delegate=delegate)
     ref = Interpreter(model).run(x)
     got = vta.run(x)
@@ -69,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet8-cifar10,zoo:digits")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--requant", choices=["host", "vta"], default="host",
+                   help="exact delegate: TFLite's rescale on the host (default) or on the VTA ALU")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    rows = [_bench(m.strip(), args.rounds) for m in args.models.split(",") if m.strip()]
+    rows = [_bench(m.strip(), args.rounds, args.requant) for m in args.models.split(",") if m.strip()]
     if args.json:
         ui.emit_json({"results": rows, "python": sys.version.split()[0]})
         return 0
