@@ -60,7 +60,15 @@ def _register_serve(verbs: argparse._SubParsersAction) -> None:
     s.add_argument("--allow-host", action="append", default=[], metavar="HOSTNQN",
                    help="only these host NQNs may connect (repeatable; default: any host)")
     s.add_argument("--io-queues", type=int, default=64, help="I/O queues granted per controller (default 64)")
+    _alkali_hook("add_serve_arguments", s)  # --accelerators, --delegate, --compat
     s.set_defaults(func=run_serve)
+
+
+def _alkali_hook(name: str, *args):
+    """The Alkali accelerator device plugs into ``serve`` here (npukit.devices.alkali.serve)."""
+    from npukit.devices.alkali import serve as alkali_serve
+
+    return getattr(alkali_serve, name)(*args)
 
 
 def _register_queries(verbs: argparse._SubParsersAction) -> None:
@@ -147,14 +155,16 @@ def _register_passthru_and_firmware(verbs: argparse._SubParsersAction) -> None:
 # ---- serve -----------------------------------------------------------------------------------------
 def run_serve(args: argparse.Namespace) -> int:
     from npukit.devices.nvme.namespace import parse_size
-    from npukit.devices.nvme.server import ServeConfig, serve
+    from npukit.devices.nvme.server import ServeConfig
 
     cfg = ServeConfig(listen=args.listen, nqn=args.nqn, namespace=args.namespace,
                       size=parse_size(args.size) if args.size else None, state_dir=args.state_dir,
                       discovery_port=None if args.no_discovery else args.discovery_port,
                       advertise=args.advertise_addr, allow_hosts=tuple(args.allow_host),
                       io_queues=args.io_queues)
-    return serve(cfg)
+    from npukit.devices.alkali.serve import AlkaliOptions
+
+    return _alkali_hook("serve", cfg, AlkaliOptions(args.accelerators, args.delegate, args.compat))
 
 
 # ---- client verbs ----------------------------------------------------------------------------------
