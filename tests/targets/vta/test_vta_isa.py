@@ -177,3 +177,22 @@ def test_deadlocked_program_names_queue_and_instruction_exit_2(tmp_path):
 
 def test_memory_enums():
     assert [m.value for m in Mem] == [0, 1, 2, 3, 4, 5] and [a.value for a in AluOp] == [0, 1, 2, 3, 4]
+
+
+def test_npukit_hw_shows_the_derived_shapes(capsys):
+    """The default configuration's shapes as hw_spec_const.h derives them (refs: uop 2^13, inp 2^11,
+    wgt 2^10, acc 2^11 elements; a uop of 11 + 11 + 10 = 32 bits)."""
+    import json
+
+    from npukit.cli.main import main
+
+    assert main(["hw", "vta-alkali", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["description"]
+    assert d["log_block"] == 4 and d["log_acc_buff_size"] == 17
+    derived = d["derived"]
+    assert derived["uop_buffer"] == f"32768 B = {2**U} x 32-bit uops"
+    assert derived["inp_buffer"] == f"32768 B = {2**INP} x 1x16 int8"
+    assert derived["wgt_buffer"] == f"262144 B = {2**WGT} x 16x16 int8"
+    assert derived["acc_buffer"] == f"131072 B = {2**ACC} x 1x16 int32"
+    assert derived["uop_bits"] == "dst 11 + src 11 + wgt 10 = 32" and derived["macs_per_cycle"] == 256
+    assert d["timing"]["tier"] == "projected" and d["timing"]["source"]
