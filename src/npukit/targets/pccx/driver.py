@@ -314,7 +314,7 @@ class PccxDriver:
         """Quantize the staged K/V blocks into the ring: one token (decode) or the chunk's T tokens,
         at positions ``pos + t`` in order (prefill)."""
         cfg = self.store.config
-        shape = (cfg.num_key_value_heads, cfg.head_dim)
+        shape = (cfg.num_key_value_heads, self.ring.dim)
         rd = self.dev.host.read
         for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
             k = nx.from_bits(rd(ka, 2 * st.n).view("<u2")).reshape(shape)

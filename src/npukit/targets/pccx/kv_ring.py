@@ -30,6 +30,7 @@ import numpy as np
 from npukit.errors import ConfigError
 from npukit.models.gemma3n.config import Gemma3nConfig
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.gemma3n_quant.padding import layout
 from npukit.targets.pccx.memory import KV_FORMATS, WORD_BYTES, HostDDR, kv_quantize, row_bytes
 
 
@@ -74,7 +75,8 @@ class KVRing:
         if max_tokens > 65535:
             raise ConfigError(f"KV ring: max_tokens {max_tokens} exceeds the 16-bit GEMV shape field")
         self.cfg, self.fmt, self.max_tokens, self.sink = cfg, fmt, int(max_tokens), int(sink)
-        self.rb = row_bytes(fmt, cfg.head_dim)
+        self.dim = layout(cfg).D  # head_dim, word-padded when needed (gemma3n_quant.padding)
+        self.rb = row_bytes(fmt, self.dim)
         self.layers: dict[int, LayerRing] = {}
         addr = _align(base)
         for i in cfg.kv_producers:

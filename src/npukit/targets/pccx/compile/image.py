@@ -9,7 +9,7 @@ Map (byte addresses; every region 16-byte aligned)::
     after        KV ring   laid out by `npukit.targets.pccx.kv_ring` at kv_init
 
 A weight tile is the row range one GEMV instruction covers: the reference's row chunks
-(``GEMV_CHUNK_VALUES`` weights) split again so that M fits the 16-bit shape field. Row-major
+(``gemv_chunk_rows``) split again so that M fits the 16-bit shape field. Row-major
 tiles are zero-copy views of the store's packed rows and scales (two adjacent regions), so a
 3.4 GB model is not copied. The down projection of a Gaussian top-k layer is stored K-major
 (row k = the M weights that multiply activation k) so the streamer can skip the rows of zero
@@ -27,7 +27,8 @@ from npukit.formats.int4 import unpack_int4
 from npukit.models.gemma3n.weights import EMBED, EMBED_PLE, LM_HEAD
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.compile.ir import CompileError
-from npukit.targets.pccx.gemma3n_quant.model import GEMV_CHUNK_VALUES
+from npukit.targets.pccx.gemma3n_quant.model import gemv_chunk_rows
+from npukit.targets.pccx.gemma3n_quant.padding import PAD
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.memory import WORD_BYTES, HostDDR, row_bytes
 
@@ -93,7 +94,7 @@ class DeviceImage:
             rows, k = m.shape
             if k > MAX_LEN:
                 raise CompileError(f"{name}: K={k} exceeds the 16-bit shape field")
-            step = max(1, GEMV_CHUNK_VALUES // k)
+            step = gemv_chunk_rows(k)
             tl = []
             for c0 in range(0, rows, step):
                 c1 = min(rows, c0 + step)
@@ -112,7 +113,8 @@ class DeviceImage:
                                    for n, m in store.mats.items() if n in self.tiles)
 
     def _gemv_matrices(self) -> list[str]:
-        names = [n for n in self.store.mats if n not in (EMBED, EMBED_PLE)]
+        mats = self.store.mats  # a matrix with a word-padded twin is only used through the twin
+        names = [n for n in mats if n not in (EMBED, EMBED_PLE) and n + PAD not in mats]
         if LM_HEAD not in self.store.mats:
             names.append(EMBED)  # tied: the embedding table is also the LM head
         return names

@@ -365,7 +365,7 @@ class LoweringOps:
         return arr
 
     def _gemv_kv(self, w: KVOperand, x: Any, w_scale: Any, fmt: str) -> np.ndarray:
-        ring, d = self.ring, self.ring.cfg.head_dim
+        ring, d = self.ring, self.ring.dim
         lr = ring.layers[w.layer]
         wk = w.span_key(window_key(ring, w.layer))
         if w.kind == "k" and not w.transposed:

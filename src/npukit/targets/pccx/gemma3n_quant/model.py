@@ -41,6 +41,7 @@ import numpy as np
 from npukit.errors import ModelError
 from npukit.models.gemma3n.weights import EMBED, EMBED_PLE, LM_HEAD, Gemma3nWeights
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.gemma3n_quant.padding import PAD, layout, plan
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store, QuantKVCache
 from npukit.targets.pccx.ops import PccxOps
 
@@ -49,6 +50,12 @@ GEMV_CHUNK_VALUES = 1 << 24  # weights per GEMV instruction before a matrix is s
 CVO_MAX_LENGTH = 65535  # the CVO length field is 16 bits
 CVO_TILE = 65528  # elementwise CVOs over longer vectors: tiles of whole L2 words (8 BF16) under the limit
 NEG_INF = F32(-np.inf)
+
+
+def gemv_chunk_rows(k: int) -> int:
+    """Rows per GEMV when a matrix is split (``GEMV_CHUNK_VALUES`` weights), a whole number of L2
+    words so every chunk's output starts on a word (rows are independent: same values)."""
+    return max(8, GEMV_CHUNK_VALUES // k // 8 * 8)
 
 
 def _is_bf16(n: float) -> bool:
@@ -63,7 +70,9 @@ class Gemma3nW4A8:
         self.cfg = cfg = store.config
         self.ops = ops if ops is not None else PccxOps()
         self.kv = kv
-        self.cache = QuantKVCache(cfg.num_key_value_heads, cfg.head_dim, kv)
+        self.lay = layout(cfg)  # word padding of heads and per-layer inputs (`padding`)
+        self._padded = frozenset(plan(cfg))
+        self.cache = QuantKVCache(cfg.num_key_value_heads, self.lay.D, kv)
         self.pos = 0
         self._sqrt_h = F32(math.sqrt(cfg.hidden_size))
         self._sqrt_p = F32(math.sqrt(cfg.hidden_size_per_layer_input))
@@ -149,9 +158,9 @@ class Gemma3nW4A8:
 
     def _gemm(self, name: str, xb: np.ndarray) -> list[np.ndarray]:
         """``_gemv`` for a batch of activations (rows of ``xb``): one GEMM per row chunk; per-token rows."""
-        m = self.s.mat(name)
+        m = self.s.mat(self._pad_name(name))
         rows, k = m.shape
-        step = max(1, GEMV_CHUNK_VALUES // k)
+        step = gemv_chunk_rows(k)
         n = xb.shape[0]
         if rows <= step:
             y = self.ops.gemm(m.codes(), xb, w_scale=m.scale, fmt="int4")
@@ -162,7 +171,7 @@ class Gemma3nW4A8:
 
     def _per_layer_inputs_batch(self, ids: list[int], x0b: np.ndarray) -> list[list[np.ndarray]]:
         cfg, o = self.cfg, self.ops
-        p = cfg.hidden_size_per_layer_input
+        p, pp = self.lay.p, self.lay.pp
         ys = [o.host_to_l2(self.host_ple(t)) for t in ids]
         projs = self._gemm("per_layer_model_projection.weight", x0b)
         gamma = self._vec("per_layer_projection_norm.weight")
@@ -171,8 +180,8 @@ class Gemma3nW4A8:
             proj = o.cvo_scale(proj, o.const(cfg.hidden_size ** -0.5))
             per = []
             for i in range(cfg.num_hidden_layers):
-                normed = self._rms(proj[i * p:(i + 1) * p], gamma)
-                per.append(o.cvo_scale(o.cvo_add(normed, y[i * p:(i + 1) * p]), o.const(2 ** -0.5)))
+                normed = self._rms(proj[i * pp:i * pp + p], gamma)
+                per.append(o.cvo_scale(o.cvo_add(normed, y[i * pp:i * pp + p]), o.const(2 ** -0.5)))
             out.append(per)
         return out
 
@@ -255,9 +264,9 @@ class Gemma3nW4A8:
 
     # ---- building blocks ---------------------------------------------------------------------
     def _gemv(self, name: str, x: np.ndarray) -> np.ndarray:
-        m = self.s.mat(name)
+        m = self.s.mat(self._pad_name(name))
         rows, k = m.shape
-        step = max(1, GEMV_CHUNK_VALUES // k)
+        step = gemv_chunk_rows(k)
         if rows <= step:
             return self.ops.gemv(m.codes(), x, w_scale=m.scale, fmt="int4")
         parts = [self.ops.gemv(m.codes(slice(lo, lo + step)), x, w_scale=m.scale[lo:lo + step], fmt="int4")
@@ -270,13 +279,14 @@ class Gemma3nW4A8:
             return self.ops.cvo_scale(x, self.ops.const(n), recip=True)
         return self.ops.cvo_scale(x, self.ops.const(1.0 / n))
 
-    def _mean_square(self, x: np.ndarray) -> np.ndarray:
+    def _mean_square(self, x: np.ndarray, n: int | None = None) -> np.ndarray:
+        """mean(x²) over ``n`` real values (default all; a padded head's zeros add +0 to the sum)."""
         o = self.ops
-        return self._div(o.reduce_sum(o.cvo_square(x)), x.shape[-1])
+        return self._div(o.reduce_sum(o.cvo_square(x)), x.shape[-1] if n is None else n)
 
-    def _rms(self, x: np.ndarray, gamma: np.ndarray | None) -> np.ndarray:
+    def _rms(self, x: np.ndarray, gamma: np.ndarray | None, n: int | None = None) -> np.ndarray:
         o = self.ops
-        m = o.cvo_add(self._mean_square(x), o.const(self.cfg.rms_norm_eps))
+        m = o.cvo_add(self._mean_square(x, n), o.const(self.cfg.rms_norm_eps))
         y = o.cvo_scale(x, o.cvo_rsqrt(m))
         return y if gamma is None else o.cvo_mul(y, gamma)
 
@@ -294,7 +304,11 @@ class Gemma3nW4A8:
         return o.cvo_scale(o.cvo_scale(p, target), self._magnitude(p, clamp=True), recip=True)
 
     def _vec(self, name: str) -> np.ndarray:
-        return self.s.vec(name)
+        return self.s.vec(self._pad_name(name))
+
+    def _pad_name(self, name: str) -> str:
+        """The word-padded twin of a tensor the layout pads (`padding.plan`), else the tensor itself."""
+        return name + PAD if name in self._padded else name
 
     # ---- token entry -------------------------------------------------------------------------
     # host-side inputs of a step (float32/float64 on the host; a compiled program re-evaluates them
@@ -305,28 +319,38 @@ class Gemma3nW4A8:
 
     def host_ple(self, token: int) -> np.ndarray:
         pid = token if token < self.cfg.vocab_size_per_layer_input else 0  # out-of-table ids use row 0
-        return self.s.mat(EMBED_PLE).dequant_rows(np.array([pid]))[0] * self._sqrt_p
+        row = self.s.mat(EMBED_PLE).dequant_rows(np.array([pid]))[0] * self._sqrt_p
+        lay = self.lay
+        if not lay.ple_padded:
+            return row
+        out = np.zeros((self.cfg.num_hidden_layers, lay.pp), row.dtype)  # layer i's block at i · pp
+        out[:, :lay.p] = row.reshape(-1, lay.p)
+        return out.ravel()
 
     def host_rope(self, layer_type: str, pos: int) -> tuple[np.ndarray, np.ndarray]:
         """cos and sign-folded sin ([-sin, sin] halves) rows for ``pos`` (float64, before BF16)."""
         freqs = F32(pos) * self._inv_freq[layer_type]  # float32 as transformers computes it
         c, s = np.cos(freqs.astype(np.float64)), np.sin(freqs.astype(np.float64))
-        return np.concatenate([c, c]), np.concatenate([-s, s])
+        if not self.lay.heads_padded:
+            return np.concatenate([c, c]), np.concatenate([-s, s])
+        cos, sin, h, hp = np.zeros(self.lay.D), np.zeros(self.lay.D), c.size, self.lay.hp  # halves at 0, hp
+        cos[:h], cos[hp:hp + h], sin[:h], sin[hp:hp + h] = c, c, -s, s
+        return cos, sin
 
     def _embed(self, token: int) -> np.ndarray:
         return self.ops.host_to_l2(self.host_embed(token))  # one BF16 rounding
 
     def _per_layer_inputs(self, token: int, x0: np.ndarray) -> list[np.ndarray]:
         cfg, o = self.cfg, self.ops
-        p = cfg.hidden_size_per_layer_input
+        p, pp = self.lay.p, self.lay.pp  # layer i's block at i · pp (word padding)
         y = o.host_to_l2(self.host_ple(token))  # host row, one BF16 rounding
         proj = self._gemv("per_layer_model_projection.weight", x0)
         proj = o.cvo_scale(proj, o.const(cfg.hidden_size ** -0.5))
         gamma = self._vec("per_layer_projection_norm.weight")
         out = []
         for i in range(cfg.num_hidden_layers):
-            normed = self._rms(proj[i * p:(i + 1) * p], gamma)
-            out.append(o.cvo_scale(o.cvo_add(normed, y[i * p:(i + 1) * p]), o.const(2 ** -0.5)))
+            normed = self._rms(proj[i * pp:i * pp + p], gamma)
+            out.append(o.cvo_scale(o.cvo_add(normed, y[i * pp:i * pp + p]), o.const(2 ** -0.5)))
         return out
 
     def _altup_init(self, x0: np.ndarray) -> list[np.ndarray]:
@@ -429,16 +453,16 @@ class Gemma3nW4A8:
         return self._gemv(pre + "o_proj.weight", self._attend_heads(i, qs))
 
     def _q_heads(self, i: int, q: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> list[np.ndarray]:
-        d, gq = self.cfg.head_dim, self._vec(f"layers.{i}.self_attn.q_norm.weight")
-        return [self._rotate(self._rms(q[h * d:(h + 1) * d], gq), cos, sin)
+        d, D, gq = self.lay.head_dim, self.lay.D, self._vec(f"layers.{i}.self_attn.q_norm.weight")
+        return [self._rotate(self._rms(q[h * D:(h + 1) * D], gq, d), cos, sin)
                 for h in range(self.cfg.num_attention_heads)]
 
     def _kv_heads(self, i: int, k: np.ndarray, v: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple:
         """One token's K (normalised, rotated) and V (normalised) heads, through the KV write path."""
-        o, d, nh = self.ops, self.cfg.head_dim, self.cfg.num_key_value_heads
+        o, d, D, nh = self.ops, self.lay.head_dim, self.lay.D, self.cfg.num_key_value_heads
         gk = self._vec(f"layers.{i}.self_attn.k_norm.weight")
-        ks = [self._rotate(self._rms(k[h * d:(h + 1) * d], gk), cos, sin) for h in range(nh)]
-        vs = [self._rms(v[h * d:(h + 1) * d], None) for h in range(nh)]
+        ks = [self._rotate(self._rms(k[h * D:(h + 1) * D], gk, d), cos, sin) for h in range(nh)]
+        vs = [self._rms(v[h * D:(h + 1) * D], None, d) for h in range(nh)]
         return o.kv_quantize(o.stack(ks), self.kv), o.kv_quantize(o.stack(vs), self.kv)
 
     def _attend_heads(self, i: int, qs: list[np.ndarray], length: int | None = None) -> np.ndarray:

@@ -22,6 +22,7 @@ from npukit.errors import ConfigError, ModelError
 from npukit.formats.int4 import pack_int4, quantize_int4, unpack_int4
 from npukit.models.gemma3n.weights import EMBED, EMBED_PLE, LM_HEAD, Gemma3nWeights
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.gemma3n_quant.padding import PAD, pad_vector, plan
 from npukit.targets.pccx.memory import KV_FORMATS
 
 F32 = np.float32
@@ -96,10 +97,36 @@ class Int4Store:
                 self.mats[name] = Int4Matrix.from_rows(lambda sl, n=name: weights.rows(n, sl), shape, group)
             else:
                 self.mats[name] = Int4Matrix.quantize(weights.get(name))
+        self._add_padded_twins()
         if self.nbytes_codes() <= _UNPACKED_CACHE_BYTES:  # small models: unpack once, not per GEMV
             for n, m in self.mats.items():
                 if n != EMBED_PLE:
                     m.keep_codes()
+
+    def _add_padded_twins(self) -> None:
+        """Word-padded copies (``name@pad``) of the tensors `padding.plan` names: zero rows (scale 1.0),
+        zero columns or zero elements at the pad positions; the INT4 codes are the originals."""
+        for name, (axis, idx, n) in plan(self.config).items():
+            if axis == "vec":
+                if name in self.vecs:
+                    self.vecs[name + PAD] = pad_vector(self.vecs[name], idx, n)
+                continue
+            if name not in self.mats:
+                continue
+            m = self.mats[name]
+            codes = m.codes()
+            rows, k = m.shape
+            if axis == "rows":
+                q = np.zeros((n, k), np.int8)
+                q[idx] = codes
+                scale = np.ones(n, F32)
+                scale[idx] = m.scale
+                shape = (n, k)
+            else:
+                q = np.zeros((rows, n), np.int8)
+                q[:, idx] = codes
+                scale, shape = m.scale.copy(), (rows, n)
+            self.mats[name + PAD] = Int4Matrix(pack_int4(q), scale, shape)
 
     def mat(self, name: str) -> Int4Matrix:
         if name == LM_HEAD and name not in self.mats:
