@@ -14,7 +14,8 @@ block of int32 accumulators. ``vpdpbusd`` multiplies *unsigned* by signed bytes,
 fp16 rounding without float16 arithmetic: a product of two fp16 values is exact in float32, and only
 values in [0.5, 128) survive the final round-and-saturate non-trivially, all of them normal fp16
 numbers, so the fp16 rounding is integer arithmetic on the float32 bits (RNE to 10 mantissa bits)
-followed by an integer round-half-even to an integer (`_sat_rni_f16`).
+followed by ``rint`` and a clamp (`_sat_rni_f16_inplace`); the epilogue's float32 -> fp16 is the
+same kind of bit arithmetic (`_f16_bits`).
 """
 
 from __future__ import annotations
@@ -112,18 +113,21 @@ def transcode64(typingctx, src_addr, tab_addr, dst_addr, chunks):
 
 
 @nb.njit(inline="always")
-def _sat_rni_f16(bits):
-    """sat_s8(rne(fp16(x))) for the float32 bit pattern of x, in int32 arithmetic; NaN -> 0.
-    Branch-free (selects only), so LLVM vectorizes the loops that call it."""
-    mag = np.int32(bits & np.uint32(0x7FFFFFFF))
-    r = (mag + np.int32(0xFFF) + ((mag >> np.int32(13)) & np.int32(1))) & np.int32(-8192)  # fp16 RNE
-    # r = sig · 2^(e - 150): round half to even to an integer; below 0.5 (shift >= 25) it is 0
-    shift = min(max(np.int32(150) - (r >> np.int32(23)), np.int32(17)), np.int32(31))
-    sig = (r & np.int32(0x7FFFFF)) | np.int32(0x800000)
-    q = (sig + (np.int32(1) << (shift - np.int32(1))) - np.int32(1) + ((sig >> shift) & np.int32(1))) >> shift
-    q = np.int32(128) if r >= np.int32(0x43000000) else q  # >= 128 (inf included): saturate
-    q = np.int32(0) if mag > np.int32(0x7F800000) else q  # NaN
-    return -q if (bits >> np.uint32(31)) != np.uint32(0) else min(q, np.int32(127))  # [127.5, 128) -> 128
+def _sat_rni_f16_inplace(prod, n, out, offset):
+    """out[i] = sat_s8(rne(fp16(prod[i]))) + offset for i < n (NaN -> 0); ``prod`` is overwritten.
+
+    fp16 rounding without float16 arithmetic: round-to-nearest-even to 10 mantissa bits on the
+    float32 bit pattern (exact for every value that can round to a non-zero int8: those are normal
+    fp16 numbers; the sign bit is untouched and inf/NaN stay non-finite), then ``rint`` — three
+    simple loops that LLVM vectorizes."""
+    bits = prod.view(np.uint32)
+    for i in range(n):
+        u = bits[i]
+        bits[i] = (u + np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    for i in range(n):
+        x = prod[i]
+        q = np.float32(0.0) if x != x else min(max(np.rint(x), np.float32(-128.0)), np.float32(127.0))
+        out[i] = np.int32(q) + offset
 
 
 @nb.njit(**_OPTS)
@@ -131,9 +135,7 @@ def column_table(lut32, inv, prod, tab):
     """tab[b] = uint8(w_b + 128) with w_b = sat_s8(rne(fp16(lut[b] · inv))), for one column."""
     for b in range(256):
         prod[b] = lut32[b] * inv  # fp16 × fp16: exact in float32
-    bits = prod.view(np.uint32)
-    for b in range(256):
-        tab[b] = np.uint8(_sat_rni_f16(bits[b]) + 128)
+    _sat_rni_f16_inplace(prod, 256, tab, 128)
 
 
 F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
@@ -144,12 +146,11 @@ def _quantize_row(a16_bits, f16_to_f32, a_inv, a8, asum, m, prod):
     k = a16_bits.shape[1]
     for i in range(k):
         prod[i] = f16_to_f32[a16_bits[m, i]] * a_inv  # fp16 × fp16: exact in float32
-    bits = prod.view(np.uint32)
+    row = a8[m]
+    _sat_rni_f16_inplace(prod, k, row, 0)
     s = 0
     for i in range(k):
-        q = _sat_rni_f16(bits[i])
-        a8[m, i] = q
-        s += q
+        s += np.int32(row[i])
     asum[m] = s
 
 
