@@ -60,8 +60,8 @@ def run(hw: VtaHw, instrs: list, dram: np.ndarray, *, timing: bool = True,
 
 def simulate(words: list[int], hw: VtaHw, dram_kib: int = 1024, skip_exec: bool = False) -> dict:
     """``npukit sim --target vta``: a program on a zeroed DRAM of ``dram_kib`` KiB."""
-    if dram_kib < 1:
-        raise ConfigError(f"--dram-kib must be >= 1, got {dram_kib}")
+    if not 1 <= dram_kib <= 1 << 20:
+        raise ConfigError(f"--dram-kib must be between 1 and {1 << 20} (1 GiB), got {dram_kib}")
     instrs = ISA.bind(hw).decode_program(words)
     out = run(hw, instrs, np.zeros(dram_kib * 1024, np.uint8), skip_exec=skip_exec)
     return {"timing": out.timing, "instructions": out.instructions,

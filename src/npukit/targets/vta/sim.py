@@ -187,7 +187,7 @@ class Simulator:
         table = {Mem.INP: (s.inp, h.inp_elem_bytes), Mem.WGT: (s.wgt, h.wgt_elem_bytes),
                  Mem.ACC: acc, Mem.UOP: (s.uop, 4), Mem.ACC_8BIT: acc}
         if mem not in table:
-            raise VtaFault(f"LOAD into memory_type {mem!r} is not supported")
+            raise VtaFault(f"LOAD into memory_type {getattr(mem, 'name', mem)} is not supported")
         return table[mem]
 
     def _load(self, ins) -> None:
@@ -228,7 +228,8 @@ class Simulator:
         if ins.x_size == 0:
             return
         if ins.memory_type != Mem.OUT:
-            raise VtaFault(f"STORE from memory_type {ins.memory_type!r} is not supported (only OUT)")
+            what = getattr(ins.memory_type, "name", ins.memory_type)
+            raise VtaFault(f"STORE from memory_type {what} is not supported (only OUT)")
         if ins.x_pad_0 or ins.x_pad_1 or ins.y_pad_0 or ins.y_pad_1:
             raise VtaFault("STORE with padding")
         h = self.hw
