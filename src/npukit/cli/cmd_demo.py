@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown demo {args.system!r} (known: {', '.join(systems())})")
     sp = argparse.ArgumentParser(prog=f"npukit demo {args.system}", description=plugin.SUMMARY)
     plugin.add_arguments(sp)
-    return int(plugin.run(sp.parse_args(args.rest)) or 0)
+    return int(plugin.run(ui.check_args(sp.parse_args(args.rest))) or 0)
 
 
 def run_tern(rest: list[str]) -> int:

@@ -156,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
         ui.emit_json(res)
         return 0
     s = res["sample"]
+    # one line (< 100 columns): bits/bytes follow from the layouts, errors are measured on the sample
     print(f"npukit formats: {s['shape'][0]}x{s['shape'][1]} {s['distribution']}, seed {s['seed']}, "
-          f"rms {s['rms']:.3f}; bits/bytes derived from layouts, errors measured on this sample")
+          f"rms {s['rms']:.3f}; errors measured")
     rows = [[r["format"], f"{r['bits_per_element']:.4g}", r["bytes"], f"{r['rmse']:.3g}",
              f"{r['max_abs_error']:.3g}", f"{r['sqnr_db']:.1f}", r["layout"]] for r in res["formats"]]
     ui.table(rows, ["format", "bits/elem", "bytes", "RMSE", "max |err|", "SQNR dB", "layout"],

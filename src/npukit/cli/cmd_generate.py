@@ -73,13 +73,14 @@ def resolve_model(spec: str | None) -> LoadedModel:
 
 
 def parse_ids(text: str) -> list[int]:
-    try:
-        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        raise ConfigError(f"--prompt-ids must be comma-separated integers, got {text!r}") from None
-    if not ids:
+    items = text.replace(" ", "").split(",")
+    if items == [""]:
         raise ConfigError("--prompt-ids is empty")
-    return ids
+    try:
+        return [int(t) for t in items]
+    except ValueError:
+        raise ConfigError(f"--prompt-ids must be comma-separated integers (no empty items), got {text!r}"
+                          ) from None
 
 
 def prompt_ids(args: argparse.Namespace, model: LoadedModel) -> list[int]:
@@ -112,6 +113,22 @@ def target_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in _OPTIONS if getattr(args, k, None) not in (None, [])}
 
 
+def check_options(family: str, target: str, options: dict[str, Any]) -> None:
+    """Reject, by their flags, the options the target's backend does not take (before any work)."""
+    import inspect
+
+    factory = backends.get_spec(family, target).factory
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    bad = [_OPTIONS[k] for k in options if k not in params]
+    if bad:
+        raise ConfigError(f"--target {target} does not take {' or '.join(bad)}")
+
+
 class _Streamer:
     """Writes each new token to stdout: the newly decoded text, or the id."""
 
@@ -138,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(args.model)
     ids = prompt_ids(args, model)
     sampling = SamplingParams(args.temperature, args.top_p, args.repetition_penalty, args.seed)
+    check_options(model.family, args.target, target_options(args))
     backend = backends.create_backend(model, args.target, kv=args.kv, **target_options(args))
     stops = () if args.ignore_eos else model.eos_token_ids
     # A bar on stderr only when stdout is not the same terminal the tokens stream to.
@@ -149,8 +167,14 @@ def run(args: argparse.Namespace) -> int:
                 stream(tok)
             bar.update()
 
-        result = generate(backend, ids, args.max_new_tokens, sampling, stops, model.vocab_size,
-                          keep_logits=args.logits, on_token=on_token)
+        try:
+            result = generate(backend, ids, args.max_new_tokens, sampling, stops, model.vocab_size,
+                              keep_logits=args.logits, on_token=on_token)
+        except BaseException:
+            if stream is not None and stream.ids:  # the error starts on its own line
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            raise
     if args.json:
         obj: dict[str, Any] = {"model": str(model.name), "family": model.family, "target": args.target}
         obj |= result.to_json(with_logits=args.logits)

@@ -24,7 +24,7 @@ def _flatten(d: dict, prefix: str = "") -> list[list[str]]:
         if isinstance(v, dict):
             rows += _flatten(v, key + ".")
         else:
-            rows.append([key, repr(v)])
+            rows.append([key, v if isinstance(v, str) else repr(v)])
     return rows
 
 
@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             ui.table([[n] for n in names], ["preset"])
         return 0
+    if args.preset.endswith(".toml") or "/" in args.preset:
+        ui.check_input(args.preset, "preset")
     desc = hw.load_hw(args.preset, args.overrides)
     data = hw.to_dict(desc)
     if args.json:

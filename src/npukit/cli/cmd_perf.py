@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any
 
 from npukit.cli import ui
@@ -30,10 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "perf.static_power_w=3)")
     p.add_argument("--basis", choices=("peak", "effective"), default="peak",
                    help="memory bandwidth basis (default peak: an upper bound)")
-    p.add_argument("--target-tps", type=float, default=None,
+    p.add_argument("--target-tps", type=ui.positive(float), default=None,
                    help="decode rate to check for reachability (default: the target's seed goal)")
-    p.add_argument("--ops", type=int, default=0, metavar="N", help="also list the N slowest ops")
-    p.add_argument("--plot", default=None, metavar="FILE.png",
+    p.add_argument("--ops", type=ui.positive(int, zero=True), default=0, metavar="N",
+                   help="also list the N slowest ops")
+    p.add_argument("--plot", type=ui.output_file("--plot"), default=None, metavar="FILE.png",
                    help="roofline.png: ops on the roofline; layers.png: stacked per-layer times")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -91,6 +93,11 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     tl = lg.target_ledger(target, desc, table.config, context=args.context, weights=weights, kv=args.kv,
                           sparsity=None if model_sp else sparsity)
     led = lg.merge(led, tl)
+    phases = {n.split(".", 1)[1]: f.value for n, f in led.items() if n.startswith("tokens_per_second.")}
+    if phases:
+        each = ", ".join(f"{ph} {v:.3g}" for ph, v in phases.items())
+        notes.append(f"tokens_per_second {a.totals['tokens_per_second']:.3g} is the analytic roofline "
+                     f"(no target phase); the target's own phases, tok/s: {each}")
     return {"analysis": a, "ledger": led, "notes": notes, "target": target, "weights": weights,
             "target_ledger": tl is not None}
 
@@ -119,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     ui.table(led.rows(), ["figure", "value", "tier", "source"])
     print(f"\nbound: {a.bound}")
     for n in res["notes"]:
-        print(f"note: {n}")
+        print(textwrap.fill(f"note: {n}", ui.WIDTH, subsequent_indent="      "))
     if ops:
         print()
         ui.table([[o, f"{s * 1e3:.3f} ms", b, f"{m:.4g}", f"{y:.4g}"] for o, s, b, m, y in ops],

@@ -20,6 +20,7 @@ from typing import Any
 
 from npukit.cli import ui
 from npukit.cli.cmd_asm import add_target_arguments, call, read_words, resolve_target
+from npukit.errors import ConfigError
 from npukit.evidence import Ledger, Tier
 
 MODEL = "npukit.sim.timing fluid event model"
@@ -71,6 +72,8 @@ def _plain(result: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     target, hw, label, options = resolve_target(args, "simulate")
     words = read_words(target, args.program, hw, None, options)
+    if len(words) == 0:
+        raise ConfigError(f"{args.program}: the program has no instructions")
     result = call(target.resolve("simulate"), words, hw, **options)
     head = {"program": args.program, "target": target.name, "hw": label, "overrides": args.overrides,
             **options}

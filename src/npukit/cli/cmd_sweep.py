@@ -21,10 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sparsity", type=float, default=0.0, help="FFN sparsity when not swept (default 0)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="fixed hardware override applied to every point")
-    p.add_argument("--basis", choices=("peak", "effective"), default="peak")
-    p.add_argument("--out", default=None, metavar="FILE.csv|FILE.parquet", help="write every point")
-    p.add_argument("--pareto", default=None, metavar="FILE.png", help="Pareto plot of tok/s vs J/token")
-    p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--basis", choices=("peak", "effective"), default="peak",
+                   help="memory bandwidth basis: peak (an upper bound, default) or effective (sustained)")
+    p.add_argument("--out", type=ui.output_file("--out"), default=None, metavar="FILE.csv|FILE.parquet",
+                   help="write every point")
+    p.add_argument("--pareto", type=ui.output_file("--pareto"), default=None, metavar="FILE.png",
+                   help="Pareto plot of tok/s vs J/token")
+    p.add_argument("--workers", type=ui.positive(int), default=2, help="local worker processes (default 2)")
     p.add_argument("--ray", default=None, metavar="ADDRESS", help="run the chunks on a Ray cluster")
     p.add_argument("--json", action="store_true", help="print one JSON object (Pareto front and timing)")
     p.set_defaults(func=run)

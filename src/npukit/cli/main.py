@@ -30,9 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        from npukit.cli.ui import check_args
+
+        check_args(args)  # output paths (and a --hw file) before any work
         return int(args.func(args) or 0)
     except NpukitError as exc:
-        print(f"npukit: error: {exc}", file=sys.stderr)
+        print(f"npukit: error: {str(exc).removeprefix(': ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("npukit: interrupted", file=sys.stderr)

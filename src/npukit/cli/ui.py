@@ -1,25 +1,143 @@
-"""Terminal output shared by every subcommand: aligned tables, a progress bar on stderr, JSON."""
+"""Terminal output shared by every subcommand: aligned tables, a progress bar on stderr, JSON, and
+the up-front checks of the paths a command will write (so a bad path fails before any work)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
+
+from npukit.errors import ConfigError
 
 T = TypeVar("T")
 
+WIDTH = 100  # human tables fit this many columns; --json keeps every cell in full
+
+# Argument destinations that name a file a command writes, for commands that do not tag their
+# flags with `output_file` (checked all the same).
+OUTPUT_DESTS = ("output", "out", "trace", "plot", "pareto")
+
+
+class OutputPath(str):
+    """A path a command will write; `check_args` verifies it before the command runs."""
+
+    flag = "output"
+    is_dir = False
+
+
+def output_file(flag: str, directory: bool = False) -> Callable[[str], OutputPath]:
+    """An argparse ``type`` marking the value as an output path (``directory``: a folder to fill)."""
+    def make(text: str) -> OutputPath:
+        out = OutputPath(text)
+        out.flag, out.is_dir = flag, directory
+        return out
+
+    make.__name__ = "output path"
+    return make
+
+
+def check_output(path: str | Path, flag: str, directory: bool = False) -> None:
+    """Raise a one-line ConfigError when ``path`` cannot be written (missing folder, a directory in
+    place of a file, no write permission). ``-`` (stdout) passes."""
+    text = str(path)
+    if text in ("", "-"):
+        if text == "":
+            raise ConfigError(f"{flag}: empty path")
+        return
+    p = Path(text)
+    if directory:
+        if p.exists() and not p.is_dir():
+            raise ConfigError(f"{flag} {text}: exists and is not a directory")
+        target = p if p.is_dir() else p.parent
+    else:
+        if p.is_dir():
+            raise ConfigError(f"{flag} {text}: is a directory; give a file name")
+        target = p.parent
+    target = target if str(target) else Path(".")
+    if not target.is_dir():
+        raise ConfigError(f"{flag} {text}: directory {target} does not exist")
+    if not os.access(target, os.W_OK) or (p.exists() and not directory and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{flag} {text}: not writable")
+
+
+def check_input(path: str, flag: str) -> None:
+    """A file the command reads: it must exist and be a regular file."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory, not a file")
+    if not p.is_file():
+        raise ConfigError(f"{flag} {path}: no such file")
+
+
+def check_args(args: T) -> T:
+    """Every output path of a parsed command line, and a --hw that names a TOML file, checked before
+    the command runs."""
+    for dest, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, OutputPath):
+                check_output(v, v.flag, v.is_dir)
+            elif dest in OUTPUT_DESTS and isinstance(v, str):
+                check_output(v, f"--{dest}")
+    hw = getattr(args, "hw", None)
+    if isinstance(hw, str) and (hw.endswith(".toml") or os.sep in hw):
+        check_input(hw, "--hw")
+    return args
+
+
+def positive(kind: type = int, zero: bool = False) -> Callable[[str], Any]:
+    """An argparse ``type``: a number > 0 (>= 0 with ``zero``)."""
+    def parse(text: str) -> Any:
+        import argparse
+
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if v < 0 or (v == 0 and not zero) or v != v:
+            raise argparse.ArgumentTypeError(f"must be {'>= 0' if zero else '> 0'}, got {text}")
+        return v
+
+    parse.__name__ = "positive number"
+    return parse
+
+
+def fit(cells: list[list[str]], width: int = WIDTH, sep: int = 2, prefer: int = -1) -> list[list[str]]:
+    """Shorten cells (ending them in '…') until a row fits ``width`` characters: first column
+    ``prefer`` (default the last, e.g. a source) down to 24, then always the widest column."""
+    if not cells:
+        return cells
+    ncol = max(len(r) for r in cells)
+    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
+    excess = sum(widths) + sep * (ncol - 1) - width
+    first = prefer % ncol
+    cut = max(0, min(excess, widths[first] - 24))
+    widths[first] -= cut
+    excess -= cut
+    while excess > 0:
+        i = max(range(ncol), key=lambda k: widths[k])
+        if widths[i] <= 12:
+            break
+        widths[i] -= 1
+        excess -= 1
+    return [[c if len(c) <= widths[i] else c[: widths[i] - 1] + "…" for i, c in enumerate(r)] for r in cells]
+
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str] | None = None, out: TextIO | None = None,
-          align: str | None = None) -> None:
-    """Print rows as an aligned text table. ``align`` is a string of 'l'/'r' per column."""
+          align: str | None = None, width: int | None = WIDTH) -> None:
+    """Print rows as an aligned text table. ``align`` is a string of 'l'/'r' per column; the widest
+    columns are shortened to fit ``width`` (None: never)."""
     out = out or sys.stdout
     cells = [[str(c) for c in r] for r in rows]
     if headers:
         cells.insert(0, [str(h) for h in headers])
     if not cells:
         return
+    if width:
+        cells = fit(cells, width)
     ncol = max(len(r) for r in cells)
     widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
     align = align or "l" * ncol

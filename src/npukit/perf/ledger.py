@@ -8,12 +8,14 @@ authoritative — a figure of the same name replaces the analytic one, which sta
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from npukit import registry
 from npukit.evidence import Figure, Ledger, Tier
 from npukit.perf.roofline import Analysis
 
+HEADLINES = ("tokens_per_second", "seconds_per_token", "joules_per_token")
 SEED_TERN = "seeds/002 ternfpga ledger; refs/ternary.md §1.6"
 
 # Reference points for comparison (model-specific: shown with the matching model family).
@@ -72,12 +74,17 @@ def build_ledger(a: Analysis, target_tps: float | None = None, target_source: st
     led.add("macs_per_token", tot["macs_per_token"], "MAC", Tier.DERIVED, "op counts from the model config")
     led.add("sfu_elems_per_token", tot["sfu_elems_per_token"], "elem", Tier.DERIVED,
             "op counts from the model config (norms, RoPE, softmax, activations)")
-    led.add("joules_per_token", tot["joules_per_token"], "J/token", t_energy,
-            "Σ actions × energy per action + static power × time (docs/evidence.md)")
-    led.add("dynamic_joules_per_token", tot["dynamic_joules_per_token"], "J/token", t_energy,
-            "Σ MACs, SFU elements and bits per memory level × their energies")
-    led.add("static_joules_per_token", tot["static_joules_per_token"], "J/token", t_energy,
-            f"static power {m.static_power_w:g} W × seconds per token")
+    if tot["dynamic_joules_per_token"] > 0:
+        led.add("joules_per_token", tot["joules_per_token"], "J/token", t_energy,
+                "Σ actions × energy per action + static power × time (docs/evidence.md)")
+        led.add("dynamic_joules_per_token", tot["dynamic_joules_per_token"], "J/token", t_energy,
+                "Σ MACs, SFU elements and bits per memory level × their energies")
+        led.add("static_joules_per_token", tot["static_joules_per_token"], "J/token", t_energy,
+                f"static power {m.static_power_w:g} W × seconds per token")
+    else:  # a description with a measured total power and no per-action energies
+        led.add("joules_per_token", tot["joules_per_token"], "J/token", t_energy,
+                "the description's total power × seconds per token (it gives no per-action "
+                "energies, so no dynamic/static split)")
     led.add("average_power", tot["joules_per_token"] / tot["seconds_per_token"], "W", t_energy,
             "joules_per_token × tokens_per_second")
     led.add("compute_ceiling_tokens_per_second", 1 / max(tot["mac_seconds"], 1e-30), "tok/s", t_time,
@@ -150,9 +157,15 @@ def merge(analytic: Ledger, target: Ledger | None) -> Ledger:
     if target is None:
         return analytic
     out = Ledger()
+    phases = sorted(n.split(".", 1)[1] for n in target if n.startswith("tokens_per_second."))
     for name, fig in analytic.items():
         if name in target:
             out.figures[f"analytic.{name}"] = fig
+        elif name in HEADLINES and phases:
+            # the target reports its own phases: say which one the analytic headline is not
+            out.figures[name] = replace(fig, source=f"analytic roofline, no target phase (every unit at "
+                                        f"peak, no host glue); per phase: {name}.<{'|'.join(phases)}> "
+                                        f"below; {fig.source}")
         else:
             out.figures[name] = fig
     for name, fig in target.items():

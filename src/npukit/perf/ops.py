@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,10 +104,14 @@ def load_config(model: str | Path | dict[str, Any]) -> dict[str, Any]:
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"
-    if path.suffix == ".json" and path.exists():
+        if not path.is_file():
+            raise ConfigError(f"--model {model}: the directory has no config.json")
+    if path.suffix == ".json" or os.sep in str(model):
+        if not path.is_file():
+            raise ConfigError(f"--model {model}: no such file")
         try:
             cfg = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read model config: {exc}") from None
         # multimodal Gemma 3n checkpoints nest the text part
         return cfg.get("text_config", cfg) if isinstance(cfg, dict) else cfg

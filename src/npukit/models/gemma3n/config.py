@@ -184,6 +184,12 @@ class Gemma3nConfig:
             mt = raw.get("model_type", "gemma3n_text")
         if mt not in TEXT_MODEL_TYPES:
             raise ConfigError(f"model config: model_type {mt!r} is not a Gemma 3n text decoder")
+        # transformers' defaults describe one whole model (E4B): a config with no shape keys is that
+        # model, but a config that gives some shape keys and lacks others would mix two models and
+        # fail later on a shape that no longer agrees, so name the missing key.
+        missing = [k for k in SHAPE_KEYS if k not in raw]
+        if missing and len(missing) < len(SHAPE_KEYS):
+            raise ConfigError(f"model config lacks {missing[0]!r}")
         c = {**HF_TEXT_DEFAULTS, **{k: v for k, v in raw.items() if k in HF_TEXT_DEFAULTS}}
         n = _pos_int(c, "num_hidden_layers")
         hidden = _pos_int(c, "hidden_size")
@@ -268,6 +274,10 @@ class Gemma3nConfig:
 
 def _is_pos_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads")
 
 
 def _pos_int(c: dict[str, Any], field: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from npukit.errors import ConfigError
+from npukit.errors import ConfigError, FormatError
 from npukit.evidence import Ledger, Tier
 from npukit.hw import load_hw
 from npukit.runtime.backend_bitnet import KV_MODES, BitNetBackend
@@ -51,7 +51,17 @@ class TernBackend(BitNetBackend):
         self._marks = []
 
     def _forward(self, ids: list[int], kind: str) -> np.ndarray:
-        logits = super()._forward(ids, kind)
+        try:
+            logits = super()._forward(ids, kind)
+        except FormatError as exc:
+            if not str(exc).startswith("attention_unit:") or "keys" not in str(exc):
+                raise
+            t_max = self.hw.attention.t_max
+            raise ConfigError(
+                f"tern: the context outgrew the attention unit ({exc}; preset {self.hw.name} has "
+                f"attention.t_max={t_max}): shorten the prompt or --max-new-tokens to fit {t_max} "
+                f"positions, pick a preset with more KV (tern-arty-a7-100t holds 128), or "
+                f"--set attention.t_max=N") from None
         c = self.net.cfg
         self.ops.lm_head(c.vocab_size, c.hidden_size)
         self._marks.append((kind, len(ids), len(self.ops.work)))
