@@ -39,7 +39,8 @@ block flush nvme flush /dev/nvme0n1
 block id_ctrl nvme id-ctrl /dev/nvme0 -o json
 block id_ns nvme id-ns /dev/nvme0n1 -o json
 block smart_after nvme smart-log /dev/nvme0 -o json
-block vendor_passthru nvme admin-passthru /dev/nvme0 -o 0xc2 -l 16 -r -4 4
+# a vendor opcode no handler claims (0xC2 is the Alkali Accelerator Identify when accelerators are served)
+block vendor_passthru nvme admin-passthru /dev/nvme0 -o 0xca -l 16 -r -4 4
 # a whole number of 4 KiB transfers: nvme-cli pads a short last transfer with uninitialised memory
 dd if=/dev/urandom of=/tmp/fw.bin bs=4096 count=3 2>/dev/null
 value fw_sha256 "$(sha256sum /tmp/fw.bin | cut -d' ' -f1)"
