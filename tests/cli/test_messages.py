@@ -15,7 +15,7 @@ from npukit.cli.main import main
 from npukit.models.embedded import default_model_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
-import bitnet_tiny as tiny  # noqa: E402
+import bitnet_tiny as tiny
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -84,7 +84,8 @@ def test_generate_names_the_missing_config_key(key, tmp_path, capsys):
                                                       ("golden", ["--set", "a=1"], "--set")])
 def test_generate_names_the_flag_a_target_does_not_take(target, argv, flag, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    err = one_error(capsys, "generate", "--target", target, "--prompt-ids", "2", "--max-new-tokens", "1", *argv)
+    err = one_error(capsys, "generate", "--target", target, "--prompt-ids", "2", "--max-new-tokens", "1",
+                    *argv)
     assert err == f"npukit: error: --target {target} does not take {flag}"
     assert not (tmp_path / "t.json").exists()
 
@@ -108,7 +109,8 @@ def test_tern_outgrowing_the_attention_unit(tmp_path, capsys):
     assert rc == 2
     assert len(out.split()) == 64 and out.endswith("\n")  # 64 keys fit; the error starts its own line
     msg = err.strip().splitlines()[-1]
-    assert msg.startswith("npukit: error: tern: the context outgrew the attention unit (attention_unit: 65 keys")
+    assert msg.startswith("npukit: error: tern: the context outgrew the attention unit "
+                          "(attention_unit: 65 keys")
     for hint in ("attention.t_max=64", "--max-new-tokens", "tern-arty-a7-100t", "--set attention.t_max=N"):
         assert hint in msg
 
@@ -125,6 +127,7 @@ def test_tern_perf_energy_and_headline(capsys):
     assert figs["tokens_per_second"]["source"].startswith("analytic roofline, no target phase")
     rc, out, _ = run(capsys, "perf", "--hw", "tern-arty-a7-35t", "--model", "bitnet-b1.58-2b-4t",
                      "--context", "64")
+    assert rc == 0
     assert "is the analytic roofline (no target phase)" in out and "engine-bound" in out
 
 

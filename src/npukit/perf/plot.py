@@ -57,9 +57,19 @@ def plot_roofline(a: Analysis, path: str | Path) -> Path:
             bw = lv.bps(a.basis)
             ax.plot(xs, np.minimum(xs * bw, peak), "--", lw=1.2, label=f"{lv.name} {bw / 1e9:.3g} GB/s")
     groups = a.table.groups[ok]
-    for g in sorted(set(groups)):
+    names = sorted(set(groups))
+    colors = _colors(len(names))
+    spots: dict[tuple[float, float], list[str]] = {}  # points within ~25% of each other share a label
+    for k, g in enumerate(names):
         sel = groups == g
-        ax.scatter(x[sel], y[sel], s=14, alpha=0.75, label=g)
+        ax.scatter(x[sel], y[sel], s=16, alpha=0.8, label=g, color=colors[k],
+                   marker=MARKERS[k % len(MARKERS)])
+        for xi, yi in zip(x[sel], y[sel], strict=True):
+            spots.setdefault((round(float(np.log10(xi)), 1), round(float(np.log10(yi)), 1)), []).append(g)
+    # op classes often sit on the same point (same intensity, same bound): one label names them all
+    for (lx, ly), gs in spots.items():
+        ax.annotate(", ".join(dict.fromkeys(gs)), (10 ** lx, 10 ** ly), fontsize=6, xytext=(6, -2),
+                    textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (MAC per off-chip byte)")
@@ -96,28 +106,46 @@ def layer_times(a: Analysis) -> tuple[list[str], list[str], np.ndarray]:
     return labels, groups, out
 
 
-def plot_layers(a: Analysis, path: str | Path) -> Path:
+def layers_figure(a: Analysis) -> Any:
+    """The stacked per-layer chart: one distinct colour per op group, the y range holding the
+    tallest column (lm_head's 'post' column included), the legend outside the bars."""
     plt = _plt()
     labels, groups, data = layer_times(a)
-    fig, ax = plt.subplots(figsize=(max(8, len(labels) * 0.25), 5))
+    fig, ax = plt.subplots(figsize=(max(9, len(labels) * 0.25 + 2), 5))
     bottom = np.zeros(data.shape[1])
-    for g, row in zip(groups, data, strict=True):
-        ax.bar(range(len(labels)), row * 1e3, bottom=bottom * 1e3, label=g, width=0.8)
+    colors = _colors(len(groups))
+    for k, (g, row) in enumerate(zip(groups, data, strict=True)):
+        ax.bar(range(len(labels)), row * 1e3, bottom=bottom * 1e3, label=g, width=0.8, color=colors[k])
         bottom += row
+    ax.set_ylim(0, float(bottom.max()) * 1e3 * 1.08 or 1.0)
     ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=90)
     ax.set_ylabel("ms per token (cycles = ms × clock)")
     ax.set_xlabel("layer")
     ax.set_title(f"{a.table.model} on {a.machine.name}: per-layer time, "
                  f"{a.totals['seconds_per_token'] * 1e3:.1f} ms/token (derived roofline)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
+    return fig
+
+
+def plot_layers(a: Analysis, path: str | Path) -> Path:
+    fig = layers_figure(a)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _plt().close(fig)
     return Path(path)
 
 
 def plot_pareto(rows: list[dict[str, Any]], front: list[int], path: str | Path,
                 refs: dict[str, tuple[float, float]] | None = None) -> Path:
+    fig = pareto_figure(rows, front, refs)
+    fig.savefig(path, dpi=120)
+    _plt().close(fig)
+    return Path(path)
+
+
+def pareto_figure(rows: list[dict[str, Any]], front: list[int],
+                  refs: dict[str, tuple[float, float]] | None = None) -> Any:
+    """tok/s vs J/token on log axes with plain-number tick labels (2.2, not 2.2×10⁰)."""
     plt = _plt()
     tps = np.asarray([r["tokens_per_second"] for r in rows])
     jpt = np.asarray([r["joules_per_token"] for r in rows])
@@ -132,9 +160,29 @@ def plot_pareto(rows: list[dict[str, Any]], front: list[int], path: str | Path,
     ax.set_yscale("log")
     ax.set_xlabel("tokens per second")
     ax.set_ylabel("joules per token")
+    _plain_ticks(ax)
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return fig
+
+
+def _plain_ticks(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    fmt = FuncFormatter(lambda v, _: f"{v:.3g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(fmt)
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def _colors(n: int) -> list[Any]:
+    """n distinct colours (tab10, then tab20 for up to 20 groups)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
