@@ -9,7 +9,8 @@ Graph: image int8 [1, 8, 8, 1] → CONV_2D 3×3 ×8 (SAME, ReLU) → CONV_2D 3×
 ReLU) → RESHAPE [1, 144] → FULLY_CONNECTED 10 (logits). Weights per-channel symmetric int8,
 activation ranges calibrated on the training split. Writes ``model.tflite``, ``images.bin``
 (``IMAGES`` held-out images, 64 bytes each), ``input.bin`` (model, then the images: the input
-buffer the firmware ``cnn_classify`` expects), ``labels.json`` and ``metrics.json``.
+buffer the firmware ``cnn_classify`` expects), ``labels.json`` and ``metrics.json``; with the default
+OUTDIR also the copies in ``src/npukit/devices/alkali/data/`` that ``npukit demo alkali`` reads.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from npukit.models.tflite.writer import ModelBuilder
 
 IMAGES = 8
 SEED = 0
+HERE = Path(__file__).resolve().parent
 
 
 def train(split: digits.Split):
@@ -128,7 +130,12 @@ def main(out: Path) -> None:
         "seed": SEED, "epochs": 40, "source": "examples/alkali/cnn/make_cnn.py (torch training, npukit "
         "int8 reference interpreter for the accuracy)"}, indent=1) + "\n")
     print(f"model {len(model)} B, int8 held-out accuracy {accuracy:.4f}")
+    if out == HERE:  # the copies `npukit demo alkali` ships in the package
+        data = HERE.parents[2] / "src" / "npukit" / "devices" / "alkali" / "data"
+        for src, dst in (("model.tflite", "cnn_model.tflite"), ("images.bin", "cnn_images.bin"),
+                         ("labels.json", "cnn_labels.json"), ("cnn_classify.v1.o", "cnn_classify.v1.o")):
+            (data / dst).write_bytes((out / src).read_bytes())
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent)
+    main(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else HERE)

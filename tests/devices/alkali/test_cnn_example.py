@@ -65,3 +65,15 @@ def test_cnn_accuracy_claim_holds_under_litert():
     claim = json.loads((CNN / "metrics.json").read_text())
     assert claim["held_out_images"] == len(images)
     assert round(float((classes == split.y_test).mean()), 4) == claim["int8_accuracy"] >= 0.9
+
+
+def test_committed_firmware_is_what_clang_builds(tmp_path):
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("clang-14") is None:
+        pytest.fail("clang-14 missing: run scripts/ensure_debian_deps.sh (make test runs it)")
+    subprocess.run(["sh", str(CNN / "build.sh"), str(tmp_path)], check=True, capture_output=True)
+    assert (tmp_path / "cnn_classify.v1.o").read_bytes() == (CNN / "cnn_classify.v1.o").read_bytes()

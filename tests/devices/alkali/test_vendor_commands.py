@@ -255,3 +255,23 @@ def test_reference_flavor_fields(ref_rig):
     assert struct.unpack_from("<II", status) == (8, StatusId.DONE)  # length 8, no descriptors
     assert status[8:] == bytes(24)
     assert h.read_data(0, 4096) == b"R" * 4096
+
+
+def test_remaining_error_statuses(rig):
+    h = rig.host
+    assert rig.status_of(h.read_data, 0, 4) == SEQUENCE_ERROR  # disabled
+    assert rig.status_of(h.storage_output, 0, 0, 512) == SEQUENCE_ERROR
+    h.enable()
+    assert rig.status_of(h.read_firmware, 3, 0, 4) == INVALID_FIELD  # unknown accelerator
+    assert rig.status_of(h.storage_output, 1, 8191, 1024) == LBA_OUT_OF_RANGE
+    h.send_firmware(1, 0, h_asm(SPIN_FW))
+    h.start(1, 0)
+    assert rig.status_of(h.read_data, 1, 4) == SEQUENCE_ERROR  # while running
+    assert rig.status_of(h.storage_input, 1, 0, 512) == SEQUENCE_ERROR
+    assert rig.status_of(h.control, 1, ControlOp.SET_ACTIVE_FIRMWARE, 0) == SEQUENCE_ERROR
+    rig.dev.wait_idle(60)
+    assert [t for t, _ in _entries(rig, 0)] == [T_ACCEL, T_ACCEL]
+    entries = _entries(rig, 1)
+    assert [t for t, _ in entries] == [T_OUTPUT, T_ACCEL, T_ACCEL, T_ACCEL, T_ACCEL]
+    assert "budget" in entries[-1][1]
+    assert "no accelerator 3" in _entries(rig, 0xFFFF)[0][1]
