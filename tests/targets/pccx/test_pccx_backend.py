@@ -117,7 +117,12 @@ def test_trace_is_written_once_and_covers_the_last_16_runs(tmp_path, monkeypatch
     be = Gemma3nPccx(SimpleNamespace(weights=synthetic_weights(cfg, seed=3)), trace=str(trace))
     writes = []
     real = Path.write_text
-    monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: (writes.append(self), real(self, *a, **k))[1])
+
+    def counted(self, *a, **k):
+        writes.append(self)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", counted)
     res = generate(be, [2, 3], 19)  # 1 prompt chunk + 18 decode tokens = 19 program runs
     assert writes == [trace]  # once, at the end; never rewritten per token
     pids = {e["pid"] for e in json.loads(trace.read_text())["traceEvents"]}

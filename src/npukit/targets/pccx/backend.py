@@ -28,7 +28,8 @@ from npukit.errors import ConfigError, ModelError
 from npukit.evidence import Ledger, Tier
 from npukit.runtime.backends import register_backend
 from npukit.targets.pccx.driver import PccxDriver
-from npukit.targets.pccx.gemma3n_quant import KV_FORMATS, Int4Store
+from npukit.targets.pccx.gemma3n_quant import KV_FORMATS
+from npukit.targets.pccx.gemma3n_quant.cache import load_store
 from npukit.targets.pccx.kv_ring import ring_size
 
 TRACE_TOKENS = 16  # at most this many tokens (the last ones) go into a --trace file
@@ -51,7 +52,7 @@ class Gemma3nPccx:
         self.hw = hwmod.load_hw(self.hw_name, self.overrides, expect="pccx")
         self.kv, self.trace_path = kv, trace
         cap, sink = ring_size(kv_max_tokens, kv_sink, kv_window)
-        self.store = Int4Store(model.weights)
+        self.store, self.int4_source = load_store(model.weights)  # INT4 image cached by content hash
         self.drv = PccxDriver(self.hw, profile, executor).open().load(self.store)
         if getattr(self.drv.dev, "backend", None) == "numpy":  # numba missing: say so once, at start
             print("npukit: note: numba is not importable; --target pccx runs its NumPy kernels "
@@ -155,7 +156,7 @@ class Gemma3nPccx:
         return {"target": self.target, "kv": self.kv, "position": self.drv.position, "hw": self.hw_name,
                 "overrides": self.overrides, "executor": self.drv.executor, "prefill": self.prefill_mode,
                 "kv_ring": {"max_tokens": self.drv.ring.max_tokens, "sink": self.drv.ring.sink},
-                "setup_seconds": round(self.setup_s, 3),
+                "setup_seconds": round(self.setup_s, 3), "int4_weights": self.int4_source,
                 "instructions_per_token": recs[-1].instructions if recs else 0,
                 "simulated_cycles_per_token": [r.cycles for r in recs if r.phase == "decode"],
                 "simulated_prefill_runs": [{"position": r.position, "tokens": r.tokens, "cycles": r.cycles,

@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from npukit.runtime.backends import ModelBackend, register_backend
-from npukit.targets.pccx.gemma3n_quant import KV_FORMATS, Gemma3nW4A8, Int4Store
+from npukit.targets.pccx.gemma3n_quant import KV_FORMATS, Gemma3nW4A8
+from npukit.targets.pccx.gemma3n_quant.cache import load_store
 
 
 class Gemma3nQuant(ModelBackend):
@@ -24,7 +25,7 @@ class Gemma3nQuant(ModelBackend):
 
         t0 = time.perf_counter()
         self.model = model
-        self.store = Int4Store(model.weights)
+        self.store, _ = load_store(model.weights)  # INT4 image cached by content hash
         self.quantize_s = time.perf_counter() - t0
         self.ref = Gemma3nW4A8(self.store, kv=kv)
         self.kv = kv

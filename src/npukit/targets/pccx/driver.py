@@ -99,7 +99,7 @@ class PccxDriver:
         if prefill_chunk is not None and prefill_chunk < 1:
             raise ConfigError(f"prefill chunk must be >= 1 token, got {prefill_chunk}")
         self.prefill_chunk = prefill_chunk  # an upper bound on T_max (None: what L2 allows)
-        self.last_works: list[Work] = []  # the Work records of the last program run
+        self._last_works: list[Work] = []  # the Work records of the last program run, per segment
         self.hw = hw or PccxHw()
         self.profile, self.executor, self.timing = profile, executor, timing
         self.dev: Any = None
@@ -147,6 +147,14 @@ class PccxDriver:
         self.model.reset()
         self.records.clear()
         self._pos = 0
+
+    @property
+    def last_works(self) -> list[Work]:
+        """The last program run's Work records, numbered across its segments (made on request)."""
+        ws = self._last_works
+        if all(w.index == i for i, w in enumerate(ws)):
+            return ws
+        return [dataclasses.replace(w, index=i) for i, w in enumerate(ws)]
 
     @property
     def position(self) -> int:
@@ -290,17 +298,14 @@ class PccxDriver:
             out = self.dev.run()
             if self.dev.error is not None:
                 raise DeviceError(f"token at position {pos}: {self.dev.error}")
-            if self.timing and works:  # the timing model wants one index space for the token
-                base = len(works)
-                out = [dataclasses.replace(w, index=base + w.index) for w in out]
-            works.extend(out)
+            works.extend(out)  # one index space for the token: the timing model numbers ops by position
             if seg.host is not None:
                 self._host_step(seg.host, pos)
         addr, n = v.output
         logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
         t2 = time.perf_counter()
-        timing = simulate_works(self.hw, works) if self.timing else None
-        self.last_works = works
+        timing = simulate_works(self.hw, works, renumber=True) if self.timing else None
+        self._last_works = works
         self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1,
                                         None if timing is None else timing.cycles, timing, len(ids), phase))
         if phase == "prefill" and len(ids) > 1:

@@ -61,8 +61,10 @@ def _overlaps(a, b) -> bool:
     return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b)
 
 
-def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op) -> list[Op]:
-    """One `Op` per Work (``record``: what to build from `Op`'s fields, given in `Op`'s order)."""
+def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op, renumber: bool = False
+           ) -> list[Op]:
+    """One `Op` per Work (``record``: what to build from `Op`'s fields, given in `Op`'s order).
+    ``renumber``: op i gets index i (a program run in segments, each numbering its Works from 0)."""
     ops: list[Any] = []
     make = record
     last_mat: int | None = None  # position of the latest GEMV/GEMM, a candidate FIFO producer
@@ -101,7 +103,8 @@ def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op) -
                 rate, tail = gemm_rate, gemm_tail
             streamed = float(wb + dr)
             path, xfer = _compute_traffic(onchip, dw)
-            ops.append(make(w.index, engine, w.label, float(max(1, ceil(w.macs / rate))), 0.0, tail, path,
+            ops.append(make(pos if renumber else w.index, engine, w.label, float(max(1, ceil(w.macs / rate))),
+                            0.0, tail, path,
                             xfer, WEIGHTS if streamed else None, streamed, None, 0.0, 0.0, w.is_async, reads,
                             writes, args))
             last_mat, mat_writes = pos, writes
@@ -113,7 +116,8 @@ def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op) -
                 producer = last_mat
                 linked.add(producer)
             path, xfer = _compute_traffic(onchip, dw)
-            ops.append(make(w.index, engine, w.label, cycles, 0.0, sfu_tail, path, xfer, None, 0.0, producer,
+            ops.append(make(pos if renumber else w.index, engine, w.label, cycles, 0.0, sfu_tail, path, xfer,
+                            None, 0.0, producer,
                             sfu_depth, float(max(w.sfu_elems, 1)) if producer is not None else 0.0,
                             w.is_async, reads, writes, args))
         elif engine == "dma":
@@ -122,10 +126,12 @@ def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op) -
                 path, xfer = ("ddr", "acp", "l2a"), ddr
             else:
                 path, xfer = ("l2a",), onchip
-            ops.append(make(w.index, engine, w.label, 0.0, dma_setup, 0.0, path if xfer else (), xfer, None,
+            ops.append(make(pos if renumber else w.index, engine, w.label, 0.0, dma_setup, 0.0,
+                            path if xfer else (), xfer, None,
                             0.0, None, 0.0, 0.0, w.is_async, reads, writes, args))
         elif engine == "ctrl":
-            ops.append(make(w.index, engine, w.label, memset, 0.0, 0.0, (), 0.0, None, 0.0, None, 0.0, 0.0,
+            ops.append(make(pos if renumber else w.index, engine, w.label, memset, 0.0, 0.0, (), 0.0, None,
+                            0.0, None, 0.0, 0.0,
                             w.is_async, reads, writes, args))
         else:
             raise TimingError(f"work {w.index}: no pccx engine {w.engine!r} (known: {', '.join(ENGINES)})")
@@ -140,9 +146,9 @@ def _compute_traffic(onchip: float, ddr_write: int) -> tuple[tuple[str, ...], fl
     return (("l2b",), onchip) if onchip else ((), 0.0)
 
 
-def simulate_works(hw: PccxHw, works: Sequence[Work]) -> TimingResult:
-    """Time a functional simulator's Work stream on ``hw``."""
-    return simulate(machine(hw), to_ops(hw, works, _OpRecord))
+def simulate_works(hw: PccxHw, works: Sequence[Work], renumber: bool = False) -> TimingResult:
+    """Time a functional simulator's Work stream on ``hw`` (``renumber``: see `to_ops`)."""
+    return simulate(machine(hw), to_ops(hw, works, _OpRecord, renumber))
 
 
 def roofline_cycles(hw: PccxHw, macs: int, weight_bytes: int, engine: str = "gemv", lanes: int = 0) -> float:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npukit.formats.int4 import unpack_int4
+from npukit.formats.int4 import pack_int4, unpack_int4
 from npukit.models.gemma3n.weights import EMBED, EMBED_PLE, LM_HEAD
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.compile.ir import CompileError
@@ -131,7 +131,7 @@ class DeviceImage:
     def _put_kmajor(host: HostDDR, addr: int, m, lo: int, hi: int) -> int:
         k = m.shape[1]
         codes = unpack_int4(m.packed[lo:hi], (hi - lo, k))  # int8 [rows, K]
-        body_t = nx.pack_int4(np.ascontiguousarray(codes.T))  # [K, ceil(rows/2)]
+        body_t = pack_int4(np.ascontiguousarray(codes.T))  # [K, ceil(rows/2)], the int8 fast path
         body = body_t.nbytes
         host.map(addr, body_t)
         host.map(addr + align(body), np.ascontiguousarray(m.scale[lo:hi], "<f4"))

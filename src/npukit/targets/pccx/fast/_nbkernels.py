@@ -7,7 +7,9 @@ the IEEE operation NumPy performs; the exactness arguments are in `kernels`.
 from __future__ import annotations
 
 import math
+import os
 import types
+from pathlib import Path
 
 import numba as nb
 import numpy as np
@@ -477,7 +479,48 @@ def _serial_twin(f, name: str):
     return nb.njit(**_OPTS)(g)
 
 
-SIMD, SIMD_REASON = probe()  # "avx512-vnni" where the trial instruction ran exactly, else "portable"
+def _cpu_key() -> str:
+    """This CPU (model name and feature flags), Python and numba: what the probe's answer depends on."""
+    import hashlib
+    import platform
+    import sys
+
+    try:
+        info = [ln for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        info = [platform.processor()]
+    return hashlib.sha256("\n".join([*info, sys.version, nb.__version__]).encode()).hexdigest()[:24]
+
+
+def _probe_cached() -> tuple[str, str]:
+    """`nb_simd.probe`, remembered on disk per CPU: the forked trial costs ~2 s of every start. Only an
+    exact trial run is remembered (a timeout on a loaded machine is not a property of the CPU)."""
+    import json
+
+    if os.environ.get("NPUKIT_SIMD"):
+        return probe()
+    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "npukit" / "simd-probe.json"
+    key = _cpu_key()
+    try:
+        known = json.loads(path.read_text())
+        if known.get(key) == "avx512-vnni":
+            return "avx512-vnni", "vpdpbusd trial run exact (remembered for this CPU)"
+    except (OSError, ValueError, AttributeError):
+        known = {}
+    simd, reason = probe()
+    if simd == "avx512-vnni":
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}")
+            tmp.write_text(json.dumps({**known, key: simd}))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return simd, reason
+
+
+SIMD, SIMD_REASON = _probe_cached()  # "avx512-vnni" where the trial instruction ran exactly, else "portable"
 _P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
 _SERIAL = {name: _serial_twin(f, name) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),

@@ -84,7 +84,9 @@ class Int4Matrix:
 class Int4Store:
     """Every Gemma 3n tensor in its device format: `Int4Matrix` for matrices, BF16 for vectors."""
 
-    def __init__(self, weights: Gemma3nWeights) -> None:
+    def __init__(self, weights: Gemma3nWeights | None) -> None:
+        if weights is None:  # `from_parts`
+            return
         self.config = cfg = weights.config
         self.origin = weights.origin
         self.mats: dict[str, Int4Matrix] = {}
@@ -97,6 +99,18 @@ class Int4Store:
                 self.mats[name] = Int4Matrix.from_rows(lambda sl, n=name: weights.rows(n, sl), shape, group)
             else:
                 self.mats[name] = Int4Matrix.quantize(weights.get(name))
+        self._finish()
+
+    @classmethod
+    def from_parts(cls, config, origin: str, mats: dict[str, Int4Matrix], vecs: dict[str, np.ndarray]
+                   ) -> Int4Store:
+        """A store from already quantized tensors (the INT4 cache, `gemma3n_quant.cache`)."""
+        self = cls(None)
+        self.config, self.origin, self.mats, self.vecs = config, origin, dict(mats), dict(vecs)
+        self._finish()
+        return self
+
+    def _finish(self) -> None:
         self._add_padded_twins()
         if self.nbytes_codes() <= _UNPACKED_CACHE_BYTES:  # small models: unpack once, not per GEMV
             for n, m in self.mats.items():
