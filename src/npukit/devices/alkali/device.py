@@ -18,6 +18,7 @@ Field layout (doc flavor; `Flavor.reference` changes the marked ones):
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from npukit.devices.alkali.accelerator import Accelerator, AcceleratorConfig, AcceleratorLog
@@ -87,7 +88,7 @@ class AlkaliDevice:
         self.accels = {i: Accelerator(i, self.cfg, variant=delegate, clock=self.now)
                        for i in range(accelerators)}
         self.subsystem_log = AcceleratorLog()
-        self.events: list[CommandEvent] = []
+        self.events: deque[CommandEvent] = deque(maxlen=100_000)  # bounded: a server polls for hours
         self.vta_clock_hz = vta_clock_hz or _vta_clock()
 
     def now(self) -> float:
