@@ -275,3 +275,16 @@ def test_remaining_error_statuses(rig):
     assert [t for t, _ in entries] == [T_OUTPUT, T_ACCEL, T_ACCEL, T_ACCEL, T_ACCEL]
     assert "budget" in entries[-1][1]
     assert "no accelerator 3" in _entries(rig, 0xFFFF)[0][1]
+
+
+def test_reference_flavor_runs_the_reference_host_flow(ref_rig):
+    """The reference host-app's order (set active firmware, then start, both with CDW14 = 0) and its
+    fixed output length: the status carries no output size in this flavor."""
+    from .conftest import EXAMPLES
+
+    h = ref_rig.host
+    data = (EXAMPLES / "add" / "input.bin").read_bytes()
+    flow = h.run((EXAMPLES / "add_vta.v1.o").read_bytes(), data=data, output_size=4)
+    assert flow.status.length == 8 and flow.status.status == StatusId.DONE
+    assert [s.command for s in flow.timeline][5:7] == ["control: set_active_firmware", "control: start"]
+    assert len(flow.output) == 4
