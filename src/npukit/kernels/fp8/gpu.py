@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from npukit import hw as hwmod
-from npukit import registry
 from npukit.evidence import Figure, Tier
 
 TARGET = "rtx3090ti"
@@ -73,10 +72,6 @@ class RTX3090TiHW:
     @property
     def dram_bytes_per_s(self) -> float:
         return self.dram_gbps.value * 1e9 * self.dram_efficiency.value
-
-
-registry.register(registry.Target(name=TARGET, summary="RTX 3090 Ti (GPU perf model for FP8-as-storage GEMM)",
-                                  hw=f"{__name__}:RTX3090TiHW"))
 
 
 def load(overrides: list[str] | None = None) -> RTX3090TiHW:
