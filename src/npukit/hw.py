@@ -26,18 +26,6 @@ from npukit.errors import ConfigError
 T = TypeVar("T")
 
 
-def hardware(target: str):
-    """Deprecated no-op, kept only so modules written before the registry still import: a target's
-    description class is registered by its ``Target(hw="module:Class")`` record, nowhere else."""
-
-    def deco(cls: type[T]) -> type[T]:
-        if not dataclasses.is_dataclass(cls):
-            raise TypeError(f"{cls.__name__} must be a dataclass")
-        return cls
-
-    return deco
-
-
 def preset_names() -> list[str]:
     root = resources.files("npukit") / "presets" / "hw"
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
