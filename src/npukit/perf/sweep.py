@@ -159,14 +159,38 @@ def run_sweep(sw: Sweep, workers: int = 2, ray_address: str | None = None) -> li
 
 
 def _run_ray(sw: Sweep, chunks: list, address: str) -> list[dict[str, np.ndarray]]:
+    """Each chunk is one Ray task on the cluster at ``address`` (``host:port`` of its head, or
+    ``auto``); plain ``ray`` is enough (no dashboard). The driver disconnects afterwards."""
     try:
         import ray  # type: ignore[import-not-found]
     except ImportError:
-        raise ConfigError("--ray needs the 'ray' package (pip install 'ray[default]')") from None
-    ray.init(address=address, ignore_reinit_error=True)
-    remote = ray.remote(_eval_chunk)
-    table_ref = ray.put(sw.table)
-    return ray.get([remote.remote(table_ref, ms, pts, sw.basis) for ms, pts in chunks])
+        raise ConfigError("--ray needs the 'ray' package (pip install 'npukit[ray]')") from None
+    _probe(address)
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                 logging_level="error", include_dashboard=False)
+    except (ConnectionError, ValueError, RuntimeError, SystemExit) as exc:
+        raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    try:
+        remote = ray.remote(_eval_chunk)
+        table_ref = ray.put(sw.table)
+        return ray.get([remote.remote(table_ref, ms, pts, sw.basis) for ms, pts in chunks])
+    finally:
+        ray.shutdown()
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds when nothing listens at host:port (Ray itself retries for minutes)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.removeprefix("ray://") or "127.0.0.1", int(port)), timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster: {exc.strerror or exc}") from None
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[int]:
