@@ -91,7 +91,8 @@ def _wait_nodes(address: str, n: int, tmp: str, limit: float = 40.0) -> None:
         except (ConnectionError, RuntimeError, ValueError):
             pass
         time.sleep(0.5)
-    logs = "".join(Path(tmp, f).read_text()[-800:] for f in ("head.log", "worker.log") if Path(tmp, f).exists())
+    logs = "".join(Path(tmp, f).read_text()[-800:] for f in ("head.log", "worker.log")
+                   if Path(tmp, f).exists())
     raise AssertionError(f"Ray cluster at {address} did not reach {n} nodes: {logs}")
 
 

@@ -190,7 +190,8 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((host.removeprefix("ray://") or "127.0.0.1", int(port)), timeout_s).close()
     except OSError as exc:
-        raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster: {exc.strerror or exc}") from None
+        raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster: {exc.strerror or exc}"
+                          ) from None
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[int]:
