@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
 from npukit.cli import ui
@@ -32,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_target_arguments(p, "sim")
     p.add_argument("--trace", default=None, metavar="FILE.json",
                    help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--dump", action="append", default=[], metavar="L2:ADDR+WORDS|DDR:ADDR+BYTES",
+                   help="pccx: print the computed values of an L2 range (BF16) or host DDR range "
+                   "after the run (repeatable)")
+    p.add_argument("--dump-out", default=None, type=ui.output_file("--dump-out"),
+                   metavar="FILE.bin|FILE.json",
+                   help="also save the --dump ranges: raw bytes (.bin, one --dump) or JSON (hex per range)")
     p.add_argument("--rows", type=int, default=40, help="instructions listed in the table (default 40)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     result = call(target.resolve("simulate"), words, hw, **options)
     head = {"program": args.program, "target": target.name, "hw": label, "overrides": args.overrides,
             **options}
+    dumps = _dumps(args, target, words, hw, options) if args.dump else {}
     if not (isinstance(result, dict) and "timing" in result):
         ui.emit_json({**head, "result": _plain(result)})
         return 0
@@ -92,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         ui.emit_json({**head, "instructions": result.get("instructions", len(res.ops)),
                       "clock_hz": res.clock_hz, "timing": res, "ledger": led, "trace": args.trace,
-                      "state": result.get("state")})
+                      "state": result.get("state"), "dump": {k: v.hex() for k, v in dumps.items()}})
         return 0
     _print_tables(res, led, args.rows)
     if result.get("state"):
@@ -100,7 +108,44 @@ def run(args: argparse.Namespace) -> int:
         ui.table([[k, v] for k, v in result["state"].items()], ["state", "value"])
     if args.trace:
         print(f"\ntrace written to {args.trace} (open in ui.perfetto.dev)")
+    _print_dumps(dumps)
     return 0
+
+
+def _dumps(args: argparse.Namespace, target: Any, words: Any, hw: Any, options: dict[str, Any]
+           ) -> dict[str, bytes]:
+    """The --dump ranges after a run of the program on pccx's functional simulator."""
+    from npukit.cli import cmd_vectors as vec
+
+    if target.name != "pccx":
+        raise ConfigError(f"--dump reads pccx memories; target {target.name!r} has none to read")
+    specs = [vec.parse_dump(d) for d in args.dump]
+    if args.dump_out and args.dump_out.endswith(".bin") and len(specs) != 1:
+        raise ConfigError("--dump-out FILE.bin holds one --dump range; use FILE.json for several")
+    sim = vec.pccx_simulator(words, hw, options)
+    for _ in vec.run_checked(sim):
+        pass
+    out = {spec: vec.read_dump(sim, *parsed) for spec, parsed in zip(args.dump, specs, strict=True)}
+    if args.dump_out:
+        from pathlib import Path
+
+        path = Path(args.dump_out)
+        if path.suffix == ".bin":
+            path.write_bytes(next(iter(out.values())))
+        else:
+            path.write_text(json.dumps({k: v.hex() for k, v in out.items()}, indent=2) + "\n")
+    return out
+
+
+def _print_dumps(dumps: dict[str, bytes]) -> None:
+    from npukit.cli import cmd_vectors as vec
+
+    for spec, data in dumps.items():
+        region, addr, _ = vec.parse_dump(spec)
+        print()
+        head = ["L2 word", "BF16 values, element 0 first (bits: --json)"] if region == "L2" else [
+            "host byte", "hex"]
+        ui.table(vec.dump_rows(region, addr, data), head)
 
 
 def _print_tables(res: Any, led: Ledger, n_rows: int) -> None:
