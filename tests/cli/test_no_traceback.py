@@ -46,7 +46,8 @@ def _takes_value(a: argparse.Action) -> bool:
 
 
 def is_output(a: argparse.Action) -> bool:
-    return _takes_value(a) and (getattr(a.type, "__name__", "") == "output path" or a.dest in ui.OUTPUT_DESTS)
+    return _takes_value(a) and (getattr(a.type, "__name__", "").startswith("output ")
+                                or a.dest in ui.OUTPUT_DESTS)
 
 
 def is_file(a: argparse.Action) -> bool:
@@ -136,7 +137,9 @@ OUTPUT_CASES = [(p, a.dest) for p, parser in LEAVES for a in parser._actions if 
 def test_unwritable_output_is_one_line_exit_2(path, dest, kind, bad, capsys):
     parser = dict(LEAVES)[path]
     action = next(a for a in parser._actions if a.dest == dest)
-    argv = argv_for(path, parser, action, bad[kind])
+    folder = getattr(action.type, "__name__", "") == "output directory"
+    value = bad["empty"] if folder and kind == "directory" else bad[kind]  # a file where a folder goes
+    argv = argv_for(path, parser, action, value)
     rc, err = run_cli(argv, capsys)
     assert rc == 2, (argv, err)
     lines = err.strip().splitlines()

@@ -36,7 +36,7 @@ def output_file(flag: str, directory: bool = False) -> Callable[[str], OutputPat
         out.flag, out.is_dir = flag, directory
         return out
 
-    make.__name__ = "output path"
+    make.__name__ = "output directory" if directory else "output path"
     return make
 
 
