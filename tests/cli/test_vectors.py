@@ -10,6 +10,7 @@ exp / sum) and must agree to BF16 precision; `$readmemh` files are parsed here f
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -130,3 +131,27 @@ def test_vectors_replay_bit_for_bit(tmp_path, capsys, every):
             v = int(h, 16)
             state[int(w, 16)] = [(v >> (16 * i)) & 0xFFFF for i in range(8)]
     assert state.astype("<u2").tobytes() == (d / "final/l2.bin").read_bytes()
+
+
+def test_rtl_golden_reader_agrees_with_the_final_images(tmp_path, capsys):
+    """examples/rtl/golden.py (what the cocotb skeleton reads) rebuilds each checkpoint's expected state;
+    the last one must equal the exported final images, and the host copy's bytes must be its input."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("golden", EX.parent / "rtl" / "golden.py")
+    golden = importlib.util.module_from_spec(spec)
+    sys.modules["golden"] = golden  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(golden)
+    d = tmp_path / "vec"
+    assert main(["vectors", str(EX / "host_copy.s"), "-o", str(d),
+                 "--ddr-image", f"{EX / 'host_data.bin'}@{HOST:#x}"]) == 0
+    capsys.readouterr()
+    vec = golden.Vectors(d)
+    cps = list(vec.checkpoints())
+    assert [c.after for c in cps] == [1, 2, 3]
+    assert np.array_equal(cps[-1].l2, vec.l2("final"))
+    final = vec.ddr("final")[HOST]
+    assert np.array_equal(cps[-1].ddr[HOST], final)
+    data = (EX / "host_data.bin").read_bytes()
+    assert final.tobytes() == data[:64] + data[:64]
+    assert cps[1].l2[0x200:0x204].astype("<u2").tobytes() == data[:64]
