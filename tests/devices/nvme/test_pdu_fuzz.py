@@ -43,7 +43,7 @@ def test_capture_is_the_kernel_session_described_by_the_spec(session):
 
 def test_replayed_kernel_session_succeeds(server, session):
     """The kernel's own admin and I/O streams replayed verbatim (I/O Connect bound to a live
-    controller): every command succeeds except the vendor opcode nvme-cli sent (Invalid Opcode, DNR)."""
+    controller): every command succeeds (the vendor opcode nvme-cli sent: see below)."""
     ident = fuzz.identity_of(session)
     with NvmeTcpHost("127.0.0.1", server.port, fuzz.GUEST_NQN, hostnqn=ident.hostnqn, hostid=ident.hostid,
                      io_queues=0) as helper:
@@ -51,7 +51,10 @@ def test_replayed_kernel_session_succeeds(server, session):
         out = fuzz.exchange(server.discovery_port, disc.pdus, expect=answered(disc.pdus))
         assert out.term is None and out.statuses == [0] * answered(disc.pdus)
         out = fuzz.exchange(server.port, admin.pdus, expect=answered(admin.pdus))
-        assert out.term is None and sorted(out.statuses) == [0] * (answered(admin.pdus) - 1) + [0x4001]
+        # nvme-cli's vendor admin opcode C2h: Invalid Command Opcode (DNR) without a vendor handler, success
+        # with the Alkali accelerator's handler installed
+        assert out.term is None and len(out.statuses) == answered(admin.pdus)
+        assert set(out.statuses) <= {0, 0x4001} and out.statuses.count(0x4001) <= 1
         stream = [fuzz.patch_connect(r, cntlid=helper.cntlid) if fuzz._is_connect(r) else r for r in io.pdus]
         out = fuzz.exchange(server.port, stream, expect=answered(stream))
         assert out.term is None and out.statuses == [0] * answered(stream)

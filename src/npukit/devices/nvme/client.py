@@ -40,6 +40,8 @@ from npukit.devices.nvme.spec import (
 from npukit.errors import NpukitError
 
 PSDT_SGL = 0x40
+PLACED = 0x100  # Pdu.flags: the PDU's data was received into the caller's buffer
+RECV_BUFFER = 1 << 20
 
 
 class NvmeStatusError(NpukitError):
@@ -55,10 +57,33 @@ def default_hostnqn() -> str:
     return f"nqn.2014-08.org.nvmexpress:uuid:{uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname())}"
 
 
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection whose receive buffer (set before connecting, so that the window scale allows
+    it) holds a whole batch of 128 KiB reads: the target need not wait for window updates."""
+    last: OSError | None = None
+    for family, kind, proto, _name, addr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER * 4)
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            # blocking mode with kernel timeouts instead of Python's poll-then-recv: MSG_WAITALL then
+            # takes a whole C2HData payload in one system call
+            sock.settimeout(None)
+            tv = struct.pack("ll", int(timeout), int((timeout % 1) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+    raise last or OSError(f"no address for {host}")
+
+
 @dataclass
 class Reply:
     cqe: Cqe
-    data: bytes
+    data: bytes | bytearray  # the command's data, received in place (no copy)
 
 
 class TcpQueue:
@@ -67,10 +92,12 @@ class TcpQueue:
     def __init__(self, host: str, port: int, *, hdgst: bool = False, ddgst: bool = False,
                  timeout: float = 10.0, hpda: int = 0) -> None:
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            self.sock = _connect(host, port, timeout)
         except OSError as exc:
             raise ProtocolError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._rbuf = bytearray(RECV_BUFFER)  # bytes received and not yet parsed: _rbuf[_rpos:_rend]
+        self._rpos = self._rend = 0
         self.hdgst, self.ddgst, self.hpda = hdgst, ddgst, hpda
         self.in_capsule = 8192
         self._cid = 0
@@ -91,36 +118,91 @@ class TcpQueue:
 
     def _send(self, buffers: list[bytes | memoryview]) -> None:
         try:
-            self.sock.sendall(b"".join(bytes(b) for b in buffers))
+            self.sock.sendall(b"".join(buffers))
         except OSError as exc:
             raise ProtocolError(f"send failed: {exc}") from None
 
     def send_raw(self, data: bytes) -> None:
         self._send([data])
 
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
+    def _buffered(self, n: int) -> None:
+        """Receive until ``n`` unparsed bytes are buffered; each recv takes whatever has arrived (one
+        system call for a burst of PDUs, instead of two per PDU)."""
+        if self._rend - self._rpos >= n:
+            return
+        if self._rpos + n > len(self._rbuf):  # move the unparsed tail to the front (or grow)
+            tail = bytes(self._rbuf[self._rpos:self._rend])
+            if n > len(self._rbuf):
+                self._rbuf = bytearray(n)
+            self._rbuf[:len(tail)] = tail
+            self._rpos, self._rend = 0, len(tail)
+        view = memoryview(self._rbuf)
+        while self._rend - self._rpos < n:
             try:
-                k = self.sock.recv_into(view[got:])
+                k = self.sock.recv_into(view[self._rend:])
+            except OSError as exc:
+                raise ProtocolError(f"receive failed: {exc}") from None
+            if k == 0:
+                raise ProtocolError("the target closed the connection")
+            self._rend += k
+
+    def _recv_exact(self, n: int) -> bytes:
+        self._buffered(n)
+        out = bytes(self._rbuf[self._rpos:self._rpos + n])
+        self._rpos += n
+        return out
+
+    def read_pdu(self, *, ic: bool = False, sink: dict[int, bytearray] | None = None) -> pdu.Pdu:
+        """The next PDU. Its ``data`` is a view of the receive buffer, valid until the next call.
+
+        With ``sink`` (CID → buffer of the command's data), C2HData for a CID in it is received
+        straight into that buffer at DATAO (one copy fewer per byte) and comes back flagged PLACED
+        with empty ``data``."""
+        self._buffered(pdu.CH.size)
+        ptype, flags, hlen, pdo, plen = pdu.CH.unpack_from(self._rbuf, self._rpos)
+        if plen < 8 or plen > 64 << 20:
+            raise ProtocolError(f"PDU length {plen} from the target")
+        if sink is not None and ptype == PduType.C2H_DATA and not self.ddgst and hlen == 24 and pdo:
+            placed = self._place(flags, hlen, pdo, plen, sink)
+            if placed is not None:
+                return placed
+        self._buffered(plen)
+        raw = memoryview(self._rbuf)[self._rpos:self._rpos + plen]
+        self._rpos += plen
+        if raw[0] == PduType.C2H_TERM_REQ:
+            fes, fei = struct.unpack_from("<HI", raw, 8)
+            raise ProtocolError(f"target terminated the connection: FES {fes:#x}, FEI {fei}")
+        return pdu.parse(raw, hdgst=self.hdgst and not ic, ddgst=self.ddgst and not ic)
+
+    def _place(self, flags: int, hlen: int, pdo: int, plen: int,
+               sink: dict[int, bytearray]) -> pdu.Pdu | None:
+        """Receive a C2HData's data into its command's buffer; None to take the ordinary path."""
+        head = hlen + (pdu.DIGEST_SIZE if self.hdgst else 0)
+        if pdo < head or plen < pdo or bool(flags & pdu.FLAG_HDGST) != self.hdgst:
+            return None
+        self._buffered(pdo)
+        start = self._rpos
+        header = bytes(self._rbuf[start:start + hlen])
+        if self.hdgst and bytes(self._rbuf[start + hlen:start + head]) != pdu.crc(header):
+            return None  # the ordinary path reports it
+        cccid, _ttag, offset, length = struct.unpack_from("<HHII", header, 8)
+        dest = sink.get(cccid)
+        if dest is None or length != plen - pdo or offset + length > len(dest):
+            return None
+        self._rpos += pdo
+        view = memoryview(dest)[offset:offset + length]
+        got = min(self._rend - self._rpos, length)
+        view[:got] = memoryview(self._rbuf)[self._rpos:self._rpos + got]
+        self._rpos += got
+        while got < length:
+            try:
+                k = self.sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
             except OSError as exc:
                 raise ProtocolError(f"receive failed: {exc}") from None
             if k == 0:
                 raise ProtocolError("the target closed the connection")
             got += k
-        return bytes(buf)
-
-    def read_pdu(self, *, ic: bool = False) -> pdu.Pdu:
-        ch = self._recv_exact(pdu.CH.size)
-        plen = pdu.CH.unpack(ch)[4]
-        if plen < 8 or plen > 64 << 20:
-            raise ProtocolError(f"PDU length {plen} from the target")
-        raw = ch + self._recv_exact(plen - 8)
-        if raw[0] == PduType.C2H_TERM_REQ:
-            fes, fei = struct.unpack_from("<HI", raw, 8)
-            raise ProtocolError(f"target terminated the connection: FES {fes:#x}, FEI {fei}")
-        return pdu.parse(raw, hdgst=self.hdgst and not ic, ddgst=self.ddgst and not ic)
+        return pdu.Pdu(PduType.C2H_DATA, flags | PLACED, hlen, pdo, plen, header, memoryview(b""))
 
     def next_cid(self) -> int:
         self._cid = (self._cid + 1) & 0xFFFF
@@ -128,8 +210,15 @@ class TcpQueue:
 
     def send_command(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> memoryview:
         """Send a CapsuleCmd (SGL chosen from the data size); returns the data still owed via R2T."""
+        buffers, owed = self._capsule(cmd, data, read_len)
+        self._send(buffers)
+        return owed
+
+    def _capsule(self, cmd: Command, data: bytes | memoryview,
+                 read_len: int) -> tuple[list[bytes | memoryview], memoryview]:
+        """The CapsuleCmd's buffers and the data owed via R2T."""
         cmd.flags = (cmd.flags & 0x3F) | PSDT_SGL
-        data = memoryview(bytes(data)) if data else memoryview(b"")
+        data = memoryview(data) if data else memoryview(b"")
         in_capsule = b""
         if len(data) and len(data) <= self.in_capsule:
             cmd.dptr = sgl_descriptor(0, len(data), SGL_DATA_BLOCK_OFFSET)
@@ -138,8 +227,8 @@ class TcpQueue:
             cmd.dptr = sgl_descriptor(0, len(data), SGL_TRANSPORT_DATA_BLOCK)
         else:
             cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
-        self._send(pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst))
-        return data if not in_capsule else memoryview(b"")
+        buffers = pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst)
+        return buffers, (data if not in_capsule else memoryview(b""))
 
     def submit(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> Reply:
         """Send one command (host data ``data`` or ``read_len`` bytes to read) and wait for its reply."""
@@ -152,21 +241,22 @@ class TcpQueue:
         for cqe in self.stray:
             if cqe.cid == cid:
                 self.stray.remove(cqe)
-                return Reply(cqe, b"")
+                return Reply(cqe, received)
         while True:
-            p = self.read_pdu()
+            p = self.read_pdu(sink={cid: received})
             if p.flags & 0x80:
                 raise ProtocolError("data digest mismatch on a PDU from the target")
             if p.type == PduType.CAPSULE_RESP:
                 cqe = Cqe.decode(p.header[8:24])
                 if cqe.cid == cid:
-                    return Reply(cqe, bytes(received))
+                    return Reply(cqe, received)
                 self.stray.append(cqe)
             elif p.type == PduType.C2H_DATA:
                 cccid, _ttag, offset, length = pdu.data_fields(p)
                 if cccid != cid or offset + length > len(received):
                     raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
-                received[offset:offset + length] = p.data
+                if not p.flags & PLACED:
+                    received[offset:offset + length] = p.data
             elif p.type == PduType.R2T:
                 cccid, ttag, offset, length = pdu.data_fields(p)
                 if cccid != cid or offset + length > len(pending):
@@ -178,21 +268,30 @@ class TcpQueue:
     def run_batch(self, batch: list[tuple[Command, bytes, int]]) -> list[Reply]:
         """Send every (command, data, read_len) before reading any reply: queue depth len(batch).
         R2Ts and C2HData are matched to their commands by CCCID; replies come back in batch order."""
-        owed, received, replies = {}, {}, {}
+        owed, received, replies, out = {}, {}, {}, []
         for cmd, data, read_len in batch:
             cmd.cid = self.next_cid()
-            owed[cmd.cid] = self.send_command(cmd, data, read_len)
+            buffers, owed[cmd.cid] = self._capsule(cmd, data, read_len)
+            out += buffers
             received[cmd.cid] = bytearray(read_len)
+        self._send(out)  # the whole batch in one system call
         while len(replies) < len(batch):
-            p = self.read_pdu()
+            p = self.read_pdu(sink=received)
+            if p.flags & 0x80:
+                raise ProtocolError("data digest mismatch on a PDU from the target")
             if p.type == PduType.CAPSULE_RESP:
                 cqe = Cqe.decode(p.header[8:24])
-                replies[cqe.cid] = Reply(cqe, bytes(received.get(cqe.cid, b"")))
+                replies[cqe.cid] = Reply(cqe, received.get(cqe.cid, bytearray()))
             elif p.type == PduType.C2H_DATA:
                 cccid, _ttag, offset, length = pdu.data_fields(p)
-                received[cccid][offset:offset + length] = p.data
+                if cccid not in received or offset + length > len(received[cccid]):
+                    raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
+                if not p.flags & PLACED:
+                    received[cccid][offset:offset + length] = p.data
             elif p.type == PduType.R2T:
                 cccid, ttag, offset, length = pdu.data_fields(p)
+                if cccid not in owed or offset + length > len(owed[cccid]):
+                    raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
                 self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
             else:
                 raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")

@@ -46,6 +46,20 @@ def _punch_hole_fn():
 
 
 _FALLOCATE = _punch_hole_fn()
+def _pread_all(fd: int, want: int, offset: int) -> bytes:
+    # os.pread fills a fresh bytes object in one pass (a zeroed bytearray + preadv is two)
+    out = os.pread(fd, want, offset)
+    if len(out) == want:
+        return out
+    parts, done = [out], len(out)
+    while done < want:
+        chunk = os.pread(fd, want - done, offset + done)
+        if not chunk:
+            parts.append(bytes(want - done))  # beyond EOF of a sparse tail: zeroes
+            break
+        parts.append(chunk)
+        done += len(chunk)
+    return b"".join(parts)
 
 
 class Namespace:
@@ -85,16 +99,8 @@ class Namespace:
     def in_range(self, slba: int, nlb: int) -> bool:
         return slba >= 0 and nlb >= 0 and slba + nlb <= self.blocks
 
-    def read(self, slba: int, nlb: int) -> bytearray:
-        out = bytearray(nlb * self.lba_size)
-        view = memoryview(out)
-        done, offset = 0, slba * self.lba_size
-        while done < len(out):
-            n = os.preadv(self.fd, [view[done:]], offset + done)
-            if n <= 0:
-                break  # beyond EOF of a sparse tail: zeroes already there
-            done += n
-        return out
+    def read(self, slba: int, nlb: int) -> bytes:
+        return _pread_all(self.fd, nlb * self.lba_size, slba * self.lba_size)
 
     def write(self, slba: int, data: memoryview | bytes, *, fua: bool = False) -> None:
         view = memoryview(data)

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""NVMe/TCP over loopback, in one run: 4 KiB random-read IOPS at QD 1 and 32, 128 KiB sequential read
+and write MB/s through npukit's client against ``npukit nvme serve`` (a separate process), and the raw
+loopback TCP ceiling (a plain socket pair, sender in a separate process, moving 128 KiB messages)
+measured in rounds interleaved with the NVMe figures because the machine is shared. Prints JSON;
+every figure is ``measured`` (npukit.evidence) on this machine at this load.
+
+    python benchmarks/nvme_tcp.py [--seconds 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from npukit.devices.nvme import fuzz  # noqa: E402
+from npukit.devices.nvme.client import NvmeTcpHost  # noqa: E402
+from npukit.devices.nvme.command import Command  # noqa: E402
+
+CHUNK = 128 * 1024
+NS_BYTES = 256 << 20
+_SENDER = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = bytearray(int(sys.argv[2])); end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    s.sendall(buf)
+s.close()
+"""
+
+
+def raw_ceiling(seconds: float) -> float:
+    """MB/s a plain TCP socket pair moves over loopback: a sender process, this process receiving."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    proc = subprocess.Popen([sys.executable, "-c", _SENDER, str(lsock.getsockname()[1]), str(CHUNK), str(seconds)])
+    conn, _ = lsock.accept()
+    buf = memoryview(bytearray(CHUNK))
+    total, start = 0, time.monotonic()
+    while (n := conn.recv_into(buf)) > 0:
+        total += n
+    elapsed = time.monotonic() - start
+    conn.close()
+    lsock.close()
+    proc.wait(10)
+    return total / elapsed / 1e6
+
+
+def _timed(seconds: float, step) -> tuple[int, float]:
+    ops, start = 0, time.monotonic()
+    while (now := time.monotonic()) - start < seconds:
+        ops += step()
+    return ops, now - start
+
+
+def nvme_figures(h: NvmeTcpHost, seconds: float, rng: random.Random) -> dict[str, float]:
+    blocks = NS_BYTES // 512
+    q = h.io_qs[0]
+    out = {}
+    ops, t = _timed(seconds, lambda: (h.read(rng.randrange(blocks // 8) * 8, 8), 1)[1])
+    out["randread_4k_qd1_iops"] = ops / t
+
+    def qd32() -> int:
+        batch = [(Command.build(0x02, nsid=1, cdws={10: rng.randrange(blocks // 8) * 8, 12: 7}), b"", 4096)
+                 for _ in range(32)]
+        q.run_batch(batch)
+        return 32
+    ops, t = _timed(seconds, qd32)
+    out["randread_4k_qd32_iops"] = ops / t
+    for depth in (1, 8):
+        pos = [0]
+
+        def seq_read(depth=depth) -> int:
+            batch = []
+            for _ in range(depth):
+                batch.append((Command.build(0x02, nsid=1, cdws={10: pos[0], 12: 255}), b"", CHUNK))
+                pos[0] = (pos[0] + 256) % blocks
+            q.run_batch(batch)
+            return depth
+        ops, t = _timed(seconds, seq_read)
+        out[f"seqread_128k_qd{depth}_mbps"] = ops * CHUNK / t / 1e6
+        data = os.urandom(CHUNK)
+
+        def seq_write(depth=depth) -> int:
+            batch = []
+            for _ in range(depth):
+                batch.append((Command.build(0x01, nsid=1, cdws={10: pos[0], 12: 255}), data, 0))
+                pos[0] = (pos[0] + 256) % blocks
+            q.run_batch(batch)
+            return depth
+        ops, t = _timed(seconds, seq_write)
+        out[f"seqwrite_128k_qd{depth}_mbps"] = ops * CHUNK / t / 1e6
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=2.0, help="per figure per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--digests", action="store_true", help="header and data digests (CRC32C)")
+    args = p.parse_args(argv)
+    rng = random.Random(1)
+    rounds: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = fuzz.ServerProcess(Path(tmp), size=str(NS_BYTES))
+        try:
+            with NvmeTcpHost("127.0.0.1", srv.port, fuzz.GUEST_NQN, io_queues=1, hdgst=args.digests,
+                             ddgst=args.digests) as h:
+                for pos in range(0, NS_BYTES // 512, 256):  # fill: reads hit written blocks
+                    h.write(pos, os.urandom(CHUNK) if pos < 4096 else bytes(CHUNK))
+                for _ in range(args.rounds):
+                    figures = {"raw_loopback_mbps": raw_ceiling(args.seconds)}
+                    figures |= nvme_figures(h, args.seconds, rng)
+                    figures["raw_loopback_after_mbps"] = raw_ceiling(args.seconds)
+                    rounds.append(figures)
+        finally:
+            srv.stop()
+    median = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    ceiling = statistics.median([r[k] for r in rounds for k in ("raw_loopback_mbps", "raw_loopback_after_mbps")])
+    report = {"tier": "measured", "source": "benchmarks/nvme_tcp.py", "digests": args.digests,
+              "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "rounds": args.rounds,
+              "seconds_per_figure": args.seconds, "median": {k: round(v, 1) for k, v in median.items()},
+              "raw_loopback_ceiling_mbps": round(ceiling, 1),
+              "ratio_seqread_128k_qd1": round(median["seqread_128k_qd1_mbps"] / ceiling, 3),
+              "ratio_seqread_128k_qd8": round(median["seqread_128k_qd8_mbps"] / ceiling, 3),
+              "ratio_seqwrite_128k_qd8": round(median["seqwrite_128k_qd8_mbps"] / ceiling, 3),
+              "per_round": [{k: round(v, 1) for k, v in r.items()} for r in rounds]}
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
