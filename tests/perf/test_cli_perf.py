@@ -124,3 +124,20 @@ def test_axis_parsing_and_pareto_front():
             [(10, 1.0), (5, 0.5), (8, 1.2), (1, 0.4), (10, 2.0)]]
     # (8, 1.2) is beaten by (10, 1.0); (10, 2.0) by (10, 1.0)
     assert sorted(pareto_front(rows)) == [0, 1, 3]
+
+
+def test_fp8_storage_weights_are_one_byte_plus_a_column_scale(capsys):
+    """FP8-as-storage (kernels/fp8): 8 bits per weight, so weight bytes sit between INT4 and FP16 and
+    exactly double INT4's element bytes (spec arithmetic, not our own output pinned)."""
+    import json
+
+    from npukit.cli.main import main
+
+    def weight_bytes(fmt: str) -> float:
+        assert main(["perf", "--hw", "pccx-v002-kv260", "--model", "gemma3n-e4b", "--weights", fmt,
+                     "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["figures"]["weight_bytes_per_token"]["value"]
+
+    int4, fp8, fp16 = weight_bytes("int4"), weight_bytes("fp8-e4m3"), weight_bytes("fp16")
+    assert int4 < fp8 < fp16
+    assert weight_bytes("fp8-e5m2") == fp8

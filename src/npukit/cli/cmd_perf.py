@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "for one decode token")
     p.add_argument("--hw", required=True, help="hardware preset name or TOML path")
     p.add_argument("--model", required=True, help="model preset name or path to a HF config.json")
-    p.add_argument("--weights", default=None, help="weight format: int4|int8|fp16|bf16|ternary|ternary-i2s "
+    p.add_argument("--weights", default=None,
+                   help="weight format: int4|int8|fp16|bf16|fp8-e4m3|fp8-e4m3fn|fp8-e5m2|ternary|ternary-i2s "
                    "(default int4; ternary for bitnet)")
     p.add_argument("--kv", default="fp16", help="KV cache format: fp16|int8|int4 (default fp16)")
     p.add_argument("--context", type=int, default=1024, help="tokens in the KV cache (default 1024)")

@@ -39,6 +39,11 @@ WEIGHT_FORMATS = {
     "bf16": Fmt(16, 0, "fp16", "bfloat16, no scale"),
     "ternary": Fmt(1.6, 0, "ternary", "refs/ternary.md §1.2: 5 trits per byte, per-tensor scale"),
     "ternary-i2s": Fmt(2, 0, "ternary", "refs/ternary.md §3.1: bitnet.cpp I2_S, 2 bits per weight"),
+    # FP8 as storage (kernels/fp8, docs/kernels/fp8.md): 1-byte codes + an fp16 scale per output
+    # column, re-quantized to int8 for the MAC; the decode itself is not in the roofline
+    "fp8-e4m3": Fmt(8, 2, "int8", "docs/kernels/fp8.md: FP8 E4M3 (IEEE-style) bytes + fp16 column scale"),
+    "fp8-e4m3fn": Fmt(8, 2, "int8", "docs/kernels/fp8.md: OCP E4M3FN bytes + fp16 column scale"),
+    "fp8-e5m2": Fmt(8, 2, "int8", "docs/kernels/fp8.md: FP8 E5M2 bytes + fp16 column scale"),
 }
 KV_FORMATS = {
     "fp16": Fmt(16, 0, "fp16", "FP16 KV cache"),
