@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from npukit.devices.nvme import fuzz  # noqa: E402
-from npukit.devices.nvme.client import NvmeTcpHost  # noqa: E402
-from npukit.devices.nvme.command import Command  # noqa: E402
+from npukit.devices.nvme import fuzz
+from npukit.devices.nvme.client import NvmeTcpHost
+from npukit.devices.nvme.command import Command
 
 CHUNK = 128 * 1024
 NS_BYTES = 256 << 20
@@ -44,7 +44,8 @@ s.close()
 def raw_ceiling(seconds: float) -> float:
     """MB/s a plain TCP socket pair moves over loopback: a sender process, this process receiving."""
     lsock = socket.create_server(("127.0.0.1", 0))
-    proc = subprocess.Popen([sys.executable, "-c", _SENDER, str(lsock.getsockname()[1]), str(CHUNK), str(seconds)])
+    port = lsock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", _SENDER, str(port), str(CHUNK), str(seconds)])
     conn, _ = lsock.accept()
     buf = memoryview(bytearray(CHUNK))
     total, start = 0, time.monotonic()
@@ -64,42 +65,46 @@ def _timed(seconds: float, step) -> tuple[int, float]:
     return ops, now - start
 
 
+def _window(q, make, depth: int, seconds: float) -> tuple[int, float]:
+    """Commands from ``make(i)`` kept ``depth`` deep (sliding window) for ``seconds``."""
+    start = time.monotonic()
+    end = start + seconds
+
+    def commands():
+        i = 0
+        while time.monotonic() < end:
+            yield make(i)
+            i += 1
+    done = 0
+    for reply in q.run_window(commands(), depth):
+        if reply.cqe.status:
+            raise RuntimeError(f"status {reply.cqe.status:#x}")
+        done += 1
+    return done, time.monotonic() - start
+
+
 def nvme_figures(h: NvmeTcpHost, seconds: float, rng: random.Random) -> dict[str, float]:
     blocks = NS_BYTES // 512
     q = h.io_qs[0]
+    data = os.urandom(CHUNK)
     out = {}
-    ops, t = _timed(seconds, lambda: (h.read(rng.randrange(blocks // 8) * 8, 8), 1)[1])
-    out["randread_4k_qd1_iops"] = ops / t
 
-    def qd32() -> int:
-        batch = [(Command.build(0x02, nsid=1, cdws={10: rng.randrange(blocks // 8) * 8, 12: 7}), b"", 4096)
-                 for _ in range(32)]
-        q.run_batch(batch)
-        return 32
-    ops, t = _timed(seconds, qd32)
-    out["randread_4k_qd32_iops"] = ops / t
+    def rand4k(_i):
+        return Command.build(0x02, nsid=1, cdws={10: rng.randrange(blocks // 8) * 8, 12: 7}), b"", 4096
+
+    def seq_read(i):
+        return Command.build(0x02, nsid=1, cdws={10: (i * 256) % blocks, 12: 255}), b"", CHUNK
+
+    def seq_write(i):
+        return Command.build(0x01, nsid=1, cdws={10: (i * 256) % blocks, 12: 255}), data, 0
+
+    for depth in (1, 32):
+        ops, t = _window(q, rand4k, depth, seconds)
+        out[f"randread_4k_qd{depth}_iops"] = ops / t
     for depth in (1, 8):
-        pos = [0]
-
-        def seq_read(depth=depth) -> int:
-            batch = []
-            for _ in range(depth):
-                batch.append((Command.build(0x02, nsid=1, cdws={10: pos[0], 12: 255}), b"", CHUNK))
-                pos[0] = (pos[0] + 256) % blocks
-            q.run_batch(batch)
-            return depth
-        ops, t = _timed(seconds, seq_read)
+        ops, t = _window(q, seq_read, depth, seconds)
         out[f"seqread_128k_qd{depth}_mbps"] = ops * CHUNK / t / 1e6
-        data = os.urandom(CHUNK)
-
-        def seq_write(depth=depth) -> int:
-            batch = []
-            for _ in range(depth):
-                batch.append((Command.build(0x01, nsid=1, cdws={10: pos[0], 12: 255}), data, 0))
-                pos[0] = (pos[0] + 256) % blocks
-            q.run_batch(batch)
-            return depth
-        ops, t = _timed(seconds, seq_write)
+        ops, t = _window(q, seq_write, depth, seconds)
         out[f"seqwrite_128k_qd{depth}_mbps"] = ops * CHUNK / t / 1e6
     return out
 
@@ -127,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             srv.stop()
     median = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    ceiling = statistics.median([r[k] for r in rounds for k in ("raw_loopback_mbps", "raw_loopback_after_mbps")])
+    raw_keys = ("raw_loopback_mbps", "raw_loopback_after_mbps")
+    ceiling = statistics.median([r[k] for r in rounds for k in raw_keys])
     report = {"tier": "measured", "source": "benchmarks/nvme_tcp.py", "digests": args.digests,
               "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "rounds": args.rounds,
               "seconds_per_figure": args.seconds, "median": {k: round(v, 1) for k, v in median.items()},

@@ -12,6 +12,7 @@ import socket
 import struct
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from npukit.devices.nvme import pdu
@@ -296,6 +297,50 @@ class TcpQueue:
             else:
                 raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
         return [replies[cmd.cid] for cmd, _, _ in batch]
+
+    def run_window(self, commands: Iterator[tuple[Command, bytes, int]], depth: int) -> Iterator[Reply]:
+        """Keep ``depth`` commands outstanding: a new one is sent as each completes (a sliding window,
+        so the target never waits for the host to finish a whole batch). Yields replies in
+        completion order, each with ``cid`` set on its CQE."""
+        owed, received, source = {}, {}, iter(commands)
+
+        def submit() -> bool:
+            item = next(source, None)
+            if item is None:
+                return False
+            cmd, data, read_len = item
+            cmd.cid = self.next_cid()
+            buffers, owed[cmd.cid] = self._capsule(cmd, data, read_len)
+            received[cmd.cid] = bytearray(read_len)
+            self._send(buffers)
+            return True
+
+        outstanding = sum(submit() for _ in range(depth))
+        while outstanding:
+            p = self.read_pdu(sink=received)
+            if p.flags & 0x80:
+                raise ProtocolError("data digest mismatch on a PDU from the target")
+            if p.type == PduType.CAPSULE_RESP:
+                cqe = Cqe.decode(p.header[8:24])
+                if cqe.cid not in received:
+                    self.stray.append(cqe)
+                    continue
+                owed.pop(cqe.cid, None)
+                outstanding += submit() - 1
+                yield Reply(cqe, received.pop(cqe.cid))
+            elif p.type == PduType.C2H_DATA:
+                cccid, _ttag, offset, length = pdu.data_fields(p)
+                if cccid not in received or offset + length > len(received[cccid]):
+                    raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
+                if not p.flags & PLACED:
+                    received[cccid][offset:offset + length] = p.data
+            elif p.type == PduType.R2T:
+                cccid, ttag, offset, length = pdu.data_fields(p)
+                if cccid not in owed or offset + length > len(owed[cccid]):
+                    raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
+                self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
+            else:
+                raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
 
     def _send_h2c(self, cid: int, ttag: int, data: memoryview, base: int) -> None:
         step = self.maxh2cdata or len(data)

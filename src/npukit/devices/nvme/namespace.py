@@ -10,10 +10,14 @@ Deallocated blocks read as zeroes (DLFEAT = 1).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import ctypes.util
 import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from npukit.devices.nvme.spec import LBA_SIZE
@@ -46,6 +50,46 @@ def _punch_hole_fn():
 
 
 _FALLOCATE = _punch_hole_fn()
+_LAZY_READS = contextvars.ContextVar("npukit_nvme_lazy_reads", default=False)
+
+
+@contextlib.contextmanager
+def lazy_reads() -> Iterator[None]:
+    """Inside, :meth:`Namespace.read` returns a :class:`FileRegion` instead of bytes; the caller
+    must read it (:meth:`FileRegion.read_into`) before anything else touches the namespace. The TCP
+    target reads a Read's data this way straight into its send buffer, behind the PDU header."""
+    token = _LAZY_READS.set(True)
+    try:
+        yield
+    finally:
+        _LAZY_READS.reset(token)
+
+
+@dataclass(frozen=True)
+class FileRegion:
+    """``length`` bytes of an open file at ``offset``, not read yet."""
+
+    fd: int
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def tobytes(self) -> bytes:
+        return _pread_all(self.fd, self.length, self.offset)
+
+    def read_into(self, view: memoryview) -> None:
+        """Fill ``view`` (``length`` bytes) from the file; zeroes beyond its end."""
+        done = 0
+        while done < self.length:
+            n = os.preadv(self.fd, [view[done:self.length]], self.offset + done)
+            if n <= 0:
+                view[done:self.length] = bytes(self.length - done)
+                return
+            done += n
+
+
 def _pread_all(fd: int, want: int, offset: int) -> bytes:
     # os.pread fills a fresh bytes object in one pass (a zeroed bytearray + preadv is two)
     out = os.pread(fd, want, offset)
@@ -99,8 +143,12 @@ class Namespace:
     def in_range(self, slba: int, nlb: int) -> bool:
         return slba >= 0 and nlb >= 0 and slba + nlb <= self.blocks
 
-    def read(self, slba: int, nlb: int) -> bytes:
-        return _pread_all(self.fd, nlb * self.lba_size, slba * self.lba_size)
+    def read(self, slba: int, nlb: int) -> bytes | FileRegion:
+        """The blocks' bytes (a :class:`FileRegion` inside :func:`lazy_reads`)."""
+        want, offset = nlb * self.lba_size, slba * self.lba_size
+        if _LAZY_READS.get():
+            return FileRegion(self.fd, offset, want)
+        return _pread_all(self.fd, want, offset)
 
     def write(self, slba: int, data: memoryview | bytes, *, fua: bool = False) -> None:
         view = memoryview(data)

@@ -22,6 +22,7 @@ from npukit.devices.nvme import pdu
 from npukit.devices.nvme.command import SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK, Command, Completion
 from npukit.devices.nvme.controller import Controller
 from npukit.devices.nvme.fabrics import FabricsQueue, fabrics_data_in
+from npukit.devices.nvme.namespace import FileRegion, lazy_reads
 from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
@@ -78,6 +79,7 @@ class Connection:
         self._batching = False
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
+        self._read_buf: bytearray | None = None  # C2HData header + data + CapsuleResp of one Read
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -317,11 +319,20 @@ class Connection:
         if spec is None:
             self._respond(self.fabrics.handle(cmd, data))
             return
-        result = self.ctrl.execute(self.fabrics.qid, cmd, spec, data, n_out, complete=self._complete)
+        if cmd.opcode == 0x02 and self.fabrics.qid and not self.ddgst:
+            with lazy_reads():  # the data is read in _complete, straight into the send buffer
+                result = self.ctrl.execute(self.fabrics.qid, cmd, spec, data, n_out, complete=self._complete)
+        else:
+            result = self.ctrl.execute(self.fabrics.qid, cmd, spec, data, n_out, complete=self._complete)
         if result is not None:
             self._complete(*result)
 
-    def _complete(self, completion: Completion, data: bytes | memoryview) -> None:
+    def _complete(self, completion: Completion, data: bytes | memoryview | FileRegion) -> None:
+        if isinstance(data, FileRegion):
+            if not completion.status and len(data) <= C2H_CHUNK:
+                self._send_read(completion, data)
+                return
+            data = data.tobytes() if not completion.status else b""
         # Read data is copied out of the file (os.pread), never sent with os.sendfile: sendfile hands
         # page-cache pages to the socket by reference, and a write completing after the read would
         # change bytes already "sent" (the 8-host load test saw torn blocks).
@@ -334,6 +345,29 @@ class Connection:
                 self.send(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, start, chunk, last=last,
                                        hdgst=self.hdgst, ddgst=self.ddgst, alignment=align))
         self._respond(completion)
+
+    def _send_read(self, completion: Completion, region: FileRegion) -> None:
+        """C2HData + CapsuleResp of a Read assembled in one reused buffer: the file is read behind the
+        PDU header, and one write hands it to the transport (no per-read allocation, no join; the
+        transport copies only what the socket did not take at once)."""
+        head = b"".join(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, 0, region, last=True,
+                                     hdgst=self.hdgst, alignment=(self.hpda + 1) * 4)[:-1])
+        resp = b"".join(pdu.capsule_resp(completion.encode(self.sqhd, self.fabrics.qid or 0, 0),
+                                         hdgst=self.hdgst))
+        total = len(head) + region.length + len(resp)
+        if self._read_buf is None or len(self._read_buf) < total:
+            self._read_buf = bytearray(total)
+        view = memoryview(self._read_buf)
+        view[:len(head)] = head
+        region.read_into(view[len(head):len(head) + region.length])
+        view[total - len(resp):total] = resp
+        if self.closed:
+            return
+        if self._out:  # what was queued before leaves first
+            self.writer.writelines(self._out)
+            self._out = []
+        self.writer.write(view[:total])
+        self._out_bytes += total  # counts towards the flush (drain) of this batch
 
     def _error(self, cmd: Command, err: NvmeError) -> Completion:
         if self.ctrl is not None:
