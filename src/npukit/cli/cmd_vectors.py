@@ -40,7 +40,14 @@ from npukit.errors import ConfigError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("vectors", help="golden vectors for RTL: program, initial and final memory images, "
                        "per-instruction state, manifest (pccx)")
-    p.add_argument("program", help="program file: assembly (.s), $readmemh (.hex/.mem) or binary")
+    p.add_argument("program", nargs="?", help="program file: assembly (.s), $readmemh (.hex/.mem) or binary")
+    t = p.add_argument_group("a compiled model token (instead of PROGRAM)")
+    t.add_argument("--token", action="store_true",
+                   help="the first generated token of MODEL (default: the embedded model) compiled for pccx")
+    t.add_argument("--model", default=None, help="Hugging Face Gemma 3n folder or preset (with --token)")
+    t.add_argument("--prompt-ids", default=None, metavar="IDS", help="prompt token ids (default: BOS)")
+    t.add_argument("--segment", default="all", metavar="N|all",
+                   help="which program segment of the token (they are split by host KV steps; default all)")
     p.add_argument("-o", "--out-dir", dest="out_dir", required=True, type=ui.output_file("--out-dir", True),
                    metavar="DIR", help="directory to write (created; files in it are replaced)")
     p.add_argument("--every", type=ui.positive(int), default=1, metavar="N",
@@ -197,12 +204,13 @@ class _Delta:
 
 
 def export(words: Sequence[int], hw: Any, label: str, overrides: list[str], options: dict[str, Any],
-           out: Path, every: int) -> dict[str, Any]:
+           out: Path, every: int, sim: Any = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``words`` (on ``sim`` when given: already holding its initial state) and write the vectors."""
     from npukit import hw as hwmod
     from npukit.isa import text
     from npukit.targets.pccx.isa import ELEMS_PER_WORD
 
-    sim = pccx_simulator(words, hw, options)
+    sim = sim if sim is not None else pccx_simulator(words, hw, options)
     out.mkdir(parents=True, exist_ok=True)
     text.write_program(out / "program.hex", list(words), 64, "hex")
     init = _write_memories(sim, out / "init")
@@ -231,11 +239,16 @@ def export(words: Sequence[int], hw: Any, label: str, overrides: list[str], opti
         "replay": "npukit sim program.hex --l2-image init/l2.bin@0 " + " ".join(
             f"--ddr-image init/ddr_{a}.bin@{a}" for a in init["ddr"]),
     }
+    manifest.update(extra or {})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.token:
+        return run_token(args)
+    if args.program is None:
+        raise ConfigError("give PROGRAM, or --token for a compiled model token")
     target, hw, label, options = resolve_target(args, "simulate")
     if target.name != "pccx":
         raise ConfigError(f"npukit vectors exports pccx programs; target {target.name!r} has no exporter")
@@ -251,4 +264,44 @@ def run(args: argparse.Namespace) -> int:
               ["checkpoints", f"every {args.every} (checkpoints.jsonl)"],
               ["host regions", ", ".join(manifest["ddr"]["regions"]) or "-"],
               ["replay", manifest["replay"]]], ["vectors", ""])
+    return 0
+
+
+def run_token(args: argparse.Namespace) -> int:
+    from npukit.cli import vectors_token as vt
+    from npukit.cli.cmd_generate import parse_ids
+
+    if args.program is not None:
+        raise ConfigError("give PROGRAM or --token, not both")
+    label = args.hw or "pccx-v002-kv260"
+    prompt = parse_ids(args.prompt_ids) if args.prompt_ids else None
+    hw, segments = vt.capture(args.model, prompt, label, args.overrides)
+    if args.segment == "all":
+        chosen = list(range(len(segments)))
+    else:
+        try:
+            chosen = [int(args.segment)]
+        except ValueError:
+            raise ConfigError(f"--segment must be an index or 'all', got {args.segment!r}") from None
+        if not 0 <= chosen[0] < len(segments):
+            raise ConfigError(f"--segment {chosen[0]}: the token has {len(segments)} segments")
+    out = Path(args.out_dir)
+    rows = []
+    for j in chosen:
+        words, before, after = segments[j]
+        pro = vt.prologue(before, hw)
+        sim = vt.replay_simulator(pro + words, before, hw)
+        d = out / f"segment_{j:02d}"
+        man = export(pro + words, hw, label, args.overrides, {"profile": "extended"}, d, args.every, sim,
+                     {"token": {"model": args.model or "embedded", "prompt_ids": prompt or "BOS",
+                                "segment": j, "segments": len(segments), "prologue_instructions": len(pro),
+                                "checked_against_driver": True}})
+        vt.check_final(sim, after, j)
+        rows.append([d.name, man["instructions"], len(pro), ", ".join(man["ddr"]["regions"])])
+    if args.json:
+        ui.emit_json({"segments": [dict(zip(("dir", "instructions", "prologue", "ddr"), r, strict=True))
+                                   for r in rows], "out": str(out)})
+        return 0
+    ui.table(rows, ["segment", "instructions", "prologue", "host regions"])
+    print("\neach segment_NN/ replays with its manifest's 'replay' command; checked against the driver")
     return 0
