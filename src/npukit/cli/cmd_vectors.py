@@ -44,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = p.add_argument_group("a compiled model token (instead of PROGRAM)")
     t.add_argument("--token", action="store_true",
                    help="the first generated token of MODEL (default: the embedded model) compiled for pccx")
-    t.add_argument("--model", default=None, help="Hugging Face Gemma 3n folder or preset (with --token)")
+    t.add_argument("--model", default=None, help="with --token: a Gemma 3n folder or preset; with --target "
+                   "tern: a BitNet folder or preset (the units' vectors of a short generation)")
+    t.add_argument("--max-new-tokens", type=ui.positive(int), default=2, metavar="N",
+                   help="--target tern: tokens generated while recording (default 2)")
     t.add_argument("--prompt-ids", default=None, metavar="IDS", help="prompt token ids (default: BOS)")
     t.add_argument("--segment", default="all", metavar="N|all",
                    help="which program segment of the token (they are split by host KV steps; default all)")
@@ -247,6 +250,8 @@ def export(words: Sequence[int], hw: Any, label: str, overrides: list[str], opti
 def run(args: argparse.Namespace) -> int:
     if args.token:
         return run_token(args)
+    if args.target == "tern":
+        return run_tern(args)
     if args.program is None:
         raise ConfigError("give PROGRAM, or --token for a compiled model token")
     target, hw, label, options = resolve_target(args, "simulate")
@@ -304,4 +309,33 @@ def run_token(args: argparse.Namespace) -> int:
         return 0
     ui.table(rows, ["segment", "instructions", "prologue", "host regions"])
     print("\neach segment_NN/ replays with its manifest's 'replay' command; checked against the driver")
+    return 0
+
+
+def run_tern(args: argparse.Namespace) -> int:
+    """Vectors of the ternfpga units (engine, attention, FFN glue) from a short BitNet generation."""
+    from npukit.cli.cmd_generate import parse_ids, resolve_model
+    from npukit.runtime import backends
+    from npukit.runtime.generate import generate
+    from npukit.targets.tern.vectors import RecordingTernOps
+    from npukit.targets.tern.vectors import export as tern_export
+
+    if args.program is not None or args.model is None:
+        raise ConfigError("--target tern exports unit vectors of a model run: give --model (BitNet), "
+                          "no PROGRAM")
+    model = resolve_model(args.model)
+    options = {"hw": args.hw} if args.hw else {}
+    be = backends.create_backend(model, "tern", **options)
+    be.ops.__class__ = RecordingTernOps  # same state, plus recording of each unit call
+    ids = parse_ids(args.prompt_ids) if args.prompt_ids else [int(model.config.bos_token_id or 0)]
+    res = generate(be, ids, args.max_new_tokens, vocab_size=model.vocab_size)
+    cases = getattr(be.ops, "cases", {})
+    meta = {"target": "tern", "hw": be.hw.name, "model": str(model.name), "prompt_ids": ids,
+            "tokens": res.tokens, "cases_per_unit_max": RecordingTernOps.limit}
+    man = tern_export(cases, Path(args.out_dir), meta)
+    counts = {u: len(v) for u, v in man["units"].items() if isinstance(v, list)}
+    if args.json:
+        ui.emit_json({"out": args.out_dir, "cases": counts, "tokens": res.tokens})
+    else:
+        ui.table([[u, n] for u, n in counts.items()], ["unit", "cases"])
     return 0
