@@ -108,21 +108,21 @@ def run(args: argparse.Namespace) -> int:
         ui.table([[k, v] for k, v in result["state"].items()], ["state", "value"])
     if args.trace:
         print(f"\ntrace written to {args.trace} (open in ui.perfetto.dev)")
-    _print_dumps(dumps)
+    _print_dumps(dumps, target)
     return 0
 
 
 def _dumps(args: argparse.Namespace, target: Any, words: Any, hw: Any, options: dict[str, Any]
            ) -> dict[str, bytes]:
-    """The --dump ranges after a run of the program on pccx's functional simulator."""
-    from npukit.cli import cmd_vectors as vec
-
-    if target.name != "pccx":
-        raise ConfigError(f"--dump reads pccx memories; target {target.name!r} has none to read")
+    """The --dump ranges after a run of the program on the target's functional simulator (its
+    golden-vector module, ``extra["vectors"]``, knows the memories)."""
+    if not target.provides("vectors"):
+        raise ConfigError(f"--dump reads target memories; target {target.name!r} has none to read")
+    vec = target.resolve("vectors")
     specs = [vec.parse_dump(d) for d in args.dump]
     if args.dump_out and args.dump_out.endswith(".bin") and len(specs) != 1:
         raise ConfigError("--dump-out FILE.bin holds one --dump range; use FILE.json for several")
-    sim = vec.pccx_simulator(words, hw, options)
+    sim = vec.simulator(words, hw, options)
     for _ in vec.run_checked(sim):
         pass
     out = {spec: vec.read_dump(sim, *parsed) for spec, parsed in zip(args.dump, specs, strict=True)}
@@ -137,9 +137,8 @@ def _dumps(args: argparse.Namespace, target: Any, words: Any, hw: Any, options: 
     return out
 
 
-def _print_dumps(dumps: dict[str, bytes]) -> None:
-    from npukit.cli import cmd_vectors as vec
-
+def _print_dumps(dumps: dict[str, bytes], target: Any) -> None:
+    vec = target.resolve("vectors") if dumps else None
     for spec, data in dumps.items():
         region, addr, _ = vec.parse_dump(spec)
         print()
