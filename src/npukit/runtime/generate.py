@@ -95,10 +95,10 @@ def generate(backend: Backend, prompt: Sequence[int], max_new_tokens: int,
             break
         if k + 1 < max_new_tokens:  # the last token needs no forward pass
             logits = backend.step(tok)
-    t_decode = time.perf_counter() - t1
-    finish = getattr(backend, "close", None)  # e.g. a --trace file, written once, not per token
-    if finish is not None:
+    finish = getattr(backend, "close", None)  # e.g. a --trace file, written once, not per token;
+    if finish is not None:  # inside decode_s: work a backend deferred (pccx timing) is still its cost
         finish()
+    t_decode = time.perf_counter() - t1
     steps = max(len(tokens) - 1, 0)
     led = Ledger()
     src = "time.perf_counter around backend calls"

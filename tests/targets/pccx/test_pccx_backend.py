@@ -130,3 +130,25 @@ def test_trace_is_written_once_and_covers_the_last_16_runs(tmp_path, monkeypatch
     assert pids == set(range(5, 21)) and len(res.tokens) == 19
     assert sum(r.timing is not None for r in be.drv.records) <= 17  # older schedules are dropped
     assert len(be.stats()["simulated_cycles_per_token"]) == 18  # every token's cycles stay reported
+
+
+def test_timing_in_worker_processes_equals_timing_in_line():
+    """The pool's schedules are the in-line timing model's, bit for bit (cycles of every run, ends of
+    every op of the last run): the oracle is `simulate_works` run in this process."""
+    from npukit.targets.pccx.timing import simulate_works
+
+    cfg = Gemma3nConfig.from_hf(RING_CFG)
+    store = Int4Store(synthetic_weights(cfg, seed=4))
+    drv = PccxDriver(timing="pool", executor="fast").open().load(store).kv_init("int8").start()
+    inline = []
+    try:
+        drv.prefill([2, 3])
+        inline.append(simulate_works(drv.hw, drv.last_works))
+        for t in range(4):
+            drv.step(t + 5)
+            inline.append(simulate_works(drv.hw, drv.last_works))
+        drv.sync()
+    finally:
+        drv.close()
+    assert [r.cycles for r in drv.records] == [t.cycles for t in inline]
+    assert [o.end for o in drv.records[-1].timing.ops] == [o.end for o in inline[-1].ops]

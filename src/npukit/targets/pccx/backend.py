@@ -16,6 +16,7 @@ and why, L2 peak, constant cache, host DDR image; a prefill chunk's own under ``
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -53,7 +54,11 @@ class Gemma3nPccx:
         self.kv, self.trace_path = kv, trace
         cap, sink = ring_size(kv_max_tokens, kv_sink, kv_window)
         self.store, self.int4_source = load_store(model.weights)  # INT4 image cached by content hash
-        self.drv = PccxDriver(self.hw, profile, executor).open().load(self.store)
+        # NPUKIT_PCCX_TIMING_WORKERS=N: the timing model in N worker processes beside the generation loop
+        # (bit-identical cycles); off by default: on 2 shared cores it measured slower than in line
+        workers = int(os.environ.get("NPUKIT_PCCX_TIMING_WORKERS", "0") or 0)
+        self.drv = PccxDriver(self.hw, profile, executor, timing="pool" if workers > 0 else True,
+                              timing_workers=workers or None).open().load(self.store)
         if getattr(self.drv.dev, "backend", None) == "numpy":  # numba missing: say so once, at start
             print("npukit: note: numba is not importable; --target pccx runs its NumPy kernels "
                   "(bit-identical, several times slower)", file=sys.stderr)
@@ -94,7 +99,9 @@ class Gemma3nPccx:
                 r.timing = None
 
     def close(self) -> None:
-        """End of a generation: write the --trace file once (it covers the last TRACE_TOKENS runs)."""
+        """End of a generation: wait for the timing workers, write the --trace file once (it covers the
+        last TRACE_TOKENS runs)."""
+        self.drv.sync(TRACE_TOKENS)
         if self.trace_path:
             self._write_trace()
 
@@ -114,6 +121,7 @@ class Gemma3nPccx:
         Path(self.trace_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
 
     def figures(self) -> Ledger:
+        self.drv.sync(TRACE_TOKENS)
         led = Ledger()
         recs = [r for r in self.drv.records if r.cycles is not None]
         if not recs:
@@ -143,6 +151,7 @@ class Gemma3nPccx:
         return led
 
     def bottleneck(self) -> str:
+        self.drv.sync(TRACE_TOKENS)
         recs = [r for r in self.drv.records if r.timing is not None]
         if not recs:
             return "n/a"
@@ -152,6 +161,7 @@ class Gemma3nPccx:
         return max(cand, key=cand.get)
 
     def stats(self) -> dict[str, Any]:
+        self.drv.sync(TRACE_TOKENS)
         recs = self.drv.records
         return {"target": self.target, "kv": self.kv, "position": self.drv.position, "hw": self.hw_name,
                 "overrides": self.overrides, "executor": self.drv.executor, "prefill": self.prefill_mode,

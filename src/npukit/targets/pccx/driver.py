@@ -44,7 +44,7 @@ from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
-from npukit.targets.pccx.timing import simulate_works
+from npukit.targets.pccx.timing import _OpRecord, simulate_works, to_ops
 
 EXECUTORS = ("reference", "fast")
 
@@ -91,17 +91,24 @@ class TokenRecord:
     timing: TimingResult | None = field(default=None, repr=False)
     tokens: int = 1
     phase: str = "decode"  # decode | prefill (prompt tokens, batched or one by one)
+    key: int = -1  # the run's number in the timing pool (timing="pool")
 
 
 class PccxDriver:
     def __init__(self, hw: PccxHw | None = None, profile: str = "extended", executor: str = "reference",
-                 timing: bool = True, prefill_chunk: int | None = None) -> None:
+                 timing: bool | str = True, prefill_chunk: int | None = None,
+                 timing_workers: int | None = None) -> None:
         if prefill_chunk is not None and prefill_chunk < 1:
             raise ConfigError(f"prefill chunk must be >= 1 token, got {prefill_chunk}")
         self.prefill_chunk = prefill_chunk  # an upper bound on T_max (None: what L2 allows)
         self._last_works: list[Work] = []  # the Work records of the last program run, per segment
         self.hw = hw or PccxHw()
+        # timing: True (in line), False (none) or "pool" (worker processes, `timing_pool`; `sync` fills
+        # the records' cycles, and the schedules of the latest runs)
         self.profile, self.executor, self.timing = profile, executor, timing
+        self.pool: Any = None
+        self.timing_workers = timing_workers
+        self._runs = 0
         self.dev: Any = None
         self.image: DeviceImage | None = None
         self.ring: KVRing | None = None
@@ -119,6 +126,13 @@ class PccxDriver:
     def open(self) -> PccxDriver:
         self.dev = make_executor(self.hw, self.profile, self.executor)
         self.dev.host.map(STAGING_BASE, STAGING_BYTES)
+        if self.timing == "pool" and self.pool is None:
+            from npukit.targets.pccx.timing_pool import TimingPool
+
+            try:
+                self.pool = TimingPool(self.hw, self.timing_workers)
+            except (OSError, ValueError, RuntimeError):  # no processes here: time in line
+                self.timing = True
         return self
 
     def load(self, store: Int4Store) -> PccxDriver:
@@ -304,16 +318,41 @@ class PccxDriver:
         addr, n = v.output
         logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
         t2 = time.perf_counter()
-        timing = simulate_works(self.hw, works, renumber=True) if self.timing else None
+        timing, key = None, self._runs
+        self._runs += 1
+        if self.pool is not None:
+            self.pool.submit(key, to_ops(self.hw, works, _OpRecord, renumber=True))
+        elif self.timing:
+            timing = simulate_works(self.hw, works, renumber=True)
         self._last_works = works
-        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1,
-                                        None if timing is None else timing.cycles, timing, len(ids), phase))
+        cycles = None if timing is None else timing.cycles
+        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1, cycles, timing, len(ids), phase,
+                                        key))
         if phase == "prefill" and len(ids) > 1:
             self.last_prefill_stats = stats
         else:
             self.last_stats = stats
         self._pos += len(ids)
         return logits
+
+    def sync(self, full: int = 16) -> None:
+        """timing="pool": wait for the workers, fill every record's cycles and the schedules of the
+        latest ``full`` runs (older schedules are not kept)."""
+        if self.pool is None:
+            return
+        cycles = self.pool.wait()
+        recs = self.records
+        for r in recs:
+            if r.cycles is None and r.key in cycles:
+                r.cycles = cycles[r.key]
+        want = {r.key: r for r in recs[-full:] if r.timing is None}
+        for k, res in self.pool.results(list(want)).items():
+            want[k].timing = res
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     def _host_step(self, st: Any, pos: int) -> None:
         """Quantize the staged K/V blocks into the ring: one token (decode) or the chunk's T tokens,
