@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import signal
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,7 +12,6 @@ from npukit.errors import ConfigError
 
 if TYPE_CHECKING:
     from npukit.devices.nvme.server import ServeConfig
-    from npukit.devices.nvme.tcp import TcpTarget
 
 
 @dataclass(frozen=True)
@@ -36,44 +32,18 @@ def add_serve_arguments(p) -> None:
                    help="vendor command fields as the document (doc, default) or the reference firmware")
 
 
-async def _listen(target: TcpTarget, host: str, port: int) -> int:
-    try:
-        return await target.listen(host, port)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-
-
 async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> None:
+    """The NVMe/TCP target of `npukit.devices.nvme.server` with `AlkaliDevice` on its subsystem."""
     from npukit.devices.alkali.device import AlkaliDevice
-    from npukit.devices.nvme.server import build_subsystem, split_hostport
-    from npukit.devices.nvme.subsystem import discovery_subsystem
-    from npukit.devices.nvme.tcp import TcpTarget
+    from npukit.devices.nvme.server import run_target as run_nvme_target
 
-    host, port = split_hostport(cfg.listen)
     device = AlkaliDevice(opts.accelerators, flavor=FLAVORS[opts.compat](), delegate=opts.delegate)
-    sub = build_subsystem(cfg)
-    device.install(sub)
-    target = TcpTarget([sub])
-    try:
-        bound = await _listen(target, host, port)
-        disc_bound = None
-        if cfg.discovery_port is not None:
-            disc = discovery_subsystem([sub], cfg.advertise or host, str(bound))
-            target.subsystems[disc.nqn] = disc
-            disc_bound = await _listen(target, host, cfg.discovery_port)
-        announce(json.dumps({"event": "ready", "nqn": sub.nqn, "address": host, "port": bound,
-                             "discovery_port": disc_bound, "namespace": str(cfg.namespace),
-                             "blocks": sub.namespaces[1].blocks, "accelerators": opts.accelerators,
-                             "delegate": opts.delegate, "compat": opts.compat}))
-        sys.stdout.flush()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-    finally:
-        await target.close()
-        sub.close()
+
+    def install(sub) -> dict:
+        device.install(sub)
+        return {"accelerators": opts.accelerators, "delegate": opts.delegate, "compat": opts.compat}
+
+    await run_nvme_target(cfg, announce, install)
 
 
 def serve(cfg: ServeConfig, opts: AlkaliOptions) -> int:

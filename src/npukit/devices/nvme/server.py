@@ -9,8 +9,10 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from npukit.devices.nvme.namespace import Namespace
 from npukit.devices.nvme.spec import DEFAULT_DISCOVERY_PORT
@@ -63,9 +65,13 @@ async def _listen(target: TcpTarget, host: str, port: int) -> int:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-async def run_target(cfg: ServeConfig, announce=print) -> None:
+async def run_target(cfg: ServeConfig, announce=print,
+                     extend: Callable[[Subsystem], dict[str, Any]] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT. ``extend(subsystem)`` installs extensions (vendor commands) before
+    the listener opens and returns extra fields for the ready announcement."""
     host, port = split_hostport(cfg.listen)
     sub = build_subsystem(cfg)
+    extra = extend(sub) if extend is not None else {}
     target = TcpTarget([sub])
     try:
         bound = await _listen(target, host, port)
@@ -76,7 +82,7 @@ async def run_target(cfg: ServeConfig, announce=print) -> None:
             disc_bound = await _listen(target, host, cfg.discovery_port)
         announce(json.dumps({"event": "ready", "nqn": sub.nqn, "address": host, "port": bound,
                              "discovery_port": disc_bound, "namespace": str(cfg.namespace),
-                             "blocks": sub.namespaces[1].blocks}))
+                             "blocks": sub.namespaces[1].blocks, **extra}))
         sys.stdout.flush()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
