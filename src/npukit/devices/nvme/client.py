@@ -283,19 +283,8 @@ class TcpQueue:
             if p.type == PduType.CAPSULE_RESP:
                 cqe = Cqe.decode(p.header[8:24])
                 replies[cqe.cid] = Reply(cqe, received.get(cqe.cid, bytearray()))
-            elif p.type == PduType.C2H_DATA:
-                cccid, _ttag, offset, length = pdu.data_fields(p)
-                if cccid not in received or offset + length > len(received[cccid]):
-                    raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
-                if not p.flags & PLACED:
-                    received[cccid][offset:offset + length] = p.data
-            elif p.type == PduType.R2T:
-                cccid, ttag, offset, length = pdu.data_fields(p)
-                if cccid not in owed or offset + length > len(owed[cccid]):
-                    raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
-                self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
             else:
-                raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+                self._data_pdu(p, received, owed)
         return [replies[cmd.cid] for cmd, _, _ in batch]
 
     def run_window(self, commands: Iterator[tuple[Command, bytes, int]], depth: int) -> Iterator[Reply]:
@@ -328,19 +317,24 @@ class TcpQueue:
                 owed.pop(cqe.cid, None)
                 outstanding += submit() - 1
                 yield Reply(cqe, received.pop(cqe.cid))
-            elif p.type == PduType.C2H_DATA:
-                cccid, _ttag, offset, length = pdu.data_fields(p)
-                if cccid not in received or offset + length > len(received[cccid]):
-                    raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
-                if not p.flags & PLACED:
-                    received[cccid][offset:offset + length] = p.data
-            elif p.type == PduType.R2T:
-                cccid, ttag, offset, length = pdu.data_fields(p)
-                if cccid not in owed or offset + length > len(owed[cccid]):
-                    raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
-                self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
             else:
-                raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+                self._data_pdu(p, received, owed)
+
+    def _data_pdu(self, p: pdu.Pdu, received: dict[int, bytearray], owed: dict[int, memoryview]) -> None:
+        """A C2HData (bytes of a read) or an R2T (send the requested bytes of a write)."""
+        if p.type == PduType.C2H_DATA:
+            cccid, _ttag, offset, length = pdu.data_fields(p)
+            if cccid not in received or offset + length > len(received[cccid]):
+                raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
+            if not p.flags & PLACED:
+                received[cccid][offset:offset + length] = p.data
+        elif p.type == PduType.R2T:
+            cccid, ttag, offset, length = pdu.data_fields(p)
+            if cccid not in owed or offset + length > len(owed[cccid]):
+                raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
+            self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
+        else:
+            raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
 
     def _send_h2c(self, cid: int, ttag: int, data: memoryview, base: int) -> None:
         step = self.maxh2cdata or len(data)
