@@ -10,6 +10,16 @@ R=/dev/ttyS1
 stty -F $R raw -echo 2>/dev/null
 A=/alkali
 value() { echo "@@VALUE $1 $2" > $R; }
+# connect_tries ARGS...: `nvme connect` up to 3 times (under TCG on a busy 2-core host the first
+# Connect can time out in the kernel while the target is still warming up; each failure is printed)
+connect_tries() {
+    for try in 1 2 3; do
+        nvme connect "$@" && return 0
+        echo "connect attempt $try failed"
+        sleep 3
+    done
+    return 1
+}
 block() {
     name=$1; shift
     echo "@@BEGIN $name" > $R
@@ -89,7 +99,7 @@ flow() {
 }
 
 : > /tmp/steps
-block connect nvme connect -t tcp -a $HOST -s $PORT -n $NQN -q $HOSTNQN -I $HOSTID
+block connect connect_tries -t tcp -a $HOST -s $PORT -n $NQN -q $HOSTNQN -I $HOSTID
 i=0
 while [ ! -b /dev/nvme0n1 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 # 1: Accelerator Identify with 8 bytes (magic, length), then with the length

@@ -16,10 +16,20 @@ block() {  # block NAME COMMAND...: the command's output and exit status
     echo "@@END $name rc=$rc" > $R
 }
 value() { echo "@@VALUE $1 $2" > $R; }
+# connect_tries ARGS...: `nvme connect` up to 3 times (under TCG on a busy 2-core host the first
+# Connect can time out in the kernel while the target is still warming up; each failure is printed)
+connect_tries() {
+    for try in 1 2 3; do
+        nvme connect "$@" && return 0
+        echo "connect attempt $try failed"
+        sleep 3
+    done
+    return 1
+}
 
 ID="-q $HOSTNQN -I $HOSTID"
 block discover nvme discover -t tcp -a $HOST -s $DISC_PORT $ID -o json
-block connect nvme connect -t tcp -a $HOST -s $PORT -n $NQN $ID -g -G
+block connect connect_tries -t tcp -a $HOST -s $PORT -n $NQN $ID -g -G
 i=0
 while [ ! -b /dev/nvme0n1 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 value size_sectors "$(cat /sys/block/nvme0n1/size 2>/dev/null || echo missing)"
