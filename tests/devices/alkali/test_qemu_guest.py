@@ -4,7 +4,6 @@ with ``nvme admin-passthru`` / ``nvme io-passthru`` (tools/qemu_guest/alkali_flo
 npukit's own client gets from the same device."""
 
 import json
-import shutil
 import signal
 import struct
 import subprocess
@@ -21,7 +20,7 @@ from npukit.devices.alkali.spec import LogType, parse_log
 from npukit.devices.nvme.client import NvmeTcpHost
 
 from ..nvme.conftest import read_ready_line
-from ..nvme.test_linux_guest import GUEST_TOOLS, NEEDED, _builder, parse_results
+from ..nvme.test_linux_guest import GUEST_TOOLS, built_guest, parse_results
 from .conftest import EXAMPLES
 
 NQN = "nqn.2026-11.io.npukit:alkali-guest"
@@ -57,14 +56,7 @@ def _initrd(builder, manifest: dict, files: dict[str, bytes], out: Path) -> Path
 
 @pytest.mark.slow
 def test_nvme_cli_passthru_flow_equals_npukit_client(tmp_path):
-    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run scripts/ensure_debian_deps.sh (make test runs it)")
-    builder = _builder()
-    try:
-        manifest = builder.build()
-    except builder.GuestBuildError as exc:
-        pytest.fail(f"building the QEMU guest failed: {exc}")
+    builder, manifest = built_guest()
     serve = subprocess.Popen(
         [sys.executable, "-m", "npukit", "nvme", "serve", "--listen", "127.0.0.1:0", "--no-discovery",
          "--nqn", NQN, "--namespace", str(tmp_path / "ns.img"), "--size", "64M",

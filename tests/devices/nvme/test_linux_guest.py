@@ -37,6 +37,20 @@ def _builder():
     return module
 
 
+def built_guest():
+    """(the guest builder module, its manifest) — the tools present and the cached guest built, or the
+    test fails saying what to run (never a skip)."""
+    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing: run scripts/ensure_debian_deps.sh (make test runs it)")
+    builder = _builder()
+    try:
+        manifest = builder.build()
+    except builder.GuestBuildError as exc:
+        pytest.fail(f"building the QEMU guest failed: {exc}")
+    return builder, manifest
+
+
 def parse_results(text: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
     blocks, values = {}, {}
     text = text.replace("\r", "")
@@ -71,14 +85,7 @@ def _same_fields(ours: dict, theirs: dict) -> list[str]:
 
 @pytest.mark.slow
 def test_linux_nvme_tcp_host_against_npukit_target(tmp_path):
-    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} missing: run scripts/ensure_debian_deps.sh (make test runs it)")
-    builder = _builder()
-    try:
-        manifest = builder.build()
-    except builder.GuestBuildError as exc:
-        pytest.fail(f"building the QEMU guest failed: {exc}")
+    builder, manifest = built_guest()
 
     serve = subprocess.Popen(
         [sys.executable, "-m", "npukit", "nvme", "serve", "--listen", "127.0.0.1:0", "--discovery-port", "0",
