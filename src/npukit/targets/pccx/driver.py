@@ -44,7 +44,7 @@ from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
-from npukit.targets.pccx.timing import _OpRecord, simulate_works, to_ops
+from npukit.targets.pccx.timing import TimedRun, TokenTimer, _OpRecord, to_ops
 
 EXECUTORS = ("reference", "fast")
 
@@ -88,10 +88,19 @@ class TokenRecord:
     compile_s: float
     run_s: float
     cycles: float | None
-    timing: TimingResult | None = field(default=None, repr=False)
+    timed: Any = field(default=None, repr=False)  # a `TimedRun`: its full schedule is built when asked for
     tokens: int = 1
     phase: str = "decode"  # decode | prefill (prompt tokens, batched or one by one)
     key: int = -1  # the run's number in the timing pool (timing="pool")
+
+    @property
+    def timing(self) -> TimingResult | None:
+        """The run's full schedule (ops, stalls, usage), computed on first use; None once dropped."""
+        return None if self.timed is None else self.timed.result()
+
+    @timing.setter
+    def timing(self, value: TimingResult | None) -> None:
+        self.timed = None if value is None else TimedRun(value.cycles, value)
 
 
 class PccxDriver:
@@ -107,6 +116,7 @@ class PccxDriver:
         # the records' cycles, and the schedules of the latest runs)
         self.profile, self.executor, self.timing = profile, executor, timing
         self.pool: Any = None
+        self.timer = TokenTimer(self.hw)  # one token's Work records → cycles (schedule on demand)
         self.timing_workers = timing_workers
         self._runs = 0
         self.dev: Any = None
@@ -318,15 +328,15 @@ class PccxDriver:
         addr, n = v.output
         logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
         t2 = time.perf_counter()
-        timing, key = None, self._runs
+        timed, key = None, self._runs
         self._runs += 1
         if self.pool is not None:
             self.pool.submit(key, to_ops(self.hw, works, _OpRecord, renumber=True))
         elif self.timing:
-            timing = simulate_works(self.hw, works, renumber=True)
+            timed = self.timer.time(works)
         self._last_works = works
-        cycles = None if timing is None else timing.cycles
-        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1, cycles, timing, len(ids), phase,
+        cycles = None if timed is None else timed.cycles
+        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1, cycles, timed, len(ids), phase,
                                         key))
         if phase == "prefill" and len(ids) > 1:
             self.last_prefill_stats = stats
