@@ -344,6 +344,8 @@ def _overlap(early: Op, rw: tuple, wr: tuple) -> bool:
 
 def simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult:
     """Schedule ``ops`` (program order) on ``machine``; see the module docstring for the model."""
-    from npukit.sim.timing_state import Sim  # the event loop; it imports this module's types
+    from npukit.sim.timing_fast import try_simulate  # the compiled loop, where it applies
+    from npukit.sim.timing_state import Sim  # the readable loop; both import this module's types
 
-    return Sim(machine, ops).run()
+    res = try_simulate(machine, ops)
+    return res if res is not None else Sim(machine, ops).run()

@@ -1,0 +1,367 @@
+"""The compiled timing loop (`npukit.sim.timing_nb`) behind `npukit.sim.timing.simulate`.
+
+`Plan` holds what a `Machine` contributes (engines, resources, streams, stall names as codes), once
+per machine. `Columns` holds a program's ops as arrays (program order), built from `Op` records
+(`Columns.from_ops`) or by a target adapter that keeps them between runs (pccx: `TokenTimer`).
+`schedule(plan, cols)` runs the loop and returns a `Schedule`: ``cycles`` at once, the full
+`TimingResult` on request (`Schedule.result`, given the op records for labels and args).
+
+The compiled loop covers machines without token queues, command queues or engine pools; `simulate`
+runs the others, or everything when ``NPUKIT_TIMING=python``, on the readable loop
+(`npukit.sim.timing_state.Sim`), which is the model's definition. Both give bit-identical schedules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from npukit.sim.timing import (
+    EngineStats,
+    Fetch,
+    Machine,
+    Op,
+    OpTiming,
+    TimingError,
+    TimingResult,
+    _validate,
+)
+from npukit.sim.timing_tokens import check_tokens
+
+try:
+    from npukit.sim import timing_nb as nbl
+except ImportError:  # pragma: no cover - numba missing: the readable loop runs
+    nbl = None  # type: ignore[assignment]
+
+_INF = float("inf")
+
+
+def enabled() -> bool:
+    """The compiled loop is importable and not switched off (``NPUKIT_TIMING=python``)."""
+    return nbl is not None and os.environ.get("NPUKIT_TIMING", "").lower() != "python"
+
+
+class Plan:
+    """A machine as the compiled loop sees it; `Plan.of` returns None for machines it does not cover."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.cores = tuple(machine.engines)  # (plain names only: see `of`)
+        self.eix = {e: i for i, e in enumerate(self.cores)}
+        self.capacity = {r.name: r.bytes_per_cycle for r in machine.resources}
+        self.rnames = list(self.capacity)
+        self.rix = {r: i for i, r in enumerate(self.rnames)}
+        self.cap_arr = np.array([self.capacity[r] for r in self.rnames], np.float64)
+        self.snames = [s.name for s in machine.streams]
+        self.six = {s: i for i, s in enumerate(self.snames)}
+        # stall names as codes, one per distinct name (a stream named like a stall shares its sums)
+        names: dict[str, int] = {}
+
+        def code(name: str) -> int:
+            return names.setdefault(name, len(names))
+
+        self.base = np.array([code("sync"), code("issue"), code("bandwidth")], np.int64)
+        self.s_why = np.array([code(s) for s in self.snames], np.int64)
+        self.dep_code = np.array([code(f"dep_{e}") for e in self.cores], np.int64)
+        self.wait_code = np.array([code(f"wait_{e}") for e in self.cores], np.int64)
+        self.reasons = list(names)
+        self.paths: dict[tuple, int] = {}  # distinct op paths → id (grows as programs bring new ones)
+        self.path_rows: list[tuple[int, ...]] = []
+        self.narrow: list[float] = []
+        s_paths = [tuple(self.rix[r] for r in s.path) for s in machine.streams]
+        self.s_plen = np.array([len(p) for p in s_paths], np.int64)
+        self.s_path = _pad(s_paths)
+        self.s_capb = np.array([s.capacity_bytes for s in machine.streams], np.float64)
+        self.s_bpc = np.array([s.bytes_per_cycle for s in machine.streams], np.float64)
+
+    @staticmethod
+    def of(machine: Machine) -> Plan | None:
+        if machine.queues or machine.command_depth is not None:
+            return None
+        if not all(isinstance(e, str) for e in machine.engines) or len(set(machine.engines)) != len(
+                machine.engines):
+            return None
+        if any(r not in {x.name for x in machine.resources} for s in machine.streams for r in s.path):
+            return None  # (the readable loop words the error)
+        return Plan(machine)
+
+    def path_id(self, path: tuple[str, ...]) -> int:
+        """The id of an op's path (resource names), registered on first sight."""
+        i = self.paths.get(path)
+        if i is None:
+            rows = tuple(self.rix[r] for r in path)
+            i = self.paths[path] = len(self.path_rows)
+            self.path_rows.append(rows)
+            self.narrow.append(min(self.capacity[r] for r in path) if path else _INF)
+        return i
+
+
+def _pad(rows: Sequence[tuple[int, ...]]) -> np.ndarray:
+    width = max((len(r) for r in rows), default=0) or 1
+    out = np.full((len(rows), width), -1, np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
+
+
+def _ranges(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n, width, 2] int64 ranges and their counts (raises TypeError/OverflowError for non-integers)."""
+    n = len(seq)
+    arr = np.zeros((n, max(width, 1), 2), np.int64)
+    cnt = np.zeros(n, np.int64)
+    for i, rs in enumerate(seq):
+        if rs:
+            cnt[i] = len(rs)
+            for j, (a, b) in enumerate(rs):
+                if type(a) is not int or type(b) is not int:
+                    raise TypeError("ranges must be integers")
+                arr[i, j, 0], arr[i, j, 1] = a, b
+    return arr, cnt
+
+
+@dataclass
+class Columns:
+    """A program's ops as arrays in program order (what the compiled loop reads)."""
+
+    eng: np.ndarray  # int64 engine ordinal
+    cycles: np.ndarray  # float64 …
+    lat: np.ndarray
+    tail: np.ndarray
+    xfer: np.ndarray
+    path: np.ndarray  # int64 path id (`Plan.path_id`)
+    sidx: np.ndarray  # int64 stream ordinal, -1: none
+    sbr: np.ndarray  # float64 stream bytes as given
+    fifo: np.ndarray  # int64 FIFO producer position, -1: none
+    fifo_depth: np.ndarray
+    fifo_elems: np.ndarray
+    isasync: np.ndarray  # bool
+    rd: np.ndarray  # int64 [n, R, 2]
+    nrd: np.ndarray
+    wr: np.ndarray
+    nwr: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.eng.shape[0])
+
+    @staticmethod
+    def from_ops(plan: Plan, ops: Sequence[Op]) -> Columns:
+        col = {a: list(map(attrgetter(a), ops)) for a in (
+            "engine", "cycles", "latency", "tail", "path", "xfer_bytes", "stream", "stream_bytes", "fifo_from",
+            "fifo_depth", "fifo_elems", "is_async", "reads", "writes")}
+        f64 = np.float64
+        reads, writes = col["reads"], col["writes"]
+        rd, nrd = _ranges(reads, max(map(len, reads), default=0))
+        wr, nwr = _ranges(writes, max(map(len, writes), default=0))
+        return Columns(
+            np.array([plan.eix[e] for e in col["engine"]], np.int64), np.array(col["cycles"], f64),
+            np.array(col["latency"], f64), np.array(col["tail"], f64), np.array(col["xfer_bytes"], f64),
+            np.array([plan.path_id(tuple(p)) for p in col["path"]], np.int64),
+            np.array([-1 if s is None else plan.six[s] for s in col["stream"]], np.int64),
+            np.array(col["stream_bytes"], f64),
+            np.array([-1 if f is None else f for f in col["fifo_from"]], np.int64),
+            np.array(col["fifo_depth"], f64), np.array(col["fifo_elems"], f64),
+            np.array(col["is_async"], np.bool_), rd, nrd, wr, nwr)
+
+
+def _static(plan: Plan, c: Columns) -> tuple:
+    """The loop's per-op tables, derived as `Sim.__init__` derives them (same float operations)."""
+    n = c.n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cap = np.full(n, _INF)
+        np.divide(1.0, c.cycles, out=cap, where=c.cycles > 0)
+        xcap = cap * c.xfer
+        xlow = xcap * (1 - 1e-6)
+        narrow = np.array(plan.narrow, np.float64)[c.path] if n else np.zeros(0)
+        v = np.full(n, _INF)
+        np.divide(narrow, c.xfer, out=v, where=c.xfer > 0)
+        nominal = np.where(c.xfer > 0, np.where(v < cap, v, cap), cap)
+    rows = _pad(plan.path_rows)
+    path = rows[c.path] if n else np.zeros((0, 1), np.int64)
+    plen = np.array([len(r) for r in plan.path_rows], np.int64)[c.path] if n else np.zeros(0, np.int64)
+    sb = np.where(c.sidx >= 0, c.sbr, 0.0)
+    link = np.full(n, -1, np.int64)
+    full = np.zeros(n)
+    for p in np.flatnonzero(c.fifo >= 0):
+        pr = c.fifo[p]
+        if c.isasync[pr] and c.fifo_elems[p] > 0:
+            link[p] = pr
+            full[p] = c.fifo_depth[p] / c.fifo_elems[p]
+    haswork = (c.cycles != 0) | (c.xfer != 0) | (sb != 0) | (link >= 0)
+    return (c.eng, cap, c.lat, c.tail, c.xfer, xcap, xlow, nominal, path, plen, c.sidx, c.sbr, sb, c.fifo,
+            link, full, c.isasync, haswork, c.rd, c.nrd, c.wr, c.nwr)
+
+
+def _check(plan: Plan, c: Columns) -> None:
+    """The `_validate` rules on columns (the loop's preconditions); raises `TimingError`."""
+    n = c.n
+    if not n:
+        return
+    for name, a in (("cycles", c.cycles), ("latency", c.lat), ("tail", c.tail), ("xfer", c.xfer),
+                    ("stream bytes", c.sbr)):
+        if not a.min() >= 0:
+            p = int(np.flatnonzero(~(a >= 0))[0])
+            raise TimingError(f"op at position {p} has a negative cost ({name})")
+    pos = np.arange(n)
+    bad = (c.fifo >= 0) & ((c.fifo >= pos) | (c.cycles <= 0) | ((c.fifo_elems > 0) & (c.fifo_depth <= 0)))
+    bad |= (c.cycles <= 0) & ((c.sbr > 0) | (c.fifo >= 0))
+    if bad.any():
+        raise TimingError(f"op at position {int(np.flatnonzero(bad)[0])} has an inconsistent FIFO or stream")
+
+
+class Schedule:
+    """One program's schedule from the compiled loop: ``cycles`` now, `result` on request."""
+
+    def __init__(self, plan: Plan, arrays: dict[str, Any], t: float) -> None:
+        self.plan, self.a, self.t = plan, arrays, t
+        end = arrays["end"]
+        self.cycles = float(end.max()) if end.shape[0] else 0.0
+
+    def result(self, ops: Sequence[Any]) -> TimingResult:
+        """The `TimingResult` the readable loop returns for ``ops`` (the records this schedule was made
+        from, for indices, engines, labels, streams and args)."""
+        plan, a, t, total = self.plan, self.a, self.t, self.cycles
+        reasons = plan.reasons
+        issue, start, end, busy = (a[k].tolist() for k in ("issue", "start", "end", "busy"))
+        ostall = _stall_dicts(a["o_st"], a["o_first"], reasons)
+        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p], dict(o.args))
+               for p, o in enumerate(ops)]
+        e_busy, e_idle = a["e_busy"].tolist(), a["e_idle"].tolist()
+        q_len = a["q_len"]
+        for e in range(len(plan.cores)):
+            if q_len[e] == 0:  # idle at every step: the same sums, in the same order, as t itself
+                e_idle[e] = t
+        estall = _stall_dicts(a["e_st"], a["e_first"], reasons)
+        engines = {name: EngineStats(name, e_busy[e], e_idle[e] + max(0.0, total - t), estall[e])
+                   for e, name in enumerate(plan.cores)}
+        t0, t1 = a["fetch_t0"].tolist(), a["fetch_t1"].tolist()
+        sidx, sbr = a["sidx"], a["sbr"]
+        fetches = [Fetch(o.stream, o.index, t0[p], t1[p], o.stream_bytes)
+                   for p, o in enumerate(ops) if sidx[p] >= 0 and sbr[p] > 0]
+        rnames = plan.rnames
+        nu = a["n_usage"]
+        usage = [(ut, dict(zip(rnames, uv, strict=True)))
+                 for ut, uv in zip(a["u_t"][:nu].tolist(), a["u_v"][:nu].tolist(), strict=True)]
+        usage.append((total, dict.fromkeys(rnames, 0.0)))
+        nl, snames = a["n_level"], plan.snames
+        lt, lv = a["l_t"][:nl].tolist(), a["l_v"][:nl].tolist()
+        if len(snames) == 1:
+            levels = [(x, {snames[0]: v[0]}) for x, v in zip(lt, lv, strict=True)]
+        else:
+            levels = [(x, dict(zip(snames, v, strict=True))) for x, v in zip(lt, lv, strict=True)]
+        return TimingResult(total, plan.machine.clock_hz, res, engines, fetches,
+                            dict(zip(rnames, a["res_bytes"].tolist(), strict=True)), usage, levels)
+
+
+def _stall_dicts(st: np.ndarray, first: np.ndarray, reasons: list[str]) -> list[dict[str, float]]:
+    """Per row, {reason: sum} in the order the reasons were first touched (as the dicts were filled)."""
+    out: list[dict[str, float]] = [{} for _ in range(st.shape[0])]
+    rows, cols = np.nonzero(first >= 0)
+    if rows.size:
+        order = np.lexsort((first[rows, cols], rows))
+        vals = st[rows, cols].tolist()
+        for j in order.tolist():
+            out[rows[j]][reasons[cols[j]]] = vals[j]
+    return out
+
+
+def schedule(plan: Plan, c: Columns, label: Any = None) -> Schedule:
+    """Run the compiled loop on ``c``; ``label(p)`` words op p in a deadlock error (default: position)."""
+    n = c.n
+    C = _static(plan, c)
+    events = 4 * n + 64
+    while True:
+        status, arrays, t = _run(plan, C, n, events)
+        if status != nbl.FULL:
+            break
+        events *= 4  # a sample or hazard buffer was too small: again, with room
+    if status == nbl.DEADLOCK:
+        p = int(np.flatnonzero(arrays["end"] == _INF)[0])
+        who = label(p) if label is not None else f"at position {p}"
+        raise TimingError(f"deadlock at cycle {t:.0f}: op {who} can never finish")
+    if status == nbl.NO_PROGRESS:
+        raise TimingError(f"no progress at cycle {t:.0f}")
+    if status == nbl.NO_RATE:
+        raise TimingError("a transfer has neither a rate cap nor a bandwidth resource on its path")
+    arrays.update(sidx=c.sidx, sbr=c.sbr)
+    return Schedule(plan, arrays, t)
+
+
+def _run(plan: Plan, C: tuple, n: int, events: int) -> tuple[int, dict[str, Any], float]:
+    ne, nstr, nres = len(plan.cores), len(plan.snames), len(plan.rnames)
+    eng = C[0]
+    q_ops = np.argsort(eng, kind="stable").astype(np.int64)
+    q_len = np.bincount(eng, minlength=ne).astype(np.int64) if n else np.zeros(ne, np.int64)
+    q_off = np.concatenate(([0], np.cumsum(q_len)[:-1])).astype(np.int64)
+    cur = np.where(q_len > 0, q_ops[np.minimum(q_off, max(n - 1, 0))] if n else -1, -1).astype(np.int64)
+    E = (q_ops, q_off, q_len, np.zeros(ne, np.int64), cur)
+    sidx, sbr = C[10], C[11]
+    in_s = (sidx >= 0) & (sbr > 0)
+    s_ops = np.flatnonzero(in_s)
+    s_ops = s_ops[np.argsort(sidx[s_ops], kind="stable")].astype(np.int64)
+    s_len = np.bincount(sidx[s_ops], minlength=nstr).astype(np.int64) if nstr else np.zeros(0, np.int64)
+    s_off = np.concatenate(([0], np.cumsum(s_len)[:-1])).astype(np.int64) if nstr else np.zeros(0, np.int64)
+    s_next = np.where(s_len > 0, s_ops[np.minimum(s_off, max(len(s_ops) - 1, 0))] if len(s_ops) else -1,
+                      -1).astype(np.int64)
+    R = (s_ops, s_off, s_len, np.zeros(nstr, np.int64), s_next, np.full(nstr, n, np.int64), np.zeros(nstr),
+         np.zeros(nstr), plan.s_capb, plan.s_bpc, plan.s_path, plan.s_plen, np.ones(nstr, np.bool_))
+    inf = np.full(n, _INF)
+    start = np.full(n + 1, _INF)
+    start[n] = -_INF  # (s_prev = n: no previous op)
+    S = (inf.copy(), start, inf.copy(), np.zeros(n), inf.copy(), np.zeros(n), inf.copy(), inf.copy(),
+         np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+         np.zeros(events, np.int64), np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64))
+    heads = ne + 1
+    W = (np.zeros(heads, np.int64), np.zeros(heads, np.int64), np.zeros(heads, np.int64),
+         np.zeros(heads, np.int64), np.zeros(heads, np.int64), np.zeros(n + 1, np.int64),
+         np.zeros(n + 1, np.int64), np.full(nstr, -1, np.int64), np.zeros(nstr), np.zeros(n),
+         np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(nstr), np.zeros(nres))
+    nf = heads + nstr
+    width = max(C[8].shape[1], plan.s_path.shape[1] if nstr else 1)
+    F = (np.zeros(nf), np.full((nf, width), -1, np.int64), np.zeros(nf, np.int64), np.zeros(nf),
+         np.zeros(max(nstr, 1), np.int64), np.zeros(max(nstr, 1)), np.zeros(max(nstr, 1)))
+    K = (plan.s_why, plan.dep_code, plan.wait_code, plan.base)
+    nr = len(plan.reasons)
+    A = (np.zeros(ne), np.zeros(ne), np.zeros((ne, nr)), np.full((ne, nr), -1, np.int64), np.zeros((n, nr)),
+         np.full((n, nr), -1, np.int64))
+    O = (np.zeros(events), np.zeros((events, nres)), np.zeros(events), np.zeros((events, nstr)))
+    iv = np.zeros(nbl.IV_SIZE, np.int64)
+    iv[nbl._BLOCKER], iv[nbl._LAST_USAGE] = -1, -1
+    m = plan.machine
+    iv[nbl._WIN] = n + 1 if m.issue_window is None else m.issue_window
+    fv = np.zeros(nbl.FV_SIZE)
+    fv[nbl._IC] = m.issue_cycles
+    res_bytes = np.zeros(nres)
+    cnt = np.zeros(7, np.int64)
+    status = nbl.run(C, S, E, R, W, F, K, A, O, iv, fv, cnt, plan.cap_arr, res_bytes)
+    arrays = {"issue": S[0], "start": S[1][:n], "end": S[2], "busy": S[8], "fetch_t0": S[6], "fetch_t1": S[7],
+              "e_busy": A[0], "e_idle": A[1], "e_st": A[2], "e_first": A[3], "o_st": A[4], "o_first": A[5],
+              "q_len": q_len, "u_t": O[0], "u_v": O[1], "l_t": O[2], "l_v": O[3], "res_bytes": res_bytes,
+              "n_usage": int(iv[nbl._NUSAGE]), "n_level": int(iv[nbl._NLEVEL])}
+    return int(status), arrays, float(fv[nbl._T])
+
+
+def try_simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult | None:
+    """`simulate` on the compiled loop, or None where it does not apply (the caller runs `Sim`)."""
+    if not enabled():
+        return None
+    plan = Plan.of(machine)
+    if plan is None:
+        return None
+    ops = list(ops)
+    _validate(machine, ops, plan.capacity, {s.name: s for s in machine.streams}, plan.cores)
+    check_tokens(machine, ops)
+    try:
+        cols = Columns.from_ops(plan, ops)
+    except (TypeError, OverflowError, ValueError):  # ranges that are not plain integers
+        return None
+
+    def label(p: int) -> str:
+        return f"{ops[p].index} ({ops[p].label or ops[p].engine})"
+
+    return schedule(plan, cols, label).result(ops)
