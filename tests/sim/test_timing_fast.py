@@ -105,10 +105,11 @@ def test_pccx_like_program_with_streams_fifos_and_hazards():
     for i in range(150):
         a = 4 * i
         ops.append(Op(a, "gemv", f"gemv{i}", cycles=50.0 + i % 7, tail=6.0, stream="weights",
-                      stream_bytes=3000.0 + 17 * (i % 5), is_async=True, reads=((0, 8),), writes=((8 + i % 3, 9 + i % 3),),
-                      path=("l2b",), xfer_bytes=64.0))
+                      stream_bytes=3000.0 + 17 * (i % 5), is_async=True, reads=((0, 8),),
+                      writes=((8 + i % 3, 9 + i % 3),), path=("l2b",), xfer_bytes=64.0))
         ops.append(Op(a + 1, "sfu", f"sfu{i}", cycles=20.0, tail=4.0, fifo_from=a, fifo_depth=16.0,
-                      fifo_elems=128.0, is_async=i % 4 != 0, reads=((8 + i % 3, 9 + i % 3),), writes=((20, 21),)))
+                      fifo_elems=128.0, is_async=i % 4 != 0, reads=((8 + i % 3, 9 + i % 3),),
+                      writes=((20, 21),)))
         ops.append(Op(a + 2, "dma", f"dma{i}", latency=5.0, path=("ddr",), xfer_bytes=256.0, is_async=True,
                       reads=((20, 21),), writes=((30 + i % 2, 31 + i % 2),)))
         ops.append(Op(a + 3, "ctrl", f"ctrl{i}", cycles=2.0, writes=((40, 41),), is_async=i % 3 == 0))

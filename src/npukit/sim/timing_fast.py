@@ -152,8 +152,8 @@ class Columns:
     @staticmethod
     def from_ops(plan: Plan, ops: Sequence[Op]) -> Columns:
         col = {a: list(map(attrgetter(a), ops)) for a in (
-            "engine", "cycles", "latency", "tail", "path", "xfer_bytes", "stream", "stream_bytes", "fifo_from",
-            "fifo_depth", "fifo_elems", "is_async", "reads", "writes")}
+            "engine", "cycles", "latency", "tail", "path", "xfer_bytes", "stream", "stream_bytes",
+            "fifo_from", "fifo_depth", "fifo_elems", "is_async", "reads", "writes")}
         f64 = np.float64
         reads, writes = col["reads"], col["writes"]
         rd, nrd = _ranges(reads, max(map(len, reads), default=0))
@@ -229,8 +229,8 @@ class Schedule:
         reasons = plan.reasons
         issue, start, end, busy = (a[k].tolist() for k in ("issue", "start", "end", "busy"))
         ostall = _stall_dicts(a["o_st"], a["o_first"], reasons)
-        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p], dict(o.args))
-               for p, o in enumerate(ops)]
+        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
+                        dict(o.args)) for p, o in enumerate(ops)]
         e_busy, e_idle = a["e_busy"].tolist(), a["e_idle"].tolist()
         q_len = a["q_len"]
         for e in range(len(plan.cores)):

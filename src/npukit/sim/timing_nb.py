@@ -178,9 +178,9 @@ def _settle(C, S, E, R, iv, fv):
     t = fv[_T]
     changed = True
     while changed:
-        if iv[_K] < n and iv[_BLOCKER] < 0 and iv[_UNSTARTED] < iv[_WIN] and t >= fv[_NEXT_ISSUE] - _EPS:
-            if not _issue(C, S, iv, fv):
-                return False
+        if (iv[_K] < n and iv[_BLOCKER] < 0 and iv[_UNSTARTED] < iv[_WIN] and t >= fv[_NEXT_ISSUE] - _EPS
+                and not _issue(C, S, iv, fv)):
+            return False
         k = iv[_K]
         done_any = started_any = blocked_any = False
         for e in range(ne):
@@ -578,7 +578,7 @@ def _stall(st, first, row, reason, amount, event):
 def _attribute(C, S, E, W, K, A, cnt, iv, dt):
     """Each engine's and op's share of [t, t+dt): busy, idle, or a named stall."""
     eng, nominal = C[0], C[7]
-    end, busy = S[2], S[8]
+    busy = S[8]
     q_ops, q_off, q_len, head, cur = E
     running, rs, waiting, blocked, filling, lk_pr, lk_c, tg, lvl, rate, why, rmark, share, used = W
     s_why, dep_code, wait_code, base = K
