@@ -11,8 +11,12 @@ import pkgutil
 from types import ModuleType
 
 
+def prefixed_names(package: str, prefix: str) -> list[str]:
+    """Names of the ``package.<prefix>*`` modules in name order, without importing them."""
+    pkg = importlib.import_module(package)
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith(prefix))
+
+
 def import_prefixed(package: str, prefix: str) -> list[ModuleType]:
     """Import ``package.<prefix>*`` modules in name order and return them."""
-    pkg = importlib.import_module(package)
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith(prefix))
-    return [importlib.import_module(f"{package}.{name}") for name in names]
+    return [importlib.import_module(f"{package}.{name}") for name in prefixed_names(package, prefix)]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from npukit.cli import ui
 from npukit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 COLS = 256  # one Gemma-3n head_dim per row; also the TQ1_0/TQ2_0 block length
 
@@ -31,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def sample(size: int, seed: int) -> np.ndarray:
     """Gaussian weights (σ = 1) of shape (size/256, 256) with 0.1% outliers at 10-30σ."""
+    import numpy as np
+
     if size < COLS or size % COLS:
         raise ConfigError(f"--size must be a positive multiple of {COLS}, got {size}")
     rng = np.random.default_rng(seed)
@@ -89,6 +92,8 @@ def _ternary_rows() -> list[tuple[str, str, Callable[[np.ndarray], tuple[np.ndar
         return []
 
     def absmean(w: np.ndarray) -> tuple[np.ndarray, int]:
+        import numpy as np
+
         t, s = ternary.quantize_absmean(w)
         return (t.astype(np.float64) / s).astype(np.float32), ternary.pack_base3(t).nbytes + 4
 
@@ -124,6 +129,8 @@ def rows_spec() -> list[tuple[str, str, Callable[[np.ndarray], tuple[np.ndarray,
 
 
 def _metrics(w: np.ndarray, d: np.ndarray) -> tuple[float, float, float]:
+    import numpy as np
+
     x = w.astype(np.float64)
     err = d.astype(np.float64) - x
     se = float(np.sum(err * err))
@@ -133,6 +140,8 @@ def _metrics(w: np.ndarray, d: np.ndarray) -> tuple[float, float, float]:
 
 
 def evaluate(size: int, seed: int) -> dict[str, Any]:
+    import numpy as np
+
     w = sample(size, seed)
     out = []
     for name, layout, fn in rows_spec():

@@ -12,19 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npukit.cli import ui
 from npukit.errors import ConfigError, ModelError
-from npukit.evidence import Figure
-from npukit.models.loading import LoadedModel, load_model
-from npukit.runtime import backends
-from npukit.runtime.generate import generate
-from npukit.runtime.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from npukit.models.loading import LoadedModel
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate tokens with a model on a target (golden, quant, ...)")
+    from npukit.runtime import backends  # the --target and --kv choices: every backend's module
     p.add_argument("model", nargs="?", metavar="MODEL",
                    help="Hugging Face model directory or preset name (default: the embedded model)")
     g = p.add_mutually_exclusive_group()
@@ -63,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve_model(spec: str | None) -> LoadedModel:
+    from npukit.models.loading import load_model
+
     if spec is None:
         try:
             from npukit.models.embedded import default_model_dir
@@ -117,6 +118,8 @@ def check_options(family: str, target: str, options: dict[str, Any]) -> None:
     """Reject, by their flags, the options the target's backend does not take (before any work)."""
     import inspect
 
+    from npukit.runtime import backends
+
     factory = backends.get_spec(family, target).factory
     try:
         params = inspect.signature(factory).parameters
@@ -150,6 +153,11 @@ class _Streamer:
 
 
 def run(args: argparse.Namespace) -> int:
+    from npukit.evidence import Figure
+    from npukit.runtime import backends
+    from npukit.runtime.generate import generate
+    from npukit.runtime.sampling import SamplingParams
+
     if args.logits and not args.json:
         raise ConfigError("--logits needs --json")
     model = resolve_model(args.model)

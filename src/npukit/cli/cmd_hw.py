@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from npukit import hw
 from npukit.cli import ui
 
 
@@ -29,6 +28,8 @@ def _flatten(d: dict, prefix: str = "") -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from npukit import hw
+
     if not args.preset:
         names = hw.preset_names()
         if args.json:

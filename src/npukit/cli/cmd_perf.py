@@ -8,7 +8,6 @@ from typing import Any
 
 from npukit.cli import ui
 from npukit.errors import ConfigError
-from npukit.evidence import Tier
 
 # Targets whose seeds state a decode-rate goal; checked unless --target-tps overrides.
 DEFAULT_TARGETS = {"pccx": (20.0, "seeds/000 pccx gemma3n_execution.rst §6 (target, nothing measured)")}
@@ -57,6 +56,7 @@ def parse_sparsity(text: str | None) -> tuple[float, bool]:
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:
+    from npukit.evidence import Tier
     from npukit.perf import ledger as lg
     from npukit.perf.machine import load_machine, target_of
     from npukit.perf.ops import build_ops

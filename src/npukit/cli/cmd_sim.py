@@ -15,14 +15,15 @@ patterns into L2 from word WORD (activations). Both repeat. Everything else the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npukit.cli import ui
 from npukit.cli.cmd_asm import add_target_arguments, call, read_words, resolve_target
 from npukit.errors import ConfigError
-from npukit.evidence import Ledger, Tier
+
+if TYPE_CHECKING:
+    from npukit.evidence import Ledger
 
 MODEL = "npukit.sim.timing fluid event model"
 
@@ -45,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _ledger(res: Any, source: str) -> Ledger:
+    from npukit.evidence import Ledger, Tier
+
     led = Ledger()
     src = f"{source} + {MODEL}"
     led.add("total cycles", res.cycles, "cycles", Tier.DERIVED, src)
@@ -69,6 +72,8 @@ def _stall_text(stalls: dict[str, float]) -> str:
 
 def _plain(result: Any) -> Any:
     """A simulator result without a timing record, as JSON-able data."""
+    import dataclasses
+
     if hasattr(result, "to_json"):
         return result.to_json()
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
@@ -77,6 +82,8 @@ def _plain(result: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from npukit.evidence import Tier
+
     target, hw, label, options = resolve_target(args, "simulate")
     words = read_words(target, args.program, hw, None, options)
     if len(words) == 0:

@@ -1,16 +1,54 @@
-"""Entry point: ``npukit <command> ...``. Typed npukit errors become one line and exit status 2."""
+"""Entry point: ``npukit <command> ...``. Typed npukit errors become one line and exit status 2.
+
+Start-up stays fast: for a command line, only the chosen command's parser is built in full. Every
+other command is still listed (name and one-line help, for ``npukit --help`` and "invalid choice"),
+but its ``register()`` is stopped right after ``add_parser``, so its flags, and the registries or
+models some flags read their choices from, are never loaded. ``build_parser()`` with no command line
+builds every command in full (tests walk it).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import npukit
 from npukit.errors import NpukitError
-from npukit.plugins import import_prefixed
+from npukit.plugins import import_prefixed, prefixed_names
+
+PACKAGE, PREFIX = "npukit.cli", "cmd_"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Listed(BaseException):
+    """Ends a ``register()`` whose command was only listed (a BaseException: no ``except Exception``
+    inside a plug-in swallows it)."""
+
+
+class _ListingOnly:
+    """The subparsers action as one module's ``register()`` sees it in a lazy build: the chosen
+    command gets its full parser (and so does any command the module adds after it); a command before
+    it, or in a module without it, is added with its name and help, then register() stops."""
+
+    def __init__(self, sub: argparse._SubParsersAction, chosen: str | None) -> None:
+        self._sub, self._chosen, self._in_full = sub, chosen, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser = self._sub.add_parser(name, **kwargs)
+        if self._chosen is not None and self._chosen in (name, *kwargs.get("aliases", ())):
+            self._in_full = True
+        if self._in_full:
+            return parser
+        raise _Listed
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._sub, attr)
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="npukit",
         description="Custom AI accelerators, real before silicon: formats, ISAs, bit-exact simulators, "
@@ -18,13 +56,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"npukit {npukit.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for module in import_prefixed("npukit.cli", "cmd_"):
-        module.register(sub)
-    return parser
+    return parser, sub
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The word argparse will take as COMMAND (the top level's options take no values)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _lazy_parser(modules: list[str], chosen: str | None) -> argparse.ArgumentParser | None:
+    """A parser with ``chosen`` in full and the other commands of ``modules`` listed; None when no
+    module registered ``chosen``."""
+    parser, sub = _top_parser()
+    for module in modules:
+        with contextlib.suppress(_Listed):
+            importlib.import_module(f"{PACKAGE}.{module}").register(_ListingOnly(sub, chosen))
+    return parser if chosen is None or chosen in sub.choices else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``npukit`` parser; given ``argv``, only the command it names is built in full."""
+    if argv is None:
+        parser, sub = _top_parser()
+        for module in import_prefixed(PACKAGE, PREFIX):
+            module.register(sub)
+        return parser
+    chosen = _command_word(argv)
+    names = prefixed_names(PACKAGE, PREFIX)
+    own = f"{PREFIX}{chosen.replace('-', '_')}" if chosen else ""
+    if own in names and argv[0] == chosen:  # `npukit CMD ...`: nothing else is shown
+        parser = _lazy_parser([own], chosen)
+        if parser is not None:
+            return parser
+    # a command no module registered (a typo, a module's second command): the full build decides
+    return _lazy_parser(names, chosen) or build_parser()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
