@@ -3,8 +3,9 @@
 Start-up stays fast: for a command line, only the chosen command's parser is built in full. Every
 other command is still listed (name and one-line help, for ``npukit --help`` and "invalid choice"),
 but its ``register()`` is stopped right after ``add_parser``, so its flags, and the registries or
-models some flags read their choices from, are never loaded. ``build_parser()`` with no command line
-builds every command in full (tests walk it).
+models some flags read their choices from, are never loaded. So ``register()`` calls ``add_parser``
+first and a module adds one command (house style): a second one still runs, but ``--help`` lists only
+the first. ``build_parser()`` with no command line builds every command in full (tests walk it).
 """
 
 from __future__ import annotations
