@@ -324,21 +324,20 @@ def _run(plan: Plan, C: tuple, n: int, events: int) -> tuple[int, dict[str, Any]
     nf = heads + nstr
     width = max(C[8].shape[1], plan.s_path.shape[1] if nstr else 1)
     F = (np.zeros(nf), np.full((nf, width), -1, np.int64), np.zeros(nf, np.int64), np.zeros(nf),
-         np.zeros(max(nstr, 1), np.int64), np.zeros(max(nstr, 1)), np.zeros(max(nstr, 1)))
+         np.zeros(max(nstr, 1), np.int64), np.zeros(max(nstr, 1)), np.zeros(max(nstr, 1)),
+         np.zeros(nf, np.bool_), np.zeros(max(nres, 1)), np.zeros(max(nres, 1), np.int64))
     K = (plan.s_why, plan.dep_code, plan.wait_code, plan.base)
     nr = len(plan.reasons)
     A = (np.zeros(ne), np.zeros(ne), np.zeros((ne, nr)), np.full((ne, nr), -1, np.int64), np.zeros((n, nr)),
          np.full((n, nr), -1, np.int64))
     O = (np.zeros(events), np.zeros((events, nres)), np.zeros(events), np.zeros((events, nstr)))
     iv = np.zeros(nbl.IV_SIZE, np.int64)
-    iv[nbl._BLOCKER], iv[nbl._LAST_USAGE] = -1, -1
     m = plan.machine
-    iv[nbl._WIN] = n + 1 if m.issue_window is None else m.issue_window
+    iv[nbl._WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
     fv = np.zeros(nbl.FV_SIZE)
     fv[nbl._IC] = m.issue_cycles
     res_bytes = np.zeros(nres)
-    cnt = np.zeros(7, np.int64)
-    status = nbl.run(C, S, E, R, W, F, K, A, O, iv, fv, cnt, plan.cap_arr, res_bytes)
+    status = nbl.run(C, S, E, R, W, F, K, A, O, iv, fv, plan.cap_arr, res_bytes)
     arrays = {"issue": S[0], "start": S[1][:n], "end": S[2], "busy": S[8], "fetch_t0": S[6], "fetch_t1": S[7],
               "e_busy": A[0], "e_idle": A[1], "e_st": A[2], "e_first": A[3], "o_st": A[4], "o_first": A[5],
               "q_len": q_len, "u_t": O[0], "u_v": O[1], "l_t": O[2], "l_v": O[3], "res_bytes": res_bytes,
