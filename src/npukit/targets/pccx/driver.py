@@ -44,7 +44,8 @@ from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
-from npukit.targets.pccx.timing import TimedRun, TokenTimer, _OpRecord, to_ops
+from npukit.targets.pccx.timing import _OpRecord, to_ops
+from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
 EXECUTORS = ("reference", "fast")
 
@@ -315,8 +316,9 @@ class PccxDriver:
         works: list[Work] = []
         tagged = self.executor == "fast"
         for j, seg in enumerate(v.program.segments):
-            if tagged:  # the fast executor diffs the patched words against this segment's last ones
-                self.dev.load_program(seg.words, tag=(v.key, j))
+            if tagged:  # the fast executor re-checks only the words the span patches rewrote
+                self.dev.load_program(seg.words, tag=(v.key, j),
+                                      dirty=[p.index for p in v.program.patches if p.seg == j])
             else:
                 self.dev.load_program(seg.words)
             out = self.dev.run()

@@ -10,7 +10,9 @@ INT4 codes, the packed image in place, or an INT8/FP16 host view) and the row sc
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,8 +21,8 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.state import FastState, MatBinding
-from npukit.targets.pccx.isa import GemvFlag, Instr, words_of
+from npukit.targets.pccx.fast.state import Codes, FastState, MatBinding
+from npukit.targets.pccx.isa import GemvFlag, Instr
 from npukit.targets.pccx.memory import (
     FORMATS,
     W_ACT_SCALE,
@@ -36,6 +38,9 @@ from npukit.targets.pccx.memory import (
 
 _E = 8
 _NO_SCALE = np.zeros(0, np.float32)
+_KEY9 = struct.Struct("=9H")  # the binding key: shape entry (m, n, k), weight slot and slot + 1 (a, hi, lo)
+_SERIAL = {"gemv_i8": "gemv_i8_1", "gemv_p4": "gemv_p4_1", "gemv_f16": "gemv_f16_1"}
+_MEMO = 256  # Work records remembered per instruction (a span-variable GEMV gets a new shape per token)
 
 
 _ASM: dict[Instr, str] = {}
@@ -51,57 +56,96 @@ def _asm_text(ins: Instr) -> str:
     return t
 
 
-def _mat_work(idx: int, ins: Instr, m: int, n: int, k: int, fmt: str, w_scale: bool, accm: bool) -> Work:
+@dataclass(eq=False)
+class MatSite:
+    """What binding one GEMV/GEMM needs from its instruction alone (decoded once per plan step), and the
+    Work records it made, by shape: a binding is rebuilt whenever the span descriptors change (every
+    token for attention), and an unchanged shape hands back the very same Work object."""
+
+    idx: int
+    ins: Instr
+    asm: str
+    w_scale: bool
+    accm: bool
+    findemax: bool
+    works: dict = field(default_factory=dict)
+
+
+def mat_site(idx: int, ins: Instr) -> MatSite:
+    f = int(ins.flags)
+    return MatSite(idx, ins, _asm_text(ins), bool(f & GemvFlag.W_SCALE), bool(f & GemvFlag.ACCM),
+                   bool(f & GemvFlag.FINDEMAX))
+
+
+def _remember(site: MatSite, key: tuple, work: Work) -> Work:
+    if len(site.works) >= _MEMO:
+        site.works.clear()
+    site.works[key] = work
+    return work
+
+
+def _mat_work(site: MatSite, m: int, n: int, k: int, fmt: str) -> Work:
     """The reference simulator's Work record for this GEMV/GEMM (same fields, same label)."""
+    w = site.works.get((m, n, k, fmt))
+    if w is not None:
+        return w
+    ins, w_scale, accm = site.ins, site.w_scale, site.accm
     rb = row_bytes(fmt, k)
-    kw, mw = words_of(k), words_of(m)
-    src = (ins.src_addr, ins.src_addr + words_of(n * kw * _E))
-    dst = (ins.dest_reg, ins.dest_reg + words_of(n * mw * _E))
-    label = (f"{_asm_text(ins)}  ; M={m} N={n} K={k} {fmt}"
+    kw, mw = -(-k // _E), -(-m // _E)
+    src = (ins.src_addr, ins.src_addr + n * kw)
+    dst = (ins.dest_reg, ins.dest_reg + n * mw)
+    label = (f"{site.asm}  ; M={m} N={n} K={k} {fmt}"
              f"{' w_scale' if w_scale else ''} ksplit={nx.k_splits(k)}")
-    return Work(idx, ins.op.name.lower(), label, macs=m * n * k,
-                weight_bytes=m * rb + (4 * m if w_scale else 0),
-                onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
-                onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
-                reads=(src, dst) if accm else (src,), writes=(dst,), lanes=ins.parallel_lane)
+    w = Work(site.idx, ins.op.name.lower(), label, macs=m * n * k,
+             weight_bytes=m * rb + (4 * m if w_scale else 0),
+             onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
+             onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
+             reads=(src, dst) if accm else (src,), writes=(dst,), lanes=ins.parallel_lane)
+    return _remember(site, (m, n, k, fmt), w)
 
 
-def bind_mat(sim: FastState, idx: int, ins: Instr, key: bytes) -> MatBinding | None:
+def key_fields(key: bytes) -> tuple[int, ...]:
+    """(m, n, k, a, hi, lo[, a1, hi1, lo1]) from a binding key (the raw constant-cache entries)."""
+    if len(key) == 18:
+        return _KEY9.unpack(key)
+    return struct.unpack(f"={len(key) // 2}H", key)
 
-    m, n, k = (int(v) for v in sim.cc[0, ins.shape_ptr_addr])
+
+def bind_mat(sim: FastState, site: MatSite, key: bytes) -> MatBinding | None:
+    """The binding for the constant-cache entries ``key`` (`key_fields`), or None: the reference runs it."""
+    f = key_fields(key)
+    m, n, k, a, hi, lo = f[:6]
     n = max(n, 1)
-    a, hi, lo = (int(v) for v in sim.cc[1, ins.size_ptr_addr])
     code, ext = a & W_FMT_MASK, a & ~W_FMT_MASK
     if m == 0 or k == 0 or code not in FORMATS:
         return None  # faults: the reference path raises the error interrupt
     if ext:
-        return bind_ext(sim, idx, ins, key, m, n, k, a, hi, lo)
+        return bind_ext(sim, site, key, m, n, k, a, hi, lo, f[6:])
+    ins = site.ins
     fmt = FORMATS[code]
     addr = ((hi << 16) | lo) * WORD_BYTES
     rb = row_bytes(fmt, k)
-    kw, mw = words_of(k), words_of(m)
+    kw, mw = -(-k // _E), -(-m // _E)
     s0, d0 = ins.src_addr, ins.dest_reg
     lim = sim.limits.l2_words
     if s0 + n * kw > lim or d0 + n * mw > lim:
         return None
     if n > 1 and (fmt == "fp16" or (s0 < d0 + n * mw and d0 < s0 + n * kw)):
         return None  # the reference reads every input (and may fault) before writing any output
-    w_scale = bool(ins.flags & GemvFlag.W_SCALE)
-    accm = bool(ins.flags & GemvFlag.ACCM)
+    w_scale, accm, findemax = site.w_scale, site.accm, site.findemax
     s_addr = addr + m * rb + (-(m * rb)) % WORD_BYTES
     sbytes = sim.host.view(s_addr, 4 * m) if w_scale else None
     body = sim.host.view(addr, m * rb)
     if body is None or (w_scale and sbytes is None):
         return None
     flat = sim.l2.reshape(-1)
-    xs = [flat[(s0 + j * kw) * _E: (s0 + j * kw) * _E + k] for j in range(n)]
-    ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
     codes = None
     if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8" or (
             sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS and not (sim.vnni and k >= 128))):
         codes = sim.int4_codes(addr, m, k, w_scale)
-    findemax = bool(ins.flags & GemvFlag.FINDEMAX)
+    work = _mat_work(site, m, n, k, fmt)
     if n > 1 and fmt == "int4" and codes is None and sim.backend == "numba":
+        ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
         gemm = _gemm_kernel(sim, flat, s0, d0, kw, mw, n, k, body.reshape(m, rb), sbytes, accm)
 
         def run_gemm() -> None:
@@ -109,10 +153,22 @@ def bind_mat(sim: FastState, idx: int, ins: Instr, key: bytes) -> MatBinding | N
             if findemax:
                 update_emax(sim, ds)
 
-        return MatBinding(key, _mat_work(idx, ins, m, n, k, fmt, w_scale, accm), run_gemm, None)
+        return MatBinding(key, work, run_gemm, None)
     vec = _vector_kernel(sim, fmt, codes, body, sbytes, m, k, rb, accm)
     if vec is None:
         return None
+    if n == 1:  # a GEMV: one vector, no loop
+        x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
+        ds = [d]
+
+        def run1() -> None:
+            vec(x, d)
+            if findemax:
+                update_emax(sim, ds)
+
+        return MatBinding(key, work, run1, codes)
+    xs = [flat[(s0 + j * kw) * _E: (s0 + j * kw) * _E + k] for j in range(n)]
+    ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
 
     def run() -> None:
         for x, d in zip(xs, ds, strict=True):
@@ -120,7 +176,7 @@ def bind_mat(sim: FastState, idx: int, ins: Instr, key: bytes) -> MatBinding | N
         if findemax:
             update_emax(sim, ds)
 
-    return MatBinding(key, _mat_work(idx, ins, m, n, k, fmt, w_scale, accm), run, codes)
+    return MatBinding(key, work, run, codes)
 
 
 def _gemm_kernel(sim: FastState, flat: np.ndarray, s0: int, d0: int, kw: int, mw: int, n: int, k: int,
@@ -160,20 +216,21 @@ def _vector_kernel(sim: FastState, fmt: str, codes, body: np.ndarray, sbytes: np
     if sim.backend == "numba":
         kern = sim._k
         if codes is not None:
-            w, gemv = codes.codes, kern["gemv_i8"]
+            w, name = codes.codes, "gemv_i8"
             scale = codes.scale if codes.scale.size else _NO_SCALE
 
             def get_scale() -> np.ndarray:
                 return scale
         elif fmt == "int4":
-            w, gemv, get_scale = body.reshape(m, rb), kern["gemv_p4"], live_scale
+            w, name, get_scale = body.reshape(m, rb), "gemv_p4", live_scale
         elif fmt == "int8":
-            w, gemv, get_scale = body.view(np.int8).reshape(m, k), kern["gemv_i8"], live_scale
+            w, name, get_scale = body.view(np.int8).reshape(m, k), "gemv_i8", live_scale
         else:
-            w, gemv, get_scale = body.view("<u2").reshape(m, k), kern["gemv_f16"], live_scale
+            w, name, get_scale = body.view("<u2").reshape(m, k), "gemv_f16", live_scale
+        gemv = kern[name]
 
         if m * k < kx.PARALLEL_MIN_MACS:  # the serial twin: a parallel region costs more than a small GEMV
-            gemv = next(kern[n + "_1"] for n in ("gemv_i8", "gemv_p4", "gemv_f16") if kern[n] is gemv)
+            gemv = kern[_SERIAL[name]]
         lut32, lut64 = kx.LUT32, kx.LUT64
 
         def vec(x: np.ndarray, d: np.ndarray) -> None:
@@ -218,16 +275,17 @@ def _vector_kernel(sim: FastState, fmt: str, codes, body: np.ndarray, sbytes: np
     return vec_np
 
 
-def _slot1(sim: FastState, slot: int) -> int | None:
-    """Host address held in weight slot + 1 (split/activation scales), None where the reference faults."""
-    if slot + 1 >= sim.limits.cc_entries:
+def _slot1(sim: FastState, entry: tuple[int, ...]) -> int | None:
+    """Host address held in weight slot + 1 (``entry``: its (a, b, c), empty past the last slot; split or
+    activation scales), None where the reference faults."""
+    if not entry:
         return None
-    off, hi, lo = (int(v) for v in sim.cc[1, slot + 1])
+    off, hi, lo = entry
     return None if off >= WORD_BYTES else ((hi << 16) | lo) * WORD_BYTES + off
 
 
-def bind_ext(sim: FastState, idx: int, ins: Instr, key: bytes, m: int, n: int, k: int, a: int, hi: int,
-             lo: int) -> MatBinding | None:
+def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, a: int, hi: int, lo: int,
+             entry1: tuple[int, ...]) -> MatBinding | None:
     """GEMV with the extended weight-layout bits (docs/targets/pccx.md): byte offset, split row scales,
     K-major image with zero-row skipping, activation scales. A K-major GEMM (N > 1, prefill's sparse
     W_down) runs vector by vector with the reference's union of live rows in its Work; other GEMMs
@@ -244,15 +302,15 @@ def bind_ext(sim: FastState, idx: int, ins: Instr, key: bytes, m: int, n: int, k
         return None
     rows, cols = (k, m) if kmajor else (m, k)
     rb = row_bytes(fmt, cols)
+    ins = site.ins
     s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
-    kw, mw = words_of(k), words_of(m)
+    kw, mw = -(-k // _E), -(-m // _E)
     if s0 + n * kw > lim or d0 + n * mw > lim:
         return None
     if n > 1 and s0 < d0 + n * mw and d0 < s0 + n * kw:
         return None  # the reference reads every input before writing any output
-    w_scale = bool(ins.flags & GemvFlag.W_SCALE)
-    accm = bool(ins.flags & GemvFlag.ACCM)
-    s1 = _slot1(sim, ins.size_ptr_addr) if ext & (W_SPLIT_SCALES | W_ACT_SCALE) else None
+    w_scale, accm = site.w_scale, site.accm
+    s1 = _slot1(sim, entry1) if ext & (W_SPLIT_SCALES | W_ACT_SCALE) else None
     if ext & (W_SPLIT_SCALES | W_ACT_SCALE) and s1 is None:
         return None
     s_addr = s1 if ext & W_SPLIT_SCALES else addr + rows * rb + (-(rows * rb)) % WORD_BYTES
@@ -264,36 +322,65 @@ def bind_ext(sim: FastState, idx: int, ins: Instr, key: bytes, m: int, n: int, k
     flat = sim.l2.reshape(-1)
     xs = [flat[(s0 + j * kw) * _E: (s0 + j * kw) * _E + k] for j in range(n)]
     ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
-    x, d = xs[0], ds[0]
-    findemax = bool(ins.flags & GemvFlag.FINDEMAX)
-    base = _mat_work(idx, ins, m, n, k, fmt, w_scale, accm)
-
-    def live_scale() -> np.ndarray:
-        return sbytes.view("<f4").astype(np.float32) if sbytes is not None else _NO_SCALE
-
-    def emax() -> None:
-        if findemax:
-            update_emax(sim, ds)
-
+    findemax = site.findemax
     if not kmajor:  # row-major with split scales / byte offset: the weights change with the ring
         vec = _vector_kernel(sim, fmt, None, body, sbytes, m, k, rb, accm)
         if vec is None:
             return None
+        x, d = xs[0], ds[0]
 
         def run_rows() -> None:
             vec(x, d)
-            emax()
+            if findemax:
+                update_emax(sim, ds)
 
-        return MatBinding(key, base, run_rows, None)
+        return MatBinding(key, _mat_work(site, m, n, k, fmt), run_rows, None)
     static = fmt == "int4" and ext & ~W_OFFSET_MASK == W_KMAJOR  # a weight image, not a KV ring block
     codes = sim.int4_kmajor_codes(addr, m, k) if static else None
     if fmt == "fp16" and (sim.backend != "numba" or n > 1):
         return None  # (N > 1: a non-finite live weight faults before the reference writes anything)
-    pre = base.label.split("  ; ")[0]
-    tail = f" ksplit={nx.k_splits(k)}"
-    head = f"{pre}  ; M={m} N={n} K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
-    q = sim._qbuf
-    kern = sim._k
+    one = _kmajor_vector(sim, fmt, codes, body, sbytes, abytes, m, k, rb, accm)
+
+    def run_km() -> Work:
+        if n == 1:
+            live = one(xs[0], ds[0])
+        else:  # the reference's Work counts the union of the vectors' live rows
+            union = np.zeros(k, bool)
+            for xj, dj in zip(xs, ds, strict=True):
+                one(xj, dj, union)
+            live = int(np.count_nonzero(union))
+        if findemax:
+            update_emax(sim, ds)
+        return _kmajor_work(site, m, n, k, fmt, live, act)
+
+    return MatBinding(key, None, run_km, codes)
+
+
+def _kmajor_work(site: MatSite, m: int, n: int, k: int, fmt: str, live: int, act: bool) -> Work:
+    """The reference's Work of a K-major GEMV/GEMM with ``live`` activation rows (label, MACs, bytes)."""
+    key = ("kmajor", m, n, k, fmt, live, act)
+    w = site.works.get(key)
+    if w is not None:
+        return w
+    base = _mat_work(site, m, n, k, fmt)
+    rb, w_scale = row_bytes(fmt, m), site.w_scale
+    head = f"{site.asm.split('  ; ')[0]}  ; M={m} N={n} K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
+    w = dataclasses.replace(
+        base, macs=m * n * live,
+        weight_bytes=live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0),
+        label=f"{head} live_k={live}{' act_scale' if act else ''} ksplit={nx.k_splits(k)}")
+    return _remember(site, key, w)
+
+
+def _kmajor_vector(sim: FastState, fmt: str, codes: Codes | None, body: np.ndarray, sbytes: np.ndarray | None,
+                   abytes: np.ndarray | None, m: int, k: int, rb: int,
+                   accm: bool) -> Callable[..., int]:
+    """One vector through a K-major image into ``d``: its live row count (k: a non-finite activation,
+    every row counted); ``union`` (a bool [K], GEMM) gets the vector's live rows or-ed in."""
+    q, kern, numba = sim._qbuf, sim._k, sim.backend == "numba"
+
+    def live_scale() -> np.ndarray:
+        return sbytes.view("<f4").astype(np.float32) if sbytes is not None else _NO_SCALE
 
     def weights() -> np.ndarray:  # [K, M] codes (int8 for numba, float32 for NumPy)
         if codes is not None:
@@ -304,45 +391,39 @@ def bind_ext(sim: FastState, idx: int, ins: Instr, key: bytes, m: int, n: int, k
             w = body.view(np.int8).reshape(k, m)
         else:
             return body.view("<u2").reshape(k, m)
-        return w if sim.backend == "numba" else w.astype(np.float32)
+        return w if numba else w.astype(np.float32)
 
-    def one(x: np.ndarray, d: np.ndarray) -> np.ndarray | None:
-        """One vector into ``d``; its live-row mask (None: all rows, a non-finite activation)."""
+    gemv = kern.get("gemv_km_f16" if fmt == "fp16" else "gemv_km")
+    lut32, lut64 = kx.LUT32, kx.LUT64
+
+    def one(x: np.ndarray, d: np.ndarray, union: np.ndarray | None = None) -> int:
         xb = x
-        if act:
-            xb = nx.to_bits(nx.cvo_mul(kx.LUT32[x], abytes.view("<f4").astype(np.float32)))
+        if abytes is not None:
+            xb = nx.to_bits(nx.cvo_mul(lut32[x], abytes.view("<f4").astype(np.float32)))
         w = weights()
-        if sim.backend == "numba":
-            live = kern["gemv_km_f16" if fmt == "fp16" else "gemv_km"](xb, w, live_scale(), d, accm, q,
-                                                                       kx.LUT32, kx.LUT64)
+        if numba:
+            live = gemv(xb, w, live_scale(), d, accm, q, lut32, lut64)
             if live == -2:
                 raise FormatError("FP16 weight operand has a non-finite element")
             if live < 0:
                 d[:] = 0x7FC0
-                return None
-            return q[:k] != 0
+                if union is not None:
+                    union[:] = True
+                return k
+            if union is not None:
+                union |= q[:k] != 0
+            return live
         qe = kx.np_quantize(xb)
         if qe is None:
             d[:] = 0x7FC0
-            return None
+            if union is not None:
+                union[:] = True
+            return k
         acc = kx.np_int_dot(w.T, qe[0], kx.INT4_CHUNK if fmt == "int4" else kx.INT8_CHUNK)
-        kx.np_epilogue(acc, qe[1], live_scale() if w_scale else None, d, accm)
-        return qe[0] != 0
+        kx.np_epilogue(acc, qe[1], live_scale() if sbytes is not None else None, d, accm)
+        live = qe[0] != 0
+        if union is not None:
+            union |= live
+        return int(np.count_nonzero(live))
 
-    def run_km() -> Work:
-        if n == 1:
-            mask = one(x, d)
-            live = k if mask is None else int(np.count_nonzero(mask))
-        else:  # the reference's Work counts the union of the vectors' live rows
-            union = np.zeros(k, bool)
-            for xj, dj in zip(xs, ds, strict=True):
-                mj = one(xj, dj)
-                union = np.ones(k, bool) if mj is None else union | mj
-            live = int(np.count_nonzero(union))
-        emax()
-        return dataclasses.replace(
-            base, macs=m * n * live,
-            weight_bytes=live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0),
-            label=f"{head} live_k={live}{' act_scale' if act else ''}{tail}")
-
-    return MatBinding(key, base, run_km, codes)
+    return one

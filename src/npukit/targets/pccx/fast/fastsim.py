@@ -23,7 +23,8 @@ device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups
-from npukit.targets.pccx.fast.fastmat import bind_mat
+from npukit.targets.pccx.fast.fastmat import bind_mat, mat_site
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
@@ -45,6 +46,15 @@ _EXC = (DecodeError, DeviceFault, ArithmeticError, ValueError)
 _E = 8  # BF16 elements per L2 word
 _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
+
+
+@dataclass(eq=False)
+class _Tagged:
+    """A tagged program slot (`FastSimulator.load_program`): its words, plan and fused runs as last loaded."""
+
+    words: list[int]
+    plan: list[Callable[[], Work]]
+    groups: list
 
 
 class TrackedDDR(HostDDR):
@@ -116,6 +126,7 @@ class FastSimulator(Simulator):
         self._plan_of: list[int] | None = None
         self._qbuf = np.zeros(1 << 16, np.int8)
         self._decoded: dict[int, _Instr | DecodeError] = {}
+        self._tagged: dict[Any, _Tagged] = {}
 
     # -- host side --
     def invalidate(self, addr: int = 0, n: int | None = None) -> None:
@@ -132,15 +143,22 @@ class FastSimulator(Simulator):
                 self._cached_bytes -= c.codes.nbytes
                 del self._codes[key]
 
-    def load_program(self, words: Any, tag: Any = None) -> None:
+    def load_program(self, words: Any, tag: Any = None, dirty: Iterable[int] | None = None) -> None:
         """Load a program; ``tag`` names a program slot (e.g. one segment of a compiled step) whose
-        previous words the new ones are diffed against (default: the last program of the same length)."""
+        previous words the new ones are diffed against (default: the last program of the same length).
+        ``dirty`` (with ``tag``): the only indices whose words can differ from that slot's last load
+        (the driver's span patches), so only those are compared, not the whole program."""
+        if tag is not None and dirty is not None:
+            slot = self._tagged.get(tag)
+            if slot is not None and len(slot.words) == len(words):
+                self._load_patched(slot, words, dirty)
+                return
         super().load_program(words)
         key = tuple(self.program)
         plan = self._plans.get(key)
-        slot = ("tag", tag) if tag is not None else len(key)
+        by = ("tag", tag) if tag is not None else len(key)
         if plan is None:
-            base = self._by_len.get(slot)
+            base = self._by_len.get(by)
             if base is not None and len(base[0]) != len(key):
                 base = None
             groups, old_groups, changed = None, None, frozenset()
@@ -162,8 +180,28 @@ class FastSimulator(Simulator):
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
             self._fused[key] = fuse_groups(self, plan, old_groups, changed) if groups is None else groups
-        self._by_len[slot] = (key, plan)
+        self._by_len[by] = (key, plan)
         self._plan, self._plan_of, self._groups = plan, self.program, self._fused[key]
+        if tag is not None:  # the slot's own copies: `_load_patched` edits them in place
+            self._tagged[tag] = _Tagged(self.program, list(plan), list(self._groups))
+
+    def _load_patched(self, slot: _Tagged, words: Any, dirty: Iterable[int]) -> None:
+        """`load_program` of a tagged slot's program with only the ``dirty`` words possibly changed."""
+        old = slot.words
+        changed = [i for i in dirty if int(words[i]) != old[i]]
+        if changed:
+            new = slot.words = list(old)  # a loaded program list is never changed afterwards
+            plan, refuse = slot.plan, False
+            for i in changed:
+                new[i] = int(words[i])
+                refuse = refuse or hasattr(plan[i], "fuse")
+                plan[i] = self._compile(i, new[i])
+                refuse = refuse or hasattr(plan[i], "fuse")
+            if refuse:  # a fused SFU run holds a patched step: rebuild the runs that do
+                slot.groups = fuse_groups(self, plan, slot.groups, frozenset(changed))
+        self.program, self.pc, self.error = slot.words, 0, None
+        self.status &= ~(STATUS_DONE | STATUS_ERROR)
+        self._plan, self._plan_of, self._groups = slot.plan, slot.words, slot.groups
 
     # -- execution (same contract as Simulator.step/run) --
     def step(self) -> Work | None:
@@ -377,12 +415,14 @@ class FastSimulator(Simulator):
         trace = self.trace
         shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
         cell: list[MatBinding | None] = [None]
+        site = mat_site(idx, ins)
+        cc0, cc1 = self.cc[0], self.cc[1]
 
         def mat() -> Work:
-            key = self.cc[0, shp].tobytes() + self.cc[1, siz: siz + 2].tobytes()
+            key = cc0[shp].tobytes() + cc1[siz: siz + 2].tobytes()
             b = cell[0]
             if b is None or b.key != key or (b.codes is not None and not b.codes.valid):
-                b = cell[0] = bind_mat(self, idx, ins, key)
+                b = cell[0] = bind_mat(self, site, key)
                 if b is None:
                     return ref()
             w = b.run() or b.work  # a K-major step returns its own Work (live rows vary)

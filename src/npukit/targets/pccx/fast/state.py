@@ -32,7 +32,7 @@ class MatBinding:
     """A GEMV/GEMM bound to the weight descriptors it was built for (``key``); ``run`` replays it."""
 
     key: bytes
-    work: Work
+    work: Work | None  # None: ``run`` returns the Work (a K-major GEMV's depends on its live rows)
     run: Callable[[], Work | None]
     codes: Codes | None
 
