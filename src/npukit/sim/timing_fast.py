@@ -118,7 +118,8 @@ def _ranges(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
         if rs:
             cnt[i] = len(rs)
             for j, (a, b) in enumerate(rs):
-                if type(a) is not int or type(b) is not int:
+                if not (isinstance(a, int | np.integer) and isinstance(b, int | np.integer)) or \
+                        isinstance(a, bool) or isinstance(b, bool):
                     raise TypeError("ranges must be integers")
                 arr[i, j, 0], arr[i, j, 1] = a, b
     return arr, cnt
@@ -240,9 +241,8 @@ class Schedule:
         engines = {name: EngineStats(name, e_busy[e], e_idle[e] + max(0.0, total - t), estall[e])
                    for e, name in enumerate(plan.cores)}
         t0, t1 = a["fetch_t0"].tolist(), a["fetch_t1"].tolist()
-        sidx, sbr = a["sidx"], a["sbr"]
         fetches = [Fetch(o.stream, o.index, t0[p], t1[p], o.stream_bytes)
-                   for p, o in enumerate(ops) if sidx[p] >= 0 and sbr[p] > 0]
+                   for p, o in enumerate(ops) if o.stream is not None and o.stream_bytes > 0]
         rnames = plan.rnames
         nu = a["n_usage"]
         usage = [(ut, dict(zip(rnames, uv, strict=True)))
@@ -288,7 +288,6 @@ def schedule(plan: Plan, c: Columns, label: Any = None) -> Schedule:
         raise TimingError(f"no progress at cycle {t:.0f}")
     if status == nbl.NO_RATE:
         raise TimingError("a transfer has neither a rate cap nor a bandwidth resource on its path")
-    arrays.update(sidx=c.sidx, sbr=c.sbr)
     return Schedule(plan, arrays, t)
 
 

@@ -93,10 +93,10 @@ class Gemma3nPccx:
         cycle counts stay in every record."""
         recs = self.drv.records
         for r in recs[max(0, len(recs) - TRACE_TOKENS - 1)::-1]:
-            if r.timing is None:
+            if r.timed is None:  # (`timed`, not `timing`: a schedule not built yet is never built)
                 break
             if r is not recs[-1]:
-                r.timing = None
+                r.timed = None
 
     def close(self) -> None:
         """End of a generation: wait for the timing workers, write the --trace file once (it covers the
@@ -110,7 +110,7 @@ class Gemma3nPccx:
 
         events: list[dict[str, Any]] = []
         for r in self.drv.records[-TRACE_TOKENS:]:
-            if r.timing is not None:
+            if r.timed is not None:
                 last = r.position + r.tokens - 1
                 what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
                 events += to_trace(r.timing, process=f"pccx {self.hw_name} {what}",
@@ -152,7 +152,7 @@ class Gemma3nPccx:
 
     def bottleneck(self) -> str:
         self.drv.sync(TRACE_TOKENS)
-        recs = [r for r in self.drv.records if r.timing is not None]
+        recs = [r for r in self.drv.records if r.timed is not None]
         if not recs:
             return "n/a"
         t = recs[-1].timing

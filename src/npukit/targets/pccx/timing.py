@@ -160,30 +160,3 @@ def roofline_cycles(hw: PccxHw, macs: int, weight_bytes: int, engine: str = "gem
         rate = hw.gemm.macs_per_clk
     return max(weight_bytes / bw, macs / rate)
 
-
-class TimedRun:
-    """One program run on the timing model: its ``cycles`` now, its full `TimingResult` on request
-    (``result``; built once, then kept)."""
-
-    __slots__ = ("_make", "_result", "cycles")
-
-    def __init__(self, cycles: float, result: TimingResult | None = None,
-                 make: Callable[[], TimingResult] | None = None) -> None:
-        self.cycles, self._result, self._make = cycles, result, make
-
-    def result(self) -> TimingResult:
-        if self._result is None:
-            self._result = self._make()  # type: ignore[misc]
-            self._make = None
-        return self._result
-
-
-class TokenTimer:
-    """Times the driver's program runs (one decode token, or a prefill chunk) on ``hw``."""
-
-    def __init__(self, hw: PccxHw) -> None:
-        self.hw = hw
-
-    def time(self, works: Sequence[Work]) -> TimedRun:
-        res = simulate_works(self.hw, works, renumber=True)
-        return TimedRun(res.cycles, res)

@@ -1,0 +1,164 @@
+"""Timing every program run of the driver (a decode token, a prefill chunk) on the compiled event loop.
+
+A token's Work records are mostly the very objects of the previous token of the same program length
+(the fast executor keeps a binding's Work until its descriptors change; the attention spans and the
+sparse W_down rows change every token). So `TokenTimer` keeps the previous run's op columns per
+program length, finds the positions whose Work object changed (an identity test per op), rewrites
+only those rows (each Work's row cached by identity) and recomputes the GEMV→SFU FIFO links (a
+sequential rule, compiled) before running `npukit.sim.timing_fast.schedule`. The cycles come back at
+once; the `TimingResult` (trace, utilisation) is built only for the runs that ask for it
+(`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable path times, so
+both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numba as nb
+import numpy as np
+
+from npukit.sim import timing_fast
+from npukit.sim.timing import TimingResult
+from npukit.sim.work import Work
+from npukit.targets.pccx.hw import PccxHw
+from npukit.targets.pccx.timing import _OpRecord, machine, simulate_works, to_ops
+
+_MAT, _SFU, _OTHER = 0, 1, 2
+_MAX_ROWS = 1 << 17  # Work rows kept (by identity); cleared when exceeded
+
+
+class TimedRun:
+    """One program run on the timing model: its ``cycles`` now, its full `TimingResult` on request
+    (``result``; built once, then kept)."""
+
+    __slots__ = ("_make", "_result", "cycles")
+
+    def __init__(self, cycles: float, result: TimingResult | None = None,
+                 make: Callable[[], TimingResult] | None = None) -> None:
+        self.cycles, self._result, self._make = cycles, result, make
+
+    def result(self) -> TimingResult:
+        if self._result is None:
+            self._result = self._make()  # type: ignore[misc]
+            self._make = None
+        return self._result
+
+
+@nb.njit(cache=True, nogil=True)
+def _link_fifos(kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems):  # pragma: no cover - numba
+    """`to_ops`'s FIFO rule: an SFU op reading what the latest async GEMV/GEMM wrote (not yet linked,
+    not overwritten since by another engine) takes it over the direct FIFO."""
+    last, linked = -1, False
+    for p in range(kind.shape[0]):
+        fifo[p], fifo_elems[p] = -1, 0.0
+        if kind[p] == _MAT:
+            last, linked = p, False
+        elif kind[p] == _SFU and last >= 0 and not linked and isasync[last]:
+            meet = False
+            for a in range(nwr[last]):
+                for b in range(nrd[p]):
+                    if wr[last, a, 0] < rd[p, b, 1] and rd[p, b, 0] < wr[last, a, 1]:
+                        meet = True
+            if meet:
+                fifo[p], fifo_elems[p] = last, float(max(sfu_elems[p], 1))
+                linked = True
+        if kind[p] != _SFU and last >= 0 and last != p:
+            for a in range(nwr[last]):
+                for b in range(nwr[p]):
+                    if wr[last, a, 0] < wr[p, b, 1] and wr[p, b, 0] < wr[last, a, 1]:
+                        last = -1
+                        break
+                if last < 0:
+                    break
+
+
+class _Program:
+    """The columns of the last run of one program length, and the Works they were made from."""
+
+    def __init__(self, works: list[Work], cols: timing_fast.Columns, kind: np.ndarray,
+                 sfu: np.ndarray) -> None:
+        self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
+
+
+class TokenTimer:
+    """Times the driver's program runs on ``hw``: `time(works)` → `TimedRun`."""
+
+    def __init__(self, hw: PccxHw) -> None:
+        self.hw = hw
+        self.plan = timing_fast.Plan.of(machine(hw)) if timing_fast.enabled() else None
+        self._rows: dict[int, tuple[Work, tuple]] = {}
+        self._programs: dict[int, _Program] = {}
+        self._sfu_depth = float(hw.sfu.fifo_depth)
+
+    def time(self, works: Sequence[Work]) -> TimedRun:
+        if self.plan is None:  # the readable loop (numba missing, or NPUKIT_TIMING=python)
+            res = simulate_works(self.hw, works, renumber=True)
+            return TimedRun(res.cycles, res)
+        works = list(works)
+        prog = self._programs.get(len(works))
+        if prog is None:
+            prog = self._programs[len(works)] = self._build(works)
+        else:
+            self._patch(prog, works)
+        c = prog.cols
+        _link_fifos(prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems)
+        sched = timing_fast.schedule(self.plan, c, lambda p: f"{p} ({works[p].label or works[p].engine})")
+        hw = self.hw
+        return TimedRun(sched.cycles, make=lambda: sched.result(to_ops(hw, works, _OpRecord, renumber=True)))
+
+    # ---- rows -------------------------------------------------------------------------------------
+    def _row(self, w: Work) -> tuple:
+        """(engine, cycles, latency, tail, path id, xfer, stream, stream bytes, async, fifo depth, kind,
+        sfu elems, reads, writes) of one Work, as `to_ops` makes its op (cached by identity)."""
+        hit = self._rows.get(id(w))
+        if hit is not None and hit[0] is w:
+            return hit[1]
+        (o,) = to_ops(self.hw, [w], _OpRecord)
+        plan = self.plan
+        kind = _MAT if o.engine in ("gemv", "gemm") else _SFU if o.engine == "sfu" else _OTHER
+        row = (plan.eix[o.engine], o.cycles, o.latency, o.tail, plan.path_id(o.path), o.xfer_bytes,
+               -1 if o.stream is None else plan.six[o.stream], o.stream_bytes, o.is_async,
+               self._sfu_depth if kind == _SFU else 0.0, kind, w.sfu_elems, o.reads, o.writes)
+        if len(self._rows) >= _MAX_ROWS:
+            self._rows.clear()
+        self._rows[id(w)] = (w, row)  # (the Work is kept alive with its row: its id stays its own)
+        return row
+
+    def _build(self, works: list[Work]) -> _Program:
+        rows = [self._row(w) for w in works]
+        n = len(rows)
+        f64 = np.float64
+        cols = timing_fast.Columns(
+            np.array([r[0] for r in rows], np.int64), np.array([r[1] for r in rows], f64),
+            np.array([r[2] for r in rows], f64), np.array([r[3] for r in rows], f64),
+            np.array([r[5] for r in rows], f64), np.array([r[4] for r in rows], np.int64),
+            np.array([r[6] for r in rows], np.int64), np.array([r[7] for r in rows], f64),
+            np.full(n, -1, np.int64), np.array([r[9] for r in rows], f64), np.zeros(n),
+            np.array([r[8] for r in rows], np.bool_),
+            *timing_fast._ranges([r[12] for r in rows], max((len(r[12]) for r in rows), default=0)),
+            *timing_fast._ranges([r[13] for r in rows], max((len(r[13]) for r in rows), default=0)))
+        return _Program(works, cols, np.array([r[10] for r in rows], np.int64),
+                        np.array([r[11] for r in rows], np.int64))
+
+    def _patch(self, prog: _Program, works: list[Work]) -> None:
+        """Rewrite the rows whose Work changed since this program length's last run."""
+        old = prog.works
+        changed = [i for i, (a, b) in enumerate(zip(works, old, strict=True)) if a is not b]
+        prog.works = works
+        c = prog.cols
+        for i in changed:
+            r = self._row(works[i])
+            if len(r[12]) > c.rd.shape[1] or len(r[13]) > c.wr.shape[1]:  # wider ranges: start over
+                fresh = self._build(works)
+                prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
+                return
+            c.eng[i], c.cycles[i], c.lat[i], c.tail[i], c.path[i] = r[0], r[1], r[2], r[3], r[4]
+            c.xfer[i], c.sidx[i], c.sbr[i], c.isasync[i], c.fifo_depth[i] = r[5], r[6], r[7], r[8], r[9]
+            prog.kind[i], prog.sfu[i] = r[10], r[11]
+            c.nrd[i], c.nwr[i] = len(r[12]), len(r[13])
+            for j, (a, b) in enumerate(r[12]):
+                c.rd[i, j, 0], c.rd[i, j, 1] = a, b
+            for j, (a, b) in enumerate(r[13]):
+                c.wr[i, j, 0], c.wr[i, j, 1] = a, b
+

@@ -1,0 +1,67 @@
+"""The driver's per-run timing (`TokenTimer`: cached columns, compiled loop, lazy schedule) against the
+readable timing model on the same Works (`timing_state.Sim` on `to_ops`, the model's definition):
+every run's cycles and the full schedule of runs whose Works changed between tokens (attention spans
+grow, a span bucket changes, prefill chunks), bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
+from npukit.sim import timing_fast
+from npukit.sim.timing_state import Sim
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.gemma3n_quant import Int4Store
+from npukit.targets.pccx.timing import _OpRecord, machine, to_ops
+
+pytestmark = pytest.mark.skipif(not timing_fast.enabled(), reason="numba is a core dependency")
+
+SL, FU = "sliding_attention", "full_attention"
+CFG = dict(
+    model_type="gemma3n_text", vocab_size=96, vocab_size_per_layer_input=96, hidden_size=32,
+    hidden_size_per_layer_input=8, intermediate_size=[64, 64, 64], num_hidden_layers=3, num_attention_heads=2,
+    num_key_value_heads=1, head_dim=16, laurel_rank=8, num_kv_shared_layers=1, sliding_window=6,
+    layer_types=[SL, FU, SL], activation_sparsity_pattern=[0.95, 0, 0], max_position_embeddings=128,
+    altup_num_inputs=2, final_logit_softcapping=30.0)
+
+
+def dump(r) -> str:
+    return json.dumps({**r.to_json(), "fetches": [f.to_json() for f in r.fetches],
+                       "usage": [(t, list(u.items())) for t, u in r.usage],
+                       "levels": [(t, list(v.items())) for t, v in r.levels],
+                       "stall_order": [list(o.stalls) for o in r.ops]})
+
+
+def test_token_timer_equals_the_readable_model_run_after_run():
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    m = machine(drv.hw)
+    drv.prefill([2, 3, 5, 7])
+    runs, raw = [list(drv.last_works)], []
+    tok = 11
+    for _ in range(12):  # spans grow past the sliding window; the full-attention bucket changes
+        drv.step(tok)
+        runs.append(list(drv.last_works))
+        raw.append(drv._last_works)  # the Work objects the timer saw (last_works renumbers copies)
+        tok = (tok * 7 + 3) % 96
+    assert len(drv.records) == len(runs)
+    for i, (rec, works) in enumerate(zip(drv.records, runs, strict=True)):
+        want = Sim(m, to_ops(drv.hw, works, _OpRecord, renumber=True)).run()
+        assert rec.cycles == want.cycles, f"run {i}"
+        if i in (0, 1, 6, 12):
+            assert dump(rec.timing) == dump(want), f"run {i}"
+    changed = sum(a is not b for a, b in zip(raw[-1], raw[-2], strict=True))
+    assert 0 < changed < len(raw[-1]) // 4  # the cache was exercised: some rows patched, most kept
+
+
+def test_switched_off_the_timer_uses_the_readable_loop(monkeypatch):
+    monkeypatch.setenv("NPUKIT_TIMING", "python")
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    assert drv.timer.plan is None
+    drv.prefill([2, 3])
+    drv.step(4)
+    want = Sim(machine(drv.hw), to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
+    assert drv.records[-1].cycles == want.cycles
