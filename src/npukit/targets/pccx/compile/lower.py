@@ -129,13 +129,18 @@ class SymbolicKVCache:
         self.length: dict[int, int] = {}
         self.bucket: dict[int, int] = {}
         self._staging: dict[tuple[int, str], int] = {}  # (token index, k|v) -> staging address
+        self._staging_ops: LoweringOps | None = None  # the program those addresses were staged in
 
     def reset(self) -> None:
         self.length.clear()
 
     def _store(self, slot: int, kind: str, r: Ref) -> int:
         """The K or V block on its way to the host. The program stops at the host step that consumes
-        it, so every layer reuses the same staging block per (token index, kind)."""
+        it, so every layer reuses the same staging block per (token index, kind). The addresses belong
+        to one program: in the next lowering the same address may hold one of its host inputs (RoPE
+        rows, embeddings), which a K/V store there would overwrite before a later layer loads it."""
+        if self._staging_ops is not self.ops:
+            self._staging, self._staging_ops = {}, self.ops
         key = (slot, kind)
         addr = self._staging.get(key)
         if addr is None or self.ops.staged_bytes(addr) < 2 * r.n:
