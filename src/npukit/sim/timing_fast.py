@@ -32,6 +32,7 @@ from npukit.sim.timing import (
     _validate,
 )
 from npukit.sim.timing_tokens import check_tokens
+from npukit.sim.trace import gc_paused
 
 try:
     from npukit.sim import timing_nb as nbl
@@ -226,6 +227,10 @@ class Schedule:
     def result(self, ops: Sequence[Any]) -> TimingResult:
         """The `TimingResult` the readable loop returns for ``ops`` (the records this schedule was made
         from, for indices, engines, labels, streams and args)."""
+        with gc_paused():
+            return self._result(ops)
+
+    def _result(self, ops: Sequence[Any]) -> TimingResult:
         plan, a, t, total = self.plan, self.a, self.t, self.cycles
         reasons = plan.reasons
         issue, start, end, busy = (a[k].tolist() for k in ("issue", "start", "end", "busy"))

@@ -116,13 +116,19 @@ def test_trace_is_written_once_and_covers_the_last_16_runs(tmp_path, monkeypatch
     trace = tmp_path / "t.json"
     be = Gemma3nPccx(SimpleNamespace(weights=synthetic_weights(cfg, seed=3)), trace=str(trace))
     writes = []
-    real = Path.write_text
+    real_write, real_open = Path.write_text, Path.open
 
     def counted(self, *a, **k):
         writes.append(self)
-        return real(self, *a, **k)
+        return real_write(self, *a, **k)
+
+    def opened(self, mode="r", *a, **k):
+        if "w" in mode or "a" in mode:
+            writes.append(self)
+        return real_open(self, mode, *a, **k)
 
     monkeypatch.setattr(Path, "write_text", counted)
+    monkeypatch.setattr(Path, "open", opened)
     res = generate(be, [2, 3], 19)  # 1 prompt chunk + 18 decode tokens = 19 program runs
     assert writes == [trace]  # once, at the end; never rewritten per token
     pids = {e["pid"] for e in json.loads(trace.read_text())["traceEvents"]}

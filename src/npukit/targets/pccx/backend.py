@@ -106,19 +106,32 @@ class Gemma3nPccx:
             self._write_trace()
 
     def _write_trace(self) -> None:
-        from npukit.sim.trace import to_trace
+        from npukit.sim.trace import gc_paused
 
-        events: list[dict[str, Any]] = []
-        for r in self.drv.records[-TRACE_TOKENS:]:
-            if r.timed is not None:
-                last = r.position + r.tokens - 1
-                what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
-                events += to_trace(r.timing, process=f"pccx {self.hw_name} {what}",
-                                   pid=r.position + 1)["traceEvents"]
+        with gc_paused():
+            self._write_trace_events()
+
+    def _write_trace_events(self) -> None:
+        """One JSON document, written run by run (each run's events encoded as soon as they are made)."""
         import json
         from pathlib import Path
 
-        Path(self.trace_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+        from npukit.sim.trace import to_trace
+
+        first = True
+        with Path(self.trace_path).open("w") as f:
+            f.write('{"traceEvents":[')
+            for r in self.drv.records[-TRACE_TOKENS:]:
+                if r.timed is None:
+                    continue
+                last = r.position + r.tokens - 1
+                what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
+                events = to_trace(r.timing, process=f"pccx {self.hw_name} {what}",
+                                  pid=r.position + 1)["traceEvents"]
+                if events:
+                    f.write(("" if first else ",") + json.dumps(events, separators=(",", ":"))[1:-1])
+                    first = False
+            f.write('],"displayTimeUnit":"ns"}')
 
     def figures(self) -> Ledger:
         self.drv.sync(TRACE_TOKENS)
