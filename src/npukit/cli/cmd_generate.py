@@ -153,6 +153,13 @@ class _Streamer:
 
 
 def run(args: argparse.Namespace) -> int:
+    from npukit.runtime.generate import long_lived_frozen
+
+    with long_lived_frozen():  # (a bounded run: full GC passes over the model's objects deferred)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from npukit.evidence import Figure
     from npukit.runtime import backends
     from npukit.runtime.generate import generate
