@@ -199,23 +199,6 @@ def _static(plan: Plan, c: Columns) -> tuple:
             link, full, c.isasync, haswork, c.rd, c.nrd, c.wr, c.nwr)
 
 
-def _check(plan: Plan, c: Columns) -> None:
-    """The `_validate` rules on columns (the loop's preconditions); raises `TimingError`."""
-    n = c.n
-    if not n:
-        return
-    for name, a in (("cycles", c.cycles), ("latency", c.lat), ("tail", c.tail), ("xfer", c.xfer),
-                    ("stream bytes", c.sbr)):
-        if not a.min() >= 0:
-            p = int(np.flatnonzero(~(a >= 0))[0])
-            raise TimingError(f"op at position {p} has a negative cost ({name})")
-    pos = np.arange(n)
-    bad = (c.fifo >= 0) & ((c.fifo >= pos) | (c.cycles <= 0) | ((c.fifo_elems > 0) & (c.fifo_depth <= 0)))
-    bad |= (c.cycles <= 0) & ((c.sbr > 0) | (c.fifo >= 0))
-    if bad.any():
-        raise TimingError(f"op at position {int(np.flatnonzero(bad)[0])} has an inconsistent FIFO or stream")
-
-
 class Schedule:
     """One program's schedule from the compiled loop: ``cycles`` now, `result` on request."""
 
