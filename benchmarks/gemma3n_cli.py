@@ -16,7 +16,7 @@ A warm-up run first (a user's second run: the INT4 image and compiled programs c
 caches). Span buckets are powers of two, so the 2N-token run meets one more bucket than the N-token
 run: its program switch is inside the marginal figure, as it is for a user generating on.
 Usage: ``python benchmarks/gemma3n_cli.py [--hidden 1024] [--layers 6] [--vocab 32768] [--tokens 16]
-[--repeats 3] [--threads 2] [--json]``.
+[--repeats 3] [--threads 2] [--json] [--trace-overhead]``.
 """
 
 from __future__ import annotations
@@ -53,9 +53,11 @@ def save_model(hidden: int, layers: int, vocab: int, out: Path) -> Any:
     return model
 
 
-def cli_run(model_dir: Path, tokens: int) -> tuple[float, dict]:
+def cli_run(model_dir: Path, tokens: int, trace: Path | None = None) -> tuple[float, dict]:
     cmd = [sys.executable, "-m", "npukit.cli.main", "generate", str(model_dir), "--target", "pccx",
            "--prompt-ids", "2,651", "--max-new-tokens", str(tokens), "--ignore-eos", "--json"]
+    if trace is not None:
+        cmd += ["--trace", str(trace)]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return time.perf_counter() - t0, json.loads(out.stdout)
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--trace-overhead", action="store_true",
+                    help="also time the whole command with --trace against without (2N tokens)")
     args = ap.parse_args(argv)
     import torch
 
@@ -100,11 +104,19 @@ def main(argv: list[str] | None = None) -> int:
             st = j2["stats"]
             drv.append(st["figures"]["decode_s"]["value"] / max(st["generated_tokens"] - 1, 1))
             hf.append((hf_wall(model, 2 * n) - hf_wall(model, n)) / n)
+        traced = []
+        for _ in range(args.repeats if args.trace_overhead else 0):  # with --trace and without, interleaved
+            plain, _ = cli_run(Path(tmp) / "m", 2 * n)
+            with_trace, _ = cli_run(Path(tmp) / "m", 2 * n, Path(tmp) / "t.json")
+            json.loads((Path(tmp) / "t.json").read_text())  # valid JSON, or this raises
+            traced.append(with_trace / plain)
     med = {k: statistics.median(v) for k, v in (("cli", cli), ("driver", drv), ("transformers", hf))}
     res: dict[str, Any] = {"shape": vars(args), "marginal_s_per_token": med,
            "cli_vs_transformers": med["transformers"] / med["cli"],
            "driver_vs_transformers": med["transformers"] / med["driver"],
            "tier": "measured (s/token, medians of interleaved runs); ratios derived"}
+    if traced:
+        res["trace_overhead"] = statistics.median(traced)  # wall with --trace / without, whole command
     sys.path.insert(0, str(Path(__file__).parent))
     from gemma3n_decode import host_bandwidth  # the same host-bandwidth probe
 
@@ -116,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
           f"hidden {args.hidden}: CLI {med['cli']:.3f} s/tok, driver {med['driver']:.3f} s/tok, "
           f"transformers {med['transformers']:.3f} s/tok -> CLI {res['cli_vs_transformers']:.2f}x, "
           f"driver {res['driver_vs_transformers']:.2f}x transformers fp32 eager; "
-          f"host floor {res['host_floor_s_per_token']:.4f} s/tok")
+          f"host floor {res['host_floor_s_per_token']:.4f} s/tok"
+          + (f"; --trace costs {res['trace_overhead']:.2f}x" if traced else ""))
     return 0
 
 
