@@ -238,3 +238,31 @@ def test_fused_sfu_run_matches_reference_and_is_used():
         _assert_same(_state(fast), _state(ref))
         for sim in (ref, fast):
             sim.load_program(words)
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="fused SFU runs are a numba-backend path")
+def test_fused_run_with_l2_copies_follows_their_descriptors():
+    """L2-to-L2 MEMCPYs inside a fused SFU run (one overlapping its source) copy what their shape
+    entry says on every replay: the entry changes between runs (the run stops before the copy and the
+    rest runs step by step, then fuses again), and a length past L2 raises the reference's interrupt
+    at the copy, after the steps before it ran."""
+    end = Simulator().limits.l2_words - 16  # 16 words before the end of L2
+    lines = ["cvo.square src=0x10 dst=0x20 len=40 flags=0",
+             "memcpy from=npu to=npu dest=0x22 src=0x20 shape=3 async",  # overlapping
+             "cvo.scale src=0x22 dst=0x41 len=30 flags=0",
+             f"memcpy from=npu to=npu dest=0x{end:X} src=0x20 shape=3 async",
+             f"cvo.reduce_sum src=0x{end:X} dst=0x60 len=16 flags=0",
+             "cvo.mul src=0x61 dst=0x62 len=12 flags=0"]
+    words = asm.assemble("\n".join(lines))
+    ref, fast = Simulator(), FastSimulator(backend="numba")
+    for sim in (ref, fast):
+        _setup(sim, 13, [])
+    for copy_words in (5, 5, 9, 9, 2, 20, 3):  # 20: the second copy runs past the end of L2
+        for sim in (ref, fast):
+            sim.set_cc(0, 3, copy_words, 0, 0)
+            sim.load_program(words)
+        assert fast._groups[0] is not None and fast._groups[0][0] == len(lines)  # one fused run
+        assert fast.run() == ref.run()
+        _assert_same(_state(fast), _state(ref))
+        if copy_words == 20:
+            assert fast.error is not None and fast.error.index == 3

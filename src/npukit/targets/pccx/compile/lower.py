@@ -520,8 +520,15 @@ def _tile_weight(t: Any) -> Weight:
 
 
 def host_bits(x: Any) -> np.ndarray:
-    """A host vector as it crosses into L2 (`PccxOps.host_to_l2`): float32, then one BF16 rounding."""
-    return np.asarray(nx.to_bits(np.asarray(x, F32)), np.uint16).ravel()
+    """A host vector as it crosses into L2 (`PccxOps.host_to_l2`): float32, then one BF16 rounding —
+    round to nearest even on the float32 bit pattern (what `numerics.to_bits` computes, in a few vector
+    operations: per token this runs on the embedding, PLE and RoPE rows); NaN -> 0x7FC0 | sign."""
+    u = np.ascontiguousarray(x, F32).reshape(-1).view(np.uint32)
+    bits = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    if nan.any():
+        bits[nan] = ((u[nan] >> 16) & 0x8000) | 0x7FC0
+    return bits
 
 
 def eval_recipe(model: Gemma3nW4A8, recipe: tuple, tokens: list[int], pos: int, memo: dict) -> np.ndarray:

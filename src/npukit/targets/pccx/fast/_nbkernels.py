@@ -433,8 +433,10 @@ def max_bits(e_bits, d, lut32):
 
 # a run of consecutive SFU instructions in one call: rows of `fastcvo.fuse_table` (see there)
 @nb.njit(**_OPTS)
-def cvo_block(tab, flat, state, lut32, lut64):
-    """Execute table rows in order on the flat L2 ``flat``; ``state`` = [S, e_max] bits, updated."""
+def cvo_block(tab, flat, cc, state, lut32, lut64):
+    """Execute table rows in order on the flat L2 ``flat``; ``state`` = [S, e_max] bits, updated.
+    Returns -1, or the first row not executed: an L2 copy whose shape entry in ``cc`` is no longer the
+    one it was bound for (the caller runs the rest step by step)."""
     one = np.empty(1, np.float64)
     bits = np.empty(1, np.uint16)
     for r in range(tab.shape[0]):
@@ -464,8 +466,15 @@ def cvo_block(tab, flat, state, lut32, lut64):
                 flat[d0 + i] = 0
         elif kind == 2:  # LOAD_SCALAR
             state[0] = flat[s0 + n - 1]
-        else:  # MEMSET of S (op 0) or e_max (op 1)
+        elif kind == 3:  # MEMSET of S (op 0) or e_max (op 1)
             state[op] = np.uint16(tab[r, 6])
+        else:  # L2 -> L2 MEMCPY of shape entry ``op``, bound for the (a, b, c) packed in column 5
+            if (np.int64(cc[0, op, 0]) != (accm & 0xFFFF) or np.int64(cc[0, op, 1]) != ((accm >> 16) & 0xFFFF)
+                    or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
+                return r
+            tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
+            flat[d0: d0 + n] = tmp
+    return -1
 
 
 # the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel

@@ -159,9 +159,12 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
 def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None = None,
                 changed: frozenset[int] = frozenset()) -> list[tuple[int, Callable] | None]:
     """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, REDUCE_SUM, LOAD_SCALAR, MEMSET
-    of S/e_max on the numba backend) as one `cvo_block` call each: ``out[i] = (end, run)`` for a run
-    starting at i. The table rows replay exactly what the single steps do, in order (each CVO reads
-    its whole input before writing; none of them can fault once decoded), so a run equals its steps.
+    of S/e_max, L2-to-L2 MEMCPY on the numba backend) as one `cvo_block` call each: ``out[i] = (end,
+    run)`` for a run starting at i. The table rows replay exactly what the single steps do, in order
+    (each CVO reads its whole input before writing; none of them can fault once decoded; a copy runs
+    only while its shape entry is the one it was bound for), so a run equals its steps. ``run()``
+    returns the Work records of the steps it executed, in order: all of them, or a prefix (possibly
+    empty) after which the caller runs the remaining steps one by one.
     ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
     with the same bounds and no patched step keeps its old block (per token, only the softmax runs
     whose length is the attention span are rebuilt)."""
@@ -181,20 +184,37 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
 
 
 def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list[Work]]:
-    rows = [st.fuse for st in steps]
-    tab = np.array([r for r, _ in rows], np.int64)
-    items = [(st.fuse_ins, w) for st, (_, w) in zip(steps, rows, strict=True)]
-    works = [w for _, w in rows]
-    block, flat, trace = sim._k["cvo_block"], sim.l2.reshape(-1), sim.trace
+    block, flat, cc, trace = sim._k["cvo_block"], sim.l2.reshape(-1), sim.cc, sim.trace
     state = np.zeros(2, np.uint16)
     lut32, lut64 = kx.LUT32, kx.LUT64
+    copies = any(callable(st.fuse) for st in steps)  # a MEMCPY's row: from its binding (`fuse()`)
+
+    def build() -> tuple[np.ndarray, list, list[Work]] | None:
+        rows = [st.fuse() if callable(st.fuse) else st.fuse for st in steps]
+        if any(r is None for r in rows):
+            return None  # a copy not bound (yet) or on the reference path
+        tab = np.array([r for r, _ in rows], np.int64)
+        works = [w for _, w in rows]
+        return tab, [(st.fuse_ins, w) for st, w in zip(steps, works, strict=True)], works
+
+    cell = [None if copies else build()]
 
     def run() -> list[Work]:
+        c = cell[0]
+        if c is None:
+            c = cell[0] = build()
+            if c is None:
+                return []
+        tab, items, works = c
         state[0], state[1] = sim.s_reg, sim.e_max
-        block(tab, flat, state, lut32, lut64)
+        r = block(tab, flat, cc, state, lut32, lut64)
         sim.s_reg, sim.e_max = state[0], state[1]
-        trace.extend(items)
-        return works
+        if r < 0:
+            trace.extend(items)
+            return works
+        cell[0] = None  # a copy's descriptor changed: the steps rebind, the table is rebuilt next time
+        trace.extend(items[:r])
+        return works[:r]
 
     return run
 

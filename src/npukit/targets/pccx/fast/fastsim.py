@@ -23,6 +23,7 @@ device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -237,9 +238,11 @@ class FastSimulator(Simulator):
             while idx < limit:
                 g = groups[idx]
                 if g is not None and g[0] <= limit:  # a fused SFU run (fastcvo.fuse_groups)
-                    out.extend(g[1]())
-                    idx = g[0]
-                    continue
+                    ws = g[1]()
+                    if ws:  # all its steps, or the ones before a copy that must rebind
+                        out.extend(ws)
+                        idx += len(ws)
+                        continue
                 out.append(plan[idx]())
                 idx += 1
         except _EXC as exc:
@@ -407,6 +410,18 @@ class FastSimulator(Simulator):
             trace.append((ins, work))
             return work
 
+        if self.backend == "numba" and Device.HOST not in (ins.from_device, ins.to_device):
+            s0, d0 = ins.src_addr * _E, ins.dest_addr * _E
+
+            def row() -> tuple[tuple[int, ...], Work] | None:
+                """The fused-run row (`fastcvo.fuse_groups`) of the current binding: valid while the
+                shape entry holds the same (words, hi, lo)."""
+                if state[0] is None:
+                    return None
+                words, hi, lo = struct.unpack("=3H", state[0])
+                return (4, slot, s0, words * _E, d0, words | hi << 16 | lo << 32, 0), state[1]
+
+            memcpy.fuse, memcpy.fuse_ins = row, ins
         return memcpy
 
     def _compile_mat(self, idx: int, ins: _Instr) -> Callable[[], Work]:
