@@ -41,6 +41,7 @@ from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES, Devic
 from npukit.targets.pccx.compile.ir import CapacityError
 from npukit.targets.pccx.compile.lower import eval_recipe, lower_step, span_bucket, trace_model, window_key
 from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
+from npukit.targets.pccx.compile.progcache import ProgramCache
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
@@ -132,6 +133,7 @@ class PccxDriver:
         self._current: Variant | None = None
         self._pos = 0
         self._prefill_limit: int | None = None
+        self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
 
     # ---- setup -------------------------------------------------------------------------------
     def open(self) -> PccxDriver:
@@ -196,7 +198,7 @@ class PccxDriver:
     def variant(self, spans: dict[int, tuple[int, int]]) -> Variant:
         """The program for these spans' buckets, lowered and compiled on first use."""
         key = self._bucket_key(spans)
-        v = self.variants.get(key)
+        v = self.variants.get(key) or self.programs.get(key, Variant)
         if v is None:
             self.model.reset()
             self.model.cache.bucket = dict(key)
@@ -205,8 +207,9 @@ class PccxDriver:
             prog.check(spans)  # the fast field patching encodes as the ISA does
             dyn = {a for a, _ in ops.recipes}
             (out,) = ops.outputs
-            v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
-                                             ops.recipes, out)
+            v = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn], ops.recipes, out)
+            self.programs.put(key, v)
+        self.variants[key] = v
         return v
 
     def _bucket_key(self, spans: dict[int, tuple[int, int]]) -> tuple:
@@ -215,15 +218,17 @@ class PccxDriver:
     def prefill_variant(self, tokens: int, spans: dict[int, tuple[int, int]]) -> Variant:
         """The prefill program for a chunk of ``tokens`` tokens whose last token sees ``spans``."""
         key = ("prefill", tokens, self._bucket_key(spans))
-        v = self.variants.get(key)
+        v = self.variants.get(key) or self.programs.get(key, Variant)  # CapacityError: did not fit before
         if v is None:
-            self.model.cache.bucket = dict(key[2])
-            ops = lower_prefill(self.model, tokens)
-            prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+            with self.programs.remember_unfit(key):
+                self.model.cache.bucket = dict(key[2])
+                ops = lower_prefill(self.model, tokens)
+                prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
             dyn = {a for a, _ in ops.recipes}
             (out,) = ops.outputs
-            v = self.variants[key] = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn],
-                                             ops.recipes, out)
+            v = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn], ops.recipes, out)
+            self.programs.put(key, v)
+        self.variants[key] = v
         return v
 
     # ---- prefill -----------------------------------------------------------------------------
@@ -234,13 +239,17 @@ class PccxDriver:
         and logits do not grow with T); a chunk that still does not fit lowers T (`prefill`)."""
         if self._prefill_limit is None:
             spans = self.spans(2)
-            peaks = []
-            for t in (1, 2):
-                self.model.cache.bucket = dict(self._bucket_key(spans))
-                ops = lower_prefill(self.model, t, logits=False)
-                peaks.append(CodeGen(self.hw, self.profile).compile(ops.nodes)[1].l2_peak_words)
-            per = max(peaks[1] - peaks[0], 1)
-            fit = 1 + (self.hw.l2.words - peaks[0]) // per
+            name = ("prefill_limit", self._bucket_key(spans))
+            fit = self.programs.get(name, int)
+            if fit is None:
+                peaks = []
+                for t in (1, 2):
+                    self.model.cache.bucket = dict(self._bucket_key(spans))
+                    ops = lower_prefill(self.model, t, logits=False)
+                    peaks.append(CodeGen(self.hw, self.profile).compile(ops.nodes)[1].l2_peak_words)
+                per = max(peaks[1] - peaks[0], 1)
+                fit = 1 + (self.hw.l2.words - peaks[0]) // per
+                self.programs.put(name, fit)
             self._prefill_limit = max(1, min(fit, GEMM_MAX_N, self.store.config.vocab_size,
                                              self.prefill_chunk or GEMM_MAX_N))
         return self._prefill_limit

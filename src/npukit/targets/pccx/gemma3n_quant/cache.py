@@ -93,10 +93,12 @@ def load_store(weights: Any) -> tuple[Int4Store, str]:
     key = content_key(files, weights.config, root)
     entry = root / key
     store = _read(entry, weights)
-    if store is not None:
-        return store, "cache hit"
-    store = Int4Store(weights)
-    return store, "quantized, cached" if _write(entry, store) else "quantized"
+    how = "cache hit"
+    if store is None:
+        store = Int4Store(weights)
+        how = "quantized, cached" if _write(entry, store) else "quantized"
+    store.content_key, store.cache_root = key, root  # the compiled-program cache keys on them
+    return store, how
 
 
 def _read(entry: Path, weights: Any) -> Int4Store | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -83,6 +84,11 @@ class Int4Matrix:
 
 class Int4Store:
     """Every Gemma 3n tensor in its device format: `Int4Matrix` for matrices, BF16 for vectors."""
+
+    # set by `gemma3n_quant.cache.load_store` for a checkpoint read from files (None: not cached):
+    # the INT4 image's content key and the cache directory, which the compiled-program cache shares
+    content_key: str | None = None
+    cache_root: Path | None = None
 
     def __init__(self, weights: Gemma3nWeights | None) -> None:
         if weights is None:  # `from_parts`
