@@ -241,28 +241,39 @@ def test_fused_sfu_run_matches_reference_and_is_used():
 
 
 @pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="fused SFU runs are a numba-backend path")
-def test_fused_run_with_l2_copies_follows_their_descriptors():
-    """L2-to-L2 MEMCPYs inside a fused SFU run (one overlapping its source) copy what their shape
-    entry says on every replay: the entry changes between runs (the run stops before the copy and the
-    rest runs step by step, then fuses again), and a length past L2 raises the reference's interrupt
-    at the copy, after the steps before it ran."""
+def test_fused_run_with_copies_follows_their_descriptors():
+    """MEMCPYs inside a fused SFU run — L2 to L2 (one overlapping its source) and from two host regions
+    — copy what their shape entry and the host bytes say on every replay: the entry changes between
+    runs (the run stops before the copy and the rest runs step by step, then fuses again), host bytes
+    are rewritten, and a length past L2 raises the reference's interrupt at the copy, after the steps
+    before it ran."""
     end = Simulator().limits.l2_words - 16  # 16 words before the end of L2
+    other = OUT_BASE + 0x10_0000  # a second host region
     lines = ["cvo.square src=0x10 dst=0x20 len=40 flags=0",
              "memcpy from=npu to=npu dest=0x22 src=0x20 shape=3 async",  # overlapping
+             "memcpy from=host to=npu dest=0x70 aux=0x2 shape=4 async",
              "cvo.scale src=0x22 dst=0x41 len=30 flags=0",
              f"memcpy from=npu to=npu dest=0x{end:X} src=0x20 shape=3 async",
+             "memcpy from=host to=npu dest=0x78 aux=0 shape=5 async",
              f"cvo.reduce_sum src=0x{end:X} dst=0x60 len=16 flags=0",
-             "cvo.mul src=0x61 dst=0x62 len=12 flags=0"]
+             "cvo.mul src=0x70 dst=0x62 len=12 flags=0"]
     words = asm.assemble("\n".join(lines))
     ref, fast = Simulator(), FastSimulator(backend="numba")
+    rng = np.random.default_rng(14)
     for sim in (ref, fast):
         _setup(sim, 13, [])
-    for copy_words in (5, 5, 9, 9, 2, 20, 3):  # 20: the second copy runs past the end of L2
+        sim.host.map(other, 4096)
+        sim.set_cc(0, 4, 3, OUT_BASE // 16 >> 16, OUT_BASE // 16 & 0xFFFF)
+        sim.set_cc(0, 5, 2, other // 16 >> 16, other // 16 & 0xFFFF)
+    for copy_words in (5, 5, 9, 9, 2, 20, 3):  # 20: the second L2 copy runs past the end of L2
+        data = _bf16_bits(rng, 2 * 4096 // 2).view(np.uint8)
         for sim in (ref, fast):
             sim.set_cc(0, 3, copy_words, 0, 0)
+            sim.host.write(OUT_BASE, data[:4096])
+            sim.host.write(other, data[4096:])
             sim.load_program(words)
         assert fast._groups[0] is not None and fast._groups[0][0] == len(lines)  # one fused run
         assert fast.run() == ref.run()
         _assert_same(_state(fast), _state(ref))
         if copy_words == 20:
-            assert fast.error is not None and fast.error.index == 3
+            assert fast.error is not None and fast.error.index == 4

@@ -433,10 +433,11 @@ def max_bits(e_bits, d, lut32):
 
 # a run of consecutive SFU instructions in one call: rows of `fastcvo.fuse_table` (see there)
 @nb.njit(**_OPTS)
-def cvo_block(tab, flat, cc, state, lut32, lut64):
-    """Execute table rows in order on the flat L2 ``flat``; ``state`` = [S, e_max] bits, updated.
-    Returns -1, or the first row not executed: an L2 copy whose shape entry in ``cc`` is no longer the
-    one it was bound for (the caller runs the rest step by step)."""
+def cvo_block(tab, flat, cc, state, h0, h1, lut32, lut64):
+    """Execute table rows in order on the flat L2 ``flat``; ``state`` = [S, e_max] bits, updated;
+    ``h0``, ``h1``: host regions (BF16 words) copies read from. Returns -1, or the first row not
+    executed: a copy whose shape entry in ``cc`` is no longer the one it was bound for (the caller
+    runs the rest step by step)."""
     one = np.empty(1, np.float64)
     bits = np.empty(1, np.uint16)
     for r in range(tab.shape[0]):
@@ -468,12 +469,18 @@ def cvo_block(tab, flat, cc, state, lut32, lut64):
             state[0] = flat[s0 + n - 1]
         elif kind == 3:  # MEMSET of S (op 0) or e_max (op 1)
             state[op] = np.uint16(tab[r, 6])
-        else:  # L2 -> L2 MEMCPY of shape entry ``op``, bound for the (a, b, c) packed in column 5
+        else:  # MEMCPY (4: L2 -> L2, 5: host region h0/h1 -> L2) of shape entry ``op``, bound for the
+            # (a, b, c) packed in column 5
             if (np.int64(cc[0, op, 0]) != (accm & 0xFFFF) or np.int64(cc[0, op, 1]) != ((accm >> 16) & 0xFFFF)
                     or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
                 return r
-            tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
-            flat[d0: d0 + n] = tmp
+            if kind == 4:
+                tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
+                flat[d0: d0 + n] = tmp
+            elif tab[r, 6] == 0:
+                flat[d0: d0 + n] = h0[s0: s0 + n]
+            else:
+                flat[d0: d0 + n] = h1[s0: s0 + n]
     return -1
 
 

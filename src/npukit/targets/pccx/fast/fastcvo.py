@@ -23,20 +23,22 @@ _E = 8
 _ARITH = {CvoFunc.SQUARE: kx.SQUARE, CvoFunc.RECIP: kx.RECIP, CvoFunc.RSQRT: kx.RSQRT,
           CvoFunc.SQRT: kx.SQRT, CvoFunc.MUL: kx.MUL, CvoFunc.ADD: kx.ADD}
 _ZEROS7 = np.zeros(_E - 1, np.uint16)
+_NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
 
 
 def _transcendental(fn: CvoFunc, a: np.ndarray) -> np.ndarray:
-    """numerics.cvo_* before rounding: the same NumPy expression on the same float64 input."""
+    """numerics.cvo_* before rounding: the same NumPy expression on the same float64 input (``a``, a
+    scratch array the caller owns, may be overwritten)."""
     with np.errstate(over="ignore", invalid="ignore"):
         if fn == CvoFunc.EXP:
-            return np.exp(a)
+            return np.exp(a, out=a)
         if fn == CvoFunc.GELU:
             return 0.5 * a * (1.0 + np.tanh(nx.GELU_C * (a + 0.044715 * a * a * a)))
         if fn == CvoFunc.SIN:
-            return np.sin(a)
+            return np.sin(a, out=a)
         if fn == CvoFunc.COS:
-            return np.cos(a)
-        return np.tanh(a)
+            return np.cos(a, out=a)
+        return np.tanh(a, out=a)
 
 
 def _cvo_work(idx: int, ins: Instr) -> Work:
@@ -102,10 +104,10 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
         store = kern["round_store"] if numba else kx.np_round_store
 
         def trans() -> Work:
-            a = kx.LUT64[x]
+            a = kx.LUT64[x]  # a fresh array: the subtraction may be in place
             if sub:
                 with np.errstate(invalid="ignore"):
-                    a = a - kx.LUT64[int(sim.e_max)]
+                    a -= kx.LUT64[int(sim.e_max)]
             store(_transcendental(fn, a), d, d, accm, *lut)
             return work
 
@@ -189,13 +191,23 @@ def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list
     lut32, lut64 = kx.LUT32, kx.LUT64
     copies = any(callable(st.fuse) for st in steps)  # a MEMCPY's row: from its binding (`fuse()`)
 
-    def build() -> tuple[np.ndarray, list, list[Work]] | None:
+    def build() -> tuple[np.ndarray, list, list[Work], np.ndarray, np.ndarray] | None:
         rows = [st.fuse() if callable(st.fuse) else st.fuse for st in steps]
         if any(r is None for r in rows):
             return None  # a copy not bound (yet) or on the reference path
-        tab = np.array([r for r, _ in rows], np.int64)
-        works = [w for _, w in rows]
-        return tab, [(st.fuse_ins, w) for st, w in zip(steps, works, strict=True)], works
+        regions: list[np.ndarray] = []  # host regions the copies read, by identity (at most two)
+        tab = np.array([r[0] for r in rows], np.int64)
+        for i, r in enumerate(rows):
+            if len(r) > 2:
+                j = next((j for j, h in enumerate(regions) if h is r[2]), len(regions))
+                if j == len(regions):
+                    regions.append(r[2])
+                tab[i, 6] = j
+        if len(regions) > 2:
+            return None
+        h0, h1 = [*regions, _NO_HOST, _NO_HOST][:2]
+        works = [r[1] for r in rows]
+        return tab, [(st.fuse_ins, w) for st, w in zip(steps, works, strict=True)], works, h0, h1
 
     cell = [None if copies else build()]
 
@@ -205,9 +217,9 @@ def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list
             c = cell[0] = build()
             if c is None:
                 return []
-        tab, items, works = c
+        tab, items, works, h0, h1 = c
         state[0], state[1] = sim.s_reg, sim.e_max
-        r = block(tab, flat, cc, state, lut32, lut64)
+        r = block(tab, flat, cc, state, h0, h1, lut32, lut64)
         sim.s_reg, sim.e_max = state[0], state[1]
         if r < 0:
             trace.extend(items)

@@ -9,7 +9,6 @@ INT4 codes, the packed image in place, or an INT8/FP16 host view) and the row sc
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +69,10 @@ class MatSite:
     findemax: bool
     works: dict = field(default_factory=dict)
 
+    @property
+    def asm_head(self) -> str:  # the text a K-major label starts with (the reference splits its label)
+        return self.asm.split("  ; ")[0]
+
 
 def mat_site(idx: int, ins: Instr) -> MatSite:
     f = int(ins.flags)
@@ -89,19 +92,22 @@ def _mat_work(site: MatSite, m: int, n: int, k: int, fmt: str) -> Work:
     w = site.works.get((m, n, k, fmt))
     if w is not None:
         return w
-    ins, w_scale, accm = site.ins, site.w_scale, site.accm
-    rb = row_bytes(fmt, k)
+    rb, w_scale = row_bytes(fmt, k), site.w_scale
+    label = (f"{site.asm}  ; M={m} N={n} K={k} {fmt}"
+             f"{' w_scale' if w_scale else ''} ksplit={nx.k_splits(k)}")
+    w = _new_work(site, m, n, k, label, m * n * k, m * rb + (4 * m if w_scale else 0))
+    return _remember(site, (m, n, k, fmt), w)
+
+
+def _new_work(site: MatSite, m: int, n: int, k: int, label: str, macs: int, weight_bytes: int) -> Work:
+    ins, accm = site.ins, site.accm
     kw, mw = -(-k // _E), -(-m // _E)
     src = (ins.src_addr, ins.src_addr + n * kw)
     dst = (ins.dest_reg, ins.dest_reg + n * mw)
-    label = (f"{site.asm}  ; M={m} N={n} K={k} {fmt}"
-             f"{' w_scale' if w_scale else ''} ksplit={nx.k_splits(k)}")
-    w = Work(site.idx, ins.op.name.lower(), label, macs=m * n * k,
-             weight_bytes=m * rb + (4 * m if w_scale else 0),
-             onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
-             onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
-             reads=(src, dst) if accm else (src,), writes=(dst,), lanes=ins.parallel_lane)
-    return _remember(site, (m, n, k, fmt), w)
+    return Work(site.idx, ins.op.name.lower(), label, macs=macs, weight_bytes=weight_bytes,
+                onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
+                onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
+                reads=(src, dst) if accm else (src,), writes=(dst,), lanes=ins.parallel_lane)
 
 
 def key_fields(key: bytes) -> tuple[int, ...]:
@@ -138,7 +144,7 @@ def bind_mat(sim: FastState, site: MatSite, key: bytes) -> MatBinding | None:
     body = sim.host.view(addr, m * rb)
     if body is None or (w_scale and sbytes is None):
         return None
-    flat = sim.l2.reshape(-1)
+    flat = sim.flat
     codes = None
     if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8" or (
             sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS and not (sim.vnni and k >= 128))):
@@ -319,7 +325,7 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
     body = sim.host.view(addr, rows * rb)
     if body is None or (w_scale and sbytes is None) or (act and abytes is None):
         return None
-    flat = sim.l2.reshape(-1)
+    flat = sim.flat
     xs = [flat[(s0 + j * kw) * _E: (s0 + j * kw) * _E + k] for j in range(n)]
     ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
     findemax = site.findemax
@@ -362,13 +368,10 @@ def _kmajor_work(site: MatSite, m: int, n: int, k: int, fmt: str, live: int, act
     w = site.works.get(key)
     if w is not None:
         return w
-    base = _mat_work(site, m, n, k, fmt)
     rb, w_scale = row_bytes(fmt, m), site.w_scale
-    head = f"{site.asm.split('  ; ')[0]}  ; M={m} N={n} K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
-    w = dataclasses.replace(
-        base, macs=m * n * live,
-        weight_bytes=live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0),
-        label=f"{head} live_k={live}{' act_scale' if act else ''} ksplit={nx.k_splits(k)}")
+    head = f"{site.asm_head}  ; M={m} N={n} K={k} {fmt}{' w_scale' if w_scale else ''} kmajor"
+    w = _new_work(site, m, n, k, f"{head} live_k={live}{' act_scale' if act else ''} ksplit={nx.k_splits(k)}",
+                  m * n * live, live * rb + (4 * m if w_scale else 0) + (4 * k if act else 0))
     return _remember(site, key, w)
 
 
@@ -382,15 +385,21 @@ def _kmajor_vector(sim: FastState, fmt: str, codes: Codes | None, body: np.ndarr
     def live_scale() -> np.ndarray:
         return sbytes.view("<f4").astype(np.float32) if sbytes is not None else _NO_SCALE
 
+    fixed = None  # the weights as a view of the live image (FP16, INT8 on numba) or cached codes
+    if codes is not None:
+        fixed = codes.codes
+    elif fmt == "fp16":
+        fixed = body.view("<u2").reshape(k, m)
+    elif fmt == "int8" and numba:
+        fixed = body.view(np.int8).reshape(k, m)
+
     def weights() -> np.ndarray:  # [K, M] codes (int8 for numba, float32 for NumPy)
-        if codes is not None:
-            return codes.codes
+        if fixed is not None:
+            return fixed
         if fmt == "int4":
             w = nx.unpack_int4(body.reshape(k, rb), m)
-        elif fmt == "int8":
-            w = body.view(np.int8).reshape(k, m)
         else:
-            return body.view("<u2").reshape(k, m)
+            w = body.view(np.int8).reshape(k, m)
         return w if numba else w.astype(np.float32)
 
     gemv = kern.get("gemv_km_f16" if fmt == "fp16" else "gemv_km")

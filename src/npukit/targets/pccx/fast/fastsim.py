@@ -65,6 +65,7 @@ class TrackedDDR(HostDDR):
     def __init__(self, size_bytes: int, on_write: Callable[[int, int], None]) -> None:
         super().__init__(size_bytes)
         self._on_write = on_write
+        self._words: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # region buffer -> its uint16 view
 
     def map(self, addr: int, data: Any) -> np.ndarray:
         buf = super().map(addr, data)
@@ -78,6 +79,20 @@ class TrackedDDR(HostDDR):
     def store(self, addr: int, raw: np.ndarray) -> None:
         super().store(addr, raw)
         self._on_write(addr, raw.size)
+
+    def region_words(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
+        """Bytes [addr, addr+n) as (its whole writable region viewed as BF16 words, element offset), or
+        None (unmapped, split, read-only, or not at an even offset)."""
+        if addr < 0 or n < 0 or addr + n > self.size:
+            return None
+        hit = self._find(addr, n)
+        if hit is None or hit[1] % 2 or not (hit[0].flags.writeable and hit[0].flags.c_contiguous):
+            return None
+        buf, off = hit
+        words = self._words.get(id(buf))
+        if words is None or words[0] is not buf:
+            words = self._words[id(buf)] = (buf, buf[: buf.size // 2 * 2].view("<u2"))
+        return words[1], off // 2
 
     def view(self, addr: int, n: int) -> np.ndarray | None:
         """Bytes [addr, addr+n) as a view of one region, or None (unmapped, split, or out of range)."""
@@ -112,6 +127,7 @@ class FastSimulator(Simulator):
         self.weights = weights
         self.cache_bytes = int(cache_bytes)
         self.host = TrackedDDR(self.hw.ddr.size_bytes, self.invalidate)
+        self.flat = self.l2.reshape(-1)  # a view: the binders slice L2 as one row
         self.fallbacks = 0
         self._k = kx._numba_kernels() if backend == "numba" else {}
         # packed INT4 on VNNI beats unpacked int8 codes from K = 128 (two 64-byte runs per row)
@@ -410,16 +426,23 @@ class FastSimulator(Simulator):
             trace.append((ins, work))
             return work
 
-        if self.backend == "numba" and Device.HOST not in (ins.from_device, ins.to_device):
-            s0, d0 = ins.src_addr * _E, ins.dest_addr * _E
+        host_src = ins.from_device == Device.HOST
+        if self.backend == "numba" and (host_src or ins.to_device != Device.HOST):
+            s0, d0, aux = ins.src_addr * _E, ins.dest_addr * _E, ins.aux_addr
 
-            def row() -> tuple[tuple[int, ...], Work] | None:
-                """The fused-run row (`fastcvo.fuse_groups`) of the current binding: valid while the
-                shape entry holds the same (words, hi, lo)."""
+            def row() -> tuple | None:
+                """The fused-run row (`fastcvo.fuse_groups`) of the current binding, its Work (and the
+                host region it reads): valid while the shape entry holds the same (words, hi, lo)."""
                 if state[0] is None:
                     return None
                 words, hi, lo = struct.unpack("=3H", state[0])
-                return (4, slot, s0, words * _E, d0, words | hi << 16 | lo << 32, 0), state[1]
+                key = words | hi << 16 | lo << 32
+                if not host_src:
+                    return (4, slot, s0, words * _E, d0, key, 0), state[1]
+                hit = self.host.region_words((((hi << 16) | lo) + aux) * WORD_BYTES, words * WORD_BYTES)
+                if hit is None:
+                    return None
+                return (5, slot, hit[1], words * _E, d0, key, 0), state[1], hit[0]
 
             memcpy.fuse, memcpy.fuse_ins = row, ins
         return memcpy
