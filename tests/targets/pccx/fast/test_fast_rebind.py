@@ -57,3 +57,27 @@ def test_tokens_across_a_bucket_match_reference(kv):
         tok = int(np.argmax(a))
     assert len(variants) == 2  # the bucket change compiled and switched to a second program
     assert fast.dev.fallbacks == 0
+
+
+def test_span_work_records_are_plain_work_dataclasses():
+    """The per-token GEMV records filled without the dataclass __init__ equal, hash and repr like ones
+    built by it, and stay frozen."""
+    import dataclasses
+
+    from npukit.sim.work import Work
+    from npukit.targets.pccx import asm
+    from npukit.targets.pccx.fast import fastmat
+    from npukit.targets.pccx.isa import decode
+
+    assert fastmat._PLAIN_WORK  # the fast fill is in use (Work is the dataclass it expects)
+    ins = decode(asm.assemble("gemv dest=0x100 src=0x20 shape=3 size=4 flags=findemax|accm lanes=2 async")[0],
+                 "extended")
+    w = fastmat._mat_work(fastmat.mat_site(7, ins), 40, 1, 128, "fp16")
+    kw, mw = 128 // 8, 40 // 8
+    want = Work(7, "gemv", w.label, macs=40 * 128, weight_bytes=40 * 256,
+                onchip_read_bytes=(kw + mw) * 16, onchip_write_bytes=mw * 16, is_async=True,
+                reads=((0x20, 0x20 + kw), (0x100, 0x100 + mw)), writes=((0x100, 0x100 + mw),), lanes=2)
+    assert w == want and hash(w) == hash(want) and repr(w) == repr(want)
+    assert dataclasses.astuple(w) == dataclasses.astuple(want)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        w.macs = 1  # type: ignore[misc]

@@ -28,17 +28,25 @@ _NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_bloc
 
 def _transcendental(fn: CvoFunc, a: np.ndarray) -> np.ndarray:
     """numerics.cvo_* before rounding: the same NumPy expression on the same float64 input (``a``, a
-    scratch array the caller owns, may be overwritten)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if fn == CvoFunc.EXP:
-            return np.exp(a, out=a)
-        if fn == CvoFunc.GELU:
-            return 0.5 * a * (1.0 + np.tanh(nx.GELU_C * (a + 0.044715 * a * a * a)))
-        if fn == CvoFunc.SIN:
-            return np.sin(a, out=a)
-        if fn == CvoFunc.COS:
-            return np.cos(a, out=a)
-        return np.tanh(a, out=a)
+    scratch array the caller owns, may be overwritten); under the executor's np.errstate."""
+    if fn == CvoFunc.EXP:
+        return np.exp(a, out=a)
+    if fn == CvoFunc.GELU:  # 0.5 * a * (1.0 + tanh(C * (a + 0.044715 * a * a * a))), op by op in place
+        t = 0.044715 * a
+        t *= a
+        t *= a
+        t += a
+        t *= nx.GELU_C
+        np.tanh(t, out=t)
+        t += 1.0
+        a *= 0.5
+        a *= t
+        return a
+    if fn == CvoFunc.SIN:
+        return np.sin(a, out=a)
+    if fn == CvoFunc.COS:
+        return np.cos(a, out=a)
+    return np.tanh(a, out=a)
 
 
 def _cvo_work(idx: int, ins: Instr) -> Work:
@@ -103,11 +111,10 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
         sub = bool(ins.flags & CvoFlag.SUB_EMAX)
         store = kern["round_store"] if numba else kx.np_round_store
 
-        def trans() -> Work:
+        def trans() -> Work:  # runs under the executor's np.errstate (fastsim._QUIET)
             a = kx.LUT64[x]  # a fresh array: the subtraction may be in place
             if sub:
-                with np.errstate(invalid="ignore"):
-                    a -= kx.LUT64[int(sim.e_max)]
+                a -= kx.LUT64[int(sim.e_max)]
             store(_transcendental(fn, a), d, d, accm, *lut)
             return work
 
@@ -186,8 +193,7 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
 
 
 def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list[Work]]:
-    block, flat, cc, trace = sim._k["cvo_block"], sim.l2.reshape(-1), sim.cc, sim.trace
-    state = np.zeros(2, np.uint16)
+    block, flat, cc, trace, regs = sim._k["cvo_block"], sim.flat, sim.cc, sim.trace, sim._regs
     lut32, lut64 = kx.LUT32, kx.LUT64
     copies = any(callable(st.fuse) for st in steps)  # a MEMCPY's row: from its binding (`fuse()`)
 
@@ -218,9 +224,7 @@ def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list
             if c is None:
                 return []
         tab, items, works, h0, h1 = c
-        state[0], state[1] = sim.s_reg, sim.e_max
-        r = block(tab, flat, cc, state, h0, h1, lut32, lut64)
-        sim.s_reg, sim.e_max = state[0], state[1]
+        r = block(tab, flat, cc, regs, h0, h1, lut32, lut64)
         if r < 0:
             trace.extend(items)
             return works

@@ -9,6 +9,7 @@ INT4 codes, the packed image in place, or an INT8/FP16 host view) and the row sc
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ class MatSite:
     w_scale: bool
     accm: bool
     findemax: bool
+    engine: str = ""
+    is_async: bool = False
     works: dict = field(default_factory=dict)
 
     @property
@@ -77,7 +80,7 @@ class MatSite:
 def mat_site(idx: int, ins: Instr) -> MatSite:
     f = int(ins.flags)
     return MatSite(idx, ins, _asm_text(ins), bool(f & GemvFlag.W_SCALE), bool(f & GemvFlag.ACCM),
-                   bool(f & GemvFlag.FINDEMAX))
+                   bool(f & GemvFlag.FINDEMAX), ins.op.name.lower(), bool(ins.async_))
 
 
 def _remember(site: MatSite, key: tuple, work: Work) -> Work:
@@ -99,15 +102,33 @@ def _mat_work(site: MatSite, m: int, n: int, k: int, fmt: str) -> Work:
     return _remember(site, (m, n, k, fmt), w)
 
 
+# A span-variable GEMV makes a new Work per token; the frozen dataclass's __init__ (one
+# object.__setattr__ per field) is most of that, so when Work is still the plain dataclass of these
+# fields its instance dict is filled in one update (same fields, same equality and hash).
+_FIELDS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes",
+           "ddr_write_bytes", "onchip_read_bytes", "onchip_write_bytes", "is_async", "reads", "writes",
+           "lanes")
+_PLAIN_WORK = (tuple(f.name for f in dataclasses.fields(Work)) == _FIELDS and "__slots__" not in vars(Work)
+               and not hasattr(Work, "__post_init__"))
+
+
 def _new_work(site: MatSite, m: int, n: int, k: int, label: str, macs: int, weight_bytes: int) -> Work:
     ins, accm = site.ins, site.accm
     kw, mw = -(-k // _E), -(-m // _E)
     src = (ins.src_addr, ins.src_addr + n * kw)
     dst = (ins.dest_reg, ins.dest_reg + n * mw)
-    return Work(site.idx, ins.op.name.lower(), label, macs=macs, weight_bytes=weight_bytes,
-                onchip_read_bytes=(n * kw + (n * mw if accm else 0)) * WORD_BYTES,
-                onchip_write_bytes=n * mw * WORD_BYTES, is_async=bool(ins.async_),
-                reads=(src, dst) if accm else (src,), writes=(dst,), lanes=ins.parallel_lane)
+    rd = (n * kw + (n * mw if accm else 0)) * WORD_BYTES
+    reads = (src, dst) if accm else (src,)
+    if not _PLAIN_WORK:
+        return Work(site.idx, site.engine, label, macs=macs, weight_bytes=weight_bytes, onchip_read_bytes=rd,
+                    onchip_write_bytes=n * mw * WORD_BYTES, is_async=site.is_async, reads=reads,
+                    writes=(dst,), lanes=ins.parallel_lane)
+    w = object.__new__(Work)
+    w.__dict__.update(index=site.idx, engine=site.engine, label=label, macs=macs, sfu_elems=0,
+                      weight_bytes=weight_bytes, ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd,
+                      onchip_write_bytes=n * mw * WORD_BYTES, is_async=site.is_async, reads=reads,
+                      writes=(dst,), lanes=ins.parallel_lane)
+    return w
 
 
 def key_fields(key: bytes) -> tuple[int, ...]:

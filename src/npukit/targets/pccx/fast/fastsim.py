@@ -47,6 +47,7 @@ _EXC = (DecodeError, DeviceFault, ArithmeticError, ValueError)
 _E = 8  # BF16 elements per L2 word
 _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
+_QUIET = {"over": "ignore", "invalid": "ignore"}  # the NumPy FP-warning state steps run under
 
 
 @dataclass(eq=False)
@@ -116,6 +117,7 @@ class FastSimulator(Simulator):
 
     def __init__(self, hw: Any = None, profile: str = "extended", backend: str | None = None,
                  weights: str = "int8", cache_bytes: int = 8 << 30) -> None:
+        self._regs = np.zeros(2, np.uint16)  # S and e_max bits (properties below), set by __init__
         super().__init__(hw, profile)
         backend = backend or kx.BACKENDS[0]
         if backend not in kx.BACKENDS:
@@ -144,6 +146,23 @@ class FastSimulator(Simulator):
         self._qbuf = np.zeros(1 << 16, np.int8)
         self._decoded: dict[int, _Instr | DecodeError] = {}
         self._tagged: dict[Any, _Tagged] = {}
+
+    # S and e_max live in one array that the fused SFU runs (`fastcvo`) update in place
+    @property
+    def s_reg(self) -> np.uint16:
+        return self._regs[0]
+
+    @s_reg.setter
+    def s_reg(self, value: Any) -> None:
+        self._regs[0] = value
+
+    @property
+    def e_max(self) -> np.uint16:
+        return self._regs[1]
+
+    @e_max.setter
+    def e_max(self, value: Any) -> None:
+        self._regs[1] = value
 
     # -- host side --
     def invalidate(self, addr: int = 0, n: int | None = None) -> None:
@@ -229,7 +248,8 @@ class FastSimulator(Simulator):
         idx = self.pc
         self.status |= STATUS_BUSY
         try:
-            work = self._plan[idx]()
+            with np.errstate(**_QUIET):
+                work = self._plan[idx]()
         except _EXC as exc:
             self._interrupt(idx, exc)
             return None
@@ -248,7 +268,22 @@ class FastSimulator(Simulator):
             limit = 0
         if self.pc < limit:
             self.status |= STATUS_BUSY
-        idx = self.pc
+        with np.errstate(**_QUIET):  # once per run: the SFU steps set no FP-warning state of their own
+            idx, exc = self._loop(plan, self.pc, limit, out)
+        if exc is not None:
+            self.pc = idx
+            self._interrupt(idx, exc)
+            return out
+        self.pc = idx
+        if idx >= n:
+            self.status = (self.status | STATUS_DONE) & ~STATUS_BUSY
+        if not self.program:
+            self.status |= STATUS_DONE
+        return out
+
+    def _loop(self, plan: list[Callable[[], Work]], idx: int, limit: int,
+              out: list[Work]) -> tuple[int, Exception | None]:
+        """Steps [idx, limit) into ``out``: (the next index, None) or (the faulting index, its error)."""
         groups = self._groups
         try:
             while idx < limit:
@@ -262,15 +297,8 @@ class FastSimulator(Simulator):
                 out.append(plan[idx]())
                 idx += 1
         except _EXC as exc:
-            self.pc = idx
-            self._interrupt(idx, exc)
-            return out
-        self.pc = idx
-        if idx >= n:
-            self.status = (self.status | STATUS_DONE) & ~STATUS_BUSY
-        if not self.program:
-            self.status |= STATUS_DONE
-        return out
+            return idx, exc
+        return idx, None
 
     def _replan(self) -> None:
         prog = self.program

@@ -51,6 +51,7 @@ class FastState(Protocol):
     vnni: bool
     s_reg: np.uint16
     e_max: np.uint16
+    _regs: np.ndarray  # [S, e_max] bits: the storage behind s_reg and e_max
     trace: list
     _k: dict[str, Any]  # numba kernels by name
     _qbuf: np.ndarray
