@@ -92,8 +92,10 @@ def _counters(body: list[dict[str, Any]], pid: int, t: Any, samples: list[tuple[
     """``C`` events for each named series in ``samples``, one wherever its (rounded) value changes."""
     last: dict[str, float] = {}
     last_raw: dict[str, float] = {}
+    labels: dict[str, str] = {}
     key = arg or unit
     for cyc, values in samples:
+        ts = None
         for name, raw in values.items():
             if last_raw.get(name) == raw:  # (an unchanged sample rounds to the value written last)
                 continue
@@ -101,10 +103,23 @@ def _counters(body: list[dict[str, Any]], pid: int, t: Any, samples: list[tuple[
             v = value(raw)
             if last.get(name) != v:
                 last[name] = v
-                body.append({"ph": "C", "name": f"{name} {unit}", "pid": pid, "ts": t(cyc), "args": {key: v}})
+                if ts is None:
+                    ts = t(cyc)
+                label = labels.get(name) or labels.setdefault(name, f"{name} {unit}")
+                body.append({"ph": "C", "name": label, "pid": pid, "ts": ts, "args": {key: v}})
+
+
+def dumps(obj: Any) -> bytes:
+    """Trace JSON as bytes (orjson: the same document as json.dumps, several times faster)."""
+    try:
+        import orjson
+
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except (ImportError, TypeError):  # (orjson is a core dependency; a value only json can write)
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def write_trace(result: TimingResult, path: str | Path, **kw: Any) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(to_trace(result, **kw), separators=(",", ":")))
+    path.write_bytes(dumps(to_trace(result, **kw)))
     return path

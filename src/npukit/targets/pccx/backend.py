@@ -113,14 +113,13 @@ class Gemma3nPccx:
 
     def _write_trace_events(self) -> None:
         """One JSON document, written run by run (each run's events encoded as soon as they are made)."""
-        import json
         from pathlib import Path
 
-        from npukit.sim.trace import to_trace
+        from npukit.sim.trace import dumps, to_trace
 
         first = True
-        with Path(self.trace_path).open("w") as f:
-            f.write('{"traceEvents":[')
+        with Path(self.trace_path).open("wb") as f:
+            f.write(b'{"traceEvents":[')
             for r in self.drv.records[-TRACE_TOKENS:]:
                 if r.timed is None:
                     continue
@@ -129,9 +128,9 @@ class Gemma3nPccx:
                 events = to_trace(r.timing, process=f"pccx {self.hw_name} {what}",
                                   pid=r.position + 1)["traceEvents"]
                 if events:
-                    f.write(("" if first else ",") + json.dumps(events, separators=(",", ":"))[1:-1])
+                    f.write((b"" if first else b",") + dumps(events)[1:-1])
                     first = False
-            f.write('],"displayTimeUnit":"ns"}')
+            f.write(b'],"displayTimeUnit":"ns"}')
 
     def figures(self) -> Ledger:
         self.drv.sync(TRACE_TOKENS)
