@@ -68,3 +68,21 @@ def test_trace_schema_tracks_and_units(tmp_path):
     assert peak == pytest.approx(10 * 250e6 / 1e9)  # 10 B/cycle at 250 MHz
     p = write_trace(r, tmp_path / "t.json")
     assert json.loads(p.read_text())["traceEvents"]
+
+
+def test_encode_each_splits_across_a_child_and_keeps_order():
+    import os
+
+    from npukit.sim.trace import encode_each
+
+    items = list(range(7))
+    assert encode_each(items, lambda x: f"<{x}>".encode()) == [f"<{x}>".encode() for x in items]
+    parent = os.getpid()
+
+    def only_here(x: int) -> bytes:  # fails in a forked child: the parent encodes that half itself
+        if os.getpid() != parent:
+            raise RuntimeError("child")
+        return bytes([x])
+
+    assert encode_each(items, only_here) == [bytes([x]) for x in items]
+    assert encode_each([], only_here) == [] and encode_each([3], only_here) == [b"\x03"]

@@ -112,25 +112,21 @@ class Gemma3nPccx:
             self._write_trace_events()
 
     def _write_trace_events(self) -> None:
-        """One JSON document, written run by run (each run's events encoded as soon as they are made)."""
+        """One JSON document: each run's events encoded on their own (two halves on two cores)."""
         from pathlib import Path
 
-        from npukit.sim.trace import dumps, to_trace
+        from npukit.sim.trace import dumps, encode_each, to_trace
 
-        first = True
+        def encode(r: Any) -> bytes:
+            last = r.position + r.tokens - 1
+            what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
+            events = to_trace(r.timing, process=f"pccx {self.hw_name} {what}", pid=r.position + 1)
+            return dumps(events["traceEvents"])[1:-1]
+
+        runs = [r for r in self.drv.records[-TRACE_TOKENS:] if r.timed is not None]
+        parts = [p for p in encode_each(runs, encode) if p]
         with Path(self.trace_path).open("wb") as f:
-            f.write(b'{"traceEvents":[')
-            for r in self.drv.records[-TRACE_TOKENS:]:
-                if r.timed is None:
-                    continue
-                last = r.position + r.tokens - 1
-                what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
-                events = to_trace(r.timing, process=f"pccx {self.hw_name} {what}",
-                                  pid=r.position + 1)["traceEvents"]
-                if events:
-                    f.write((b"" if first else b",") + dumps(events)[1:-1])
-                    first = False
-            f.write(b'],"displayTimeUnit":"ns"}')
+            f.write(b'{"traceEvents":[' + b",".join(parts) + b'],"displayTimeUnit":"ns"}')
 
     def figures(self) -> Ledger:
         self.drv.sync(TRACE_TOKENS)
