@@ -57,9 +57,17 @@ SYNTAX = text.KeyValueSyntax(value_text=_value_text)
 _TEXT_SPEC = bound("extended")  # formatting depends on no limits
 
 
+_TEXT: dict[Instr, str] = {}  # a program switch re-labels every instruction; almost all were seen before
+
+
 def format_instr(ins: Instr) -> str:
-    """Canonical text of one instruction."""
-    return SYNTAX.format(_TEXT_SPEC, ins)
+    """Canonical text of one instruction (memoised: instructions are immutable)."""
+    t = _TEXT.get(ins)
+    if t is None:
+        if len(_TEXT) >= 1 << 16:
+            _TEXT.clear()
+        t = _TEXT[ins] = SYNTAX.format(_TEXT_SPEC, ins)
+    return t
 
 
 def disassemble(words: Any, profile: str = "extended", hw: Any = None, addresses: bool = False) -> str:

@@ -14,6 +14,7 @@ both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -87,7 +88,7 @@ class TokenTimer:
     def __init__(self, hw: PccxHw) -> None:
         self.hw = hw
         self.plan = timing_fast.Plan.of(machine(hw)) if timing_fast.enabled() else None
-        self._rows: dict[int, tuple[Work, tuple]] = {}
+        self._rows_by_id: dict[int, tuple[Work, tuple]] = {}
         self._programs: dict[int, _Program] = {}
         self._sfu_depth = float(hw.sfu.fifo_depth)
 
@@ -111,21 +112,34 @@ class TokenTimer:
     def _row(self, w: Work) -> tuple:
         """(engine, cycles, latency, tail, path id, xfer, stream, stream bytes, async, fifo depth, kind,
         sfu elems, reads, writes) of one Work, as `to_ops` makes its op (cached by identity)."""
-        hit = self._rows.get(id(w))
+        hit = self._rows_by_id.get(id(w))
         if hit is not None and hit[0] is w:
             return hit[1]
         (o,) = to_ops(self.hw, [w], _OpRecord)
+        return self._remember(w, o)
+
+    def _remember(self, w: Work, o: Any) -> tuple:
+        """The row of Work ``w`` from its op record ``o`` (its FIFO fields are ignored: `_link_fifos`)."""
         plan = self.plan
         kind = _MAT if o.engine in ("gemv", "gemm") else _SFU if o.engine == "sfu" else _OTHER
         row = (plan.eix[o.engine], o.cycles, o.latency, o.tail, plan.path_id(o.path), o.xfer_bytes,
                -1 if o.stream is None else plan.six[o.stream], o.stream_bytes, o.is_async,
                self._sfu_depth if kind == _SFU else 0.0, kind, w.sfu_elems, o.reads, o.writes)
-        if len(self._rows) >= _MAX_ROWS:
-            self._rows.clear()
-        self._rows[id(w)] = (w, row)  # (the Work is kept alive with its row: its id stays its own)
+        if len(self._rows_by_id) >= _MAX_ROWS:
+            self._rows_by_id.clear()
+        self._rows_by_id[id(w)] = (w, row)  # (the Work is kept alive with its row: its id stays its own)
         return row
 
+    def _rows(self, works: list[Work]) -> None:
+        """Cache the rows of the Works not seen yet, with one `to_ops` over them all."""
+        rows = self._rows_by_id
+        new = [w for w in works if (hit := rows.get(id(w))) is None or hit[0] is not w]
+        if new:
+            for w, o in zip(new, to_ops(self.hw, new, _OpRecord), strict=True):
+                self._remember(w, o)
+
     def _build(self, works: list[Work]) -> _Program:
+        self._rows(works)
         rows = [self._row(w) for w in works]
         n = len(rows)
         f64 = np.float64
@@ -147,6 +161,8 @@ class TokenTimer:
         changed = [i for i, (a, b) in enumerate(zip(works, old, strict=True)) if a is not b]
         prog.works = works
         c = prog.cols
+        if len(changed) > 64:  # (a program switch: the new Works' rows in one batch)
+            self._rows([works[i] for i in changed])
         for i in changed:
             r = self._row(works[i])
             if len(r[12]) > c.rd.shape[1] or len(r[13]) > c.wr.shape[1]:  # wider ranges: start over
