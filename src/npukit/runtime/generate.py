@@ -66,13 +66,16 @@ def long_lived_frozen() -> Iterator[None]:
     every ~13 pccx tokens, a third of the decode time). Young collections still run, so short-lived
     cycles are still freed; thresholds and the frozen set are restored afterwards."""
     old = gc.get_threshold()
-    gc.freeze()
+    ours = gc.get_freeze_count() == 0  # (a caller that froze objects itself keeps managing them)
+    if ours:
+        gc.freeze()
     gc.set_threshold(old[0], old[1], 1 << 30)
     try:
         yield
     finally:
         gc.set_threshold(*old)
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 def generate(backend: Backend, prompt: Sequence[int], max_new_tokens: int,
