@@ -113,3 +113,14 @@ def test_golden_generate_matches_transformers_greedy():
     assert r.backend_stats["kv_bytes"] > 0 and r.backend_stats["target"] == "golden"
     # reset between runs: a second run is identical
     assert generate(b, prompt, 26).tokens == toks
+
+
+def test_long_lived_frozen_defers_full_collections_and_restores_the_collector():
+    import gc
+
+    from npukit.runtime.generate import long_lived_frozen
+
+    before = gc.get_threshold()
+    with long_lived_frozen():
+        assert gc.get_threshold()[2] >= 1 << 30 and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
