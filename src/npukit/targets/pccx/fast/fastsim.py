@@ -195,6 +195,8 @@ class FastSimulator(Simulator):
         by = ("tag", tag) if tag is not None else len(key)
         if plan is None:
             base = self._by_len.get(by)
+            if base is None and tag is not None:  # a new slot (a new span bucket's segment): diff against
+                base = self._by_len.get(len(key))  # the last program of its length, most words repeat
             if base is not None and len(base[0]) != len(key):
                 base = None
             groups, old_groups, changed = None, None, frozenset()
@@ -217,6 +219,8 @@ class FastSimulator(Simulator):
             self._plans[key] = plan
             self._fused[key] = fuse_groups(self, plan, old_groups, changed) if groups is None else groups
         self._by_len[by] = (key, plan)
+        if tag is not None:
+            self._by_len[len(key)] = (key, plan)
         self._plan, self._plan_of, self._groups = plan, self.program, self._fused[key]
         if tag is not None:  # the slot's own copies: `_load_patched` edits them in place
             self._tagged[tag] = _Tagged(self.program, list(plan), list(self._groups))
