@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a hardware field (repeatable)")
     p.add_argument("--trace", default=None, metavar="FILE",
                    help="write a Perfetto trace (simulated targets) once at the end; pccx: the timing of "
-                        "the last 16 program runs (prompt chunks and decode tokens)")
+                        "the last 8 program runs (prompt chunks and decode tokens)")
     p.add_argument("--kv-max-tokens", type=int, default=None, metavar="N",
                    help="KV ring hard cap for full-attention layers (evicts sink + window when it wraps)")
     p.add_argument("--kv-sink", type=int, default=None, metavar="N", help="KV ring: positions kept forever")

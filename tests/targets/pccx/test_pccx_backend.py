@@ -106,7 +106,7 @@ def test_ring_options_on_a_target_without_them_are_one_line_errors(capsys):
     assert rc == 2 and "kv-max-tokens" in err and err.count("\n") == 1
 
 
-def test_trace_is_written_once_and_covers_the_last_16_runs(tmp_path, monkeypatch):
+def test_trace_is_written_once_and_covers_the_last_8_runs(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from npukit.runtime.generate import generate
@@ -132,9 +132,9 @@ def test_trace_is_written_once_and_covers_the_last_16_runs(tmp_path, monkeypatch
     res = generate(be, [2, 3], 19)  # 1 prompt chunk + 18 decode tokens = 19 program runs
     assert writes == [trace]  # once, at the end; never rewritten per token
     pids = {e["pid"] for e in json.loads(trace.read_text())["traceEvents"]}
-    # each run is one process, numbered by its first position + 1: the last 16 runs are positions 4..19
-    assert pids == set(range(5, 21)) and len(res.tokens) == 19
-    assert sum(r.timing is not None for r in be.drv.records) <= 17  # older schedules are dropped
+    # each run is one process, numbered by its first position + 1: the last 8 runs are positions 12..19
+    assert pids == set(range(13, 21)) and len(res.tokens) == 19
+    assert sum(r.timed is not None for r in be.drv.records) <= 9  # older schedules are dropped
     assert len(be.stats()["simulated_cycles_per_token"]) == 18  # every token's cycles stay reported
 
 

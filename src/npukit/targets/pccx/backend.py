@@ -33,7 +33,9 @@ from npukit.targets.pccx.gemma3n_quant import KV_FORMATS
 from npukit.targets.pccx.gemma3n_quant.cache import load_store
 from npukit.targets.pccx.kv_ring import ring_size
 
-TRACE_TOKENS = 16  # at most this many tokens (the last ones) go into a --trace file
+# at most this many program runs (the last ones) go into a --trace file: each is ~10 k events at hidden
+# 1024, and building them is most of what --trace costs (16 runs measured 1.17-1.27x a 64-token run)
+TRACE_TOKENS = 8
 PREFILL_MODES = ("gemm", "decode")
 
 
