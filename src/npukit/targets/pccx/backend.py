@@ -108,16 +108,11 @@ class Gemma3nPccx:
             self._write_trace()
 
     def _write_trace(self) -> None:
-        from npukit.sim.trace import gc_paused
-
-        with gc_paused():
-            self._write_trace_events()
-
-    def _write_trace_events(self) -> None:
-        """One JSON document: each run's events encoded on their own (two halves on two cores)."""
+        """One JSON document: each run's events encoded on their own (two halves on two cores), with
+        the garbage collector paused."""
         from pathlib import Path
 
-        from npukit.sim.trace import dumps, encode_each, to_trace
+        from npukit.sim.trace import dumps, encode_each, gc_paused, to_trace
 
         def encode(r: Any) -> bytes:
             last = r.position + r.tokens - 1
@@ -126,7 +121,8 @@ class Gemma3nPccx:
             return dumps(events["traceEvents"])[1:-1]
 
         runs = [r for r in self.drv.records[-TRACE_TOKENS:] if r.timed is not None]
-        parts = [p for p in encode_each(runs, encode) if p]
+        with gc_paused():
+            parts = [p for p in encode_each(runs, encode) if p]
         with Path(self.trace_path).open("wb") as f:
             f.write(b'{"traceEvents":[' + b",".join(parts) + b'],"displayTimeUnit":"ns"}')
 

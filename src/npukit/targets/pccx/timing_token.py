@@ -111,12 +111,8 @@ class TokenTimer:
     # ---- rows -------------------------------------------------------------------------------------
     def _row(self, w: Work) -> tuple:
         """(engine, cycles, latency, tail, path id, xfer, stream, stream bytes, async, fifo depth, kind,
-        sfu elems, reads, writes) of one Work, as `to_ops` makes its op (cached by identity)."""
-        hit = self._rows_by_id.get(id(w))
-        if hit is not None and hit[0] is w:
-            return hit[1]
-        (o,) = to_ops(self.hw, [w], _OpRecord)
-        return self._remember(w, o)
+        sfu elems, reads, writes) of one Work already cached by `_rows`."""
+        return self._rows_by_id[id(w)][1]
 
     def _remember(self, w: Work, o: Any) -> tuple:
         """The row of Work ``w`` from its op record ``o`` (its FIFO fields are ignored: `_link_fifos`)."""
@@ -131,7 +127,7 @@ class TokenTimer:
         return row
 
     def _rows(self, works: list[Work]) -> None:
-        """Cache the rows of the Works not seen yet, with one `to_ops` over them all."""
+        """Cache the rows of the Works not seen yet (by identity), with one `to_ops` over them all."""
         rows = self._rows_by_id
         new = [w for w in works if (hit := rows.get(id(w))) is None or hit[0] is not w]
         if new:
@@ -161,8 +157,7 @@ class TokenTimer:
         changed = [i for i, (a, b) in enumerate(zip(works, old, strict=True)) if a is not b]
         prog.works = works
         c = prog.cols
-        if len(changed) > 64:  # (a program switch: the new Works' rows in one batch)
-            self._rows([works[i] for i in changed])
+        self._rows([works[i] for i in changed])
         for i in changed:
             r = self._row(works[i])
             if len(r[12]) > c.rd.shape[1] or len(r[13]) > c.wr.shape[1]:  # wider ranges: start over
