@@ -200,8 +200,10 @@ def _run(args: argparse.Namespace) -> int:
     sys.stdout.write("\n")
     f = result.figures
     rate = f"{f['decode_tok_per_s'].value:.2f} tok/s" if "decode_tok_per_s" in f else "n/a"
+    compiling = (f" ({f['kernel_compile_s'].value:.1f} s of it compiling kernels, once)"
+                 if "kernel_compile_s" in f else "")
     print(f"[{len(result.tokens)} tokens from {Path(str(model.name)).name} on {args.target}: "
-          f"prefill {f['prefill_s'].fmt()}, decode {rate}, peak RSS {f['peak_rss_mib'].fmt()}, "
+          f"prefill {f['prefill_s'].fmt()}{compiling}, decode {rate}, peak RSS {f['peak_rss_mib'].fmt()}, "
           f"stop: {result.stop_reason}]", file=sys.stderr)
     figures = result.backend_stats.get("figures")
     if figures:  # the target's own tiered figures (simulated cycles, utilisation, projected rates)

@@ -100,6 +100,7 @@ def generate(backend: Backend, prompt: Sequence[int], max_new_tokens: int,
     kept: list[np.ndarray] | None = [] if keep_logits else None
     stop_reason = "length"
     backend.reset()
+    compiled0 = _compile_seconds()
     t0 = time.perf_counter()
     logits = backend.prefill(prompt)
     t_prefill = time.perf_counter() - t0
@@ -133,5 +134,15 @@ def generate(backend: Backend, prompt: Sequence[int], max_new_tokens: int,
                 "prompt tokens / prefill_s")
     if steps and t_decode > 0:
         led.add("decode_tok_per_s", steps / t_decode, "tok/s", Tier.DERIVED, "decode steps / decode_s")
+    compiling = _compile_seconds() - compiled0
+    if compiling > 0:  # a first run on this CPU: numba compiled kernels (cached on disk for later runs)
+        led.add("kernel_compile_s", compiling, "s", Tier.MEASURED,
+                "numba compile events during prefill and decode (once per machine and target)")
     led.add("peak_rss_mib", peak_rss_bytes() / 2**20, "MiB", Tier.MEASURED, "resource.getrusage ru_maxrss")
     return GenerationResult(prompt, tokens, stop_reason, led, dict(backend.stats()), kept)
+
+
+def _compile_seconds() -> float:
+    """Seconds spent compiling numba kernels so far in this process (0 when numba never compiled)."""
+    report = sys.modules.get("npukit.sim.compile_report")
+    return report.compile_seconds() if report is not None else 0.0

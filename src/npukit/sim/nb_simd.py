@@ -4,8 +4,9 @@ numba's auto-vectoriser turns a packed-INT4 × INT8 dot product into sign extens
 (about 5–7 GB/s of packed weights per core here); the same sum on AVX-512 VNNI's ``vpdpbusd``
 (64 unsigned × signed byte products into 16 int32 lanes, no saturation) streams about 25 GB/s per
 core, so a GEMV becomes bound by DRAM, as the hardware it emulates is. The instruction is emitted as
-an LLVM intrinsic from `dot_u4s8`; whether this CPU runs it is decided by `probe`, which *tries* it in a
-forked child (a VM may advertise a feature it faults on), never by the feature list alone.
+an LLVM intrinsic from `dot_u4s8`, called only from kernels built for that path; whether they are
+used is decided by `probe` (`npukit.sim.cpu`: LLVM must compile it for numba's target, and a trial in a
+child process must run it exactly; a VM may advertise a feature it faults on).
 
 Exactness: offset-binary nibbles ``u = n ^ 8`` (``u = s + 8`` for the two's-complement nibble ``s``)
 are unsigned 0..15, so ``Σ s·q = Σ u·q − 8·Σ q``; every product and lane sum is an exact int32
@@ -14,17 +15,16 @@ are unsigned 0..15, so ``Σ s·q = Σ u·q − 8·Σ q``; every product and lane
 
 from __future__ import annotations
 
-import os
-import platform
-import signal
-import time
-
 import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from npukit.sim import compile_report, cpu
+
+compile_report.install()  # first-run compiles are announced, never silent
 
 CHUNK = 64  # packed bytes (128 INT4 weights) per vpdpbusd pair
 _I8X64 = ir.VectorType(ir.IntType(8), 64)
@@ -81,54 +81,14 @@ def _trial_ok() -> bool:
     return int(_trial(p, even, odd)) == want
 
 
-_PROBED: tuple[str, str] | None = None
-_TRIAL_TIMEOUT_S = 120.0  # a first run compiles the trial kernel (about a second); a fork can hang
-
-
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status, or None after killing it at the timeout (a child forked while another
-    thread held a lock it needs would wait forever)."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.001
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+FAMILY = cpu.Family(
+    name="int4-gemv", fast="avx512-vnni", intrinsics=("vpdpbusd",), trial="npukit.sim.nb_simd:_trial_ok",
+    doc="pccx packed-INT4 x INT8 GEMV/GEMM row dot products")
 
 
 def probe() -> tuple[str, str]:
-    """(``"avx512-vnni"`` | ``"portable"``, reason). ``NPUKIT_SIMD=portable`` forces the portable
-    loops. The trial runs in a forked child so that an illegal instruction kills the child only."""
-    global _PROBED
-    if _PROBED is not None:
-        return _PROBED
-    if os.environ.get("NPUKIT_SIMD", "").lower() in ("portable", "off", "0", "none"):
-        _PROBED = ("portable", "NPUKIT_SIMD set")
-    elif platform.machine().lower() not in ("x86_64", "amd64"):
-        _PROBED = ("portable", f"{platform.machine()} is not x86-64")
-    elif not hasattr(os, "fork"):
-        _PROBED = ("portable", "no fork() to try AVX-512 VNNI safely")
-    else:
-        pid = os.fork()
-        if pid == 0:  # child: run the instruction once, report through the exit status only
-            code = 1
-            try:
-                code = 0 if _trial_ok() else 2
-            finally:
-                os._exit(code)
-        status = _wait(pid, _TRIAL_TIMEOUT_S)
-        if status is None:
-            _PROBED = ("portable", f"vpdpbusd trial did not finish in {_TRIAL_TIMEOUT_S:.0f} s")
-        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-            _PROBED = ("avx512-vnni", "vpdpbusd trial run exact")
-        elif os.WIFSIGNALED(status):
-            _PROBED = ("portable", f"vpdpbusd trial killed by signal {os.WTERMSIG(status)}")
-        else:
-            _PROBED = ("portable", f"vpdpbusd trial failed (exit {os.WEXITSTATUS(status)})")
-    return _PROBED
+    """(``"avx512-vnni"`` | ``"portable"``, reason): `npukit.sim.cpu.choose` for the INT4 row dot
+    (LLVM asked whether it can compile ``vpdpbusd`` for numba's target, then a trial in a child
+    process). ``NPUKIT_SIMD=portable`` forces the portable loops."""
+    chosen = cpu.choose(FAMILY)
+    return chosen.path, chosen.reason

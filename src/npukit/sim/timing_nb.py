@@ -23,6 +23,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from npukit.sim import compile_report
+
+compile_report.install()  # first-run compiles are announced, never silent
+
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _EPS = 1e-9  # npukit.sim.timing._EPS and _BEPS (a test checks they agree)
 _BEPS = 1e-6

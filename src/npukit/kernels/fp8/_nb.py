@@ -20,7 +20,7 @@ same kind of bit arithmetic (`_f16_bits`).
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
@@ -29,7 +29,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from npukit.sim import nb_simd
+from npukit.sim import compile_report, cpu
+
+compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "nogil": True}
 CHUNK = 64
@@ -169,8 +171,7 @@ def quantize_rows_serial(a16_bits, f16_to_f32, a_inv, a8, asum):
 
 
 
-@nb.njit(**_OPTS)
-def _tile_tables(codes, lut32, inv, n0, rows, kp, ws, vnni):
+def _tile_tables(codes, lut32, inv, n0, rows, kp, ws):
     """Transcode columns n0 .. n0+rows-1 into ws[:rows, :Kp] (u8 = w + 128; tail and absent rows 0)."""
     n_cols, k = codes.shape
     full = k // CHUNK
@@ -182,8 +183,8 @@ def _tile_tables(codes, lut32, inv, n0, rows, kp, ws, vnni):
             ws[j, :] = 0
             continue
         column_table(lut32, inv[n], prod, tab)
-        if vnni and full:
-            transcode64(codes[n].ctypes.data, tab.ctypes.data, ws[j].ctypes.data, full)
+        if _FAST and full:
+            _transcode(codes[n].ctypes.data, tab.ctypes.data, ws[j].ctypes.data, full)
             start = full * CHUNK
         else:
             start = 0
@@ -219,8 +220,7 @@ def _f16_bits(bits, v):
     return sign | np.uint16(np.rint(abs(v) * np.float32(16777216.0)))  # exact scaling, then RNE
 
 
-@nb.njit(**_OPTS)
-def gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws, res, vnni):
+def _gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws, res):
     """One tile of output columns n0 .. n0 + len(ws) - 1 for every row (see `fused_gemm`); ``out`` is
     float16 bits, [N, M] when ``nm`` else [M, N]."""
     m_rows, kp = a8.shape
@@ -229,15 +229,15 @@ def gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws, res, vnni):
     chunks = kp // CHUNK
     vals = np.empty(16, np.float32)
     vbits = vals.view(np.uint32)
-    _tile_tables(codes, lut32, inv, n0, tile, kp, ws, vnni)
+    _tile_tables(codes, lut32, inv, n0, tile, kp, ws)
     for m0 in range(0, m_rows, 4):
         mr = min(4, m_rows - m0)
         for j0 in range(0, min(tile, n_cols - n0), 4):
-            if vnni and mr == 4:
-                dot4x4(a8[m0].ctypes.data, kp, ws[j0].ctypes.data, kp, chunks, res.ctypes.data)
-            elif vnni:
+            if _FAST and mr == 4:
+                _dot4x4(a8[m0].ctypes.data, kp, ws[j0].ctypes.data, kp, chunks, res.ctypes.data)
+            elif _FAST:
                 for i in range(mr):
-                    dot1x4(a8[m0 + i].ctypes.data, kp, ws[j0].ctypes.data, kp, chunks,
+                    _dot1x4(a8[m0 + i].ctypes.data, kp, ws[j0].ctypes.data, kp, chunks,
                            res[4 * i:].ctypes.data)
             else:
                 _block_portable(a8, ws, m0, mr, j0, kp, res)
@@ -252,26 +252,62 @@ def gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws, res, vnni):
                         out[m0 + i, n] = h
 
 
-@nb.njit(**_OPTS, parallel=True)
-def fused_gemm(a8, asum, codes, lut32, inv, scale, out, nm, ws, res, vnni):
+def _fused_gemm(a8, asum, codes, lut32, inv, scale, out, nm, ws, res):
     """out[m, n] (fp16 bits; out[n, m] when ``nm``) = fp16(f32(acc) · scale[n]) with
     acc = Σ_k a8[m, k] · w[n, k], w transcoded per tile of ``ws.shape[1]`` columns (a multiple of 4)
     into ``ws[thread]``; a8 is [M, Kp] int8 zero-padded to a multiple of 64; ``res`` [threads, 16]
-    int32 scratch; ``vnni``: AVX-512 VBMI + VNNI inner loops."""
+    int32 scratch. Built twice (`_build`): AVX-512 VBMI + VNNI inner loops, and portable ones."""
     tile = ws.shape[1]
     n_tiles = (codes.shape[0] + tile - 1) // tile
     for t in nb.prange(n_tiles):
         tid = nb.get_thread_id()
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, t * tile, ws[tid], res[tid], vnni)
+        _gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, t * tile, ws[tid], res[tid])
 
 
-@nb.njit(**_OPTS)
-def fused_gemm_serial(a8, asum, codes, lut32, inv, scale, out, nm, ws, res, vnni):
+def _fused_gemm_serial(a8, asum, codes, lut32, inv, scale, out, nm, ws, res):
     """`fused_gemm` on the calling thread (small problems: no thread hand-off). Numba caches by
     function, so the serial and parallel builds are two functions, not one jitted twice."""
     tile = ws.shape[1]
     for n0 in range(0, codes.shape[0], tile):
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws[0], res[0], vnni)
+        _gemm_tile(a8, asum, codes, lut32, inv, scale, out, nm, n0, ws[0], res[0])
+
+
+@nb.njit(**_OPTS)
+def _no_transcode(src_addr, tab_addr, dst_addr, chunks):  # never called: _FAST is False
+    pass
+
+
+@nb.njit(**_OPTS)
+def _no_dot(a_addr, a_stride, b_addr, b_stride, chunks, out_addr):  # never called: _FAST is False
+    pass
+
+
+_FAST, _transcode, _dot4x4, _dot1x4 = False, _no_transcode, _no_dot, _no_dot  # bound per build
+_tile_tables_py, _gemm_tile_py = _tile_tables, _gemm_tile
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build of the fused GEMM: ``tile`` (one tile, for the trial), ``parallel`` and ``serial``."""
+
+    path: str
+    tile: object
+    parallel: object
+    serial: object
+
+
+def _build(path: str) -> Build:
+    """The kernels of one path as separate compiled functions (npukit.sim.cpu.njit_variant): the
+    portable build never types an intrinsic, so LLVM never sees one for a target that lacks it."""
+    fast = path != cpu.PORTABLE
+    sfx = "vnni_vbmi" if fast else "portable"
+    ops = {"_FAST": fast, "_transcode": transcode64 if fast else _no_transcode,
+           "_dot4x4": dot4x4 if fast else _no_dot, "_dot1x4": dot1x4 if fast else _no_dot}
+    tables = cpu.njit_variant(_tile_tables_py, f"tile_tables_{sfx}", _OPTS, **ops)
+    tile = cpu.njit_variant(_gemm_tile_py, f"gemm_tile_{sfx}", _OPTS, **ops, _tile_tables=tables)
+    par = cpu.njit_variant(_fused_gemm, f"fused_gemm_{sfx}", {**_OPTS, "parallel": True}, _gemm_tile=tile)
+    ser = cpu.njit_variant(_fused_gemm_serial, f"fused_gemm_serial_{sfx}", _OPTS, _gemm_tile=tile)
+    return Build(path, tile, par, ser)
 
 
 def _trial() -> bool:
@@ -291,36 +327,28 @@ def _trial() -> bool:
     out = np.zeros((m, n), np.uint16)
     ws = np.empty((8, kp), np.uint8)
     res = np.empty(16, np.int32)
+    tile = _build(FAMILY.fast).tile
     for n0 in range(0, n, 8):
-        gemm_tile(a8, asum, codes, lut32, inv, scale, out, False, n0, ws, res, True)
+        tile(a8, asum, codes, lut32, inv, scale, out, False, n0, ws, res)
     return bool(np.array_equal(out, want.view(np.uint16)))
 
 
-_PROBED: tuple[str, str] | None = None
+FAMILY = cpu.Family(
+    name="fp8-gemm", fast="avx512-vnni-vbmi", intrinsics=("vpdpbusd", "vpermi2b"),
+    trial="npukit.kernels.fp8._nb:_trial", doc="FP8-as-storage GEMM: byte-table transcode + int8 GEMM")
+_BUILDS: dict[str, Build] = {}
 
 
 def probe() -> tuple[str, str]:
-    """("avx512-vnni-vbmi" | "portable", reason): nb_simd's VNNI probe, then a forked trial of this
-    module's VBMI transcode and VNNI micro-kernels (a VM can advertise what it faults on)."""
-    global _PROBED
-    if _PROBED is not None:
-        return _PROBED
-    kind, why = nb_simd.probe()
-    if kind != "avx512-vnni":
-        _PROBED = ("portable", why)
-        return _PROBED
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = 0 if _trial() else 2
-        finally:
-            os._exit(code)
-    status = nb_simd._wait(pid, nb_simd._TRIAL_TIMEOUT_S)
-    if status is None:
-        _PROBED = ("portable", "fused FP8 trial did not finish")
-    elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        _PROBED = ("avx512-vnni-vbmi", "vpermi2b + vpdpbusd trial run exact")
-    else:
-        _PROBED = ("portable", f"vpermi2b/vpdpbusd trial failed (status {status})")
-    return _PROBED
+    """("avx512-vnni-vbmi" | "portable", reason): `npukit.sim.cpu.choose` for this family (LLVM asked
+    whether it compiles vpdpbusd and vpermi2b for numba's target, then a trial in a child process)."""
+    chosen = cpu.choose(FAMILY)
+    return chosen.path, chosen.reason
+
+
+def kernels(portable: bool = False) -> Build:
+    """The build this CPU runs (``portable``: the portable one whatever the CPU)."""
+    path = cpu.PORTABLE if portable else probe()[0]
+    if path not in _BUILDS:
+        _BUILDS[path] = _build(path)
+    return _BUILDS[path]

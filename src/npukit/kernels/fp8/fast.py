@@ -2,9 +2,10 @@
 
 Steps per call: activations -> int8 (v4 quantization in numba, or int8 passed through), padded to a
 multiple of 64 along K; the per-column fp16 reciprocals (N values, NumPy, as the contract says);
-then `_nb.fused_gemm`: per tile of output columns, decode -> scale -> int8 through a 256-entry table
-per column into a tile workspace, an int8 GEMM on it, and the epilogue: the fp32 product rounded
-to fp16 (nearest even, as ``__float2half_rn``) in integer arithmetic, stored in the output layout.
+then the fused kernel (`_nb.kernels()`): per tile of output columns, decode -> scale -> int8
+through a 256-entry table per column into a tile workspace, an int8 GEMM on it, and the epilogue:
+the fp32 product rounded to fp16 (nearest even, as ``__float2half_rn``) in integer arithmetic,
+stored in the output layout.
 
 Memory per call: the int8 activations (M × Kp), one tile workspace per thread (tile × Kp bytes),
 and the fp16 output itself (written in the requested layout by the kernel); never a weight-sized array.
@@ -65,11 +66,12 @@ def prepare_activations(op: C.Operands) -> tuple[np.ndarray, np.ndarray]:
 def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float = 1.0,
               a_inv_scale: float | None = None, out_layout: str = "nm", portable: bool | None = None
               ) -> np.ndarray:
-    """The fused kernel. ``portable=None`` uses the AVX-512 path where the trial ran exactly."""
+    """The fused kernel: the AVX-512 build where this CPU and numba's target allow it
+    (`npukit.sim.cpu.choose`), else the portable build; ``portable=True`` forces the portable build."""
     from npukit.kernels.fp8 import _nb
 
     op = C.check_operands(a, b_codes, col_scales, fmt, global_scale, a_inv_scale, out_layout)
-    vnni = simd()[0] != "portable" if portable is None else not portable
+    build = _nb.kernels(portable=bool(portable))
     a8, asum = prepare_activations(op)
     lut32 = C.lut_f16(fmt).astype(np.float32)
     inv = C.inv_scales(op.col_scales).astype(np.float32)
@@ -81,6 +83,6 @@ def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float 
     threads = _nb.nb.get_num_threads() if parallel else 1
     ws = np.empty((threads, tile_for(m), a8.shape[1]), np.uint8)  # one tile per thread
     res = np.empty((threads, 16), np.int32)
-    kernel = _nb.fused_gemm if parallel else _nb.fused_gemm_serial
-    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, nm, ws, res, vnni)
+    kernel = build.parallel if parallel else build.serial
+    kernel(a8, asum, op.b_codes, lut32, inv, scale, out, nm, ws, res)
     return out.view(np.float16)

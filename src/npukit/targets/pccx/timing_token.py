@@ -19,11 +19,13 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from npukit.sim import timing_fast
+from npukit.sim import compile_report, timing_fast
 from npukit.sim.timing import TimingResult
 from npukit.sim.work import Work
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.timing import _OpRecord, machine, simulate_works, to_ops
+
+compile_report.install()  # first-run compiles are announced, never silent
 
 _MAT, _SFU, _OTHER = 0, 1, 2
 _MAX_ROWS = 1 << 17  # Work rows kept (by identity); cleared when exceeded

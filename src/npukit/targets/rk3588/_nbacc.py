@@ -7,6 +7,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from npukit.sim import compile_report
+
+compile_report.install()  # first-run compiles are announced, never silent
+
 
 @numba.njit(cache=True, nogil=True)
 def seq_acc_2d(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> None:  # pragma: no cover - compiled

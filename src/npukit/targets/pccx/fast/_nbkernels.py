@@ -7,14 +7,16 @@ the IEEE operation NumPy performs; the exactness arguments are in `kernels`.
 from __future__ import annotations
 
 import math
-import os
 import types
-from pathlib import Path
 
 import numba as nb
 import numpy as np
 
+from npukit.sim import compile_report
+from npukit.sim.cpu import njit_variant
 from npukit.sim.nb_simd import dot_u4s8, probe
+
+compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
@@ -207,7 +209,7 @@ def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0
     return np.int32(0)
 
 
-_row_dot, _ROW_VNNI = _dot_none, False  # bound per build by `_variant`
+_row_dot, _ROW_VNNI = _dot_none, False  # bound per build by `njit_variant`
 
 
 def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
@@ -244,16 +246,10 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
             _epilogue(accs[t].astype(np.float32), es[t], scale, d, accm, lut32)
 
 
-def _variant(f, name: str, **bound):
-    """``f`` compiled under its own name with some globals bound: the portable build never types the
-    VNNI intrinsic (which LLVM cannot select for a CPU without it)."""
-    g = types.FunctionType(f.__code__, {**f.__globals__, **bound}, name, f.__defaults__, f.__closure__)
-    g.__qualname__ = name
-    return nb.njit(parallel=True, **_OPTS)(g)
-
-
-gemm_p4_vnni = _variant(_gemm_p4, "gemm_p4_vnni", _row_dot=_dot_vnni, _ROW_VNNI=True)
-gemm_p4_portable = _variant(_gemm_p4, "gemm_p4_portable", _row_dot=_dot_none, _ROW_VNNI=False)
+# separate builds (npukit.sim.cpu.njit_variant): the portable one never types the VNNI intrinsic
+_PAR = {"parallel": True, **_OPTS}
+gemm_p4_vnni = njit_variant(_gemm_p4, "gemm_p4_vnni", _PAR, _row_dot=_dot_vnni, _ROW_VNNI=True)
+gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_dot_none, _ROW_VNNI=False)
 
 
 @nb.njit(parallel=True, **_OPTS)
@@ -495,48 +491,9 @@ def _serial_twin(f, name: str):
     return nb.njit(**_OPTS)(g)
 
 
-def _cpu_key() -> str:
-    """This CPU (model name and feature flags), Python and numba: what the probe's answer depends on."""
-    import hashlib
-    import platform
-    import sys
-
-    try:
-        info = [ln for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith(("model name", "flags"))][:2]
-    except OSError:
-        info = [platform.processor()]
-    return hashlib.sha256("\n".join([*info, sys.version, nb.__version__]).encode()).hexdigest()[:24]
-
-
-def _probe_cached() -> tuple[str, str]:
-    """`nb_simd.probe`, remembered on disk per CPU: the forked trial costs ~2 s of every start. Only an
-    exact trial run is remembered (a timeout on a loaded machine is not a property of the CPU)."""
-    import json
-
-    if os.environ.get("NPUKIT_SIMD"):
-        return probe()
-    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "npukit" / "simd-probe.json"
-    key = _cpu_key()
-    try:
-        known = json.loads(path.read_text())
-        if known.get(key) == "avx512-vnni":
-            return "avx512-vnni", "vpdpbusd trial run exact (remembered for this CPU)"
-    except (OSError, ValueError, AttributeError):
-        known = {}
-    simd, reason = probe()
-    if simd == "avx512-vnni":
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}")
-            tmp.write_text(json.dumps({**known, key: simd}))
-            tmp.replace(path)
-        except OSError:
-            pass
-    return simd, reason
-
-
-SIMD, SIMD_REASON = _probe_cached()  # "avx512-vnni" where the trial instruction ran exactly, else "portable"
+# "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial ran it exactly, else
+# "portable" (chosen before any kernel is compiled; remembered per CPU and target: npukit.sim.cpu)
+SIMD, SIMD_REASON = probe()
 _P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
 _SERIAL = {name: _serial_twin(f, name) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),

@@ -1,0 +1,161 @@
+"""``npukit doctor``: what this machine gives npukit — the CPU as LLVM sees it, the path each compiled
+kernel family takes here and why, numba's cache, threads, and which optional peers are installed.
+``--warm`` compiles the kernel caches ahead of time (what a first run would otherwise do)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from npukit.cli import ui
+
+# kernel families with a CPU-specific build: (module with FAMILY and probe(), what they serve)
+FAST_FAMILIES = (("npukit.sim.nb_simd", "pccx INT4 GEMV/GEMM (fast executor)"),
+                 ("npukit.kernels.fp8._nb", "FP8-as-storage GEMM (npukit fp8)"))
+# numba kernels with one portable build (LLVM vectorises them for the target; exact everywhere)
+PORTABLE_KERNELS = (("npukit.sim.timing_nb", "compiled timing loop (pccx, tern)"),
+                    ("npukit.targets.pccx.fast._nbkernels", "pccx SFU/CVO, FP16 and INT8 GEMV kernels"),
+                    ("npukit.targets.rk3588._nbacc", "RK3588 fp32 sequential accumulation"))
+PY_PEERS = ("torch", "transformers", "ai_edge_litert", "ml_dtypes", "gguf", "ray", "pyarrow", "matplotlib")
+TOOLS = ("qemu-system-x86_64", "qemu-aarch64-static", "clang-14", "nvme", "fio", "verilator")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="this machine: CPU and kernel paths, numba cache, threads, peers",
+                       description="Show the CPU as LLVM sees it, the path each compiled kernel family "
+                       "takes here and why, numba's cache, threads and optional peers. "
+                       "Example: npukit doctor --warm")
+    p.add_argument("--warm", action="store_true",
+                   help="compile every kernel cache now (a first run would otherwise pay it)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        return "installed" if importlib.util.find_spec(dist) else None
+
+
+def _cpu_section() -> dict[str, Any]:
+    import llvmlite.binding as ll
+
+    from npukit.sim import cpu
+
+    t = cpu.compile_target()
+    return {"model": cpu.host_cpu_model(), "arch": t.arch, "cores": os.cpu_count(),
+            "llvm_host_cpu": ll.get_host_cpu_name(), "compile_target": t.cpu, "target_origin": t.origin,
+            "target_features": {k: ("+" if v else "-") if v is not None else "cpu default"
+                                for k, v in t.shown_features().items()}}
+
+
+def _kernel_section() -> list[dict[str, str]]:
+    import importlib
+
+    rows = []
+    for module, what in FAST_FAMILIES:
+        mod = importlib.import_module(module)
+        path, reason = mod.probe()
+        rows.append({"family": mod.FAMILY.name, "serves": what, "path": path, "reason": reason,
+                     "fast_path": mod.FAMILY.fast, "needs": "+".join(mod.FAMILY.intrinsics)})
+    for module, what in PORTABLE_KERNELS:
+        rows.append({"family": module.rsplit(".", 1)[-1].lstrip("_"), "serves": what, "path": "portable",
+                     "reason": "one build: LLVM vectorises it for the target; no intrinsics",
+                     "fast_path": "-", "needs": "-"})
+    return rows
+
+
+def _cache_section() -> dict[str, Any]:
+    from numba.core import config
+
+    import npukit
+    from npukit.sim import cpu
+
+    root = Path(config.CACHE_DIR) if config.CACHE_DIR else Path(npukit.__file__).parent
+    files = [p for p in root.rglob("*.nbi")] if root.is_dir() else []
+    size = sum(p.stat().st_size for p in root.rglob("*.nbc")) if root.is_dir() else 0
+    return {"numba_cache": str(root) + ("" if config.CACHE_DIR else " (__pycache__ beside the sources)"),
+            "cached_functions": len(files), "cache_mib": round(size / 2**20, 1),
+            "decisions_file": str(cpu.cache_dir() / "cpu-paths.json")}
+
+
+def _thread_section() -> dict[str, Any]:
+    from numba.core import config
+
+    return {"numba_threads": config.NUMBA_NUM_THREADS, "threading_layer": config.THREADING_LAYER,
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+            "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME", "(unset)"),
+            "NPUKIT_SIMD": os.environ.get("NPUKIT_SIMD", "(unset)")}
+
+
+def report() -> dict[str, Any]:
+    import numba
+
+    return {"cpu": _cpu_section(), "kernels": _kernel_section(),
+            "numba": {"version": numba.__version__, **_cache_section()}, "threads": _thread_section(),
+            "python_peers": {name: _version(name) for name in PY_PEERS},
+            "tools": {name: shutil.which(name) for name in TOOLS}}
+
+
+def warm() -> dict[str, float]:
+    """Compile the kernel caches by running each compiled path once on small inputs; seconds each."""
+    import numpy as np
+
+    spent: dict[str, float] = {}
+    t0 = time.perf_counter()
+    from npukit.kernels.fp8 import contract, fast
+
+    rng = np.random.default_rng(0)
+    for m, n, k in ((4, 64, 64), (64, 512, 1024)):  # the serial and the parallel builds
+        a = rng.standard_normal((m, k)).astype(np.float16)
+        codes = rng.integers(0, 256, (n, k), dtype=np.uint8)
+        fast.gemm_fast(a, codes, np.ones(n, np.float32))
+    del contract
+    spent["fp8 gemm"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    from npukit.runtime.generate import SamplingParams, generate
+    from npukit.runtime.registry import create_backend
+    from npukit.models.loading import load_model
+
+    model = load_model(None)
+    backend = create_backend("pccx", model)
+    generate(backend, [2], max_new_tokens=2, sampling=SamplingParams())
+    spent["pccx generate (fast executor + timing loop)"] = time.perf_counter() - t0
+    return spent
+
+
+def run(args: argparse.Namespace) -> int:
+    warmed = warm() if args.warm else None
+    rep = report()
+    if warmed is not None:
+        rep["warmed_s"] = {k: round(v, 2) for k, v in warmed.items()}
+    if args.json:
+        ui.emit_json(rep)
+        return 0
+    c = rep["cpu"]
+    print(f"CPU        {c['model']} ({c['arch']}, {c['cores']} cores); LLVM host CPU {c['llvm_host_cpu']}")
+    print(f"compiling  for {c['compile_target']} ({c['target_origin']})")
+    feats = " ".join(f"{v}{k}" if v != "cpu default" else f"{k}?" for k, v in c["target_features"].items())
+    print(f"features   {feats}")
+    ui.table([[k["family"], k["path"], k["reason"]] for k in rep["kernels"]], ["kernels", "path", "why"])
+    n = rep["numba"]
+    print(f"numba      {n['version']}; cache {n['numba_cache']}: {n['cached_functions']} functions, "
+          f"{n['cache_mib']} MiB; decisions in {n['decisions_file']}")
+    t = rep["threads"]
+    print("threads    " + ", ".join(f"{k}={v}" for k, v in t.items()))
+    peers = [f"{k} {v}" for k, v in rep["python_peers"].items() if v]
+    missing = [k for k, v in rep["python_peers"].items() if not v]
+    print("peers      " + ", ".join(peers) + (f"; not installed: {', '.join(missing)}" if missing else ""))
+    tools = [k for k, v in rep["tools"].items() if v]
+    print("tools      " + ", ".join(tools) + "; missing: "
+          + (", ".join(k for k, v in rep["tools"].items() if not v) or "none"))
+    if warmed is not None:
+        print("warmed     " + ", ".join(f"{k} {v:.1f} s" for k, v in warmed.items()))
+    return 0
