@@ -28,7 +28,9 @@ test: $(VENV)/.dev-installed
 	bash scripts/ensure_debian_deps.sh  # Debian packages the QEMU/NVMe and clang/eBPF tests need
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	# a crashed worker ends the run after 4 restarts (tests/test_suite_guards.py); a stuck test fails by
+	# pytest-timeout (pyproject); the watchdog stops anything else that could hang CI
+	timeout -k 30 75m $(BIN)/python -m pytest -n 2 --dist loadfile --max-worker-restart 4 --durations=25
 
 bench: $(VENV)/.dev-installed
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done

@@ -31,6 +31,7 @@ from typing import Any
 
 from npukit.cli import ui
 from npukit.evidence import Figure, Tier
+from npukit.sim.cpu import describe as machine_line
 from npukit.targets.ebpf.elf import load_elf
 from npukit.targets.ebpf.helpers import alkali_helpers
 from npukit.targets.ebpf.vm import Machine
@@ -145,6 +146,7 @@ def figures(row: dict[str, Any]) -> dict[str, Figure]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checksum-bytes", type=int, default=1 << 20)
     p.add_argument("--sort-words", type=int, default=600)

@@ -34,6 +34,7 @@ import numpy as np
 from npukit.cli import ui
 from npukit.evidence import Figure, Tier
 from npukit.formats import fp8, mx
+from npukit.sim.cpu import describe as machine_line
 
 SOURCE = "benchmarks/formats.py"
 
@@ -176,6 +177,7 @@ def run(size: int, repeats: int, progress: bool | None = None) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=1 << 22, help="elements per tensor (default 4Mi)")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per call; the median is kept")

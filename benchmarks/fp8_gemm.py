@@ -20,6 +20,7 @@ import numpy as np
 from npukit.cli import ui
 from npukit.kernels import fp8 as K
 from npukit.kernels.fp8 import bench, fast, gpu
+from npukit.sim.cpu import describe as machine_line
 
 
 def check(fmt: str) -> bool:
@@ -31,6 +32,7 @@ def check(fmt: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line("npukit.kernels.fp8._nb"), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fmt", default="e4m3", choices=K.FORMATS)

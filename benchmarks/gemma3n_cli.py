@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from npukit.sim.cpu import describe as machine_line
+
 SL, FU = "sliding_attention", "full_attention"
 
 
@@ -85,6 +87,7 @@ def hf_wall(model: Any, tokens: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=6)

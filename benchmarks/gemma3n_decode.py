@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -44,6 +45,7 @@ from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
 from npukit.models.gemma3n.weights import DictSource
+from npukit.sim.cpu import describe as machine_line
 from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.fast import kernels
 from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
@@ -208,6 +210,7 @@ def run_case(name: str, hf: Any, weights: Gemma3nWeights, args: Any, led: Ledger
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32768)

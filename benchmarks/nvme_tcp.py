@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from npukit.devices.nvme import fuzz
 from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.command import Command
+from npukit.sim.cpu import describe as machine_line
 
 CHUNK = 128 * 1024
 NS_BYTES = 256 << 20
@@ -110,6 +111,7 @@ def nvme_figures(h: NvmeTcpHost, seconds: float, rng: random.Random) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=2.0, help="per figure per round")
     p.add_argument("--rounds", type=int, default=3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.hw import load_hw
+from npukit.sim.cpu import describe as machine_line
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import assemble
 from npukit.targets.pccx.memory import weight_entry, weight_image
@@ -67,6 +69,7 @@ def bench(m: int, k: int, repeat: int) -> dict[str, float]:
 
 
 def main() -> int:
+    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")

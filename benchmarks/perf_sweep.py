@@ -7,16 +7,19 @@ and points/s as a measured figure. Usage: ``python benchmarks/perf_sweep.py [--w
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from npukit.evidence import Ledger, Tier
 from npukit.perf.ops import build_ops
 from npukit.perf.sweep import Sweep, run_sweep
+from npukit.sim.cpu import describe as machine_line
 
 TARGET_S = 60.0
 
 
 def main() -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--model", default="gemma3n-e4b")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from npukit.cli import ui
 from npukit.hw import load_hw
+from npukit.sim.cpu import describe as machine_line
 from npukit.targets.rk3588.compile import CompileOptions
 from npukit.targets.rk3588.perf import compare, order_holds
 from npukit.targets.rk3588.runner import encode_texts, fixed_shape_plan, resolve_model, synthetic_images
@@ -109,6 +111,7 @@ def bench_siglip(hw: Any, images: int, repeats: int) -> dict[str, Any]:
 
 
 def main() -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sentences", type=int, default=8)
     ap.add_argument("--images", type=int, default=1)

@@ -30,6 +30,7 @@ import numpy as np
 from npukit.cli import ui
 from npukit.evidence import Figure, Tier
 from npukit.models.tflite import Interpreter, read_model, zoo
+from npukit.sim.cpu import describe as machine_line
 
 SOURCE = "benchmarks/tflite_interp.py"
 DEFAULT_MODELS = "resnet8-cifar10,ds-cnn-kws,zoo:digits"
@@ -110,6 +111,7 @@ def bench_model(spec: str, rounds: int, min_time: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated (default {DEFAULT_MODELS})")
     p.add_argument("--rounds", type=int, default=5)

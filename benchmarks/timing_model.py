@@ -20,6 +20,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from npukit.evidence import Ledger, Tier
 from npukit.models.embedded import default_model_dir
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
 from npukit.models.safetensors import open_checkpoint
+from npukit.sim.cpu import describe as machine_line
 from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 from npukit.targets.pccx.timing import simulate_works
@@ -81,6 +83,7 @@ def prefill(drv: PccxDriver, args: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)

@@ -26,6 +26,7 @@ import numpy as np
 from npukit.cli import ui
 from npukit.evidence import Figure, Tier
 from npukit.models.tflite import Interpreter, read_model, zoo
+from npukit.sim.cpu import describe as machine_line
 from npukit.targets.vta.delegate import make_delegate
 from npukit.targets.vta.timing import time_program
 
@@ -67,6 +68,7 @@ def _bench(name: str, rounds: int, requant: str = "host") -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="resnet8-cifar10,zoo:digits")
     p.add_argument("--rounds", type=int, default=5)

@@ -115,6 +115,9 @@ def run_pccx(args: argparse.Namespace) -> int:
                               "int4", "--kv", "int4", "--context", "8192"])
     from npukit.cli.cmd_perf import compute
 
+    if not args.json:  # the full-size model's ledger takes a couple of seconds: say what comes
+        print("\nPerformance summary — Gemma 3n E4B decode on pccx v002 (KV260), INT4 weights and KV, "
+              "8K context:", flush=True)
     res = compute(perf)
     led = res["ledger"]
     if args.json:
@@ -122,8 +125,6 @@ def run_pccx(args: argparse.Namespace) -> int:
                       "summary": {"figures": {n: led[n].to_json() for n in SUMMARY_FIGURES if n in led},
                                   "bound": res["analysis"].bound, "notes": res["notes"]}})
         return 0
-    print("\nPerformance summary — Gemma 3n E4B decode on pccx v002 (KV260), INT4 weights and KV, "
-          "8K context:")
     ui.table([[n, led[n].fmt(), str(led[n].tier), led[n].source] for n in SUMMARY_FIGURES if n in led],
              ["figure", "value", "tier", "source"])
     print(f"bound: {res['analysis'].bound}")

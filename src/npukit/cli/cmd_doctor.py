@@ -19,9 +19,9 @@ from npukit.cli import ui
 FAST_FAMILIES = (("npukit.sim.nb_simd", "pccx INT4 GEMV/GEMM (fast executor)"),
                  ("npukit.kernels.fp8._nb", "FP8-as-storage GEMM (npukit fp8)"))
 # numba kernels with one portable build (LLVM vectorises them for the target; exact everywhere)
-PORTABLE_KERNELS = (("npukit.sim.timing_nb", "compiled timing loop (pccx, tern)"),
-                    ("npukit.targets.pccx.fast._nbkernels", "pccx SFU/CVO, FP16 and INT8 GEMV kernels"),
-                    ("npukit.targets.rk3588._nbacc", "RK3588 fp32 sequential accumulation"))
+PORTABLE_KERNELS = (("timing-loop", "compiled timing loop (pccx, tern)"),
+                    ("pccx-sfu", "pccx SFU/CVO, FP16 and INT8 GEMV kernels"),
+                    ("rk3588-acc", "RK3588 fp32 sequential accumulation"))
 PY_PEERS = ("torch", "transformers", "ai_edge_litert", "ml_dtypes", "gguf", "ray", "pyarrow", "matplotlib")
 TOOLS = ("qemu-system-x86_64", "qemu-aarch64-static", "clang-14", "nvme", "fio", "verilator")
 
@@ -65,8 +65,8 @@ def _kernel_section() -> list[dict[str, str]]:
         path, reason = mod.probe()
         rows.append({"family": mod.FAMILY.name, "serves": what, "path": path, "reason": reason,
                      "fast_path": mod.FAMILY.fast, "needs": "+".join(mod.FAMILY.intrinsics)})
-    for module, what in PORTABLE_KERNELS:
-        rows.append({"family": module.rsplit(".", 1)[-1].lstrip("_"), "serves": what, "path": "portable",
+    for name, what in PORTABLE_KERNELS:
+        rows.append({"family": name, "serves": what, "path": "portable",
                      "reason": "one build: LLVM vectorises it for the target; no intrinsics",
                      "fast_path": "-", "needs": "-"})
     return rows
@@ -110,23 +110,21 @@ def warm() -> dict[str, float]:
 
     spent: dict[str, float] = {}
     t0 = time.perf_counter()
-    from npukit.kernels.fp8 import contract, fast
+    from npukit.kernels.fp8 import fast
 
     rng = np.random.default_rng(0)
     for m, n, k in ((4, 64, 64), (64, 512, 1024)):  # the serial and the parallel builds
         a = rng.standard_normal((m, k)).astype(np.float16)
         codes = rng.integers(0, 256, (n, k), dtype=np.uint8)
         fast.gemm_fast(a, codes, np.ones(n, np.float32))
-    del contract
     spent["fp8 gemm"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    from npukit.runtime.generate import SamplingParams, generate
-    from npukit.runtime.registry import create_backend
-    from npukit.models.loading import load_model
+    from npukit.cli.cmd_generate import resolve_model
+    from npukit.runtime.backends import create_backend
+    from npukit.runtime.generate import generate
 
-    model = load_model(None)
-    backend = create_backend("pccx", model)
-    generate(backend, [2], max_new_tokens=2, sampling=SamplingParams())
+    model = resolve_model(None)  # the embedded Gemma 3n model
+    generate(create_backend(model, "pccx"), [2], max_new_tokens=3)
     spent["pccx generate (fast executor + timing loop)"] = time.perf_counter() - t0
     return spent
 

@@ -219,6 +219,29 @@ class KernelPath:
         return self.path != PORTABLE
 
 
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Make ``family`` known to `describe` and ``npukit doctor`` (each kernel module registers its own)."""
+    _FAMILIES[family.name] = family
+    return family
+
+
+def describe(*modules: str) -> str:
+    """One line for every printed speed figure: the CPU, numba's target and the path of each kernel
+    family registered so far (``modules``: import these first, e.g. ``"npukit.sim.nb_simd"``)."""
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)
+    t = compile_target()
+    target = t.cpu if t.origin == "host" else f"{t.cpu} via {t.origin}"
+    paths = ", ".join(f"{name} {choose(fam).path}" for name, fam in sorted(_FAMILIES.items()))
+    return f"CPU {host_cpu_model()} ({t.arch}, {os.cpu_count()} cores; numba target {target})" + (
+        f"; kernels: {paths}" if paths else "")
+
+
 def _forced_portable() -> bool:
     return os.environ.get("NPUKIT_SIMD", "").lower() in ("portable", "off", "0", "none")
 

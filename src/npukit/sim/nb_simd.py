@@ -81,9 +81,9 @@ def _trial_ok() -> bool:
     return int(_trial(p, even, odd)) == want
 
 
-FAMILY = cpu.Family(
+FAMILY = cpu.register(cpu.Family(
     name="int4-gemv", fast="avx512-vnni", intrinsics=("vpdpbusd",), trial="npukit.sim.nb_simd:_trial_ok",
-    doc="pccx packed-INT4 x INT8 GEMV/GEMM row dot products")
+    doc="pccx packed-INT4 x INT8 GEMV/GEMM row dot products"))
 
 
 def probe() -> tuple[str, str]:

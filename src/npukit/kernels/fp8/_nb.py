@@ -333,9 +333,9 @@ def _trial() -> bool:
     return bool(np.array_equal(out, want.view(np.uint16)))
 
 
-FAMILY = cpu.Family(
+FAMILY = cpu.register(cpu.Family(
     name="fp8-gemm", fast="avx512-vnni-vbmi", intrinsics=("vpdpbusd", "vpermi2b"),
-    trial="npukit.kernels.fp8._nb:_trial", doc="FP8-as-storage GEMM: byte-table transcode + int8 GEMM")
+    trial="npukit.kernels.fp8._nb:_trial", doc="FP8-as-storage GEMM: byte-table transcode + int8 GEMM"))
 _BUILDS: dict[str, Build] = {}
 
 

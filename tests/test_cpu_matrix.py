@@ -1,0 +1,115 @@
+"""The CPU matrix: npukit's compiled paths built for other x86-64 CPUs than this one, run here.
+
+numba compiles for ``NUMBA_CPU_NAME``; ``NUMBA_CPU_FEATURES=+64bit`` (a feature every x86-64 has) stops
+numba from appending this host's feature list, so LLVM generates code with exactly that CPU's own
+features: a laptop's Haswell, AMD Zen 3, Skylake-SP (AVX-512 without VNNI), Cascade Lake (VNNI without
+VBMI), baseline x86-64 and x86-64-v2. Each runs in its own process with its own numba cache: the FP8
+GEMM against the contract's NumPy reference, a pccx and a tern generate (tokens, logits, cycles), the
+SIMD and FP8 kernel tests; every result must equal this host's bit for bit, and no kernel family may
+take a path whose instructions the target lacks (the vendors' ISA tables, as in tests/sim/test_cpu.py).
+The code runs on this host's silicon: what is checked is what LLVM generates for each CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba")
+
+from npukit.sim import cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+import bitnet_tiny as tiny  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
+              pytest.mark.skipif(cpu.compile_target().arch not in ("x86_64", "amd64"),
+                                 reason="x86-64 CPU names; aarch64 has its own smoke test")]
+
+# the fast paths each target may take (int4 GEMV, FP8 GEMM), from the vendors' ISA tables
+ALLOWED = {
+    "generic": ("portable", "portable"), "x86-64-v2": ("portable", "portable"),
+    "haswell": ("portable", "portable"), "znver3": ("portable", "portable"),
+    "skylake-avx512": ("portable", "portable"), "cascadelake": ("avx512-vnni", "portable"),
+}
+KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/kernels/test_fp8_contract.py"]
+
+
+def cpu_env(name: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU_", "PYTEST_", "NPUKIT_SIMD"))}
+    if name != "host":
+        env["NUMBA_CPU_NAME"] = name
+        env["NUMBA_CPU_FEATURES"] = "" if name == "generic" else "+64bit"
+    env["NUMBA_CACHE_DIR"] = str(cpu.cache_dir() / "numba-matrix" / name)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _npukit(env: dict[str, str], *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "npukit", *args], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, f"npukit {' '.join(args)}: rc {done.returncode}\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout)
+
+
+def run_jobs(name: str, bitnet_dir: Path) -> dict:
+    env = cpu_env(name)
+    doctor = _npukit(env, "doctor", "--json")
+    paths = {k["family"]: k["path"] for k in doctor["kernels"]}
+    fp8 = _npukit(env, "fp8", "gemm", "--m", "16", "--n", "512", "--k", "512", "--check", "--json")
+    pccx = _npukit(env, "generate", "--target", "pccx", "--max-new-tokens", "4", "--json", "--logits")
+    tern = _npukit(env, "generate", str(bitnet_dir), "--prompt-ids", "5,17,42", "--max-new-tokens", "3",
+                   "--target", "tern", "--json", "--logits", "--ignore-eos")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           *KERNEL_TESTS], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    return {"target": doctor["cpu"]["compile_target"], "paths": paths, "fp8": fp8,
+            "pccx": _essence(pccx), "tern": _essence(tern),
+            "kernel_tests": (done.returncode, done.stdout[-2500:] + done.stderr[-1500:])}
+
+
+def _essence(gen: dict) -> dict:
+    """What must not depend on the CPU: tokens, logits (bits), simulated cycles."""
+    backend = gen["stats"]["backend"]
+    return {"tokens": gen["tokens"], "logits": gen["logits"],
+            "cycles": backend.get("simulated_cycles_per_token") or backend.get("figures", {})}
+
+
+@pytest.fixture(scope="module")
+def bitnet_dir(tmp_path_factory) -> Path:
+    c = tiny.config("online")
+    return tiny.write_online(tmp_path_factory.mktemp("bitnet") / "hf", c, tiny.float_weights(c, seed=7))
+
+
+@pytest.fixture(scope="module")
+def host(bitnet_dir) -> dict:
+    return run_jobs("host", bitnet_dir)
+
+
+def _check_alone(res: dict) -> None:
+    assert res["fp8"]["bit_identical"] is True, res["fp8"]
+    rc, log = res["kernel_tests"]
+    assert rc == 0, log
+    assert len(res["pccx"]["tokens"]) == 4 and len(res["tern"]["tokens"]) == 3
+
+
+def test_host(host) -> None:
+    _check_alone(host)
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_cpu_target_is_exact_and_takes_only_its_paths(name: str, host: dict, bitnet_dir: Path) -> None:
+    res = run_jobs(name, bitnet_dir)
+    assert res["target"] == name
+    _check_alone(res)
+    int4_max, fp8_max = ALLOWED[name]
+    assert res["paths"]["int4-gemv"] in {"portable", int4_max}
+    assert res["paths"]["fp8-gemm"] in {"portable", fp8_max}
+    assert res["fp8"]["simd"] == res["paths"]["fp8-gemm"]
+    for job in ("pccx", "tern"):
+        assert res[job] == host[job], f"{job} on {name} differs from the host's"
