@@ -92,12 +92,14 @@ def best_target(targets: list[str]) -> str:
 
 def run_pccx(args: argparse.Namespace) -> int:
     from npukit.cli.main import build_parser
+    if not args.json:  # at once: finding the targets imports every backend
+        print(f"npukit demo: embedded Gemma 3n model, prompt {args.prompt!r}", flush=True)
     from npukit.runtime import backends
 
     target = args.target or best_target(backends.targets())
     parser = build_parser()
     if not args.json:
-        print(f"npukit demo: embedded Gemma 3n model, target {target!r}, prompt {args.prompt!r}\n")
+        print(f"target {target!r}\n", flush=True)
     argv = ["generate", "--prompt", args.prompt, "--max-new-tokens", str(args.max_new_tokens),
             "--target", target]
     if target == "pccx":  # the pre-decoded executor: bit-identical to the reference simulator
@@ -114,11 +116,13 @@ def run_pccx(args: argparse.Namespace) -> int:
     perf = parser.parse_args(["perf", "--hw", "pccx-v002-kv260", "--model", "gemma3n-e4b", "--weights",
                               "int4", "--kv", "int4", "--context", "8192"])
     from npukit.cli.cmd_perf import compute
+    from npukit.sim.heartbeat import heartbeat
 
     if not args.json:  # the full-size model's ledger takes a couple of seconds: say what comes
         print("\nPerformance summary — Gemma 3n E4B decode on pccx v002 (KV260), INT4 weights and KV, "
               "8K context:", flush=True)
-    res = compute(perf)
+    with heartbeat("building the Gemma 3n E4B ledger"):
+        res = compute(perf)
     led = res["ledger"]
     if args.json:
         ui.emit_json({"generation": json.loads(captured.getvalue()),

@@ -171,13 +171,19 @@ def _run(args: argparse.Namespace) -> int:
     ids = prompt_ids(args, model)
     sampling = SamplingParams(args.temperature, args.top_p, args.repetition_penalty, args.seed)
     check_options(model.family, args.target, target_options(args))
-    backend = backends.create_backend(model, args.target, kv=args.kv, **target_options(args))
+    from npukit.sim.heartbeat import heartbeat
+
+    with heartbeat(f"preparing the {args.target} backend"):  # quantizing, compiling programs: seconds
+        backend = backends.create_backend(model, args.target, kv=args.kv, **target_options(args))
     stops = () if args.ignore_eos else model.eos_token_ids
     # A bar on stderr only when stdout is not the same terminal the tokens stream to.
     show_bar = sys.stderr.isatty() and (args.json or not sys.stdout.isatty())
     stream = None if args.json else _Streamer(model.tokenizer)
-    with ui.Progress(args.max_new_tokens, "generate", enabled=show_bar) as bar:
+    # until the first token: a heartbeat (prefill, and on a first run kernel compiles, take seconds)
+    with ui.Progress(args.max_new_tokens, "generate", enabled=show_bar) as bar, \
+            heartbeat("prefill") as prefilled:
         def on_token(tok: int) -> None:
+            prefilled()
             if stream is not None:
                 stream(tok)
             bar.update()

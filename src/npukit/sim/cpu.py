@@ -268,9 +268,12 @@ def choose(family: Family) -> KernelPath:
     key = "trial:" + _digest(family.name, family.version, family.trial, target.key(), _host_signature())
     known = _memo_get(key)
     if known is None:
+        from npukit.sim.heartbeat import heartbeat
+
         _say(f"npukit: checking whether this CPU runs {family.name}'s {family.fast} build (once; "
              f"a trial in a child process)")
-        known = _run_trial(family)
+        with heartbeat(f"{family.fast} trial"):
+            known = _run_trial(family)
         if known.get("remember"):
             _memo_put(key, known)
     else:
