@@ -19,13 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_SILENCE_S = 3.0
 
 
-def run_on_a_terminal(argv: list[str], env: dict[str, str], limit_s: float = 900) -> tuple[int, str, float]:
-    """(exit code, everything printed, the longest silence in seconds) for ``argv`` on a pseudo-terminal."""
+def run_on_a_terminal(argv: list[str], env: dict[str, str], limit_s: float = 900
+                      ) -> tuple[int, str, float, str]:
+    """(exit code, everything printed, the longest silence in seconds, what was printed around it) for
+    ``argv`` on a pseudo-terminal."""
     pid, fd = pty.fork()
     if pid == 0:  # child: stdout and stderr are the terminal
         os.chdir(ROOT)
         os.execve(argv[0], argv, env)
-    out, last, start, longest = b"", time.monotonic(), time.monotonic(), 0.0
+    out, last, start, longest, where = b"", time.monotonic(), time.monotonic(), 0.0, 0
     while time.monotonic() - start < limit_s:
         ready, _, _ = select.select([fd], [], [], 0.1)
         if not ready:
@@ -37,11 +39,15 @@ def run_on_a_terminal(argv: list[str], env: dict[str, str], limit_s: float = 900
         if not data:
             break
         now = time.monotonic()
-        longest, last, out = max(longest, now - last), now, out + data
+        if now - last > longest:
+            longest, where = now - last, len(out)
+        last, out = now, out + data
     else:
         os.kill(pid, 9)
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace"), longest
+    around = out[max(0, where - 300): where].decode(errors="replace") + " <SILENCE> " + \
+        out[where: where + 200].decode(errors="replace")
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace"), longest, around
 
 
 @pytest.mark.slow
@@ -52,8 +58,8 @@ def test_first_demo_on_a_fresh_machine_is_never_silent(tmp_path: Path) -> None:
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), XDG_CACHE_HOME=str(tmp_path / "cache"),
                NPUKIT_PROGRAM_CACHE="off", TERM="xterm", COLUMNS="120")
     argv = [sys.executable, "-m", "npukit", "demo", "--max-new-tokens", "8"]
-    rc, out, longest = run_on_a_terminal(argv, env)
+    rc, out, longest, around = run_on_a_terminal(argv, env)
     assert rc == 0, out[-3000:]
     assert "compiling kernels for this CPU" in out
     assert "Performance summary" in out
-    assert longest <= MAX_SILENCE_S, f"silent for {longest:.1f} s\n{out[-3000:]}"
+    assert longest <= MAX_SILENCE_S, f"silent for {longest:.1f} s: {around!r}"
