@@ -16,16 +16,23 @@ Capabilities, each optional (``None`` = the target does not offer it):
 * ``perf(hw) -> npukit.perf.machine.Machine`` — the roofline/energy adapter;
 * ``ledger(hw, cfg, **kw) -> Ledger`` — the target's own evidence ledger;
 * ``backends`` — modules that register (model family, target) generation backends on import.
+
+Each capability's typed contract is a `Protocol` below (`Assemble`, `Disassemble`, `LoadProgram`,
+`Simulate`, `PerfAdapter`, `LedgerBuilder`, `IsaSpec`); `check` verifies a record against them, and
+tests/test_registry_contracts.py checks every registered target and the toy one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import os
 import pkgutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from npukit.errors import ConfigError
 
@@ -58,9 +65,46 @@ class Target:
         return load_ref(ref)
 
 
-_CAPABILITIES = frozenset(
-    ("hw", "isa", "assemble", "disassemble", "load_program", "simulate", "perf", "ledger")
-)
+# ---------------------------------------------------------------- the typed contract of each capability
+# The CLI passes the positional arguments below and, by name, only the options a function accepts
+# (`npukit.cli.cmd_asm.call`); `check` verifies every registered record against these.
+class Assemble(Protocol):
+    def __call__(self, text: str, hw: Any, /, **options: Any) -> list[int]: ...
+
+
+class Disassemble(Protocol):  # a listing: text, or rows of `npukit.isa.text`
+    def __call__(self, words: Sequence[int], hw: Any, /, **options: Any) -> Any: ...
+
+
+class LoadProgram(Protocol):
+    def __call__(self, path: str | Path, hw: Any, /, **options: Any) -> list[int]: ...
+
+
+class Simulate(Protocol):  # a result object or dict the CLI prints (and --json serialises)
+    def __call__(self, words: Sequence[int], hw: Any, /, **options: Any) -> Any: ...
+
+
+class PerfAdapter(Protocol):  # -> npukit.perf.machine.Machine
+    def __call__(self, hw: Any, /) -> Any: ...
+
+
+class LedgerBuilder(Protocol):  # -> npukit.evidence.Ledger (what `npukit.perf.ledger.target_ledger` calls)
+    def __call__(self, hw: Any, cfg: Any, /, *, context: int, weights: str | None, kv: str | None,
+                 sparsity: float | None) -> Any: ...
+
+
+class IsaSpec(Protocol):
+    word_bits: int
+
+
+CONTRACTS: dict[str, Any] = {"assemble": Assemble, "disassemble": Disassemble, "load_program": LoadProgram,
+                             "simulate": Simulate, "perf": PerfAdapter, "ledger": LedgerBuilder,
+                             "isa": IsaSpec, "hw": type}
+# the call each contract's users make: (positional count, keywords)
+_CALLS: dict[str, tuple[int, dict[str, Any]]] = {
+    "assemble": (2, {}), "disassemble": (2, {}), "load_program": (2, {}), "simulate": (2, {}),
+    "perf": (1, {}), "ledger": (2, {"context": 1, "weights": None, "kv": None, "sparsity": None})}
+_CAPABILITIES = frozenset(CONTRACTS)
 _TARGETS: dict[str, Target] = {}
 _discovered = False
 
@@ -121,3 +165,45 @@ def get(name: str, capability: str | None = None) -> Target:
         what = f"with {capability!r} " if capability else ""
         raise ConfigError(f"unknown target {name!r} {what}(known: {', '.join(have) or 'none'})")
     return target
+
+
+def check(target: Target) -> list[str]:
+    """Problems of ``target``'s record against the capability contracts (empty when it keeps them):
+    every reference imports, callables take the CLI's positional arguments, ``hw`` is a dataclass
+    type, ``isa`` has ``word_bits``, backends import."""
+    problems = []
+    for cap in sorted(_CAPABILITIES):
+        ref = getattr(target, cap)
+        if not ref:
+            continue
+        try:
+            obj = load_ref(ref)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{target.name}.{cap}: {ref!r} does not import ({exc})")
+            continue
+        why = _violation(cap, obj)
+        if why:
+            problems.append(f"{target.name}.{cap}: {ref} {why}")
+    for module in target.backends:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            problems.append(f"{target.name}.backends: {module!r} does not import ({exc})")
+    return problems
+
+
+def _violation(cap: str, obj: Any) -> str | None:
+    if cap == "hw":
+        return None if isinstance(obj, type) and dataclasses.is_dataclass(obj) else "is not a dataclass type"
+    if cap == "isa":
+        return None if isinstance(getattr(obj, "word_bits", None), int) else "has no int word_bits"
+    if not callable(obj):
+        return "is not callable"
+    n, keywords = _CALLS[cap]
+    try:
+        inspect.signature(obj).bind(*([None] * n), **keywords)
+    except TypeError as exc:
+        return f"cannot be called as {CONTRACTS[cap].__name__} ({exc})"
+    except ValueError:  # no signature (a builtin): callable is all that can be said
+        return None
+    return None
