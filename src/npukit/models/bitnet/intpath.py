@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from npukit.errors import ConfigError, ModelError
+from npukit.models.bitnet.norm import rms_norm
 
 F32 = np.float32
 RES_FRAC = 16  # residual stream fixed point: int32 with 16 fraction bits
@@ -187,8 +188,6 @@ class IntegerDatapath:
             x = self._residual(x + self._attention(i, lw, x, cache, pos))
             x = self._residual(x + self._ffn(i, lw, x))
         xf = (x.astype(np.float64) / (1 << RES_FRAC)).astype(F32)
-        from npukit.models.bitnet.model import rms_norm
-
         return (rms_norm(xf, w.norm, c.rms_norm_eps) @ w.lm_head.T).astype(F32)
 
     # -- pieces -----------------------------------------------------------------------------------

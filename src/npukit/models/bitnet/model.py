@@ -21,6 +21,7 @@ import numpy as np
 from npukit.errors import ConfigError, ModelError
 from npukit.models.bitnet.config import BitNetConfig
 from npukit.models.bitnet.intpath import IntegerDatapath, IntOps
+from npukit.models.bitnet.norm import rms_norm
 
 F32 = np.float32
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -66,11 +67,6 @@ def act_quant(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a = F32(127.0) / np.maximum(np.abs(x).max(axis=-1, keepdims=True), F32(1e-5))
     q = np.clip(np.rint(x * a), -128, 127).astype(np.int8)
     return q, a.astype(F32)
-
-
-def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    var = np.mean(np.square(x, dtype=F32), axis=-1, keepdims=True, dtype=F32)
-    return (w * (x * (F32(1.0) / np.sqrt(var + F32(eps))))).astype(F32)
 
 
 def rope_tables(cfg: BitNetConfig, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,13 +16,12 @@ text, one 16-digit word per line (``//`` comments allowed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from npukit.errors import ConfigError, FormatError, NpukitError
+from npukit.errors import ConfigError, FormatError
 from npukit.isa import text
 from npukit.isa.spec import BoundField, BoundFormat
 from npukit.targets.pccx.isa import PROFILES, STRICT_CVO, CvoFunc, DestCache, Instr, Op, bound, encode
@@ -72,10 +71,10 @@ def format_instr(ins: Instr) -> str:
 
 def disassemble(words: Any, profile: str = "extended", hw: Any = None, addresses: bool = False) -> str:
     """Words -> text; an invalid word becomes ``.word 0x…  ; invalid: reason`` so it round-trips."""
-    return text.disassemble(bound(profile, hw), SYNTAX, _as_word_list(words), addresses)
+    return text.disassemble(bound(profile, hw), SYNTAX, as_word_list(words), addresses)
 
 
-def _as_word_list(words: Any) -> list[int]:
+def as_word_list(words: Any) -> list[int]:
     if isinstance(words, np.ndarray):
         return [int(w) for w in words.astype(np.uint64).ravel()]
     return [int(w) for w in words]
@@ -99,7 +98,7 @@ def encode_program(instrs: list[Instr], profile: str = "extended", hw: Any = Non
 # --- program files ---------------------------------------------------------------------------------
 
 def to_bytes(words: Any) -> bytes:
-    return text.to_bytes(_as_word_list(words), 64)
+    return text.to_bytes(as_word_list(words), 64)
 
 
 def from_bytes(data: bytes) -> list[int]:
@@ -107,7 +106,7 @@ def from_bytes(data: bytes) -> list[int]:
 
 
 def to_hex(words: Any) -> str:
-    return text.to_hex(_as_word_list(words), 64)
+    return text.to_hex(as_word_list(words), 64)
 
 
 def from_hex(source: str) -> list[int]:
@@ -119,7 +118,7 @@ def read_program(path: str | Path, fmt: str | None = None) -> list[int]:
 
 
 def write_program(path: str | Path, words: Any, fmt: str = "bin") -> None:
-    text.write_program(path, _as_word_list(words), 64, fmt)
+    text.write_program(path, as_word_list(words), 64, fmt)
 
 
 # --- the docs table --------------------------------------------------------------------------------
@@ -168,7 +167,7 @@ def assemble_program(source: str, hw: Any = None, profile: str = "extended") -> 
 
 
 def disassemble_program(words: Any, hw: Any = None, profile: str = "extended") -> list[text.Row]:
-    return text.listing(bound(profile, hw), SYNTAX, _as_word_list(words))
+    return text.listing(bound(profile, hw), SYNTAX, as_word_list(words))
 
 
 def load_program(path: str | Path, hw: Any = None, fmt: str | None = None,
@@ -184,41 +183,3 @@ def load_program(path: str | Path, hw: Any = None, fmt: str | None = None,
             raise FormatError(f"cannot read {p}: {getattr(exc, 'strerror', None) or exc}") from None
         return assemble(source, profile, hw)
     return read_program(p, fmt)
-
-
-def _split_at(spec: str, what: str) -> tuple[Path, int]:
-    if "@" not in spec:
-        raise ConfigError(f"{what} {spec!r} is not FILE@ADDR")
-    name, addr = spec.rsplit("@", 1)
-    try:
-        value = int(addr, 0)
-    except ValueError:
-        raise ConfigError(f"{what} {spec!r}: address {addr!r} is not an integer") from None
-    path = Path(name)
-    if not path.is_file():
-        raise ConfigError(f"{what}: no such file {name!r}")
-    return path, value
-
-
-def simulate_program(words: Any, hw: Any, profile: str = "extended", ddr_image: Sequence[str] = (),
-                     l2_image: Sequence[str] = ()) -> dict[str, Any]:
-    """Run bit-exactly on the functional simulator (host DDR / L2 preloaded from ``FILE@ADDR`` images),
-    then time the executed work on the shared timing core."""
-    from npukit.targets.pccx.sim import Simulator
-    from npukit.targets.pccx.timing import simulate_works
-
-    sim = Simulator(hw, profile)
-    for spec in ddr_image:
-        path, addr = _split_at(spec, "--ddr-image")
-        sim.host.write(addr, np.frombuffer(path.read_bytes(), np.uint8))
-    for spec in l2_image:
-        path, word = _split_at(spec, "--l2-image")
-        data = path.read_bytes()
-        if len(data) % 2:
-            raise ConfigError(f"--l2-image {path}: {len(data)} bytes is not a whole number of BF16 values")
-        sim.write_l2_bits(word, np.frombuffer(data, "<u2"))
-    sim.load_program(_as_word_list(words))
-    works = sim.run()
-    if sim.error is not None:
-        raise NpukitError(str(sim.error))
-    return {"timing": simulate_works(hw, works), "instructions": len(works)}

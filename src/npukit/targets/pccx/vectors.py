@@ -23,9 +23,10 @@ from npukit import hw as hwmod
 from npukit.errors import ConfigError
 from npukit.isa import text
 from npukit.targets.pccx import numerics as nx
-from npukit.targets.pccx.asm import _split_at, assemble
+from npukit.targets.pccx.asm import assemble
 from npukit.targets.pccx.isa import ELEMS_PER_WORD
 from npukit.targets.pccx.memory import DeviceFault
+from npukit.targets.pccx.program import split_image_spec
 from npukit.targets.pccx.sim import Simulator
 
 # --- running a pccx program with its images ---------------------------------------------------------
@@ -35,10 +36,10 @@ def simulator(words: Sequence[int], hw: Any, options: dict[str, Any]) -> Any:
     inputs (the same parsing as ``npukit sim``), not yet run."""
     sim = Simulator(hw, options.get("profile", "extended"))
     for spec in options.get("ddr_image") or ():
-        path, addr = _split_at(spec, "--ddr-image")
+        path, addr = split_image_spec(spec, "--ddr-image")
         sim.host.write(addr, np.frombuffer(path.read_bytes(), np.uint8))
     for spec in options.get("l2_image") or ():
-        path, word = _split_at(spec, "--l2-image")
+        path, word = split_image_spec(spec, "--l2-image")
         data = path.read_bytes()
         if len(data) % 2:
             raise ConfigError(f"--l2-image {path}: {len(data)} bytes is not a whole number of BF16 values")
