@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--prompt-ids", default=None, metavar="IDS", help="prompt token ids (default: BOS)")
     t.add_argument("--segment", default="all", metavar="N|all",
                    help="which program segment of the token (they are split by host KV steps; default all)")
+    t.add_argument("--cases", type=ui.positive(int), default=64, metavar="N",
+                   help="--target tern: at most N cases per unit (default 64)")
     p.add_argument("-o", "--out-dir", dest="out_dir", required=True, type=ui.output_file("--out-dir", True),
                    metavar="DIR", help="directory to write (created; files in it are replaced)")
     p.add_argument("--every", type=ui.positive(int), default=1, metavar="N",
@@ -110,7 +112,7 @@ def run_token(args: argparse.Namespace) -> int:
 
 
 def run_tern(args: argparse.Namespace) -> int:
-    """Vectors of the ternfpga units (engine, attention, FFN glue) from a short BitNet generation."""
+    """Vectors of the ternfpga units (unpack, engine, attention, FFN glue) from a short BitNet generation."""
     from npukit.cli.cmd_generate import parse_ids, resolve_model
     from npukit.runtime import backends
     from npukit.runtime.generate import generate
@@ -128,9 +130,10 @@ def run_tern(args: argparse.Namespace) -> int:
     res = generate(be, ids, args.max_new_tokens, vocab_size=model.vocab_size)
     cases = getattr(be.ops, "cases", {})
     meta = {"target": "tern", "hw": be.hw.name, "model": str(model.name), "prompt_ids": ids,
-            "tokens": res.tokens, "cases_per_unit_max": RecordingTernOps.limit}
+            "tokens": res.tokens, "cases_per_unit_max": args.cases, "engine_lanes": be.hw.engine.lanes,
+            "attention_t_max": be.hw.attention.t_max}
     man = tern_export(cases, Path(args.out_dir), meta)
-    counts = {u: len(v) for u, v in man["units"].items() if isinstance(v, list)}
+    counts = {u: len(v["cases"]) for u, v in man["units"].items()}
     if args.json:
         ui.emit_json({"out": args.out_dir, "cases": counts, "tokens": res.tokens})
     else:
