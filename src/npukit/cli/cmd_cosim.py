@@ -47,14 +47,15 @@ def shipped_port_maps(target: str, only: list[str]) -> list[Path]:
     maps: dict[str, Path] = t.resolve("rtl")()
     unknown = sorted(set(only) - set(maps))
     if unknown:
-        raise ConfigError(f"target {target!r} ships no RTL for {', '.join(unknown)} (have: {', '.join(maps)})")
+        raise ConfigError(f"target {target!r} ships no RTL for {', '.join(unknown)} "
+                          f"(have: {', '.join(maps)})")
     return [p for u, p in maps.items() if not only or u in only]
 
 
 def _mismatch_text(m: dict[str, Any] | None) -> str:
     if m is None:
         return "-"
-    return (f"case {m['case']} ({m['label']}): {m['field']} on port {m['port']}[{m['index']}] "
+    return (f"case {m['case']} ({m['label']}): field {m['field']}, port {m['port']}, index {m['index']}: "
             f"got {m['got']}, expected {m['expected']}")
 
 
@@ -83,12 +84,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         ui.emit_json({"ok": ok, "units": [r.to_json() for r in reports]})
     else:
-        ui.table([[r.unit, r.top, f"{r.exact}/{r.cases}", _mismatch_text(r.first_mismatch), r.cycle_summary()]
-                  for r in reports],
-                 ["unit", "top", "bit-exact", "first mismatch", "cycles RTL / model (derived)"])
+        ui.table([[r.unit, r.top, f"{r.exact}/{r.cases}", r.cycle_summary()] for r in reports],
+                 ["unit", "top", "bit-exact", "cycles: RTL (measured) / model (derived)"])
         for r in reports:
+            if r.first_mismatch:
+                print(f"{r.unit}: first mismatch: {_mismatch_text(r.first_mismatch)}")
             if r.unchecked:
-                print(f"note: {r.unit}: outputs not bound in {r.port_map}, not checked: "
-                      f"{', '.join(r.unchecked)}")
-        print("cycles: RTL = rising edges from start to done in the simulation; model = npukit's cycle model")
+                print(f"{r.unit}: outputs not bound in {r.port_map}, not checked: {', '.join(r.unchecked)}")
+        print("cycles: RTL = rising edges from start to done, counted in the Verilator simulation "
+              "(measured); model = npukit's cycle model of the unit (derived)")
     return 0 if ok else 1

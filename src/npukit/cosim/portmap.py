@@ -104,7 +104,8 @@ def _known(t: dict[str, Any], allowed: set[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)} (known: {', '.join(sorted(allowed))})")
 
 
-def _typed(t: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+def _typed(t: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str,
+           default: Any = None) -> Any:
     v = t.get(key, default)
     if v is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
