@@ -12,6 +12,7 @@ docs/vectors.md run as written.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 from pathlib import Path
@@ -94,7 +95,8 @@ def test_a_one_bit_bug_is_caught_naming_the_case(unit, work, tmp_path, capsys):
     (u,) = rep["units"]
     m = u["first_mismatch"]
     assert u["exact"] < u["cases"]
-    labels = [c["label"] for c in json.loads((work["vec"] / "manifest.json").read_text())["units"][unit]["cases"]]
+    manifest = json.loads((work["vec"] / "manifest.json").read_text())
+    labels = [c["label"] for c in manifest["units"][unit]["cases"]]
     assert m["label"] == labels[m["case"]]
     assert m["expected"] == expected_value(work["vec"], unit, m["case"], m["field"], m["index"])
     assert m["got"] != m["expected"]
@@ -145,6 +147,9 @@ def test_docs_commands_run_as_written(work, tmp_path, monkeypatch, capsys):
     """docs/cosim.md top to bottom, then docs/vectors.md's tern section, from a clone's layout."""
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    # ccache's own default follows XDG_CACHE_HOME: keep it where the other builds put their objects
+    monkeypatch.setenv("CCACHE_DIR", os.environ.get("CCACHE_DIR") or os.path.join(cache_home, "ccache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(work["cache"]))  # the default build root: builds reused
     cosim = doc_commands("cosim.md")
     assert any(c[:1] == ["cosim"] and "--port-map" in c for c in cosim)
