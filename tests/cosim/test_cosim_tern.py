@@ -158,3 +158,17 @@ def test_docs_commands_run_as_written(work, tmp_path, monkeypatch, capsys):
     assert tern and "bitnet-tiny" in tern[0]
     for argv in cosim + tern:
         assert main(argv) == 0, (argv, capsys.readouterr())
+
+
+def test_another_interface_is_checked_through_its_port_map_alone(work, capsys):
+    """tests/cosim/rtl/alt_attention.sv wraps the attention unit in another interface: active-low
+    enables and go, a shared K/V write port with a bank select (`set`), byte addresses (`addr_step`),
+    q four to a 64-bit word, a reset before every case, a done pulse and num as an unpacked array
+    port. Its map alone makes every case exact; its cycles include the wrapper's q feed and copy."""
+    alt = ROOT / "tests" / "cosim" / "rtl" / "alt_attention.toml"
+    rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(alt), "--build-dir", str(work["builds"]))
+    (u,) = rep["units"]
+    assert rc == 0 and u["exact"] == u["cases"] >= 1
+    for c in u["cycles"]:  # the wrapper feeds q (D cycles, + 1 to start) and copies 16 num words (+ 1)
+        d = 16
+        assert c["rtl"] == c["model"] + d + 1 + 16 + 1 + 1, c

@@ -51,7 +51,7 @@ def test_a_good_map_loads(tmp_path):
     (lambda t: t.replace('port = "b"', 'kind = "fifo"'), "kind 'fifo'"),
     (lambda t: t.replace('field = "bytes"', 'field = "codes"'), "bound twice"),
     (lambda t: t + '[control]\nstart = "go"\n', "needs [clock] port"),
-    (lambda t: t.replace("per_word = 5", "per_word = 0"), "per_word and bits must be >= 1"),
+    (lambda t: t.replace("per_word = 5", "per_word = 0"), "per_word, bits and addr_step must be >= 1"),
     (lambda t: t.replace("unit", "unit = ", 1), "not valid TOML"),
     (lambda t: t + '[control]\nmode = "burst"\n', "control.mode"),
 ])

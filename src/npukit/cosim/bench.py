@@ -17,6 +17,7 @@ from typing import Any
 
 import cocotb
 from cocotb.clock import Clock
+from cocotb.handle import ArrayObject
 from cocotb.triggers import FallingEdge, RisingEdge, Timer
 
 
@@ -26,18 +27,33 @@ class MapError(Exception):
 
 @dataclass
 class Port:
+    """A top-level port: a packed vector, or an unpacked array of them (``elements`` > 0)."""
+
     handle: Any
     name: str
-    width: int
+    width: int  # bits of the port, or of one element of an unpacked array
+    invert: bool = False  # active-low 1-bit control
+    elements: int = 0
 
     def set(self, value: int) -> None:
-        self.handle.value = value & ((1 << self.width) - 1)
+        self.handle.value = (value ^ int(self.invert)) & ((1 << self.width) - 1)
 
     def get(self) -> int:
-        v = self.handle.value
-        if hasattr(v, "is_resolvable") and not v.is_resolvable:
-            raise MapError(f"port {self.name} reads X/Z")
-        return int(v.to_unsigned()) if hasattr(v, "to_unsigned") else int(v)
+        return _read(self.handle, self.name) ^ int(self.invert)
+
+    def set_all(self, values: list[int]) -> None:
+        for i, v in enumerate(values):
+            self.handle[i].value = v & ((1 << self.width) - 1)
+
+    def get_all(self, count: int) -> list[int]:
+        return [_read(self.handle[i], f"{self.name}[{i}]") for i in range(count)]
+
+
+def _read(handle: Any, name: str) -> int:
+    v = handle.value
+    if hasattr(v, "is_resolvable") and not v.is_resolvable:
+        raise MapError(f"port {name} reads X/Z")
+    return int(v.to_unsigned()) if hasattr(v, "to_unsigned") else int(v)
 
 
 class Bench:
@@ -50,7 +66,11 @@ class Bench:
             h = getattr(self.dut, name)
         except AttributeError:
             raise MapError(f"the design {self.map['top']} has no port {name!r}") from None
-        return Port(h, name, len(h))
+        invert = name in self.map["active_low"]
+        if isinstance(h, ArrayObject):  # an unpacked array port: element by element
+            lo, hi = h.range.left, h.range.right
+            return Port(h, name, len(h[lo]), invert, abs(hi - lo) + 1)
+        return Port(h, name, len(h), invert)
 
     async def rise(self, n: int = 1) -> None:
         for _ in range(n):
@@ -97,11 +117,17 @@ class Bench:
         out = []
         for r, row in enumerate(rows):
             base = b["addr_offset"] + r * (b["row_stride"] or 0)
-            out += [(base + i // n, row[i:i + n]) for i in range(0, len(row), n)]
+            out += [(base + (i // n) * b["addr_step"], row[i:i + n]) for i in range(0, len(row), n)]
         return out
+
+    def hold(self, b: dict[str, Any]) -> None:
+        """The binding's ``set`` ports (a bank select, a mode) at their values while it is served."""
+        for name, value in b["set"].items():
+            self.port(name).set(value)
 
     async def load_memory(self, b: dict[str, Any], values: list[int], shape: list[int]) -> None:
         we, addr, data = self.port(b["we"]), self.port(b["addr"]), self.port(b["data"])
+        self.hold(b)
         for a, elems in self.words(b, values, shape):
             we.set(1)
             addr.set(a)
@@ -113,6 +139,7 @@ class Bench:
         data, valid = self.port(b["data"]), self.port(b["valid"])
         ready = self.port(b["ready"]) if b["ready"] else None
         last = self.port(b["last"]) if b["last"] else None
+        self.hold(b)
         words = self.words(b, values, shape)
         for i, (_, elems) in enumerate(words):
             data.set(self.pack(b, data, elems))
@@ -132,14 +159,19 @@ class Bench:
     # -- outputs -----------------------------------------------------------------------------------
     def read_port(self, b: dict[str, Any], count: int) -> list[int]:
         p = self.port(b["port"])
+        if p.elements:
+            if p.elements < count:
+                raise MapError(f"field {b['field']}: {count} elements, port {p.name} holds {p.elements}")
+            return [self.unpack(b, p, w, 1)[0] for w in p.get_all(count)]
         return self.unpack(b, p, p.get(), count)
 
     async def read_memory(self, b: dict[str, Any], count: int) -> list[int]:
         addr, data = self.port(b["addr"]), self.port(b["data"])
         en = self.port(b["en"]) if b["en"] else None
         n, got = b["per_word"], []
+        self.hold(b)
         for w in range(-(-count // n)):
-            addr.set(b["addr_offset"] + w)
+            addr.set(b["addr_offset"] + w * b["addr_step"])
             if en:
                 en.set(1)
             await self.rise(b["read_latency"])
@@ -172,6 +204,10 @@ class Bench:
         if self.clk:
             period = m["period_ns"]
             cocotb.start_soon(Clock(self.clk.handle, period, unit="ns").start())
+        await self.reset()
+
+    async def reset(self) -> None:
+        m = self.map
         if m["reset"]:
             rst = self.port(m["reset"])
             rst.set(m["reset_active"])
@@ -185,7 +221,14 @@ class Bench:
             v = values[b["field"]]
             if b["kind"] == "port":
                 p = self.port(b["port"])
-                p.set(self.pack(b, p, v if isinstance(v, list) else [v]))
+                elems = v if isinstance(v, list) else [v]
+                if p.elements:
+                    if p.elements < len(elems):
+                        raise MapError(f"field {b['field']}: {len(elems)} elements, port {p.name} holds "
+                                       f"{p.elements}")
+                    p.set_all([self.pack(b, p, [e]) for e in elems])
+                else:
+                    p.set(self.pack(b, p, elems))
         for b in self.map["inputs"]:
             if b["kind"] == "memory" and (first or not b["once"]):
                 await self.load_memory(b, _flat(values[b["field"]]), shapes[b["field"]])
@@ -204,6 +247,8 @@ class Bench:
 
     async def run_case(self, case: dict[str, Any], first: bool) -> dict[str, Any]:
         m = self.map
+        if m["reset_every_case"] and not first:
+            await self.reset()
         await self.apply_inputs(case, first)
         expected = {b["field"]: _flat(case["values"][b["field"]]) for b in m["outputs"]}
         sinks: dict[str, list[int]] = {}

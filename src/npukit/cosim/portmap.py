@@ -55,6 +55,8 @@ class Binding:
     row_stride: int | None = None  # memory: words from row r to row r+1 (default: packed rows)
     read_latency: int = 1  # memory out: cycles from address to data
     once: bool = False  # memory in: load before the first case only (tables the same in every case)
+    addr_step: int = 1  # memory: address increment from one word to the next (e.g. 4 for byte addresses)
+    set: dict[str, int] = field(default_factory=dict)  # other ports held at these values meanwhile
 
     def ports(self) -> list[str]:
         names = (self.port, self.data, self.addr, self.we, self.en, self.valid, self.ready, self.last)
@@ -83,6 +85,8 @@ class PortMap:
     inputs: list[Binding] = field(default_factory=list)
     outputs: list[Binding] = field(default_factory=list)
     consts: dict[str, int] = field(default_factory=dict)
+    active_low: list[str] = field(default_factory=list)  # 1-bit ports asserted by 0 (we_n, start_n)
+    reset_every_case: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -126,10 +130,13 @@ def _binding(t: Any, direction: str, n: int, where: str) -> Binding:
     at = f"{where}: {direction} field {t['field']!r}"
     for k in ("port", "data", "addr", "we", "en", "valid", "ready", "last"):
         _typed(t, k, str, at)
-    for k in ("per_word", "bits", "addr_offset", "row_stride", "read_latency"):
+    for k in ("per_word", "bits", "addr_offset", "row_stride", "read_latency", "addr_step"):
         _typed(t, k, int, at)
     for k in ("signed", "once"):
         _typed(t, k, bool, at)
+    held = _typed(t, "set", dict, at, {})
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in held.values()):
+        raise ConfigError(f"{at}: set maps port names to integers")
     b = Binding(**t)
     if b.kind not in KINDS:
         raise ConfigError(f"{at}: kind {b.kind!r} is not one of {', '.join(KINDS)}")
@@ -138,8 +145,9 @@ def _binding(t: Any, direction: str, n: int, where: str) -> Binding:
     missing = [k for k in need if getattr(b, k) is None]
     if missing:
         raise ConfigError(f"{at}: kind {b.kind!r} needs {', '.join(missing)}")
-    if b.per_word < 1 or (b.bits is not None and b.bits < 1) or b.read_latency < 0 or b.addr_offset < 0:
-        raise ConfigError(f"{at}: per_word and bits must be >= 1, read_latency and addr_offset >= 0")
+    if b.per_word < 1 or (b.bits is not None and b.bits < 1) or b.read_latency < 0 or b.addr_offset < 0 \
+            or b.addr_step < 1:
+        raise ConfigError(f"{at}: per_word, bits and addr_step must be >= 1; read_latency, addr_offset >= 0")
     if b.once and not (direction == "in" and b.kind == "memory"):
         raise ConfigError(f"{at}: once applies to input memories only")
     return b
@@ -155,8 +163,11 @@ def load(path: str | Path) -> PortMap:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     where = str(p)
-    _known(doc, {"unit", "top", "sources", "parameters", "clock", "reset", "control", "in", "out", "const"},
-           where)
+    _known(doc, {"unit", "top", "sources", "parameters", "clock", "reset", "control", "in", "out", "const",
+                 "active_low"}, where)
+    low = doc.get("active_low", [])
+    if not isinstance(low, list) or not all(isinstance(x, str) for x in low):
+        raise ConfigError(f"{where}: active_low must be a list of port names")
     for k in ("unit", "top"):
         if not isinstance(doc.get(k), str) or not doc[k]:
             raise ConfigError(f"{where}: {k!r} is required (a string)")
@@ -168,7 +179,7 @@ def load(path: str | Path) -> PortMap:
         raise ConfigError(f"{where}: [parameters] values must be integers")
     clk, rst, ctl = (_table(doc, k, where) for k in ("clock", "reset", "control"))
     _known(clk, {"port", "period_ns"}, f"{where} [clock]")
-    _known(rst, {"port", "active", "cycles"}, f"{where} [reset]")
+    _known(rst, {"port", "active", "cycles", "every_case"}, f"{where} [reset]")
     _known(ctl, {"start", "done", "busy", "latency", "timeout_cycles", "cycle_counter", "mode"},
            f"{where} [control]")
     consts = _table(doc, "const", where) if isinstance(doc.get("const"), dict) else {
@@ -191,7 +202,8 @@ def load(path: str | Path) -> PortMap:
         mode=_typed(ctl, "mode", str, f"{where} [control]", "case"),
         inputs=[_binding(t, "in", i, where) for i, t in enumerate(_list(doc, "in", where))],
         outputs=[_binding(t, "out", i, where) for i, t in enumerate(_list(doc, "out", where))],
-        consts=consts)
+        consts=consts, active_low=list(low),
+        reset_every_case=bool(_typed(rst, "every_case", bool, f"{where} [reset]", False)))
     _check(pm, where)
     return pm
 
