@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from npukit.cosim.portmap import PortMap
+from npukit.cosim.vectors import FORMAT as VECTOR_FORMAT
 from npukit.errors import ConfigError, FormatError
 
-VECTOR_FORMAT = "npukit-unit-vectors/1"
 TIMESCALE = ("1ns", "1ps")
 
 

@@ -22,33 +22,15 @@ Recording wraps the backend's operation set, so the recorded outputs are the one
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from npukit.cosim.vectors import FORMAT, Field, readmemh, unit_entry, write_case
 from npukit.targets.tern import units
 from npukit.targets.tern.engine import decode_base3
 from npukit.targets.tern.ops import TernOps
-
-FORMAT = "npukit-unit-vectors/1"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One named quantity of a unit: direction, element width and signedness, shape, meaning."""
-
-    direction: str  # "in" or "out"
-    bits: int
-    signed: bool
-    shape: str  # symbolic, e.g. "[T, D]"; "" for a scalar
-    doc: str
-
-    def describe(self) -> dict[str, Any]:
-        return {"dir": self.direction, "bits": self.bits, "signed": self.signed, "shape": self.shape,
-                "doc": self.doc}
-
 
 FIELDS: dict[str, dict[str, Field]] = {
     "unpack": {
@@ -163,31 +145,6 @@ def spread(cases: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return [cases[i] for i in picks]
 
 
-def _readmemh(a: np.ndarray, bits: int) -> str:
-    digits = -(-bits // 4)
-    mask = (1 << bits) - 1
-    flat = np.asarray(a, dtype=object).reshape(-1)
-    return "\n".join(f"{int(v) & mask:0{digits}x}" for v in flat) + "\n"
-
-
-def _write_case(out: Path, unit: str, n: int, case: dict[str, Any],
-                shared: dict[str, str]) -> dict[str, Any]:
-    entry: dict[str, Any] = {"label": case["label"], "cycles": case["cycles"], "values": {}}
-    for name, fld in FIELDS[unit].items():
-        if name in shared:
-            entry["values"][name] = {"file": shared[name], "shape": [units.EXP_N]}
-            continue
-        val = case[name]
-        if not fld.shape:
-            entry["values"][name] = {"value": int(val), "shape": []}
-            continue
-        arr = np.asarray(val)
-        f = f"{unit}/{n:04d}_{name}.hex"
-        (out / f).write_text(_readmemh(arr, fld.bits))
-        entry["values"][name] = {"file": f, "shape": list(arr.shape)}
-    return entry
-
-
 def export(cases: dict[str, list[dict[str, Any]]], out: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Write every unit's cases (``<unit>/<NNNN>_<field>.hex``) and ``manifest.json``."""
     limit = int(meta.get("cases_per_unit_max", 64))
@@ -199,12 +156,11 @@ def export(cases: dict[str, list[dict[str, Any]]], out: Path, meta: dict[str, An
         "units": {}}
     (out / "attention").mkdir(parents=True, exist_ok=True)
     exp_file = "attention/exp_table.hex"
-    (out / exp_file).write_text(_readmemh(units.exp_table(), 16))
+    (out / exp_file).write_text(readmemh(units.exp_table(), 16))
     for unit, fields in FIELDS.items():
         (out / unit).mkdir(parents=True, exist_ok=True)
-        shared = {"exp_table": exp_file} if unit == "attention" else {}
-        rows = [_write_case(out, unit, n, c, shared) for n, c in enumerate(cases.get(unit, []))]
-        manifest["units"][unit] = {"fields": {k: f.describe() for k, f in fields.items()},
-                                   "cycle_model": CYCLE_MODELS[unit], "cases": rows}
+        shared = {"exp_table": (exp_file, [units.EXP_N])} if unit == "attention" else {}
+        rows = [write_case(out, unit, n, c, fields, shared) for n, c in enumerate(cases.get(unit, []))]
+        manifest["units"][unit] = unit_entry(fields, CYCLE_MODELS[unit], rows)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
