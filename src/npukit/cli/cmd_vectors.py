@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="which program segment of the token (they are split by host KV steps; default all)")
     t.add_argument("--cases", type=ui.positive(int), default=64, metavar="N",
                    help="--target tern: at most N cases per unit (default 64)")
+    t.add_argument("--decoder", action="store_true",
+                   help="pccx: the instruction decoder's unit vectors (words → opcode, error interrupt) "
+                   "for npukit cosim, instead of a program")
     p.add_argument("-o", "--out-dir", dest="out_dir", required=True, type=ui.output_file("--out-dir", True),
                    metavar="DIR", help="directory to write (created; files in it are replaced)")
     p.add_argument("--every", type=ui.positive(int), default=1, metavar="N",
@@ -59,18 +62,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _exporter(name: str) -> Any:
     """The target's golden-vector module (its record's ``extra["vectors"]``)."""
+    return _exporter_of(name, "vectors")
+
+
+def _exporter_of(name: str, capability: str) -> Any:
     from npukit import registry
 
     target = registry.get(name)
-    if not target.provides("vectors"):
-        raise ConfigError(f"target {name!r} has no golden-vector exporter "
-                          f"(have: {', '.join(registry.names('vectors'))})")
-    return target.resolve("vectors")
+    if not target.provides(capability):
+        raise ConfigError(f"target {name!r} has no {capability} exporter "
+                          f"(have: {', '.join(registry.names(capability))})")
+    return target.resolve(capability)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.token:
         return run_token(args)
+    if args.decoder:
+        return run_decoder(args)
     if args.target == "tern":
         return run_tern(args)
     if args.program is None:
@@ -108,6 +117,19 @@ def run_token(args: argparse.Namespace) -> int:
         return 0
     ui.table([list(r.values()) for r in rows], ["segment", "instructions", "prologue", "host regions"])
     print("\neach segment_NN/ replays with its manifest's 'replay' command; checked against the driver")
+    return 0
+
+
+def run_decoder(args: argparse.Namespace) -> int:
+    """The pccx decoder's unit vectors: three (profile, limits) cases of 512 words each."""
+    if args.program is not None or (args.target or "pccx") != "pccx":
+        raise ConfigError("--decoder exports pccx decoder vectors: no PROGRAM, --target pccx")
+    man = _exporter_of("pccx", "decoder_vectors").export(Path(args.out_dir))
+    cases = man["units"]["decoder"]["cases"]
+    if args.json:
+        ui.emit_json({"out": args.out_dir, "cases": [c["label"] for c in cases]})
+    else:
+        ui.table([[c["label"], c["values"]["word"]["shape"][0]] for c in cases], ["decoder case", "words"])
     return 0
 
 

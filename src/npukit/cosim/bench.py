@@ -292,9 +292,14 @@ class Bench:
         """One element group per step through kind "port" bindings: combinational (latency 0) or a
         fixed latency in cycles."""
         m, values = self.map, case["values"]
-        ins = [(b, self.port(b["port"]), _flat(values[b["field"]])) for b in m["inputs"]]
+        for b in m["inputs"]:  # scalars (limits, modes) hold for the whole case
+            if not case["shapes"][b["field"]]:
+                p = self.port(b["port"])
+                p.set(self.pack(b, p, [values[b["field"]]]))
+        ins = [(b, self.port(b["port"]), _flat(values[b["field"]])) for b in m["inputs"]
+               if case["shapes"][b["field"]]]
         if not ins:
-            raise MapError("elementwise mode needs at least one [[in]] binding")
+            raise MapError("elementwise mode needs at least one array [[in]] binding")
         steps = len(ins[0][2]) // ins[0][0]["per_word"]
         expected = {b["field"]: _flat(values[b["field"]]) for b in m["outputs"]}
         got: dict[str, list[int]] = {b["field"]: [] for b in m["outputs"]}
