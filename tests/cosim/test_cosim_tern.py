@@ -172,3 +172,30 @@ def test_another_interface_is_checked_through_its_port_map_alone(work, capsys):
     for c in u["cycles"]:  # the wrapper feeds q (D cycles, + 1 to start) and copies 16 num words (+ 1)
         d = 16
         assert c["rtl"] == c["model"] + d + 1 + 16 + 1 + 1, c
+
+
+@pytest.mark.parametrize("design", ["unpack_piped", "unpack_mem"])
+def test_port_map_paths_the_shipped_designs_leave_out(design, work, capsys):
+    """tests/cosim/rtl/unpack_variants.sv: a clocked elementwise pipeline (latency 2, a tie-off, an
+    unpacked array output port) and a memory design (read enable, read latency 2, active-low start,
+    busy instead of done): every case exact through the map alone."""
+    pmap = ROOT / "tests" / "cosim" / "rtl" / f"{design}.toml"
+    rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(pmap),
+                         "--build-dir", str(work["builds"]))
+    (u,) = rep["units"]
+    assert rc == 0 and u["exact"] == u["cases"] >= 1
+    if design == "unpack_mem":  # one byte a cycle after the start edge: n cycles
+        cases = json.loads((work["vec"] / "manifest.json").read_text())["units"]["unpack"]["cases"]
+        assert [c["rtl"] for c in u["cycles"]] == [c["values"]["n"]["value"] for c in cases]
+
+
+def test_a_done_that_never_comes_is_a_mismatch_after_the_timeout(work, tmp_path, capsys):
+    text = (ROOT / "tests/cosim/rtl/unpack_mem.toml").read_text()
+    text = text.replace('busy = "busy"', 'done = "stuck"\ntimeout_cycles = 50')
+    text = text.replace('sources = ["unpack_variants.sv"]',
+                        f'sources = ["{ROOT / "tests/cosim/rtl/unpack_variants.sv"}"]')
+    (tmp_path / "map.toml").write_text(text)
+    rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(tmp_path / "map.toml"),
+                         "--build-dir", str(work["builds"]))
+    m = rep["units"][0]["first_mismatch"]
+    assert rc == 1 and (m["case"], m["port"], m["got"]) == (0, "stuck", "not seen in 50 cycles")
