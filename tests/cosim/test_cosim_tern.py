@@ -163,7 +163,7 @@ def test_docs_commands_run_as_written(work, tmp_path, monkeypatch, capsys):
 def test_another_interface_is_checked_through_its_port_map_alone(work, capsys):
     """tests/cosim/rtl/alt_attention.sv wraps the attention unit in another interface: active-low
     enables and go, a shared K/V write port with a bank select (`set`), byte addresses (`addr_step`),
-    q four to a 64-bit word, a reset before every case, a done pulse and num as an unpacked array
+    V stored d-major (`transpose`), q four to a 64-bit word, a reset before every case, a done pulse and num as an unpacked array
     port. Its map alone makes every case exact; its cycles include the wrapper's q feed and copy."""
     alt = ROOT / "tests" / "cosim" / "rtl" / "alt_attention.toml"
     rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(alt), "--build-dir", str(work["builds"]))

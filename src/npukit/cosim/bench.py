@@ -110,8 +110,13 @@ class Bench:
 
     # -- inputs ------------------------------------------------------------------------------------
     def words(self, b: dict[str, Any], values: list[int], shape: list[int]) -> list[tuple[int, list[int]]]:
-        """(address, elements) per port word; each row starts a new word when row_stride is given."""
+        """(address, elements) per port word; each row starts a new word when row_stride is given;
+        ``transpose`` sends a 2-D field column by column (its columns are then the rows here)."""
         n = b["per_word"]
+        if b["transpose"] and len(shape) == 2:
+            r, c = shape
+            values = [values[i * c + j] for j in range(c) for i in range(r)]
+            shape = [c, r]
         rows = [values] if b["row_stride"] is None or len(shape) < 2 else [
             values[r * shape[-1]:(r + 1) * shape[-1]] for r in range(len(values) // max(shape[-1], 1))]
         out = []

@@ -56,6 +56,7 @@ class Binding:
     read_latency: int = 1  # memory out: cycles from address to data
     once: bool = False  # memory in: load before the first case only (tables the same in every case)
     addr_step: int = 1  # memory: address increment from one word to the next (e.g. 4 for byte addresses)
+    transpose: bool = False  # in: a 2-D field sent column by column (e.g. V stored d-major)
     set: dict[str, int] = field(default_factory=dict)  # other ports held at these values meanwhile
 
     def ports(self) -> list[str]:
@@ -132,7 +133,7 @@ def _binding(t: Any, direction: str, n: int, where: str) -> Binding:
         _typed(t, k, str, at)
     for k in ("per_word", "bits", "addr_offset", "row_stride", "read_latency", "addr_step"):
         _typed(t, k, int, at)
-    for k in ("signed", "once"):
+    for k in ("signed", "once", "transpose"):
         _typed(t, k, bool, at)
     held = _typed(t, "set", dict, at, {})
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in held.values()):
@@ -150,6 +151,8 @@ def _binding(t: Any, direction: str, n: int, where: str) -> Binding:
         raise ConfigError(f"{at}: per_word, bits and addr_step must be >= 1; read_latency, addr_offset >= 0")
     if b.once and not (direction == "in" and b.kind == "memory"):
         raise ConfigError(f"{at}: once applies to input memories only")
+    if b.transpose and not (direction == "in" and b.kind in ("memory", "stream")):
+        raise ConfigError(f"{at}: transpose applies to input memories and streams only")
     return b
 
 

@@ -1,7 +1,8 @@
 // Test fixture: the shipped attention unit behind a different interface, to exercise the port map's
 // vocabulary: other port names, one shared K/V write port with a bank select, active-low write
-// enable and go, byte addresses (4 per 16-bit element slot), q packed four per 64-bit word, a
-// done pulse, and num as an unpacked array port filled after the core finishes.
+// enable and go, byte addresses (4 per 16-bit element slot), V stored d-major (element d*64 + j),
+// q packed four per 64-bit word, a done pulse, and num as an unpacked array port filled after the
+// core finishes.
 module alt_attention (
     input  logic               clock,
     input  logic               reset_n,
@@ -37,12 +38,15 @@ module alt_attention (
 
     logic        feeding;
     logic [7:0]  feed_i;
+    // V arrives d-major: element index d*64 + j goes to the core's j*128 + d
+    wire [13:0]  v_idx = 14'(mem_byte_addr >> 2);
+    wire [12:0]  v_at = 13'({7'd0, v_idx[5:0]} * 13'd128 + 13'(v_idx[13:6]));
     tern_attention #(.T_MAX(64), .D_MAX(128)) core (
         .clk(clock), .rst_n(reset_n), .start(core_start), .t_len(cfg_keys), .d_len(cfg_dim),
         .shift(cfg_shift),
         .q_we(feeding), .q_addr(feed_i), .q_data(qbuf[feed_i[6:0]]),
         .k_we(!mem_we_n && !mem_bank), .k_addr(13'(mem_byte_addr >> 2)), .k_data(mem_wdata),
-        .v_we(!mem_we_n && mem_bank), .v_addr(13'(mem_byte_addr >> 2)), .v_data(mem_wdata),
+        .v_we(!mem_we_n && mem_bank), .v_addr(v_at), .v_data(mem_wdata),
         .exp_we(!lut_we_n), .exp_addr(lut_addr), .exp_data(lut_wdata),
         .num_addr(rd_addr), .num_data(rd_data), .sum_e(ctx_den), .busy(core_busy), .done(core_done),
         .cycles(core_cycles));
