@@ -163,8 +163,9 @@ def test_docs_commands_run_as_written(work, tmp_path, monkeypatch, capsys):
 def test_another_interface_is_checked_through_its_port_map_alone(work, capsys):
     """tests/cosim/rtl/alt_attention.sv wraps the attention unit in another interface: active-low
     enables and go, a shared K/V write port with a bank select (`set`), byte addresses (`addr_step`),
-    V stored d-major (`transpose`), q four to a 64-bit word, a reset before every case, a done pulse and num as an unpacked array
-    port. Its map alone makes every case exact; its cycles include the wrapper's q feed and copy."""
+    V stored d-major (`transpose`), q four to a 64-bit word, a reset before every case, a done pulse
+    and num as an unpacked array port. Its map alone makes every case exact; its cycles include the
+    wrapper's q feed and copy."""
     alt = ROOT / "tests" / "cosim" / "rtl" / "alt_attention.toml"
     rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(alt), "--build-dir", str(work["builds"]))
     (u,) = rep["units"]
@@ -174,11 +175,12 @@ def test_another_interface_is_checked_through_its_port_map_alone(work, capsys):
         assert c["rtl"] == c["model"] + d + 1 + 16 + 1 + 1, c
 
 
-@pytest.mark.parametrize("design", ["unpack_piped", "unpack_mem"])
+@pytest.mark.parametrize("design", ["unpack_piped", "unpack_mem", "unpack_array"])
 def test_port_map_paths_the_shipped_designs_leave_out(design, work, capsys):
     """tests/cosim/rtl/unpack_variants.sv: a clocked elementwise pipeline (latency 2, a tie-off, an
-    unpacked array output port) and a memory design (read enable, read latency 2, active-low start,
-    busy instead of done): every case exact through the map alone."""
+    unpacked array output port), a memory design (read enable, read latency 2, active-low start,
+    busy instead of done) and one taking the bytes on an unpacked array input port: every case exact
+    through the map alone."""
     pmap = ROOT / "tests" / "cosim" / "rtl" / f"{design}.toml"
     rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(pmap),
                          "--build-dir", str(work["builds"]))

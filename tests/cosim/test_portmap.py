@@ -54,6 +54,8 @@ def test_a_good_map_loads(tmp_path):
     (lambda t: t.replace("per_word = 5", "per_word = 0"), "per_word, bits and addr_step must be >= 1"),
     (lambda t: t.replace("unit", "unit = ", 1), "not valid TOML"),
     (lambda t: t + '[control]\nmode = "burst"\n', "control.mode"),
+    (lambda t: t.replace("per_word = 5", "per_word = 5\ntranspose = true"), "transpose applies to input"),
+    (lambda t: t.replace('port = "b"', 'port = "b"\nonce = true'), "once applies to input memories"),
 ])
 def test_bad_maps_are_config_errors(tmp_path, edit, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

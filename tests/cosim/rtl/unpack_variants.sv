@@ -56,3 +56,32 @@ module unpack_mem (
         end
     end
 endmodule
+
+// The bytes on an unpacked array input port, a start pulse and a done level; codes read back with
+// one cycle of latency.
+module unpack_array (
+    input  logic        clk,
+    input  logic        start,
+    input  logic [11:0] count,
+    input  logic [7:0]  bytes_in [2048],
+    input  logic [11:0] c_at,
+    output logic [9:0]  c_val,
+    output logic        done
+);
+    logic [9:0]  codes_mem [2048];
+    logic [11:0] i;
+    logic        running = 1'b0;
+    always_ff @(posedge clk) begin
+        c_val <= codes_mem[c_at[10:0]];
+        if (start) begin
+            running <= 1'b1; done <= 1'b0; i <= '0;
+        end else if (running) begin
+            for (int k = 0; k < 5; k++)
+                codes_mem[i[10:0]][2*k +: 2] <= 2'((bytes_in[i[10:0]] / (8'd3 ** k)) % 8'd3);
+            i <= i + 1;
+            if (i + 1 == count) begin
+                running <= 1'b0; done <= 1'b1;
+            end
+        end
+    end
+endmodule
