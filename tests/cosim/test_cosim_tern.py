@@ -201,3 +201,24 @@ def test_a_done_that_never_comes_is_a_mismatch_after_the_timeout(work, tmp_path,
                          "--build-dir", str(work["builds"]))
     m = rep["units"][0]["first_mismatch"]
     assert rc == 1 and (m["case"], m["port"], m["got"]) == (0, "stuck", "not seen in 50 cycles")
+
+
+def test_cases_beyond_the_maps_limits_are_skipped_and_named(work, tmp_path, capsys):
+    """[limits] n = 256 on the shipped decoder: case 0 (the 256 byte values) runs, the weight-byte
+    cases (more bytes) are skipped and reported; a limit no case meets is one line, exit 2."""
+    src = port_maps()["unpack"]
+    text = src.read_text().replace('sources = ["tern_unpack5.sv"]',
+                                   f'sources = ["{src.parent / "tern_unpack5.sv"}"]')
+    (tmp_path / "map.toml").write_text(text + "\n[limits]\nn = 256\n")
+    rc, rep = cosim_json(capsys, str(work["vec"]), "--port-map", str(tmp_path / "map.toml"),
+                         "--build-dir", str(work["builds"]))
+    (u,) = rep["units"]
+    man = json.loads((work["vec"] / "manifest.json").read_text())["units"]["unpack"]["cases"]
+    sizes = [c["values"]["n"]["value"] for c in man]
+    assert rc == 0 and u["cases"] == u["exact"] == sum(n <= 256 for n in sizes) >= 1
+    assert [s["case"] for s in u["skipped"]] == [i for i, n in enumerate(sizes) if n > 256]
+    (tmp_path / "map.toml").write_text(text + "\n[limits]\nn = 100\n")
+    capsys.readouterr()
+    assert main(["cosim", str(work["vec"]), "--port-map", str(tmp_path / "map.toml"),
+                 "--build-dir", str(work["builds"])]) == 2
+    assert "beyond the map's [limits] (first: n 256 > 100)" in capsys.readouterr().err

@@ -90,6 +90,9 @@ def test_fields_are_checked_against_the_vectors(tmp_path):
     unknown = write(tmp_path, GOOD.replace('field = "bytes"', 'field = "bites"'))
     with pytest.raises(ConfigError, match="no field 'bites'"):
         check_fields(portmap.load(unknown), fields)
+    limited = write(tmp_path, GOOD + "[limits]\nbytes = 4\n")
+    with pytest.raises(ConfigError, match="'bytes' is not a scalar field"):
+        check_fields(portmap.load(limited), fields)
 
 
 @pytest.mark.parametrize("argv", [

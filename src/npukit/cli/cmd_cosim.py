@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         for r in reports:
             if r.first_mismatch:
                 print(f"{r.unit}: first mismatch: {_mismatch_text(r.first_mismatch)}")
+            if r.skipped:
+                print(f"{r.unit}: {len(r.skipped)} cases skipped, beyond {r.port_map}'s [limits] "
+                      f"(first: case {r.skipped[0]['case']}, {r.skipped[0]['reason']})")
             if r.unchecked:
                 print(f"{r.unit}: outputs not bound in {r.port_map}, not checked: {', '.join(r.unchecked)}")
         print("cycles: RTL = rising edges from start to done, counted in the Verilator simulation "

@@ -88,6 +88,7 @@ class PortMap:
     consts: dict[str, int] = field(default_factory=dict)
     active_low: list[str] = field(default_factory=list)  # 1-bit ports asserted by 0 (we_n, start_n)
     reset_every_case: bool = False
+    limits: dict[str, int] = field(default_factory=dict)  # scalar field -> largest value the design takes
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -167,7 +168,7 @@ def load(path: str | Path) -> PortMap:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     where = str(p)
     _known(doc, {"unit", "top", "sources", "parameters", "clock", "reset", "control", "in", "out", "const",
-                 "active_low"}, where)
+                 "active_low", "limits"}, where)
     low = doc.get("active_low", [])
     if not isinstance(low, list) or not all(isinstance(x, str) for x in low):
         raise ConfigError(f"{where}: active_low must be a list of port names")
@@ -178,6 +179,9 @@ def load(path: str | Path) -> PortMap:
     if not isinstance(srcs, list) or not srcs or not all(isinstance(s, str) for s in srcs):
         raise ConfigError(f"{where}: 'sources' must be a non-empty list of file names")
     params = _table(doc, "parameters", where)
+    limits = _table(doc, "limits", where)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in limits.values()):
+        raise ConfigError(f"{where}: [limits] values must be integers (a scalar field's largest value)")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in params.values()):
         raise ConfigError(f"{where}: [parameters] values must be integers")
     clk, rst, ctl = (_table(doc, k, where) for k in ("clock", "reset", "control"))
@@ -205,7 +209,7 @@ def load(path: str | Path) -> PortMap:
         mode=_typed(ctl, "mode", str, f"{where} [control]", "case"),
         inputs=[_binding(t, "in", i, where) for i, t in enumerate(_list(doc, "in", where))],
         outputs=[_binding(t, "out", i, where) for i, t in enumerate(_list(doc, "out", where))],
-        consts=consts, active_low=list(low),
+        consts=consts, active_low=list(low), limits=dict(limits),
         reset_every_case=bool(_typed(rst, "every_case", bool, f"{where} [reset]", False)))
     _check(pm, where)
     return pm

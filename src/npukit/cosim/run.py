@@ -36,6 +36,7 @@ class UnitReport:
     first_mismatch: dict[str, Any] | None
     cycles: list[dict[str, Any]] = field(default_factory=list)  # per case: label, rtl, model
     unchecked: list[str] = field(default_factory=list)  # output fields the port map does not bind
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # cases beyond the map's [limits]
 
     @property
     def ok(self) -> bool:
@@ -84,15 +85,15 @@ def load_unit(vectors: Path, unit: str,
         raise ConfigError(f"{mf}: no unit {unit!r} (have: {', '.join(units)})")
     fields = units[unit]["fields"]
     cases = []
-    for c in units[unit]["cases"][:limit]:
+    for index, c in enumerate(units[unit]["cases"][:limit]):
         values, shapes = {}, {}
         for name, v in c["values"].items():
             f = fields[name]
             shapes[name] = v["shape"]
             values[name] = (v["value"] if "value" in v
                             else _read_hex(vectors / v["file"], f["bits"], f["signed"]))
-        cases.append({"label": c["label"], "model_cycles": c.get("cycles"), "values": values,
-                      "shapes": shapes})
+        cases.append({"index": index, "label": c["label"], "model_cycles": c.get("cycles"),
+                      "values": values, "shapes": shapes})
     return fields, cases
 
 
@@ -107,8 +108,17 @@ def check_fields(pm: PortMap, fields: dict[str, Any]) -> list[str]:
             if f["dir"] != direction:
                 raise ConfigError(f"{pm.path}: field {b.field!r} is an {f['dir']}put of {pm.unit!r}, "
                                   f"bound as [[{direction}]]")
+    for name in pm.limits:
+        if name not in fields or fields[name]["shape"]:
+            raise ConfigError(f"{pm.path}: [limits] {name!r} is not a scalar field of {pm.unit!r}")
     bound = {b.field for b in pm.outputs}
     return [n for n, f in fields.items() if f["dir"] == "out" and n not in bound]
+
+
+def beyond_limits(pm: PortMap, case: dict[str, Any]) -> str | None:
+    """Why the design cannot take this case (a scalar over the map's [limits]), or None."""
+    over = [f"{k} {case['values'][k]} > {v}" for k, v in pm.limits.items() if case["values"][k] > v]
+    return ", ".join(over) or None
 
 
 # -- tools -----------------------------------------------------------------------------------------
@@ -237,6 +247,12 @@ def cosimulate(pm: PortMap, vectors: Path, build_root: Path | None = None, limit
     if not cases:
         raise ConfigError(f"{vectors}: unit {pm.unit!r} has no cases")
     unchecked = check_fields(pm, fields)
+    skipped = [{"case": c["index"], "label": c["label"], "reason": why}
+               for c in cases if (why := beyond_limits(pm, c))]
+    cases = [c for c in cases if not beyond_limits(pm, c)]
+    if not cases:
+        raise ConfigError(f"{pm.path}: every case of {pm.unit!r} is beyond the map's [limits] "
+                          f"(first: {skipped[0]['reason']})")
     say(f"{pm.unit}: building {pm.top} with Verilator")
     bdir, _ = build(pm, build_root or default_build_root())
     say(f"{pm.unit}: simulating {len(cases)} cases")
@@ -246,10 +262,10 @@ def cosimulate(pm: PortMap, vectors: Path, build_root: Path | None = None, limit
     first = None
     for n, c in enumerate(res["cases"]):
         if not c["ok"]:
-            first = {"case": n, "label": c["label"], **c["first"]}
+            first = {"case": cases[n]["index"], "label": c["label"], **c["first"]}
             break
     cycles = [{"label": c["label"], "rtl": r["cycles"], "dut_counter": r["dut_cycles"],
                "model": c["model_cycles"]} for c, r in zip(cases, res["cases"], strict=False)]
     return UnitReport(unit=pm.unit, top=pm.top, port_map=str(pm.path), cases=len(cases),
                       exact=sum(c["ok"] for c in res["cases"]), first_mismatch=first, cycles=cycles,
-                      unchecked=unchecked)
+                      unchecked=unchecked, skipped=skipped)
