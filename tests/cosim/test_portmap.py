@@ -68,9 +68,9 @@ def tiny_vectors(tmp_path: Path) -> Path:
     (d / "unpack").mkdir(parents=True)
     (d / "unpack" / "b.hex").write_text("05\n")
     (d / "unpack" / "c.hex").write_text("2\n1\n0\n0\n0\n")
-    fields = {"n": {"dir": "in", "bits": 16, "signed": False},
-              "bytes": {"dir": "in", "bits": 8, "signed": False},
-              "codes": {"dir": "out", "bits": 2, "signed": False}}
+    fields = {"n": {"dir": "in", "bits": 16, "signed": False, "shape": ""},
+              "bytes": {"dir": "in", "bits": 8, "signed": False, "shape": "[n]"},
+              "codes": {"dir": "out", "bits": 2, "signed": False, "shape": "[n, 5]"}}
     case = {"label": "five", "cycles": None, "values": {
         "n": {"value": 1, "shape": []}, "bytes": {"file": "unpack/b.hex", "shape": [1]},
         "codes": {"file": "unpack/c.hex", "shape": [1, 5]}}}

@@ -109,7 +109,7 @@ def check_fields(pm: PortMap, fields: dict[str, Any]) -> list[str]:
                 raise ConfigError(f"{pm.path}: field {b.field!r} is an {f['dir']}put of {pm.unit!r}, "
                                   f"bound as [[{direction}]]")
     for name in pm.limits:
-        if name not in fields or fields[name]["shape"]:
+        if name not in fields or fields[name].get("shape"):
             raise ConfigError(f"{pm.path}: [limits] {name!r} is not a scalar field of {pm.unit!r}")
     bound = {b.field for b in pm.outputs}
     return [n for n, f in fields.items() if f["dir"] == "out" and n not in bound]
