@@ -175,10 +175,12 @@ def build(pm: PortMap, root: Path) -> tuple[Path, float]:
     bdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # the C++ at -O0: a build compiles ~30% faster, and the cases run far too few cycles to notice;
-    # ccache, when installed, serves Verilator's runtime objects (the same in every build) from cache
+    # ccache, when installed, serves Verilator's runtime objects (the same in every build) from a
+    # cache inside the build root (writable wherever builds are), unless CCACHE_DIR says otherwise
     flags = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
     if shutil.which("ccache"):
         flags += " OBJCACHE=ccache"
+        env = env | {"CCACHE_DIR": os.environ.get("CCACHE_DIR") or str(root / "ccache")}
     env = env | {"MAKEFLAGS": flags}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
