@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--prompt-ids", default=None, metavar="IDS", help="prompt token ids (default: BOS)")
     t.add_argument("--segment", default="all", metavar="N|all",
                    help="which program segment of the token (they are split by host KV steps; default all)")
+    t.add_argument("--cases", type=ui.positive(int), default=64, metavar="N",
+                   help="--target tern: at most N cases per unit (default 64)")
+    t.add_argument("--decoder", action="store_true",
+                   help="pccx: the instruction decoder's unit vectors (words → opcode, error interrupt) "
+                   "for npukit cosim, instead of a program")
     p.add_argument("-o", "--out-dir", dest="out_dir", required=True, type=ui.output_file("--out-dir", True),
                    metavar="DIR", help="directory to write (created; files in it are replaced)")
     p.add_argument("--every", type=ui.positive(int), default=1, metavar="N",
@@ -57,18 +62,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _exporter(name: str) -> Any:
     """The target's golden-vector module (its record's ``extra["vectors"]``)."""
+    return _exporter_of(name, "vectors")
+
+
+def _exporter_of(name: str, capability: str) -> Any:
     from npukit import registry
 
     target = registry.get(name)
-    if not target.provides("vectors"):
-        raise ConfigError(f"target {name!r} has no golden-vector exporter "
-                          f"(have: {', '.join(registry.names('vectors'))})")
-    return target.resolve("vectors")
+    if not target.provides(capability):
+        raise ConfigError(f"target {name!r} has no {capability} exporter "
+                          f"(have: {', '.join(registry.names(capability))})")
+    return target.resolve(capability)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.token:
         return run_token(args)
+    if args.decoder:
+        return run_decoder(args)
     if args.target == "tern":
         return run_tern(args)
     if args.program is None:
@@ -109,8 +120,21 @@ def run_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_decoder(args: argparse.Namespace) -> int:
+    """The pccx decoder's unit vectors: three (profile, limits) cases of 512 words each."""
+    if args.program is not None or (args.target or "pccx") != "pccx":
+        raise ConfigError("--decoder exports pccx decoder vectors: no PROGRAM, --target pccx")
+    man = _exporter_of("pccx", "decoder_vectors").export(Path(args.out_dir))
+    cases = man["units"]["decoder"]["cases"]
+    if args.json:
+        ui.emit_json({"out": args.out_dir, "cases": [c["label"] for c in cases]})
+    else:
+        ui.table([[c["label"], c["values"]["word"]["shape"][0]] for c in cases], ["decoder case", "words"])
+    return 0
+
+
 def run_tern(args: argparse.Namespace) -> int:
-    """Vectors of the ternfpga units (engine, attention, FFN glue) from a short BitNet generation."""
+    """Vectors of the ternfpga units (unpack, engine, attention, FFN glue) from a short BitNet generation."""
     from npukit.cli.cmd_generate import parse_ids, resolve_model
     from npukit.runtime import backends
     from npukit.runtime.generate import generate
@@ -128,9 +152,10 @@ def run_tern(args: argparse.Namespace) -> int:
     res = generate(be, ids, args.max_new_tokens, vocab_size=model.vocab_size)
     cases = getattr(be.ops, "cases", {})
     meta = {"target": "tern", "hw": be.hw.name, "model": str(model.name), "prompt_ids": ids,
-            "tokens": res.tokens, "cases_per_unit_max": RecordingTernOps.limit}
+            "tokens": res.tokens, "cases_per_unit_max": args.cases, "engine_lanes": be.hw.engine.lanes,
+            "attention_t_max": be.hw.attention.t_max}
     man = tern_export(cases, Path(args.out_dir), meta)
-    counts = {u: len(v) for u, v in man["units"].items() if isinstance(v, list)}
+    counts = {u: len(v["cases"]) for u, v in man["units"].items()}
     if args.json:
         ui.emit_json({"out": args.out_dir, "cases": counts, "tokens": res.tokens})
     else:

@@ -62,6 +62,31 @@ _PRESETS: dict[str, dict[str, Any]] = {
             "quantization_mode": "offline",
         },
     },
+    # the BitNet architecture at toy size (synthetic weights): quick runs such as golden vectors for RTL
+    "bitnet-tiny": {
+        "architectures": ["BitNetForCausalLM"],
+        "model_type": "bitnet",
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "hidden_act": "relu2",
+        "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "quantization_config": {
+            "quant_method": "bitnet",
+            "linear_class": "autobitlinear",
+            "quantization_mode": "offline",
+        },
+    },
 }
 
 

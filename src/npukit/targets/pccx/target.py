@@ -13,5 +13,7 @@ TARGET = Target(
     simulate="npukit.targets.pccx.program:simulate_program",
     perf="npukit.targets.pccx.perf:perf_machine",
     backends=("npukit.targets.pccx.backend", "npukit.targets.pccx.backend_quant"),
-    extra={"cli": "npukit.targets.pccx.asm:add_cli_arguments", "vectors": "npukit.targets.pccx.vectors"},
+    extra={"cli": "npukit.targets.pccx.asm:add_cli_arguments", "vectors": "npukit.targets.pccx.vectors",
+           "decoder_vectors": "npukit.targets.pccx.decoder_vectors",
+           "rtl": "npukit.targets.pccx.rtl:port_maps"},
 )

@@ -9,5 +9,5 @@ TARGET = Target(
     perf="npukit.targets.tern.perf:perf_machine",
     ledger="npukit.targets.tern.ledger:build_ledger",
     backends=("npukit.targets.tern.backend",),
-    extra={"vectors": "npukit.targets.tern.vectors"},
+    extra={"vectors": "npukit.targets.tern.vectors", "rtl": "npukit.targets.tern.rtl:port_maps"},
 )
