@@ -55,7 +55,7 @@ class Model:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (needs the model's ``tokenizer.json``)."""
         if self.loaded.tokenizer is None:
-            raise ModelError(f"model {self.name} has no tokenizer.json; give token ids")
+            raise ModelError(f"model {self.name} has no tokenizer.json; give token ids (--prompt-ids)")
         ids = list(self.loaded.tokenizer.encode(text).ids)
         if not ids:
             raise ConfigError("the prompt encodes to no tokens")

@@ -36,6 +36,7 @@ class Generation:
     ledger: Ledger
     stats: dict[str, Any] = field(default_factory=dict, repr=False)
     logits: np.ndarray | None = field(default=None, repr=False)
+    raw: Any = field(default=None, repr=False)  # the runtime's GenerationResult (the CLI's JSON form)
 
     @property
     def cycles_per_token(self) -> Figure | None:
@@ -60,9 +61,9 @@ class Generation:
 
 
 def check_options(family: str, target: str, options: dict[str, Any],
-                  flags: dict[str, str] | None = None) -> None:
-    """Reject the options the target's backend does not take, before any work (``flags`` names them
-    the way the caller spelled them, e.g. ``--trace``)."""
+                  flags: dict[str, str] | None = None, where: str = "target") -> None:
+    """Reject the options the target's backend does not take, before any work (``flags`` and
+    ``where`` name them the way the caller spelled them, e.g. ``--trace`` and ``--target``)."""
     from npukit.runtime import backends
 
     factory = backends.get_spec(family, target).factory
@@ -74,7 +75,7 @@ def check_options(family: str, target: str, options: dict[str, Any],
         return
     bad = [(flags or {}).get(k, k) for k in options if k not in params]
     if bad:
-        raise ConfigError(f"target {target} does not take {' or '.join(bad)}")
+        raise ConfigError(f"{where} {target} does not take {' or '.join(bad)}")
 
 
 class Session:
@@ -107,7 +108,7 @@ class Session:
             led.figures.setdefault(name, Figure(**fig))
         logits = np.stack(res.logits) if res.logits else None
         return Generation(res.prompt, res.tokens, self.model.decode(res.tokens), res.stop_reason, led,
-                          dict(res.backend_stats), logits)
+                          dict(res.backend_stats), logits, res)
 
     def __repr__(self) -> str:
         return f"Session({self.model.name!r} on {self.target!r}, hw={self.hw!r})"
@@ -120,7 +121,8 @@ def prompt_ids(model: Model, prompt: str | Sequence[int] | None) -> list[int]:
     elif prompt is None:
         bos = getattr(model.loaded.config, "bos_token_id", None)
         if bos is None:
-            raise ConfigError("give a prompt (the model has no BOS token to start from)")
+            raise ConfigError("give a prompt: text or token ids (--prompt, --prompt-ids); the model has no "
+                              "BOS token to start from")
         ids = [int(bos)]
     else:
         ids = [int(t) for t in prompt]
