@@ -134,18 +134,29 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.logits and not args.json:
         raise ConfigError("--logits needs --json")
-    model = Model(resolve_model(args.model))
+    with ui.step(f"loading model {args.model or '(embedded)'}"):
+        model = Model(resolve_model(args.model))
     prompt = _prompt(args)
     options = target_options(args)
     check_options(model.family, args.target, options, _OPTIONS, "--target")
     ids = prompt_ids(model, prompt)
-    session = Session(model, args.target, backends.create_backend(model.loaded, args.target, kv=args.kv,
-                                                                 **options), args.hw)
-    # A bar on stderr only when stdout is not the same terminal the tokens stream to.
-    show_bar = sys.stderr.isatty() and (args.json or not sys.stdout.isatty())
+    with ui.step(f"preparing target {args.target} for {Path(model.name).name}"):
+        backend = backends.create_backend(model.loaded, args.target, kv=args.kv, **options)
+    session = Session(model, args.target, backend, args.hw)
+    # The decode bar goes to stderr unless the tokens themselves stream to the terminal.
+    show_bar = args.json or not sys.stdout.isatty()
     stream = None if args.json else _Streamer(model.loaded.tokenizer)
+    prefill = ui.step(f"prefill: {len(ids)} prompt tokens on {args.target}")
+    prefill.__enter__()  # ends when the first token is chosen
+    open_steps = [prefill]
+
+    def end_prefill() -> None:
+        while open_steps:
+            open_steps.pop().__exit__(None, None, None)
+
     with ui.Progress(args.max_new_tokens, "generate", enabled=show_bar) as bar:
         def on_token(tok: int) -> None:
+            end_prefill()
             if stream is not None:
                 stream(tok)
             bar.update()
@@ -156,10 +167,12 @@ def _run(args: argparse.Namespace) -> int:
                                    seed=args.seed, ignore_eos=args.ignore_eos, keep_logits=args.logits,
                                    on_token=on_token)
         except BaseException:
+            end_prefill()
             if stream is not None and stream.ids:  # the error starts on its own line
                 sys.stdout.write("\n")
                 sys.stdout.flush()
             raise
+        end_prefill()
     result = gen.raw
     if args.json:
         obj: dict[str, Any] = {"model": str(model.name), "family": model.family, "target": args.target}

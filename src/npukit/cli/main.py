@@ -56,6 +56,8 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
         "compilers, runtimes and evidence-tiered performance ledgers.",
     )
     parser.add_argument("--version", action="version", version=f"npukit {npukit.__version__}")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress displays (also accepted after the command; NPUKIT_QUIET=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     return parser, sub
 
@@ -98,8 +100,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return _lazy_parser(names, chosen) or build_parser()
 
 
+def _take_quiet(argv: list[str]) -> list[str]:
+    """``--quiet`` anywhere before a ``--``: progress off for this process; the rest of argv."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if "--quiet" in argv[:end]:
+        from npukit.cli.progress import set_quiet
+
+        set_quiet()
+        return [a for a in argv[:end] if a != "--quiet"] + argv[end:]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _take_quiet(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:

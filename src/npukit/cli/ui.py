@@ -1,16 +1,16 @@
-"""Terminal output shared by every subcommand: aligned tables, a progress bar on stderr, JSON, and
-the up-front checks of the paths a command will write (so a bad path fails before any work)."""
+"""Terminal output shared by every subcommand: aligned tables, progress on stderr (`progress`), JSON,
+and the up-front checks of the paths a command will write (so a bad path fails before any work)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from npukit.cli.progress import Progress, step  # noqa: F401  (commands use ui.Progress, ui.step)
 from npukit.errors import ConfigError
 
 T = TypeVar("T")
@@ -164,49 +164,6 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-class Progress:
-    """A minimal progress bar on stderr; silent when stderr is not a terminal or ``enabled`` is False."""
-
-    def __init__(self, total: int | None, label: str = "", enabled: bool | None = None,
-                 stream: TextIO | None = None) -> None:
-        self.total, self.label, self.n = total, label, 0
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-
-    def update(self, n: int = 1, note: str = "") -> None:
-        self.n += n
-        now = time.perf_counter()
-        if self.enabled and (now - self._last > 0.1 or (self.total and self.n >= self.total)):
-            self._last = now
-            self._draw(note)
-
-    def _draw(self, note: str) -> None:
-        dt = time.perf_counter() - self.t0
-        rate = self.n / dt if dt > 0 else 0.0
-        if self.total:
-            frac = min(self.n / self.total, 1.0)
-            bar = "#" * int(frac * 24)
-            head = f"{self.label} [{bar:<24}] {self.n}/{self.total}"
-        else:
-            head = f"{self.label} {self.n}"
-        self.stream.write(f"\r{head}  {rate:.1f}/s {note}\033[K")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self._draw("")
-            self.stream.write("\n")
-            self.stream.flush()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def track(items: Iterable[T], total: int | None = None, label: str = "", enabled: bool | None = None
