@@ -94,8 +94,9 @@ def run_disasm(args: argparse.Namespace) -> int:
     from npukit.targets.ebpf.asm import disassemble
     from npukit.targets.ebpf.load import read_program
 
-    loaded = read_program(args.file, section=args.section)
-    sys.stdout.write(disassemble(loaded.program, labels=not args.no_labels))
+    loaded = read_program(args.file, section=args.section, keep_unknown_helpers=True)
+    notes = {pc: f"helper {name}" for pc, name in loaded.helper_calls.items()}
+    sys.stdout.write(disassemble(loaded.program, labels=not args.no_labels, notes=notes))
     return 0
 
 
