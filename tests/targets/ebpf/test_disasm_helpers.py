@@ -38,3 +38,22 @@ def test_disasm_of_an_object_with_an_unknown_helper() -> None:
     assert named == {slot: name for slot, name in expect.items() if name == "print"}
     slots = isa.encode(assemble(run.stdout))
     assert len(slots) // 8 == slot
+
+
+def test_asm_and_disasm_json(tmp_path: Path) -> None:
+    import json
+
+    def npukit(*argv: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "npukit", *argv], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    plain = npukit("bpf", "disasm", str(OBJ))
+    obj = json.loads(npukit("bpf", "disasm", str(OBJ), "--json"))
+    assert obj["text"] == plain and obj["kind"] == "elf" and set(obj["helper_calls"].values()) == {"print"}
+    src = tmp_path / "p.s"
+    src.write_text("mov r0, 7\nexit\n")
+    npukit("bpf", "asm", str(src), "-o", str(tmp_path / "p.bin"))
+    obj = json.loads(npukit("bpf", "asm", str(src), "--json"))
+    assert bytes.fromhex("".join(obj["hex"])) == (tmp_path / "p.bin").read_bytes() and obj["slots"] == 2
+    assert obj["hex"][0] == "b700000007000000"  # RFC 9669: opcode 0xb7 (MOV64 K), imm 7 little-endian
