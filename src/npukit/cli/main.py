@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,8 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser.add_argument("--version", action="version", version=f"npukit {npukit.__version__}")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress displays (also accepted after the command; NPUKIT_QUIET=1)")
+    parser.add_argument("--wide", action="store_true",
+                        help="tables at full width on a terminal too (also after the command; NPUKIT_WIDE=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     return parser, sub
 
@@ -100,19 +103,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return _lazy_parser(names, chosen) or build_parser()
 
 
-def _take_quiet(argv: list[str]) -> list[str]:
-    """``--quiet`` anywhere before a ``--``: progress off for this process; the rest of argv."""
-    end = argv.index("--") if "--" in argv else len(argv)
-    if "--quiet" in argv[:end]:
-        from npukit.cli.progress import set_quiet
+GLOBAL_FLAGS = {"--quiet": "NPUKIT_QUIET", "--wide": "NPUKIT_WIDE"}
 
-        set_quiet()
-        return [a for a in argv[:end] if a != "--quiet"] + argv[end:]
-    return argv
+
+def _take_global_flags(argv: list[str]) -> list[str]:
+    """``--quiet`` / ``--wide`` anywhere before a ``--`` apply to this process (and its children,
+    through their environment variables); the rest of argv goes to the parser."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    for flag, env in GLOBAL_FLAGS.items():
+        if flag in argv[:end]:
+            os.environ[env] = "1"
+    head = [a for a in argv[:end] if a not in GLOBAL_FLAGS]
+    return head + argv[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = _take_quiet(sys.argv[1:] if argv is None else list(argv))
+    argv = _take_global_flags(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -105,49 +106,66 @@ def positive(kind: type = int, zero: bool = False) -> Callable[[str], Any]:
     return parse
 
 
-def fit(cells: list[list[str]], width: int = WIDTH, sep: int = 2, prefer: int = -1) -> list[list[str]]:
-    """Shorten cells (ending them in '…') until a row fits ``width`` characters: first column
-    ``prefer`` (default the last, e.g. a source) down to 24, then always the widest column."""
-    if not cells:
-        return cells
-    ncol = max(len(r) for r in cells)
-    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
-    excess = sum(widths) + sep * (ncol - 1) - width
-    first = prefer % ncol
-    cut = max(0, min(excess, widths[first] - 24))
-    widths[first] -= cut
-    excess -= cut
-    while excess > 0:
-        i = max(range(ncol), key=lambda k: widths[k])
-        if widths[i] <= 12:
-            break
-        widths[i] -= 1
-        excess -= 1
-    return [[c if len(c) <= widths[i] else c[: widths[i] - 1] + "…" for i, c in enumerate(r)] for r in cells]
+def wide() -> bool:
+    """``npukit --wide`` (or ``NPUKIT_WIDE=1``): tables at full width even on a terminal."""
+    return os.environ.get("NPUKIT_WIDE", "") not in ("", "0")
+
+
+def terminal_width(out: TextIO) -> int | None:
+    """The width to fit tables to: the terminal's when ``out`` is one (and not ``--wide``), else
+    None (full width: a file or a pipe gets every cell whole)."""
+    try:
+        on_terminal = out.isatty()
+    except (AttributeError, ValueError):
+        on_terminal = False
+    if not on_terminal or wide():
+        return None
+    return shutil.get_terminal_size((WIDTH, 24)).columns
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str] | None = None, out: TextIO | None = None,
-          align: str | None = None, width: int | None = WIDTH) -> None:
-    """Print rows as an aligned text table. ``align`` is a string of 'l'/'r' per column; the widest
-    columns are shortened to fit ``width`` (None: never)."""
+          align: str | None = None, width: int | None = None) -> None:
+    """Print rows as a table that never cuts a cell. ``align`` is a string of 'l'/'r' per column.
+    On a terminal (or with ``width``) a rich table fits the width, wrapping long cells onto more
+    lines; to a file or a pipe, or with ``--wide``, plain aligned columns at full width."""
     out = out or sys.stdout
     cells = [[str(c) for c in r] for r in rows]
-    if headers:
-        cells.insert(0, [str(h) for h in headers])
-    if not cells:
+    head = [str(h) for h in headers] if headers else None
+    ncol = max([len(r) for r in cells] + [len(head) if head else 0])
+    if not ncol:
         return
-    if width:
-        cells = fit(cells, width)
-    ncol = max(len(r) for r in cells)
-    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
     align = align or "l" * ncol
+    fit_to = width or terminal_width(out)
+    if fit_to is not None:
+        _rich_table(cells, head, out, align, fit_to)
+        return
+    if head:
+        cells.insert(0, head)
+    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
     for n, r in enumerate(cells):
         parts = []
         for i, c in enumerate(r):
             parts.append(c.rjust(widths[i]) if align[i % len(align)] == "r" else c.ljust(widths[i]))
         print("  ".join(parts).rstrip(), file=out)
-        if headers and n == 0:
+        if head and n == 0:
             print("  ".join("-" * w for w in widths), file=out)
+
+
+def _rich_table(cells: list[list[str]], head: list[str] | None, out: TextIO, align: str, width: int) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    ncol = max([len(r) for r in cells] + [len(head) if head else 0])
+    t = Table(box=box.SIMPLE_HEAD if head else None, show_header=bool(head), show_edge=False,
+              pad_edge=False, padding=(0, 1), header_style="bold")
+    for i in range(ncol):
+        t.add_column(head[i] if head and i < len(head) else "", overflow="fold",
+                     justify="right" if align[i % len(align)] == "r" else "left")
+    for r in cells:
+        t.add_row(*(Text(c) for c in r))  # Text: a cell's brackets are data, not rich markup
+    Console(file=out, width=width, highlight=False, soft_wrap=False).print(t)
 
 
 def emit_json(obj: Any, out: TextIO | None = None) -> None:
