@@ -73,7 +73,8 @@ def enum_name(field: str, value: Any) -> str:
     import tflite
 
     cls = getattr(tflite, cls_name, None)
-    names = {v: k for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)} if cls else {}
+    names = {v: k for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)
+             } if cls is not None else {}
     return names.get(value, str(value))
 
 
