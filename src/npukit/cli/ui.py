@@ -89,6 +89,21 @@ def check_args(args: T) -> T:
     return args
 
 
+def tcp_address(text: str, flag: str, default_port: int) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` (or ``HOST:PORT``, ``tcp://HOST``) → (host, port); a ConfigError names
+    ``flag`` otherwise. One address form for every NVMe/Alkali command."""
+    from urllib.parse import urlparse
+
+    u = urlparse(text if "://" in text else f"tcp://{text}")
+    if u.scheme != "tcp" or not u.hostname:
+        raise ConfigError(f"{flag} {text!r}: expected tcp://HOST:PORT")
+    try:
+        port = u.port
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: bad port") from None
+    return u.hostname, default_port if port is None else port
+
+
 def positive(kind: type = int, zero: bool = False) -> Callable[[str], Any]:
     """An argparse ``type``: a number > 0 (>= 0 with ``zero``)."""
     def parse(text: str) -> Any:
