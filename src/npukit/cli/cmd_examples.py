@@ -12,9 +12,7 @@ from npukit.errors import ConfigError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("examples", help="copy the shipped examples (pccx programs, eBPF firmware, models, "
-                       "the API notebook) into a folder", epilog="example: npukit examples examples && "
-                       "npukit asm examples/pccx/softmax.s -o softmax.hex --format hex",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "the API notebook) into a folder")
     p.add_argument("out_dir", nargs="?", default="examples", metavar="DIR",
                    type=ui.output_file("DIR", directory=True),
                    help="folder to fill (default: ./examples; created; files in it are replaced)")

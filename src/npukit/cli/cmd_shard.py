@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(c)
     c.add_argument("--seq", type=int, default=128,
                    help="text models: sequence length of the plan (default 128)")
-    c.add_argument("--out", default=None, help="write the plan as JSON here")
+    c.add_argument("-o", "--output", "--out", dest="out", default=None, type=ui.output_file("--output"),
+                   help="write the plan as JSON here (--out: the old spelling)")
     c.set_defaults(func=run_compile)
     r = ss.add_parser("run", help="run an encoder on texts (or synthetic images) and time it")
     _common(r)

@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fixed hardware override applied to every point")
     p.add_argument("--basis", choices=("peak", "effective"), default="peak",
                    help="memory bandwidth basis: peak (an upper bound, default) or effective (sustained)")
-    p.add_argument("--out", type=ui.output_file("--out"), default=None, metavar="FILE.csv|FILE.parquet",
-                   help="write every point")
+    p.add_argument("-o", "--output", "--out", dest="out", type=ui.output_file("--output"), default=None,
+                   metavar="FILE.csv|FILE.parquet", help="write every point (--out: the old spelling)")
     p.add_argument("--pareto", type=ui.output_file("--pareto"), default=None, metavar="FILE.png",
                    help="Pareto plot of tok/s vs J/token")
     p.add_argument("--workers", type=ui.positive(int), default=2, help="local worker processes (default 2)")

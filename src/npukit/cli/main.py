@@ -86,7 +86,16 @@ def _lazy_parser(modules: list[str], chosen: str | None) -> argparse.ArgumentPar
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The ``npukit`` parser; given ``argv``, only the command it names is built in full."""
+    """The ``npukit`` parser; given ``argv``, only the command it names is built in full. Every
+    (sub)command's --help ends with an example (`help_examples`)."""
+    from npukit.cli import help_examples
+
+    parser = _build_parser(argv)
+    help_examples.attach(parser)
+    return parser
+
+
+def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     if argv is None:
         parser, sub = _top_parser()
         for module in import_prefixed(PACKAGE, PREFIX):
@@ -100,7 +109,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if parser is not None:
             return parser
     # a command no module registered (a typo, a module's second command): the full build decides
-    return _lazy_parser(names, chosen) or build_parser()
+    return _lazy_parser(names, chosen) or _build_parser()
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser the parsed command line went through."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if not subs or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
 
 
 GLOBAL_FLAGS = {"--quiet": "NPUKIT_QUIET", "--wide": "NPUKIT_WIDE"}
@@ -120,7 +139,9 @@ def _take_global_flags(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = _take_global_flags(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # a wrong flag: the usage of the command it was given to, not the top level's
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0
