@@ -137,6 +137,30 @@ def _take_global_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # during start-up or parsing, before the command ran
+        return _interrupted([])
+
+
+def _interrupted(fresh: list[str]) -> int:
+    """Ctrl-C: remove what the command had begun to write (only paths that did not exist before it
+    ran), say so in one line, exit 130. A second Ctrl-C meanwhile is ignored, not a traceback."""
+    import signal
+
+    from npukit.cli.ui import remove_paths
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        removed = remove_paths(fresh)
+        tail = f"; removed the partial {', '.join(removed)}" if removed else ""
+        print(f"npukit: interrupted{tail}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    return 130
+
+
+def _main(argv: list[str] | None) -> int:
     argv = _take_global_flags(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser(argv)
     args, extras = parser.parse_known_args(argv)
@@ -145,18 +169,19 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0
-    try:
-        from npukit.cli.ui import check_args
+    from npukit.cli.ui import check_args, output_paths
 
+    fresh = [p for p in output_paths(args) if not os.path.lexists(p)]
+    try:
         check_args(args)  # output paths (and a --hw file) before any work
         return int(args.func(args) or 0)
     except NpukitError as exc:
         print(f"npukit: error: {str(exc).removeprefix(': ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("npukit: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
+        return _interrupted(fresh)
+    except BrokenPipeError:  # `npukit ... | head`: stop quietly (and let no flush at exit complain)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

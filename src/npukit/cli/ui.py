@@ -74,6 +74,36 @@ def check_input(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: no such file")
 
 
+def output_paths(args: Any) -> list[str]:
+    """Every path a parsed command line names for writing (as `check_args` finds them)."""
+    out = []
+    for dest, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            named = isinstance(v, OutputPath) or (dest in OUTPUT_DESTS and isinstance(v, str))
+            if named and str(v) not in ("", "-"):
+                out.append(str(v))
+    return out
+
+
+def remove_paths(paths: Iterable[str]) -> list[str]:
+    """Delete these files or folders where they exist (a partial output); the ones removed."""
+    import shutil
+
+    removed = []
+    for p in map(Path, paths):
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+            else:
+                continue
+        except OSError:
+            continue
+        removed.append(str(p))
+    return removed
+
+
 def check_args(args: T) -> T:
     """Every output path of a parsed command line, and a --hw that names a TOML file, checked before
     the command runs."""
