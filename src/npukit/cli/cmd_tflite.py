@@ -78,6 +78,9 @@ def _feeds(model, specs: list[str]):
     positional, named = [], {}
     for spec in specs:
         name, sep, path = spec.partition("=")
+        if sep and name not in names and not Path(spec).exists():
+            raise ConfigError(f"--input {spec}: the model has no input named {name!r} "
+                              f"(inputs: {', '.join(sorted(names))})")
         if not sep or name not in names:
             name, path = None, spec
         try:

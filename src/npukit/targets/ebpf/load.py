@@ -91,4 +91,7 @@ def read_program(path: str | Path, **options) -> LoadedProgram:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no such program file {str(p)!r}")
-    return program_from_bytes(p.read_bytes(), **options)
+    data = p.read_bytes()
+    if p.suffix == ".o" and data[:4] != b"\x7fELF":  # not read as assembly text: say what it is not
+        raise ConfigError(f"{p}: not an ELF object (no ELF magic); a .o must be clang's BPF object")
+    return program_from_bytes(data, **options)
