@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pareto:
         from npukit.perf.plot import plot_pareto
 
-        plot_pareto(rows, front, args.pareto)
+        plot_pareto(rows, front, args.pareto, title=f"{args.model} on {args.hw}")
     axis_names = list(axes)
     timing = {"points": len(rows), "seconds": dt, "points_per_second": len(rows) / dt if dt > 0 else None,
               "tier": "measured", "source": "wall clock of this run (time.perf_counter)"}
