@@ -168,11 +168,11 @@ def run_sweep(sw: Sweep, workers: int = 2, ray_address: str | None = None) -> li
 def _run_ray(sw: Sweep, chunks: list, address: str) -> list[dict[str, np.ndarray]]:
     """Each chunk is one Ray task on the cluster at ``address`` (``host:port`` of its head, or
     ``auto``); plain ``ray`` is enough (no dashboard). The driver disconnects afterwards."""
+    _probe(address)  # first: importing ray takes seconds and may log before any error of ours
     try:
         import ray  # type: ignore[import-not-found]
     except ImportError:
         raise ConfigError("--ray needs the 'ray' package (pip install 'npukit[ray]')") from None
-    _probe(address)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                  logging_level="error", include_dashboard=False)
