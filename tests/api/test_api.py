@@ -75,6 +75,9 @@ def test_pccx_session_matches_the_integer_reference_and_reports_cycles() -> None
     assert gen.ledger["prefill_s"].tier == "measured"
     assert gen.text == model.decode(gen.tokens)
     assert ref.cycles_per_token is None  # the reference is not simulated hardware
+    energy = session.estimate()  # the session's hardware, the context the generation reached
+    assert session.hardware_name() == "pccx-v002-kv260" and energy.joules_per_token.value > 0
+    assert f"context {len(gen.prompt_ids) + len(gen.tokens)}," in energy.ledger["tokens_per_second"].source
 
 
 def test_estimate_energy_adds_up_and_sweep_front_is_not_dominated() -> None:

@@ -15,6 +15,7 @@ from npukit.errors import ConfigError, ModelError
 if TYPE_CHECKING:
     import numpy as np
 
+    from npukit.api.perf import PerfReport
     from npukit.evidence import Figure, Ledger
     from npukit.runtime.backends import Backend
 
@@ -83,6 +84,7 @@ class Session:
 
     def __init__(self, model: Model, target: str, backend: Backend, hw: str | None) -> None:
         self.model, self.target, self.backend, self.hw = model, target, backend, hw
+        self.last: Generation | None = None  # the latest `generate` result
 
     def generate(self, prompt: str | Sequence[int] | None = None, max_new_tokens: int = 32, *,
                  temperature: float = 0.0, top_p: float = 1.0, repetition_penalty: float = 1.0,
@@ -107,8 +109,30 @@ class Session:
         for name, fig in (res.backend_stats.get("figures") or {}).items():
             led.figures.setdefault(name, Figure(**fig))
         logits = np.stack(res.logits) if res.logits else None
-        return Generation(res.prompt, res.tokens, self.model.decode(res.tokens), res.stop_reason, led,
-                          dict(res.backend_stats), logits, res)
+        self.last = Generation(res.prompt, res.tokens, self.model.decode(res.tokens), res.stop_reason, led,
+                               dict(res.backend_stats), logits, res)
+        return self.last
+
+    def hardware_name(self) -> str | None:
+        """The hardware preset (or TOML) this session simulates, the target's default included."""
+        if self.hw:
+            return str(self.hw)
+        desc = getattr(self.backend, "hw", None)
+        name = getattr(self.backend, "hw_name", None) or getattr(desc, "name", None)
+        return str(name) if name else None
+
+    def estimate(self, context: int | None = None, **kwargs: Any) -> PerfReport:
+        """Analytic time and energy per decode token of this model on this session's hardware
+        (`npukit.estimate`; ``context`` defaults to the last generation's prompt + tokens)."""
+        from npukit.api.perf import estimate
+
+        hw = self.hardware_name()
+        if hw is None:
+            raise ConfigError(f"target {self.target} simulates no hardware: call npukit.estimate(model, hw)")
+        if context is None:
+            last = self.last
+            context = len(last.prompt_ids) + len(last.tokens) if last is not None else 1024
+        return estimate(self.model, hw, context=context, **kwargs)
 
     def __repr__(self) -> str:
         return f"Session({self.model.name!r} on {self.target!r}, hw={self.hw!r})"
