@@ -162,8 +162,11 @@ def _interrupted(fresh: list[str]) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = _take_global_flags(sys.argv[1:] if argv is None else list(argv))
-    parser = build_parser(argv)
-    args, extras = parser.parse_known_args(argv)
+    from npukit.cli.progress import step
+
+    with step(f"starting npukit {argv[0] if argv else ''}".rstrip(), plain=False):  # (a terminal only:
+        parser = build_parser(argv)  # a command's parser can import its registries, seconds on a busy host)
+        args, extras = parser.parse_known_args(argv)
     if extras:  # a wrong flag: the usage of the command it was given to, not the top level's
         _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     if getattr(args, "func", None) is None:

@@ -58,7 +58,7 @@ def _acquire() -> Any:
                              TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
                              TextColumn("{task.fields[eta]}"),
                              console=Console(file=sys.stderr), transient=True, refresh_per_second=8,
-                             redirect_stdout=_on_terminal(sys.stdout), redirect_stderr=False)
+                             redirect_stdout=_on_terminal(sys.stdout), redirect_stderr=True)
             _live.start()
         _users += 1
         return _live
@@ -137,11 +137,13 @@ class Progress:
 
 
 @contextmanager
-def step(what: str, stream: TextIO | None = None) -> Iterator[None]:
+def step(what: str, stream: TextIO | None = None, plain: bool = True) -> Iterator[None]:
     """One stretch of uncountable work, named (``"loading model bitnet-b1.58-2b-4t"``): a spinner
-    with elapsed time on a terminal; off it, a line if it runs past 2 s and one when it ends."""
+    with elapsed time on a terminal; off it, a line if it runs past 2 s and one when it ends
+    (``plain=False``: nothing off a terminal). While a display is up, what the program writes to
+    stderr (warnings, messages) is printed above it."""
     stream = stream or sys.stderr
-    if quiet():
+    if quiet() or (not plain and not _on_terminal(stream)):
         yield
         return
     if _on_terminal(stream) and stream is sys.stderr:
