@@ -63,6 +63,8 @@ SLOW_PATHS = [
     pytest.param(["shard", "run", "minilm", "--text", "Three NPU cores share one encoder."], 0,
                  id="shard-run"),
     pytest.param(["demo", "shard"], 0, id="demo-shard"),
+    pytest.param(["demo", "alkali"], 0, id="demo-alkali"),
+    pytest.param(["demo", "vta"], 0, id="demo-vta"),
 ]
 
 
