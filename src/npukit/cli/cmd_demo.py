@@ -94,8 +94,9 @@ def run_pccx(args: argparse.Namespace) -> int:
     from npukit.cli.main import build_parser
     from npukit.runtime import backends
 
-    target = args.target or best_target(backends.targets())
-    parser = build_parser()
+    with ui.step("loading the generation targets"):
+        target = args.target or best_target(backends.targets())
+        parser = build_parser()
     if not args.json:
         print(f"npukit demo: embedded Gemma 3n model, target {target!r}, prompt {args.prompt!r}\n")
     argv = ["generate", "--prompt", args.prompt, "--max-new-tokens", str(args.max_new_tokens),
