@@ -96,3 +96,9 @@ def test_estimate_energy_adds_up_and_sweep_front_is_not_dominated() -> None:
                        and o["joules_per_token"] < r["joules_per_token"] for o in sw.rows)
     hw = npukit.hardware("pccx-v002-kv260", {"gemv.cores_log2": 3})
     assert hw.gemv.cores_log2 == 3 and "pccx-v002-kv260" in npukit.hardware_presets()
+
+
+def test_write_vectors_names_the_targets_that_export(tmp_path) -> None:
+    with pytest.raises(npukit.ConfigError, match=r"has no golden-vector exporter \(have: pccx, tern\)"):
+        npukit.write_vectors(None, tmp_path / "v", target="vta")
+    assert not (tmp_path / "v").exists()  # nothing written before the target is checked
