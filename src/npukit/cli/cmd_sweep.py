@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     sw = Sweep(args.hw, table, axes, {"weights": args.weights, "kv": args.kv, "context": args.context,
                                        "sparsity": args.sparsity}, args.overrides, args.basis)
     t0 = time.perf_counter()
-    rows = run_sweep(sw, workers=args.workers, ray_address=args.ray)
+    where = f"the Ray cluster at {args.ray}" if args.ray else f"{args.workers} local worker(s)"
+    with ui.step(f"evaluating {len(sw.grid())} design points on {where}"):
+        rows = run_sweep(sw, workers=args.workers, ray_address=args.ray)
     dt = time.perf_counter() - t0
     front = pareto_front(rows)
     if args.out:
