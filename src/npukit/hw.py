@@ -38,6 +38,11 @@ def _preset_text(name_or_path: str | Path) -> tuple[str, str]:
     res = resources.files("npukit") / "presets" / "hw" / f"{name_or_path}.toml"
     if res.is_file():
         return res.read_text(), f"preset {name_or_path}"
+    if path.suffix and path.suffix != ".toml":
+        raise ConfigError(f"{name_or_path}: hardware descriptions are TOML files ({path.suffix} is not "
+                          f"accepted); presets: {', '.join(preset_names())}")
+    if path.suffix == ".toml":
+        raise ConfigError(f"{name_or_path}: no such file")
     raise ConfigError(f"unknown hardware preset {str(name_or_path)!r}; known: {', '.join(preset_names())}")
 
 

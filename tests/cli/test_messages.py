@@ -139,11 +139,24 @@ def test_tern_perf_energy_and_headline(capsys):
     ["hw", "pccx-v002-kv260"],
     ["formats", "--size", "1024"],
 ])
-def test_tables_fit_100_columns(argv, capsys):
+def test_tables_fit_a_100_column_terminal_without_cutting(argv, capsys, monkeypatch):
+    from npukit.cli import ui
+
+    monkeypatch.setattr(ui, "terminal_width", lambda out: 100)  # as on a 100-column terminal
     rc, out, _ = run(capsys, *argv)
     assert rc == 0
     widest = max(len(line) for line in out.splitlines())
     assert widest <= 100, max(out.splitlines(), key=len)
+    assert "…" not in out  # long cells wrap onto more lines; none is cut
+
+
+def test_tables_piped_keep_every_cell_whole(capsys):
+    rc, out, _ = run(capsys, "perf", "--hw", "pccx-v002-kv260", "--model", "gemma3n-e4b", "--json")
+    sources = [f["source"] for f in json.loads(out)["figures"].values()]
+    rc, out, _ = run(capsys, "perf", "--hw", "pccx-v002-kv260", "--model", "gemma3n-e4b")
+    assert rc == 0 and "…" not in out
+    lines = out.splitlines()
+    assert all(any(src in line for line in lines) for src in sources)
 
 
 def test_sweep_basis_has_help(capsys):

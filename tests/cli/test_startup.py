@@ -152,4 +152,4 @@ def test_no_command_prints_help_and_bad_command_is_one_usage_error(capsys):
     with contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exc:
         main(["hw", "--no-such-flag"])
     assert exc.value.code == 2 and "Traceback" not in err.getvalue()
-    assert err.getvalue().splitlines()[-1].startswith("npukit: error: unrecognized arguments")
+    assert err.getvalue().splitlines()[-1].startswith("npukit hw: error: unrecognized arguments")

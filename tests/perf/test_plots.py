@@ -64,3 +64,37 @@ def test_roofline_names_every_op_class(analysis, tmp_path):
     ok = ((po["op_w_bytes"] + po["op_kv_bytes"]) > 0) & (po["op_macs"] > 0) & (po["op_seconds"] > 0)
     assert named == set(np.asarray(analysis.table.groups)[ok].tolist())
     assert (tmp_path / "r.png").stat().st_size > 0
+
+
+def test_pareto_names_model_hardware_and_marks_the_optimum():
+    rows = [{"tokens_per_second": t, "joules_per_token": j, "time_tier": "projected"}
+            for t, j in ((1.5, 2.2), (2.0, 2.6), (3.1, 2.4), (1.0, 3.0))]
+    fig = plot.pareto_figure(rows, [0, 2], title="gemma3n-e4b on pccx-v002-kv260")
+    ax = fig.axes[0]
+    title = ax.get_title()
+    assert "gemma3n-e4b on pccx-v002-kv260" in title and "4 points" in title and "projected" in title
+    notes = [t.get_text() for t in ax.texts]
+    assert any(n.startswith("fastest: 3.1 tok/s") for n in notes)
+    assert any(n.startswith("least J/token: 1.5 tok/s, 2.2 J") for n in notes)
+    plot._plt().close(fig)
+
+
+def test_roofline_title_tier_matches_the_ledger(analysis, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from npukit.perf.ledger import build_ledger
+
+    titles = []
+    real = plt.Figure.savefig
+
+    def keep(fig, *a, **k):
+        titles.append(fig.axes[0].get_title())
+        return real(fig, *a, **k)
+
+    plt.Figure.savefig = keep
+    try:
+        plot.plot_roofline(analysis, tmp_path / "r.png")
+    finally:
+        plt.Figure.savefig = real
+    tier = str(build_ledger(analysis)["tokens_per_second"].tier)
+    assert f"tier: {tier})" in titles[0]

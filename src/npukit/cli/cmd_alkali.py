@@ -70,7 +70,8 @@ def _register_run(verbs: argparse._SubParsersAction) -> None:
     v.add_argument("--fw-id", type=_int, default=0, help="firmware slot (default 0)")
     v.add_argument("--model", help=".tflite model put at the start of the input buffer")
     v.add_argument("--input", help="input bytes (after the model, when --model is given)")
-    v.add_argument("--out", type=ui.output_file("--out"), help="write the output bytes here")
+    v.add_argument("-o", "--output", "--out", dest="out", type=ui.output_file("--output"),
+                   help="write the output bytes here (--out: the old spelling)")
     v.add_argument("--out-size", type=_int, help="output bytes to read (default: what the status reports)")
     v.add_argument("--storage", type=_int, metavar="SLBA",
                    help="write the input buffer to the namespace at SLBA (NVM Write), then use it with 0x88")
@@ -186,7 +187,7 @@ def run_run(args: argparse.Namespace) -> int:
     firmware = _read(args.fw, "--fw")
     buffer = _input_buffer(args)
     if args.out:
-        ui.check_output(args.out, "--out")
+        ui.check_output(args.out, "--output")
     if args.storage is not None and args.blocks:
         raise ConfigError("--storage and --blocks exclude each other")
     storage = None

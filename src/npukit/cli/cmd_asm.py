@@ -37,7 +37,7 @@ def add_target_arguments(p: argparse.ArgumentParser, command: str) -> None:
     """--target, --hw, --set and every registered target's own flags (its ``cli`` hook)."""
     p.add_argument("--target", default=None,
                    help="registered target (default: the --hw preset's target, else pccx; "
-                        "`npukit hw --list` shows presets)")
+                        "`npukit hw --list` lists presets)")
     p.add_argument("--hw", default=None, help="hardware preset name or TOML path "
                    "(default: the target's first preset, else its description's defaults)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -21,11 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = bsub.add_parser("asm", help="assemble uBPF-syntax text into 8-byte slots")
     a.add_argument("file")
     a.add_argument("-o", "--output", help="write raw little-endian bytes here (default: hex bytes on stdout)")
+    a.add_argument("--json", action="store_true", help="print one JSON object (slots as hex)")
     a.set_defaults(func=run_asm)
     d = bsub.add_parser("disasm", help="disassemble an ELF object, raw slots or hex into uBPF syntax")
     d.add_argument("file")
     d.add_argument("--section", help="ELF program section (default: the first executable one)")
     d.add_argument("--no-labels", action="store_true", help="numeric jump offsets instead of labels")
+    d.add_argument("--json", action="store_true", help="print one JSON object (text, helper calls)")
     d.set_defaults(func=run_disasm)
     r = bsub.add_parser("run", help="run a program and print r0, the output buffer and printed strings")
     r.add_argument("program", help="ELF .o, uBPF .s, raw little-endian slots or hex text")
@@ -84,7 +86,12 @@ def run_asm(args: argparse.Namespace) -> int:
             Path(args.output).write_bytes(data)
         except OSError as exc:
             raise ConfigError(f"cannot write {args.output!r}: {exc.strerror}") from None
-    else:
+    if getattr(args, "json", False):
+        from npukit.cli import ui
+
+        ui.emit_json({"file": args.file, "slots": len(data) // 8, "output": args.output,
+                      "hex": [data[i : i + 8].hex() for i in range(0, len(data), 8)]})
+    elif not args.output:
         for i in range(0, len(data), 8):
             print(" ".join(f"{b:02x}" for b in data[i : i + 8]))
     return 0
@@ -94,8 +101,18 @@ def run_disasm(args: argparse.Namespace) -> int:
     from npukit.targets.ebpf.asm import disassemble
     from npukit.targets.ebpf.load import read_program
 
-    loaded = read_program(args.file, section=args.section)
-    sys.stdout.write(disassemble(loaded.program, labels=not args.no_labels))
+    loaded = read_program(args.file, section=args.section, keep_unknown_helpers=True)
+    notes = {pc: f"helper {name}" for pc, name in loaded.helper_calls.items()}
+    text = disassemble(loaded.program, labels=not args.no_labels, notes=notes)
+    if getattr(args, "json", False):
+        from npukit.cli import ui
+
+        ui.emit_json({"file": args.file, "kind": loaded.kind, "section": loaded.section_name,
+                      "slots": len(loaded.program), "helper_calls": {str(k): v for k, v in
+                                                                     loaded.helper_calls.items()},
+                      "text": text})
+        return 0
+    sys.stdout.write(text)
     return 0
 
 

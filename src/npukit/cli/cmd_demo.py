@@ -96,8 +96,9 @@ def run_pccx(args: argparse.Namespace) -> int:
         print(f"npukit demo: embedded Gemma 3n model, prompt {args.prompt!r}", flush=True)
     from npukit.runtime import backends
 
-    target = args.target or best_target(backends.targets())
-    parser = build_parser()
+    with ui.step("loading the generation targets"):
+        target = args.target or best_target(backends.targets())
+        parser = build_parser()
     if not args.json:
         print(f"target {target!r}\n", flush=True)
     argv = ["generate", "--prompt", args.prompt, "--max-new-tokens", str(args.max_new_tokens),

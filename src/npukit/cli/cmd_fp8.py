@@ -159,7 +159,8 @@ def run_bench(args: argparse.Namespace) -> int:
             ms = {p: f"{v.ms:.2f}" for p, v in r.paths.items()}
             print(f"  {r.label} M={r.m}: {ms} ms", file=sys.stderr, flush=True)
 
-    results = bench.run(shapes, fmt=args.fmt, reps=reps, memory=not args.no_memory, progress=progress)
+    with ui.step(f"timing {len(shapes)} shapes, fused / naive / cached / int8 ({simd})"):
+        results = bench.run(shapes, fmt=args.fmt, reps=reps, memory=not args.no_memory, progress=progress)
     if args.json:
         ui.emit_json({"simd": simd, "fmt": args.fmt, "results": bench.to_json(results),
                       "gpu_projection": _gpu_rows(gpu.seed_table())})
@@ -185,7 +186,8 @@ def _gpu_rows(rows) -> list[dict]:
 def run_harness(args: argparse.Namespace) -> int:
     from npukit.kernels.fp8 import harness
 
-    rows = harness.run(harness.default_shapes(args.quick), tuple(args.fmt or FMTS), args.scaling)
+    with ui.step("measuring each stage's error against float64"):
+        rows = harness.run(harness.default_shapes(args.quick), tuple(args.fmt or FMTS), args.scaling)
     if args.json:
         ui.emit_json({"scaling": args.scaling, "rows": [
             {"shape": r[0], "m": r[1], "n": r[2], "k": r[3], "fmt": r[4],
@@ -213,8 +215,9 @@ def run_models(args: argparse.Namespace) -> int:
 
     fmts = tuple(args.fmt or FMTS)
     stages = tuple(args.stage or ("fp8", "tensor", "token"))
-    res = models.run(tuple(args.model or ("gemma3n", "minilm")), fmts, stages, quick=args.quick,
-                     windows=args.windows)
+    with ui.step("real models with every linear layer in FP8 (loading, perplexity windows)"):
+        res = models.run(tuple(args.model or ("gemma3n", "minilm")), fmts, stages, quick=args.quick,
+                         windows=args.windows)
     if args.json:
         ui.emit_json(res)
         return 0

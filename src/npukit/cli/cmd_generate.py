@@ -62,15 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve_model(spec: str | None) -> LoadedModel:
-    from npukit.models.loading import load_model
+    from npukit.api.models import Model, load_model
 
-    if spec is None:
-        try:
-            from npukit.models.embedded import default_model_dir
-        except ImportError:
-            raise ModelError("no embedded default model in this build; give MODEL") from None
-        return load_model(default_model_dir())
-    return load_model(spec)
+    model = load_model(spec)
+    if not isinstance(model, Model):
+        raise ModelError(f"{spec}: a TFLite model; run it with `npukit tflite run`")
+    return model.loaded
 
 
 def parse_ids(text: str) -> list[int]:
@@ -84,24 +81,12 @@ def parse_ids(text: str) -> list[int]:
                           ) from None
 
 
-def prompt_ids(args: argparse.Namespace, model: LoadedModel) -> list[int]:
+def _prompt(args: argparse.Namespace) -> str | list[int] | None:
     if args.prompt_ids is not None:
-        ids = parse_ids(args.prompt_ids)
-    elif args.prompt is not None:
-        if model.tokenizer is None:
-            raise ModelError(f"model {model.name} has no tokenizer.json; use --prompt-ids")
-        ids = list(model.tokenizer.encode(args.prompt).ids)
-        if not ids:
-            raise ConfigError("--prompt encodes to no tokens")
-    else:
-        bos = getattr(model.config, "bos_token_id", None)
-        if bos is None:
-            raise ConfigError("give --prompt or --prompt-ids (the model has no BOS token to start from)")
-        ids = [int(bos)]
-    bad = [t for t in ids if not 0 <= t < model.vocab_size]
-    if bad:
-        raise ModelError(f"token id {bad[0]} out of range [0, {model.vocab_size}) for {model.name}")
-    return ids
+        return parse_ids(args.prompt_ids)
+    if args.prompt is not None:
+        return args.prompt
+    return None
 
 
 _OPTIONS = {"hw": "--hw", "overrides": "--set", "trace": "--trace", "kv_max_tokens": "--kv-max-tokens",
@@ -112,24 +97,6 @@ _OPTIONS = {"hw": "--hw", "overrides": "--set", "trace": "--trace", "kv_max_toke
 def target_options(args: argparse.Namespace) -> dict[str, Any]:
     """The target-specific options the user gave (a backend that lacks one rejects it)."""
     return {k: getattr(args, k) for k in _OPTIONS if getattr(args, k, None) not in (None, [])}
-
-
-def check_options(family: str, target: str, options: dict[str, Any]) -> None:
-    """Reject, by their flags, the options the target's backend does not take (before any work)."""
-    import inspect
-
-    from npukit.runtime import backends
-
-    factory = backends.get_spec(family, target).factory
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    bad = [_OPTIONS[k] for k in options if k not in params]
-    if bad:
-        raise ConfigError(f"--target {target} does not take {' or '.join(bad)}")
 
 
 class _Streamer:
@@ -160,47 +127,58 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from npukit.api.models import Model
+    from npukit.api.session import Session, check_options, prompt_ids
     from npukit.evidence import Figure
     from npukit.runtime import backends
-    from npukit.runtime.generate import generate
-    from npukit.runtime.sampling import SamplingParams
 
     if args.logits and not args.json:
         raise ConfigError("--logits needs --json")
-    model = resolve_model(args.model)
-    ids = prompt_ids(args, model)
-    sampling = SamplingParams(args.temperature, args.top_p, args.repetition_penalty, args.seed)
-    check_options(model.family, args.target, target_options(args))
-    from npukit.sim.heartbeat import heartbeat
+    with ui.step(f"loading model {args.model or '(embedded)'}"):
+        model = Model(resolve_model(args.model))
+    prompt = _prompt(args)
+    options = target_options(args)
+    check_options(model.family, args.target, options, _OPTIONS, "--target")
+    ids = prompt_ids(model, prompt)
+    with ui.step(f"preparing target {args.target} for {Path(model.name).name}"):
+        backend = backends.create_backend(model.loaded, args.target, kv=args.kv, **options)
+    session = Session(model, args.target, backend, args.hw)
+    # The decode bar goes to stderr unless the tokens themselves stream to the terminal.
+    show_bar = args.json or not sys.stdout.isatty()
+    stream = None if args.json else _Streamer(model.loaded.tokenizer)
+    prefill = ui.step(f"prefill: {len(ids)} prompt tokens on {args.target}")
+    prefill.__enter__()  # ends when the first token is chosen
+    open_steps = [prefill]
 
-    with heartbeat(f"preparing the {args.target} backend"):  # quantizing, compiling programs: seconds
-        backend = backends.create_backend(model, args.target, kv=args.kv, **target_options(args))
-    stops = () if args.ignore_eos else model.eos_token_ids
-    # A bar on stderr only when stdout is not the same terminal the tokens stream to.
-    show_bar = sys.stderr.isatty() and (args.json or not sys.stdout.isatty())
-    stream = None if args.json else _Streamer(model.tokenizer)
-    # until the first token: a heartbeat (prefill, and on a first run kernel compiles, take seconds)
-    with ui.Progress(args.max_new_tokens, "generate", enabled=show_bar) as bar, \
-            heartbeat("prefill") as prefilled:
+    def end_prefill() -> None:
+        while open_steps:
+            open_steps.pop().__exit__(None, None, None)
+
+    with ui.Progress(args.max_new_tokens, "generate", enabled=show_bar) as bar:
         def on_token(tok: int) -> None:
-            prefilled()
+            end_prefill()
             if stream is not None:
                 stream(tok)
             bar.update()
 
         try:
-            result = generate(backend, ids, args.max_new_tokens, sampling, stops, model.vocab_size,
-                              keep_logits=args.logits, on_token=on_token)
+            gen = session.generate(ids, args.max_new_tokens, temperature=args.temperature,
+                                   top_p=args.top_p, repetition_penalty=args.repetition_penalty,
+                                   seed=args.seed, ignore_eos=args.ignore_eos, keep_logits=args.logits,
+                                   on_token=on_token)
         except BaseException:
+            end_prefill()
             if stream is not None and stream.ids:  # the error starts on its own line
                 sys.stdout.write("\n")
                 sys.stdout.flush()
             raise
+        end_prefill()
+    result = gen.raw
     if args.json:
         obj: dict[str, Any] = {"model": str(model.name), "family": model.family, "target": args.target}
         obj |= result.to_json(with_logits=args.logits)
-        if model.tokenizer is not None:
-            obj["text"] = model.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        if gen.text is not None:
+            obj["text"] = gen.text
         ui.emit_json(obj)
         return 0
     sys.stdout.write("\n")

@@ -12,6 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("preset", nargs="?", help="preset name or path to a TOML description")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set ddr.bandwidth_gbps=12.8 (repeatable)")
+    p.add_argument("--list", action="store_true", help="list the presets (what no PRESET does)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -30,6 +31,10 @@ def _flatten(d: dict, prefix: str = "") -> list[list[str]]:
 def run(args: argparse.Namespace) -> int:
     from npukit import hw
 
+    if args.list and args.preset:
+        from npukit.errors import ConfigError
+
+        raise ConfigError("give PRESET or --list, not both")
     if not args.preset:
         names = hw.preset_names()
         if args.json:

@@ -1,7 +1,8 @@
 """``npukit nvme``: serve an NVMe/TCP storage device, and talk to one like nvme-cli does.
 
-Verbs and flags follow nvme-cli where they fit; the connection is given with ``--traddr``,
-``--trsvcid`` and ``--nqn`` (long options only, so nvme-cli's short verb flags stay free).
+Verbs and flags follow nvme-cli where they fit; the connection is given with ``--connect
+tcp://HOST:PORT`` (the form every NVMe/Alkali command takes) or nvme-cli's ``--traddr`` /
+``--trsvcid``, and ``--nqn`` (long options only, so nvme-cli's short verb flags stay free).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def _connection(p: argparse.ArgumentParser, port: int = 4420, short: bool = Fals
     s = ("-s", "--trsvcid") if short else ("--trsvcid",)
     p.add_argument(*a, default="127.0.0.1", help="target address (default 127.0.0.1)")
     p.add_argument(*s, type=int, default=port, help=f"target port (default {port})")
+    p.add_argument("--connect", metavar="tcp://HOST:PORT", default=None,
+                   help="target address and port in one (instead of --traddr/--trsvcid)")
     p.add_argument("--nqn", default=DEFAULT_NQN, help=f"subsystem NQN (default {DEFAULT_NQN})")
     p.add_argument("-q", "--hostnqn", help="host NQN (default derived from the host name)")
     p.add_argument("-g", "--hdr-digest", action="store_true", help="header digests (CRC32C)")
@@ -47,8 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _register_serve(verbs: argparse._SubParsersAction) -> None:
     s = verbs.add_parser("serve", help="serve a file-backed namespace over NVMe/TCP (+ discovery)")
-    s.add_argument("--listen", default="127.0.0.1:4420",
-                   help="HOST:PORT (default 127.0.0.1:4420; port 0 = any)")
+    s.add_argument("--listen", default="127.0.0.1:4420", metavar="tcp://HOST:PORT",
+                   help="address to serve on, tcp://HOST:PORT or HOST:PORT (default 127.0.0.1:4420; "
+                   "port 0 = any)")
     s.add_argument("--nqn", default=DEFAULT_NQN, help=f"subsystem NQN (default {DEFAULT_NQN})")
     s.add_argument("--namespace", required=True, metavar="FILE", help="namespace backing file")
     s.add_argument("--size", help="namespace size when creating FILE, e.g. 1G (fixed afterwards)")
@@ -157,7 +161,9 @@ def run_serve(args: argparse.Namespace) -> int:
     from npukit.devices.nvme.namespace import parse_size
     from npukit.devices.nvme.server import ServeConfig
 
-    cfg = ServeConfig(listen=args.listen, nqn=args.nqn, namespace=args.namespace,
+    host, port = ui.tcp_address(args.listen, "--listen", 4420)
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    cfg = ServeConfig(listen=listen, nqn=args.nqn, namespace=args.namespace,
                       size=parse_size(args.size) if args.size else None, state_dir=args.state_dir,
                       discovery_port=None if args.no_discovery else args.discovery_port,
                       advertise=args.advertise_addr, allow_hosts=tuple(args.allow_host),
@@ -173,7 +179,10 @@ def _host(args: argparse.Namespace, io_queues: int = 0):
     from npukit.devices.nvme.spec import DISCOVERY_NQN
 
     nqn = DISCOVERY_NQN if getattr(args, "nqn_is_discovery", False) else args.nqn
-    return NvmeTcpHost(args.traddr, args.trsvcid, nqn, hostnqn=args.hostnqn, hdgst=args.hdr_digest,
+    host, port = args.traddr, args.trsvcid
+    if args.connect:
+        host, port = ui.tcp_address(args.connect, "--connect", args.trsvcid)
+    return NvmeTcpHost(host, port, nqn, hostnqn=args.hostnqn, hdgst=args.hdr_digest,
                        ddgst=args.data_digest, io_queues=io_queues)
 
 

@@ -7,10 +7,6 @@ import textwrap
 from typing import Any
 
 from npukit.cli import ui
-from npukit.errors import ConfigError
-
-# Targets whose seeds state a decode-rate goal; checked unless --target-tps overrides.
-DEFAULT_TARGETS = {"pccx": (20.0, "seeds/000 pccx gemma3n_execution.rst §6 (target, nothing measured)")}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,66 +37,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_sparsity(text: str | None) -> tuple[float, bool]:
-    if text is None:
-        return 0.0, False
-    if text == "model":
-        return 0.0, True
-    try:
-        s = float(text)
-    except ValueError:
-        raise ConfigError(f"--sparsity must be a number in [0,1) or 'model', got {text!r}") from None
-    if not 0 <= s < 1:
-        raise ConfigError(f"--sparsity must be in [0, 1), got {s}")
-    return s, False
-
-
 def compute(args: argparse.Namespace) -> dict[str, Any]:
-    from npukit.evidence import Tier
-    from npukit.perf import ledger as lg
-    from npukit.perf.machine import load_machine, target_of
-    from npukit.perf.ops import build_ops
-    from npukit.perf.roofline import analyze
+    """`npukit.estimate` with the command line's options."""
+    from npukit.api.perf import estimate
+    from npukit.errors import ConfigError
 
-    desc, machine = load_machine(args.hw, args.overrides)
-    table = build_ops(args.model, name=str(args.model))
-    weights = args.weights or ("ternary" if table.config.get("model_type") == "bitnet" else "int4")
-    maxpos = table.config.get("max_position_embeddings")
-    if args.context < 1:
-        raise ConfigError(f"--context must be >= 1, got {args.context}")
-    if maxpos and args.context > int(maxpos):
-        raise ConfigError(f"--context {args.context} exceeds the model's max_position_embeddings {maxpos}")
-    sparsity, model_sp = parse_sparsity(args.sparsity)
-    a = analyze(table, machine, weights=weights, kv=args.kv, context=args.context, sparsity=sparsity,
-                model_sparsity=model_sp, basis=args.basis)
-    target = target_of(desc)
-    tps, src = ((args.target_tps, "--target-tps") if args.target_tps
-                else DEFAULT_TARGETS.get(target, (None, "")))
-    led = lg.build_ledger(a)
-    notes: list[str] = []
-    if tps:
-        notes = lg.add_target_check(led, a, tps, src, led["tokens_per_second"].tier)
-        if not model_sp and table.density.min() < 1:
-            b = analyze(table, machine, weights=weights, kv=args.kv, context=args.context,
-                        sparsity=sparsity, model_sparsity=True, basis=args.basis)
-            led.add("with_model_sparsity.tokens_per_second", b.totals["tokens_per_second"], "tok/s",
-                    led["tokens_per_second"].tier, "same roofline with the model's own FFN top-k skipping")
-            notes.append(f"with the model's FFN top-k skipping: {b.totals['tokens_per_second']:.2f} tok/s")
-    if args.basis == "peak":
-        e = analyze(table, machine, weights=weights, kv=args.kv, context=args.context, sparsity=sparsity,
-                    model_sparsity=model_sp, basis="effective")
-        led.add("tokens_per_second_effective_bw", e.totals["tokens_per_second"], "tok/s", Tier.PROJECTED,
-                "same roofline at the effective (sustained) bandwidths of the description")
-    tl = lg.target_ledger(target, desc, table.config, context=args.context, weights=weights, kv=args.kv,
-                          sparsity=None if model_sp else sparsity)
-    led = lg.merge(led, tl)
-    phases = {n.split(".", 1)[1]: f.value for n, f in led.items() if n.startswith("tokens_per_second.")}
-    if phases:
-        each = ", ".join(f"{ph} {v:.3g}" for ph, v in phases.items())
-        notes.append(f"tokens_per_second {a.totals['tokens_per_second']:.3g} is the analytic roofline "
-                     f"(no target phase); the target's own phases, tok/s: {each}")
-    return {"analysis": a, "ledger": led, "notes": notes, "target": target, "weights": weights,
-            "target_ledger": tl is not None}
+    try:
+        report = estimate(args.model, args.hw, weights=args.weights, kv=args.kv, context=args.context,
+                          sparsity=args.sparsity, overrides=args.overrides, basis=args.basis,
+                          target_tps=args.target_tps)
+    except ConfigError as exc:  # the API names its parameters; here they are flags
+        text = str(exc)
+        for name in ("sparsity", "context"):
+            if text.startswith(f"{name} "):
+                raise ConfigError(f"--{text}") from None
+        raise
+    return {"analysis": report.analysis, "ledger": report.ledger, "notes": report.notes,
+            "target": report.target, "weights": report.weights, "target_ledger": report.has_target_ledger}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(c)
     c.add_argument("--seq", type=int, default=128,
                    help="text models: sequence length of the plan (default 128)")
-    c.add_argument("--out", default=None, help="write the plan as JSON here")
+    c.add_argument("-o", "--output", "--out", dest="out", default=None, type=ui.output_file("--output"),
+                   help="write the plan as JSON here (--out: the old spelling)")
     c.set_defaults(func=run_compile)
     r = ss.add_parser("run", help="run an encoder on texts (or synthetic images) and time it")
     _common(r)
@@ -67,7 +68,8 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from npukit.targets.rk3588.runner import resolve_model
 
     hw = hwmod.load_hw(args.hw, args.overrides, expect="rk3588")
-    enc = resolve_model(args.model, args.layers, args.image_size, args.spikes)
+    with ui.step(f"loading encoder {args.model}"):
+        enc = resolve_model(args.model, args.layers, args.image_size, args.spikes)
     opts = CompileOptions(tiling=not args.no_tiling, barriers=not args.no_barriers,
                           sandwich=not args.no_sandwich, schedule=args.schedule, task_limit=args.task_limit,
                           dtype=args.dtype)
@@ -90,7 +92,8 @@ def run_compile(args: argparse.Namespace) -> int:
     seq = enc.config.seq_len or args.seq
     if seq < 1:
         raise ConfigError("--seq must be >= 1")
-    plan = fixed_shape_plan(enc, seq, hw, opts)
+    with ui.step(f"compiling {enc.name} for {hw.name} (sequence {seq})"):
+        plan = fixed_shape_plan(enc, seq, hw, opts)
     data = plan.to_json()
     if args.out:
         _write(args.out, json.dumps(data, indent=1, default=ui._json_default))
@@ -135,10 +138,12 @@ def run_run(args: argparse.Namespace) -> int:
             raise ConfigError("--images must be >= 1")
         images = runner.synthetic_images(enc, args.images)
         inputs = [enc.embed_patches(p) for p in images]
-    res = runner.encode(enc, inputs, hw, opts)
+    with ui.step(f"running {len(inputs)} input(s) on the simulated {hw.name}"):
+        res = runner.encode(enc, inputs, hw, opts)
     ref = None
     if not args.no_reference:
-        ref = runner.transformers_reference(enc, args.text if text else None, images)
+        with ui.step("transformers fp32 reference (CPU)"):
+            ref = runner.transformers_reference(enc, args.text if text else None, images)
     cos = None
     if ref is not None:
         ref_h = ref[0]
@@ -149,9 +154,10 @@ def run_run(args: argparse.Namespace) -> int:
             cos = [min(runner.cosine(u, v) for u, v in zip(a, b, strict=True))
                    for a, b in zip(res.hidden, ref_h, strict=True)]
     batch = args.batch or len(inputs)
-    plan = runner.fixed_shape_plan(enc, max(len(x) for x in inputs), hw, opts)
-    rep = simulate_plan(plan, opts.schedule, batch)
-    base = simulate_plan(plan, "single", batch) if opts.schedule != "single" else rep
+    with ui.step(f"timing the {opts.schedule} schedule, batch {batch}"):
+        plan = runner.fixed_shape_plan(enc, max(len(x) for x in inputs), hw, opts)
+        rep = simulate_plan(plan, opts.schedule, batch)
+        base = simulate_plan(plan, "single", batch) if opts.schedule != "single" else rep
     if args.trace:
         from npukit.sim.trace import to_trace
 

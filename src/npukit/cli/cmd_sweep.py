@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fixed hardware override applied to every point")
     p.add_argument("--basis", choices=("peak", "effective"), default="peak",
                    help="memory bandwidth basis: peak (an upper bound, default) or effective (sustained)")
-    p.add_argument("--out", type=ui.output_file("--out"), default=None, metavar="FILE.csv|FILE.parquet",
-                   help="write every point")
+    p.add_argument("-o", "--output", "--out", dest="out", type=ui.output_file("--output"), default=None,
+                   metavar="FILE.csv|FILE.parquet", help="write every point (--out: the old spelling)")
     p.add_argument("--pareto", type=ui.output_file("--pareto"), default=None, metavar="FILE.png",
                    help="Pareto plot of tok/s vs J/token")
     p.add_argument("--workers", type=ui.positive(int), default=2, help="local worker processes (default 2)")
@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     sw = Sweep(args.hw, table, axes, {"weights": args.weights, "kv": args.kv, "context": args.context,
                                        "sparsity": args.sparsity}, args.overrides, args.basis)
     t0 = time.perf_counter()
-    rows = run_sweep(sw, workers=args.workers, ray_address=args.ray)
+    where = f"the Ray cluster at {args.ray}" if args.ray else f"{args.workers} local worker(s)"
+    with ui.step(f"evaluating {len(sw.grid())} design points on {where}"):
+        rows = run_sweep(sw, workers=args.workers, ray_address=args.ray)
     dt = time.perf_counter() - t0
     front = pareto_front(rows)
     if args.out:
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pareto:
         from npukit.perf.plot import plot_pareto
 
-        plot_pareto(rows, front, args.pareto)
+        plot_pareto(rows, front, args.pareto, title=f"{args.model} on {args.hw}")
     axis_names = list(axes)
     timing = {"points": len(rows), "seconds": dt, "points_per_second": len(rows) / dt if dt > 0 else None,
               "tier": "measured", "source": "wall clock of this run (time.perf_counter)"}

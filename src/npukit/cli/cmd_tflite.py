@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--hw", default=None, metavar="PRESET", help="hardware preset for --target vta")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one hardware field (repeatable; --target vta)")
-    r.add_argument("--out", default=None, metavar="OUT.npz", help="write the outputs to an .npz file")
+    r.add_argument("-o", "--output", "--out", dest="out", default=None, type=ui.output_file("--output"),
+                   metavar="OUT.npz", help="write the outputs to an .npz file (--out: the old spelling)")
     r.add_argument("--trace", default=None, metavar="FILE", help="write a Chrome/Perfetto trace of the ops")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=run_run)
@@ -77,6 +78,9 @@ def _feeds(model, specs: list[str]):
     positional, named = [], {}
     for spec in specs:
         name, sep, path = spec.partition("=")
+        if sep and name not in names and not Path(spec).exists():
+            raise ConfigError(f"--input {spec}: the model has no input named {name!r} "
+                              f"(inputs: {', '.join(sorted(names))})")
         if not sep or name not in names:
             name, path = None, spec
         try:

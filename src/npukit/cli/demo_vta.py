@@ -26,12 +26,13 @@ def run(args: argparse.Namespace) -> int:
     from npukit.targets.vta.delegate import make_delegate
 
     t0 = time.perf_counter()
-    model = read_model(asset_dir() / "digits_int8.tflite")
-    samples = np.load(asset_dir() / "samples.npz")
-    images, labels = samples["images"], samples["labels"]
-    delegate = make_delegate("exact", hw=args.hw)
-    vta = Interpreter(model, delegate=delegate)
-    host = Interpreter(model)
+    with ui.step("lowering the digits model to VTA programs"):
+        model = read_model(asset_dir() / "digits_int8.tflite")
+        samples = np.load(asset_dir() / "samples.npz")
+        images, labels = samples["images"], samples["labels"]
+        delegate = make_delegate("exact", hw=args.hw)
+        vta = Interpreter(model, delegate=delegate)
+        host = Interpreter(model)
     hw = delegate.hw
     print(f"VTA {hw.name}: {hw.derived['gemm_core']} GEMM core, {hw.timing.clock_mhz:g} MHz "
           f"({hw.timing.tier}), buffers inp/wgt/acc {hw.inp_depth}/{hw.wgt_depth}/{hw.acc_depth} elements")
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"delegated to VTA: {vta.delegated_ops} of {len(model.ops)} ops "
           f"({', '.join(sorted({r.name for r in delegate.reports}))}); host: the rest\n")
     rows, agree = [], 0
-    for img, label in zip(images, labels, strict=True):
+    for img, label in zip(images, labels, strict=True):  # (fast: a few ms each)
         x = img[None]
         y = next(iter(vta.run([x]).values()))
         ref = next(iter(host.run([x]).values()))

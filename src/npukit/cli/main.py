@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +57,10 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
         "compilers, runtimes and evidence-tiered performance ledgers.",
     )
     parser.add_argument("--version", action="version", version=f"npukit {npukit.__version__}")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress displays (also accepted after the command; NPUKIT_QUIET=1)")
+    parser.add_argument("--wide", action="store_true",
+                        help="tables at full width on a terminal too (also after the command; NPUKIT_WIDE=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     return parser, sub
 
@@ -81,7 +86,16 @@ def _lazy_parser(modules: list[str], chosen: str | None) -> argparse.ArgumentPar
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The ``npukit`` parser; given ``argv``, only the command it names is built in full."""
+    """The ``npukit`` parser; given ``argv``, only the command it names is built in full. Every
+    (sub)command's --help ends with an example (`help_examples`)."""
+    from npukit.cli import help_examples
+
+    parser = _build_parser(argv)
+    help_examples.attach(parser)
+    return parser
+
+
+def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     if argv is None:
         parser, sub = _top_parser()
         for module in import_prefixed(PACKAGE, PREFIX):
@@ -95,28 +109,82 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if parser is not None:
             return parser
     # a command no module registered (a typo, a module's second command): the full build decides
-    return _lazy_parser(names, chosen) or build_parser()
+    return _lazy_parser(names, chosen) or _build_parser()
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser the parsed command line went through."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if not subs or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
+
+
+GLOBAL_FLAGS = {"--quiet": "NPUKIT_QUIET", "--wide": "NPUKIT_WIDE"}
+
+
+def _take_global_flags(argv: list[str]) -> list[str]:
+    """``--quiet`` / ``--wide`` anywhere before a ``--`` apply to this process (and its children,
+    through their environment variables); the rest of argv goes to the parser."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    for flag, env in GLOBAL_FLAGS.items():
+        if flag in argv[:end]:
+            os.environ[env] = "1"
+    head = [a for a in argv[:end] if a not in GLOBAL_FLAGS]
+    return head + argv[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # during start-up or parsing, before the command ran
+        return _interrupted([])
+
+
+def _interrupted(fresh: list[str]) -> int:
+    """Ctrl-C: remove what the command had begun to write (only paths that did not exist before it
+    ran), say so in one line, exit 130. A second Ctrl-C meanwhile is ignored, not a traceback."""
+    import signal
+
+    from npukit.cli.ui import remove_paths
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        removed = remove_paths(fresh)
+        tail = f"; removed the partial {', '.join(removed)}" if removed else ""
+        print(f"npukit: interrupted{tail}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = _take_global_flags(sys.argv[1:] if argv is None else list(argv))
+    from npukit.cli.progress import step
+
+    with step(f"starting npukit {argv[0] if argv else ''}".rstrip(), plain=False):  # (a terminal only:
+        parser = build_parser(argv)  # a command's parser can import its registries, seconds on a busy host)
+        args, extras = parser.parse_known_args(argv)
+    if extras:  # a wrong flag: the usage of the command it was given to, not the top level's
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0
-    try:
-        from npukit.cli.ui import check_args
+    from npukit.cli.ui import check_args, output_paths
 
+    fresh = [p for p in output_paths(args) if not os.path.lexists(p)]
+    try:
         check_args(args)  # output paths (and a --hw file) before any work
         return int(args.func(args) or 0)
     except NpukitError as exc:
         print(f"npukit: error: {str(exc).removeprefix(': ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("npukit: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
+        return _interrupted(fresh)
+    except BrokenPipeError:  # `npukit ... | head`: stop quietly (and let no flush at exit complain)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

@@ -1,16 +1,17 @@
-"""Terminal output shared by every subcommand: aligned tables, a progress bar on stderr, JSON, and
-the up-front checks of the paths a command will write (so a bad path fails before any work)."""
+"""Terminal output shared by every subcommand: aligned tables, progress on stderr (`progress`), JSON,
+and the up-front checks of the paths a command will write (so a bad path fails before any work)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from npukit.cli.progress import Progress, step  # noqa: F401  (commands use ui.Progress, ui.step)
 from npukit.errors import ConfigError
 
 T = TypeVar("T")
@@ -73,6 +74,36 @@ def check_input(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: no such file")
 
 
+def output_paths(args: Any) -> list[str]:
+    """Every path a parsed command line names for writing (as `check_args` finds them)."""
+    out = []
+    for dest, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            named = isinstance(v, OutputPath) or (dest in OUTPUT_DESTS and isinstance(v, str))
+            if named and str(v) not in ("", "-"):
+                out.append(str(v))
+    return out
+
+
+def remove_paths(paths: Iterable[str]) -> list[str]:
+    """Delete these files or folders where they exist (a partial output); the ones removed."""
+    import shutil
+
+    removed = []
+    for p in map(Path, paths):
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+            else:
+                continue
+        except OSError:
+            continue
+        removed.append(str(p))
+    return removed
+
+
 def check_args(args: T) -> T:
     """Every output path of a parsed command line, and a --hw that names a TOML file, checked before
     the command runs."""
@@ -86,6 +117,21 @@ def check_args(args: T) -> T:
     if isinstance(hw, str) and (hw.endswith(".toml") or os.sep in hw):
         check_input(hw, "--hw")
     return args
+
+
+def tcp_address(text: str, flag: str, default_port: int) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` (or ``HOST:PORT``, ``tcp://HOST``) → (host, port); a ConfigError names
+    ``flag`` otherwise. One address form for every NVMe/Alkali command."""
+    from urllib.parse import urlparse
+
+    u = urlparse(text if "://" in text else f"tcp://{text}")
+    if u.scheme != "tcp" or not u.hostname:
+        raise ConfigError(f"{flag} {text!r}: expected tcp://HOST:PORT")
+    try:
+        port = u.port
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: bad port") from None
+    return u.hostname, default_port if port is None else port
 
 
 def positive(kind: type = int, zero: bool = False) -> Callable[[str], Any]:
@@ -105,49 +151,66 @@ def positive(kind: type = int, zero: bool = False) -> Callable[[str], Any]:
     return parse
 
 
-def fit(cells: list[list[str]], width: int = WIDTH, sep: int = 2, prefer: int = -1) -> list[list[str]]:
-    """Shorten cells (ending them in '…') until a row fits ``width`` characters: first column
-    ``prefer`` (default the last, e.g. a source) down to 24, then always the widest column."""
-    if not cells:
-        return cells
-    ncol = max(len(r) for r in cells)
-    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
-    excess = sum(widths) + sep * (ncol - 1) - width
-    first = prefer % ncol
-    cut = max(0, min(excess, widths[first] - 24))
-    widths[first] -= cut
-    excess -= cut
-    while excess > 0:
-        i = max(range(ncol), key=lambda k: widths[k])
-        if widths[i] <= 12:
-            break
-        widths[i] -= 1
-        excess -= 1
-    return [[c if len(c) <= widths[i] else c[: widths[i] - 1] + "…" for i, c in enumerate(r)] for r in cells]
+def wide() -> bool:
+    """``npukit --wide`` (or ``NPUKIT_WIDE=1``): tables at full width even on a terminal."""
+    return os.environ.get("NPUKIT_WIDE", "") not in ("", "0")
+
+
+def terminal_width(out: TextIO) -> int | None:
+    """The width to fit tables to: the terminal's when ``out`` is one (and not ``--wide``), else
+    None (full width: a file or a pipe gets every cell whole)."""
+    try:
+        on_terminal = out.isatty()
+    except (AttributeError, ValueError):
+        on_terminal = False
+    if not on_terminal or wide():
+        return None
+    return shutil.get_terminal_size((WIDTH, 24)).columns
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str] | None = None, out: TextIO | None = None,
-          align: str | None = None, width: int | None = WIDTH) -> None:
-    """Print rows as an aligned text table. ``align`` is a string of 'l'/'r' per column; the widest
-    columns are shortened to fit ``width`` (None: never)."""
+          align: str | None = None, width: int | None = None) -> None:
+    """Print rows as a table that never cuts a cell. ``align`` is a string of 'l'/'r' per column.
+    On a terminal (or with ``width``) a rich table fits the width, wrapping long cells onto more
+    lines; to a file or a pipe, or with ``--wide``, plain aligned columns at full width."""
     out = out or sys.stdout
     cells = [[str(c) for c in r] for r in rows]
-    if headers:
-        cells.insert(0, [str(h) for h in headers])
-    if not cells:
+    head = [str(h) for h in headers] if headers else None
+    ncol = max([len(r) for r in cells] + [len(head) if head else 0])
+    if not ncol:
         return
-    if width:
-        cells = fit(cells, width)
-    ncol = max(len(r) for r in cells)
-    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
     align = align or "l" * ncol
+    fit_to = width or terminal_width(out)
+    if fit_to is not None:
+        _rich_table(cells, head, out, align, fit_to)
+        return
+    if head:
+        cells.insert(0, head)
+    widths = [max((len(r[i]) for r in cells if i < len(r)), default=0) for i in range(ncol)]
     for n, r in enumerate(cells):
         parts = []
         for i, c in enumerate(r):
             parts.append(c.rjust(widths[i]) if align[i % len(align)] == "r" else c.ljust(widths[i]))
         print("  ".join(parts).rstrip(), file=out)
-        if headers and n == 0:
+        if head and n == 0:
             print("  ".join("-" * w for w in widths), file=out)
+
+
+def _rich_table(cells: list[list[str]], head: list[str] | None, out: TextIO, align: str, width: int) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    ncol = max([len(r) for r in cells] + [len(head) if head else 0])
+    t = Table(box=box.SIMPLE_HEAD if head else None, show_header=bool(head), show_edge=False,
+              pad_edge=False, padding=(0, 1), header_style="bold")
+    for i in range(ncol):
+        t.add_column(head[i] if head and i < len(head) else "", overflow="fold",
+                     justify="right" if align[i % len(align)] == "r" else "left")
+    for r in cells:
+        t.add_row(*(Text(c) for c in r))  # Text: a cell's brackets are data, not rich markup
+    Console(file=out, width=width, highlight=False, soft_wrap=False).print(t)
 
 
 def emit_json(obj: Any, out: TextIO | None = None) -> None:
@@ -164,49 +227,6 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-class Progress:
-    """A minimal progress bar on stderr; silent when stderr is not a terminal or ``enabled`` is False."""
-
-    def __init__(self, total: int | None, label: str = "", enabled: bool | None = None,
-                 stream: TextIO | None = None) -> None:
-        self.total, self.label, self.n = total, label, 0
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-
-    def update(self, n: int = 1, note: str = "") -> None:
-        self.n += n
-        now = time.perf_counter()
-        if self.enabled and (now - self._last > 0.1 or (self.total and self.n >= self.total)):
-            self._last = now
-            self._draw(note)
-
-    def _draw(self, note: str) -> None:
-        dt = time.perf_counter() - self.t0
-        rate = self.n / dt if dt > 0 else 0.0
-        if self.total:
-            frac = min(self.n / self.total, 1.0)
-            bar = "#" * int(frac * 24)
-            head = f"{self.label} [{bar:<24}] {self.n}/{self.total}"
-        else:
-            head = f"{self.label} {self.n}"
-        self.stream.write(f"\r{head}  {rate:.1f}/s {note}\033[K")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self._draw("")
-            self.stream.write("\n")
-            self.stream.flush()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def track(items: Iterable[T], total: int | None = None, label: str = "", enabled: bool | None = None

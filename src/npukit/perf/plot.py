@@ -75,7 +75,7 @@ def plot_roofline(a: Analysis, path: str | Path) -> Path:
     ax.set_xlabel("arithmetic intensity (MAC per off-chip byte)")
     ax.set_ylabel("attained MAC/s")
     ax.set_title(f"{a.table.model} on {m.name}: {a.weights}/{a.kv} KV, ctx {a.context} "
-                 f"(tier: derived roofline)", fontsize=9)
+                 f"(roofline, tier: {_time_tier(a)})", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
@@ -122,7 +122,8 @@ def layers_figure(a: Analysis) -> Any:
     ax.set_ylabel("ms per token (cycles = ms × clock)")
     ax.set_xlabel("layer")
     ax.set_title(f"{a.table.model} on {a.machine.name}: per-layer time, "
-                 f"{a.totals['seconds_per_token'] * 1e3:.1f} ms/token (derived roofline)", fontsize=9)
+                 f"{a.totals['seconds_per_token'] * 1e3:.1f} ms/token (roofline, tier: {_time_tier(a)})",
+                 fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig
@@ -135,17 +136,25 @@ def plot_layers(a: Analysis, path: str | Path) -> Path:
     return Path(path)
 
 
+def _time_tier(a: Analysis) -> str:
+    """The tier the ledger gives this analysis's time figures (the title says the same as the table)."""
+    from npukit.perf.ledger import build_ledger
+
+    return str(build_ledger(a)["tokens_per_second"].tier)
+
+
 def plot_pareto(rows: list[dict[str, Any]], front: list[int], path: str | Path,
-                refs: dict[str, tuple[float, float]] | None = None) -> Path:
-    fig = pareto_figure(rows, front, refs)
+                refs: dict[str, tuple[float, float]] | None = None, title: str | None = None) -> Path:
+    fig = pareto_figure(rows, front, refs, title)
     fig.savefig(path, dpi=120)
     _plt().close(fig)
     return Path(path)
 
 
 def pareto_figure(rows: list[dict[str, Any]], front: list[int],
-                  refs: dict[str, tuple[float, float]] | None = None) -> Any:
-    """tok/s vs J/token on log axes with plain-number tick labels (2.2, not 2.2×10⁰)."""
+                  refs: dict[str, tuple[float, float]] | None = None, title: str | None = None) -> Any:
+    """tok/s vs J/token on log axes with plain-number tick labels (2.2, not 2.2×10⁰); the front's
+    fastest point and its least-energy point are marked, ``title`` (model and hardware) on top."""
     plt = _plt()
     tps = np.asarray([r["tokens_per_second"] for r in rows])
     jpt = np.asarray([r["joules_per_token"] for r in rows])
@@ -153,6 +162,16 @@ def pareto_figure(rows: list[dict[str, Any]], front: list[int],
     ax.scatter(tps, jpt, s=8, alpha=0.35, label="design points (projected energy)")
     f = sorted(front, key=lambda i: tps[i])
     ax.plot(tps[f], jpt[f], "r.-", label="Pareto front")
+    if f:
+        fast, frugal = f[-1], min(f, key=lambda i: jpt[i])
+        for i, what in ((fast, "fastest"), (frugal, "least J/token")):
+            ax.scatter([tps[i]], [jpt[i]], s=60, facecolors="none", edgecolors="k")
+            ax.annotate(f"{what}: {tps[i]:.3g} tok/s, {jpt[i]:.3g} J", (tps[i], jpt[i]), fontsize=7,
+                        xytext=(6, 6), textcoords="offset points")
+    tiers = sorted({str(r.get("time_tier", "")) for r in rows} - {""})
+    head = f"{title}: " if title else ""
+    ax.set_title(f"{head}{len(rows)} points, Pareto front of {len(f)} (time tier {'/'.join(tiers) or '?'}, "
+                 "energy projected)", fontsize=9)
     for name, (x, y) in (refs or {}).items():
         ax.scatter([x], [y], marker="*", s=80)
         ax.annotate(name, (x, y), fontsize=7)

@@ -122,6 +122,13 @@ def _eval_chunk(table: OpTable, machines: list[Machine], pts: dict[str, list[Any
     return keep
 
 
+def _ignore_interrupt() -> None:
+    """Workers leave Ctrl-C to the parent (which stops the pool): no traceback from each of them."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_sweep(sw: Sweep, workers: int = 2, ray_address: str | None = None) -> list[dict[str, Any]]:
     rows = sw.grid()
     for r in rows:
@@ -137,7 +144,7 @@ def run_sweep(sw: Sweep, workers: int = 2, ray_address: str | None = None) -> li
     if ray_address:
         results = _run_ray(sw, chunks, ray_address)
     elif workers > 1 and len(chunks) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as ex:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupt) as ex:
             futs = [ex.submit(_eval_chunk, sw.table, ms, pts, sw.basis) for ms, pts in chunks]
             results = [f.result() for f in futs]
     else:
@@ -161,11 +168,11 @@ def run_sweep(sw: Sweep, workers: int = 2, ray_address: str | None = None) -> li
 def _run_ray(sw: Sweep, chunks: list, address: str) -> list[dict[str, np.ndarray]]:
     """Each chunk is one Ray task on the cluster at ``address`` (``host:port`` of its head, or
     ``auto``); plain ``ray`` is enough (no dashboard). The driver disconnects afterwards."""
+    _probe(address)  # first: importing ray takes seconds and may log before any error of ours
     try:
         import ray  # type: ignore[import-not-found]
     except ImportError:
         raise ConfigError("--ray needs the 'ray' package (pip install 'npukit[ray]')") from None
-    _probe(address)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                  logging_level="error", include_dashboard=False)

@@ -38,11 +38,11 @@ def gc_paused() -> Iterator[None]:
 
 
 def to_trace(result: TimingResult, process: str = "npu", pid: int = 1,
-             metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+             metadata: dict[str, Any] | None = None, start_us: float = 0.0) -> dict[str, Any]:
     us = 1e6 / result.clock_hz
 
-    def t(cycles: float) -> float:
-        return round(cycles * us, _DIGITS)
+    def t(cycles: float) -> float:  # ``start_us``: where this run sits on a longer timeline
+        return round(start_us + cycles * us, _DIGITS)
 
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process}},

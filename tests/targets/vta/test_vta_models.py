@@ -47,7 +47,11 @@ def test_resnet8_on_vta_exact_is_bit_identical_to_litert(tmp_path):
     events = json.loads(trace.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert {"load", "compute", "store"} <= tracks
-    assert sum(e.get("ph") == "X" for e in events) == fig["vta_instructions"].value  # one per instruction
+    ops_tid = next(e["tid"] for e in events if e.get("name") == "thread_name"
+                   and e["args"]["name"] == "TFLite ops")
+    insns = [e for e in events if e.get("ph") == "X" and e["tid"] != ops_tid]
+    assert len(insns) == fig["vta_instructions"].value  # one per instruction
+    assert sum(e.get("ph") == "X" and e["tid"] == ops_tid for e in events) == ours.delegated_ops  # op spans
 
 
 @pytest.mark.slow  # ~4 s: 7,500 VTA instructions per inference

@@ -32,7 +32,7 @@ def add_serve_arguments(p) -> None:
                    help="vendor command fields as the document (doc, default) or the reference firmware")
 
 
-async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> None:
+async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> int:
     """The NVMe/TCP target of `npukit.devices.nvme.server` with `AlkaliDevice` on its subsystem."""
     from npukit.devices.alkali.device import AlkaliDevice
     from npukit.devices.nvme.server import run_target as run_nvme_target
@@ -43,7 +43,7 @@ async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> N
         device.install(sub)
         return {"accelerators": opts.accelerators, "delegate": opts.delegate, "compat": opts.compat}
 
-    await run_nvme_target(cfg, announce, install)
+    return await run_nvme_target(cfg, announce, install)
 
 
 def serve(cfg: ServeConfig, opts: AlkaliOptions) -> int:
@@ -53,5 +53,6 @@ def serve(cfg: ServeConfig, opts: AlkaliOptions) -> int:
         return plain(cfg)
     if opts.accelerators < 0:
         raise ConfigError("--accelerators must be 0 or more")
-    asyncio.run(run_target(cfg, opts))
-    return 0
+    from npukit.devices.nvme.server import exit_status
+
+    return exit_status(asyncio.run(run_target(cfg, opts)))

@@ -161,6 +161,10 @@ class TcpQueue:
         with empty ``data``."""
         self._buffered(pdu.CH.size)
         ptype, flags, hlen, pdo, plen = pdu.CH.unpack_from(self._rbuf, self._rpos)
+        if ic and ptype not in (PduType.IC_RESP, PduType.C2H_TERM_REQ):  # its very first reply
+            head = bytes(self._rbuf[self._rpos:self._rpos + 8])
+            raise ProtocolError(f"not an NVMe/TCP target: its first reply is not an ICResp PDU "
+                                f"(first bytes {head!r})")
         if plen < 8 or plen > 64 << 20:
             raise ProtocolError(f"PDU length {plen} from the target")
         if sink is not None and ptype == PduType.C2H_DATA and not self.ddgst and hlen == 24 and pdo:

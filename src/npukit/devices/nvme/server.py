@@ -58,6 +58,26 @@ def build_subsystem(cfg: ServeConfig) -> Subsystem:
                      max_io_queues=cfg.io_queues)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail before any file is created when the port is taken (as the listener will bind it, with
+    address reuse, so a port in TIME_WAIT still passes)."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 async def _listen(target: TcpTarget, host: str, port: int) -> int:
     try:
         return await target.listen(host, port)
@@ -66,10 +86,14 @@ async def _listen(target: TcpTarget, host: str, port: int) -> int:
 
 
 async def run_target(cfg: ServeConfig, announce=print,
-                     extend: Callable[[Subsystem], dict[str, Any]] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT. ``extend(subsystem)`` installs extensions (vendor commands) before
-    the listener opens and returns extra fields for the ready announcement."""
+                     extend: Callable[[Subsystem], dict[str, Any]] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT, and return that signal's number. ``extend(subsystem)`` installs
+    extensions (vendor commands) before the listener opens and returns extra fields for the ready
+    announcement. Busy ports fail before the namespace file or state folder is created."""
     host, port = split_hostport(cfg.listen)
+    check_port_free(host, port)
+    if cfg.discovery_port is not None:
+        check_port_free(host, cfg.discovery_port)
     sub = build_subsystem(cfg)
     extra = extend(sub) if extend is not None else {}
     target = TcpTarget([sub])
@@ -85,15 +109,21 @@ async def run_target(cfg: ServeConfig, announce=print,
                              "blocks": sub.namespaces[1].blocks, **extra}))
         sys.stdout.flush()
         stop = asyncio.Event()
+        stopped_by: list[int] = []
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, lambda s=sig: (stopped_by.append(s), stop.set()))
         await stop.wait()
+        return stopped_by[0]
     finally:
         await target.close()
         sub.close()
 
 
+def exit_status(stopped_by: int) -> int:
+    """Ctrl-C (SIGINT) exits 130 as every other command does; SIGTERM is a clean stop (0)."""
+    return 128 + signal.SIGINT if stopped_by == signal.SIGINT else 0
+
+
 def serve(cfg: ServeConfig) -> int:
-    asyncio.run(run_target(cfg))
-    return 0
+    return exit_status(asyncio.run(run_target(cfg)))

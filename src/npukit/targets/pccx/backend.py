@@ -114,13 +114,19 @@ class Gemma3nPccx:
 
         from npukit.sim.trace import dumps, encode_each, gc_paused, to_trace
 
+        runs = [r for r in self.drv.records[-TRACE_TOKENS:] if r.timed is not None]
+        starts, t_us = {}, 0.0  # one timeline: each run starts where the one before it ended
+        for r in runs:
+            starts[id(r)] = t_us
+            t_us += r.timing.seconds * 1e6
+
         def encode(r: Any) -> bytes:
             last = r.position + r.tokens - 1
             what = f"prefill {r.position}..{last}" if r.tokens > 1 else f"token {r.position}"
-            events = to_trace(r.timing, process=f"pccx {self.hw_name} {what}", pid=r.position + 1)
+            events = to_trace(r.timing, process=f"pccx {self.hw_name} {what}", pid=r.position + 1,
+                              start_us=starts[id(r)])
             return dumps(events["traceEvents"])[1:-1]
 
-        runs = [r for r in self.drv.records[-TRACE_TOKENS:] if r.timed is not None]
         with gc_paused():
             parts = [p for p in encode_each(runs, encode) if p]
         with Path(self.trace_path).open("wb") as f:

@@ -103,16 +103,21 @@ class VtaDelegate:
 
         from npukit.sim.trace import to_trace
 
-        events, offset_us = [], 0.0
+        ops_tid = 1000  # a track of the TFLite ops themselves, above the modules' tracks
+        events: list[dict] = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": ops_tid,
+                               "args": {"name": "TFLite ops"}},
+                              {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": ops_tid,
+                               "args": {"sort_index": 0}}]
+        offset_us = 0.0
         for r in self.reports:
-            tr = to_trace(r.timing, process=f"vta op {r.index} {r.name}", pid=1,
-                          metadata={"op": r.index, "tier": str(Tier.weakest(Tier(self.hw.timing.tier)))})
-            for ev in tr["traceEvents"]:
-                if "ts" in ev:
-                    ev = {**ev, "ts": ev["ts"] + offset_us}
-                if ev.get("ph") == "M" and ev.get("name") == "process_name" and events:
-                    continue
-                events.append(ev)
+            tr = to_trace(r.timing, process=f"VTA {self.hw.name}: {len(self.reports)} delegated ops", pid=1,
+                          metadata={"op": r.index, "tier": str(Tier.weakest(Tier(self.hw.timing.tier)))},
+                          start_us=offset_us)
+            seen = {(e["name"], e.get("tid")) for e in events if e.get("ph") == "M"}
+            events += [ev for ev in tr["traceEvents"]
+                       if ev.get("ph") != "M" or (ev["name"], ev.get("tid")) not in seen]
+            events.append({"ph": "X", "name": f"op {r.index} {r.name}", "pid": 1, "tid": ops_tid,
+                           "ts": offset_us, "dur": r.timing.seconds * 1e6, "args": {"op": r.index}})
             offset_us += r.timing.seconds * 1e6
         out = Path(path)
         try:
