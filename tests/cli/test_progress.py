@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from npukit.cli import progress
+from npukit import progress
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 MAX_GAP_S = 2.0

@@ -117,12 +117,11 @@ def run_pccx(args: argparse.Namespace) -> int:
     perf = parser.parse_args(["perf", "--hw", "pccx-v002-kv260", "--model", "gemma3n-e4b", "--weights",
                               "int4", "--kv", "int4", "--context", "8192"])
     from npukit.cli.cmd_perf import compute
-    from npukit.sim.heartbeat import heartbeat
 
     if not args.json:  # the full-size model's ledger takes a couple of seconds: say what comes
         print("\nPerformance summary — Gemma 3n E4B decode on pccx v002 (KV260), INT4 weights and KV, "
               "8K context:", flush=True)
-    with heartbeat("building the Gemma 3n E4B ledger"):
+    with ui.step("building the Gemma 3n E4B ledger"):
         res = compute(perf)
     led = res["ledger"]
     if args.json:

@@ -27,7 +27,9 @@ EXAMPLES: dict[str, str] = {
     "bpf disasm": "npukit bpf disasm examples/alkali/filter.v3.o --json",
     "bpf run": "npukit bpf run examples/alkali/checksum.v2.o --input examples/alkali/checksum.c "
                "--output-size 8 --json",
+    "cosim": "npukit cosim tern_vectors --shipped tern",
     "demo": "npukit demo --list",
+    "doctor": "npukit doctor --json",
     "disasm": "npukit disasm softmax.hex",
     "examples": "npukit examples examples",
     "formats": "npukit formats --size 1024",

@@ -162,7 +162,7 @@ def _interrupted(fresh: list[str]) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = _take_global_flags(sys.argv[1:] if argv is None else list(argv))
-    from npukit.cli.progress import step
+    from npukit.progress import step
 
     with step(f"starting npukit {argv[0] if argv else ''}".rstrip(), plain=False):  # (a terminal only:
         parser = build_parser(argv)  # a command's parser can import its registries, seconds on a busy host)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from npukit.cli.progress import Progress, step  # noqa: F401  (commands use ui.Progress, ui.step)
 from npukit.errors import ConfigError
+from npukit.progress import Progress, step  # noqa: F401  (commands use ui.Progress, ui.step)
 
 T = TypeVar("T")
 

@@ -268,11 +268,10 @@ def choose(family: Family) -> KernelPath:
     key = "trial:" + _digest(family.name, family.version, family.trial, target.key(), _host_signature())
     known = _memo_get(key)
     if known is None:
-        from npukit.sim.heartbeat import heartbeat
+        from npukit.progress import step
 
-        _say(f"npukit: checking whether this CPU runs {family.name}'s {family.fast} build (once; "
-             f"a trial in a child process)")
-        with heartbeat(f"{family.fast} trial"):
+        with step(f"checking whether this CPU runs {family.name}'s {family.fast} build (once: a trial "
+                  f"in a child process)"):
             known = _run_trial(family)
         if known.get("remember"):
             _memo_put(key, known)
@@ -307,12 +306,6 @@ def _run_trial(family: Family) -> dict:
         return {"ok": False, "reason": f"{what} killed by {name}", "remember": True}
     tail = (done.stderr.strip().splitlines() or [""])[-1][:160]
     return {"ok": False, "reason": f"{what} failed (exit {rc}: {tail})", "remember": rc != 1}
-
-
-def _say(line: str) -> None:
-    """A line on stderr about slow once-per-machine work (``NPUKIT_QUIET=1`` silences it)."""
-    if not os.environ.get("NPUKIT_QUIET"):
-        print(line, file=sys.stderr, flush=True)
 
 
 def in_trial() -> bool:
