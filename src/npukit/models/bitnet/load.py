@@ -14,7 +14,6 @@ import numpy as np
 from npukit.errors import ConfigError, FormatError, ModelError
 from npukit.formats import ternary as tf
 from npukit.models.bitnet.config import BitNetConfig
-from npukit.models.bitnet.gguf import GGUFFile
 from npukit.models.bitnet.model import (
     F32,
     LINEARS,
@@ -24,6 +23,7 @@ from npukit.models.bitnet.model import (
     TernaryLinear,
     absmean_ternarize,
 )
+from npukit.models.gguf import GGUFFile
 
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _NORMS = ("input_layernorm", "post_attention_layernorm", "attn_sub_norm", "ffn_sub_norm")
