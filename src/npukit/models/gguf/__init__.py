@@ -2,5 +2,7 @@
 
 from npukit.models.gguf.quants import GGML_TYPES, GGMLType, dequantize, ggml_type
 from npukit.models.gguf.reader import GGUFFile
+from npukit.models.gguf.tokenizer import GGUFTokenizerInfo, tokenizer_from_gguf
 
-__all__ = ["GGML_TYPES", "GGMLType", "GGUFFile", "dequantize", "ggml_type"]
+__all__ = ["GGML_TYPES", "GGMLType", "GGUFFile", "GGUFTokenizerInfo", "dequantize", "ggml_type",
+           "tokenizer_from_gguf"]
