@@ -154,6 +154,8 @@ def load_gguf(path: str | Path) -> tuple[BitNetConfig, BitNetWeights]:
         "rope_theta": float(m("rope.freq_base", 500000.0)),
         "max_position_embeddings": int(m("context_length", 4096)),
         "tie_word_embeddings": "output.weight" not in g.tensors,
+        "bos_token_id": g.meta.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": g.meta.get("tokenizer.ggml.eos_token_id"),
         "quantization_config": {"quant_method": "bitnet", "linear_class": "autobitlinear",
                                 "quantization_mode": "offline"},
     })

@@ -103,6 +103,22 @@ def _file_merges(meta: dict[str, Any]) -> list[tuple[str, str]] | None:
     return pairs  # type: ignore[return-value]
 
 
+def _merges(meta: dict[str, Any], tokens: list[str], by_position: bool) -> list[tuple[str, str]]:
+    """The file's merges, or those its vocabulary implies, ranked by score (or by file position)."""
+    merges = _file_merges(meta)
+    if merges is not None:
+        return merges
+    if by_position:
+        rank: dict[str, float] = {t: -i for i, t in enumerate(tokens)}
+    else:
+        scores = meta.get("tokenizer.ggml.scores")
+        if not isinstance(scores, list) or len(scores) != len(tokens):
+            raise ModelError(f"GGUF {meta.get('tokenizer.ggml.model')} tokenizer has neither "
+                             "tokenizer.ggml.merges nor one score per token")
+        rank = dict(zip(tokens, (float(s) for s in scores), strict=True))
+    return derive_merges(tokens, {t: i for i, t in enumerate(tokens)}, rank)
+
+
 def _sentencepiece(meta: dict[str, Any], tokens: list[str], gemma: bool) -> Any:
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE
@@ -110,16 +126,7 @@ def _sentencepiece(meta: dict[str, Any], tokens: list[str], gemma: bool) -> Any:
     if gemma:  # runs of spaces are stored as spaces; the BPE sees them as ▁
         tokens = [SP_SPACE * len(t) if " " in t and not t.strip() else t for t in tokens]
     vocab = {t: i for i, t in enumerate(tokens)}
-    merges = _file_merges(meta)
-    if merges is None:
-        if gemma:
-            rank: dict[str, float] = {t: -i for i, t in enumerate(tokens)}
-        else:
-            scores = meta.get("tokenizer.ggml.scores")
-            if not isinstance(scores, list) or len(scores) != len(tokens):
-                raise ModelError("GGUF llama tokenizer has neither merges nor one score per token")
-            rank = dict(zip(tokens, (float(s) for s in scores), strict=True))
-        merges = derive_merges(tokens, vocab, rank)
+    merges = _merges(meta, tokens, by_position=gemma)
     tok = Tokenizer(BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True,
                         unk_token="<unk>" if gemma else None))
     steps = [decoders.Replace(SP_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
@@ -142,9 +149,7 @@ def _byte_level(meta: dict[str, Any], tokens: list[str]) -> Any:
     alphabet = set(spelling.values())
     vocab = {t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
              for i, t in enumerate(tokens)}
-    merges = _file_merges(meta)
-    if merges is None:
-        raise ModelError("GGUF gpt2 tokenizer has no tokenizer.ggml.merges")
+    merges = _merges(meta, tokens, by_position=False)  # derived from the file's own spellings
     tok = Tokenizer(BPE(vocab=vocab, merges=merges, continuing_subword_prefix="", end_of_word_suffix="",
                         fuse_unk=False))
     split = PRE_SPLITS.get(meta.get("tokenizer.ggml.pre", ""))
