@@ -73,11 +73,11 @@ def sentencepiece_vocab(size: int = 3000) -> dict:
     tok.train([str(p) for p in TRAIN_TEXTS], trainer)
     model = json.loads(tok.to_str())["model"]
     pieces = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
-    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *pieces]
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *pieces, "<think>"]
     merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
     return {"model": "llama", "tokens": tokens, "merges": merges, "unk": 0, "bos": 1, "eos": 2,
-            "scores": [0.0] * 259 + [-float(i) for i in range(len(pieces))],
-            "types": [2, CONTROL, CONTROL, *[BYTE] * 256, *[NORMAL] * len(pieces)]}
+            "scores": [0.0] * 259 + [-float(i) for i in range(len(pieces))] + [0.0],
+            "types": [2, CONTROL, CONTROL, *[BYTE] * 256, *[NORMAL] * len(pieces), USER_DEFINED]}
 
 
 def hf_tokenizer(path: Path):
@@ -94,13 +94,15 @@ def ours(path: Path):
 def test_gpt2_byte_level_ids_equal_transformers(tmp_path, pre):
     kv = gpt2_vocab() | ({"pre": pre} if pre else {})
     path = write(tmp_path / "g.gguf", "llama", kv)
-    text = gpl_text()
+    text = gpl_text() + "<eos>and<bos> more"  # control tokens in the text stay whole
     tok, info = ours(path)
     ids = tok.encode(text).ids
     assert len(ids) > 3000 and info.add_bos is False
     hf = hf_tokenizer(path)
     assert ids == hf(text)["input_ids"]
-    assert tok.decode(ids) == text == hf.decode(ids, skip_special_tokens=True)
+    assert {kv["bos"], kv["eos"]} <= set(ids[-6:])
+    assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True) == text.replace("<eos>", "").replace(
+        "<bos>", "")
 
 
 @pytest.mark.hf
@@ -117,10 +119,12 @@ def test_sentencepiece_llama_ids_equal_transformers(tmp_path, variant):
         assert "  " in kv["tokens"]  # the respelling case is exercised
     if variant == "tied-scores":  # many merges rank equal: the tie order decides
         kv["scores"] = [0.0] * 259 + [-float(i // 64) for i in range(len(kv["tokens"]) - 259)]
+        kv["tokens"][-1] = "\u2581a"  # a second copy of a piece: the last id wins, as in transformers
+        kv["types"][-1] = NORMAL
     if variant == "add-eos":
         kv["flags"] = {"bos": False, "eos": True}
     path = write(tmp_path / "s.gguf", arch, kv)
-    text = gpl_text() + " caf\u00e9 \u2603 \U0001f600 done"  # non-ASCII: byte fallback
+    text = gpl_text() + " caf\u00e9 \u2603 \U0001f600 <think>done"  # non-ASCII: byte fallback
     tok, info = ours(path)
     ids = tok.encode(text).ids
     assert len(ids) > 3000
@@ -129,6 +133,8 @@ def test_sentencepiece_llama_ids_equal_transformers(tmp_path, variant):
     assert (ids[0] == 1) == info.add_bos == (variant != "add-eos")
     assert (ids[-1] == 2) == info.add_eos == (variant == "add-eos")
     assert any(3 <= i < 259 for i in ids)  # some bytes fell back to <0xNN>
+    if variant != "tied-scores":
+        assert ids.count(len(kv["tokens"]) - 1) == 1  # the user-defined <think> stayed whole
     assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True)
 
 
