@@ -155,12 +155,13 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
 
 
 # -- plain floats and ternary ---------------------------------------------------------------------
+# F32 and F16 return views: the copy into the float32 output is the only pass over the data
 def _f32(b: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(b).view("<f4").astype(F32)
+    return np.ascontiguousarray(b).view("<f4")
 
 
 def _f16_plain(b: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(b).view("<f2").astype(F32)
+    return np.ascontiguousarray(b).view("<f2")
 
 
 def _bf16(b: np.ndarray) -> np.ndarray:
@@ -181,7 +182,7 @@ class GGMLType:
     name: str
     block: int
     nbytes: int
-    decode: Callable[[np.ndarray], np.ndarray]
+    decode: Callable[[np.ndarray], np.ndarray]  # (n, nbytes) uint8 -> (n, block), cast to float32
 
 
 _TYPES = [
