@@ -183,7 +183,9 @@ def _add_special(tok: Any, tokens: list[str], meta: dict[str, Any], named: list[
                if k == CONTROL and (not byte_level or set(t) <= alphabet)]
     control += [tokens[i] for i in named if i is not None and tokens[i] not in control]
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
-    user = [t for t, k in zip(tokens, types, strict=False) if k == USER_DEFINED]
+    # only those the vocabulary spells as the file does (a respelled one would get a new id)
+    known = tok.get_vocab()
+    user = [t for t, k in zip(tokens, types, strict=False) if k == USER_DEFINED and t in known]
     tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
 
 
