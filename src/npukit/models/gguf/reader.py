@@ -71,6 +71,8 @@ class _Cursor:
 
 
 class GGUFFile:
+    """One GGUF file: ``meta`` (key → value), ``tensors`` (name → shape, type id, offset, size)."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
@@ -97,7 +99,9 @@ class GGUFFile:
                 raise ModelError(f"{self.path}: tensor {name!r} has {nd} dimensions")
             dims = [cur.take("<Q") for _ in range(nd)]
             infos.append((name, tuple(reversed(dims)), cur.take("<I"), cur.take("<Q")))
-        align = int(self.meta.get("general.alignment", 32))
+        align = self.meta.get("general.alignment", 32)
+        if not isinstance(align, int) or align <= 0:
+            raise ModelError(f"{self.path}: GGUF general.alignment {align!r} is not a positive integer")
         start = -(-cur.pos // align) * align
         self.tensors: dict[str, tuple[tuple[int, ...], int, int, int]] = {}
         for name, shape, tid, off in infos:
