@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +102,9 @@ def write_offline(path: Path, c: dict, sd: dict[str, np.ndarray], tern: dict) ->
     return path
 
 
-def write_gguf(path: Path, c: dict, sd: dict[str, np.ndarray], tern: dict, kind: str = "TQ1_0") -> Path:
+def write_gguf(path: Path, c: dict, sd: dict[str, np.ndarray], tern: dict, kind: str = "TQ1_0",
+               extra_kv: Callable[[Any], None] | None = None) -> Path:
+    """``extra_kv(writer)`` may add metadata (a tokenizer) before the file is written."""
     import gguf
 
     gmap = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
@@ -128,6 +132,8 @@ def write_gguf(path: Path, c: dict, sd: dict[str, np.ndarray], tern: dict, kind:
         for n, g in nmap.items():
             pre = {"attn_sub_norm": "self_attn.", "ffn_sub_norm": "mlp."}.get(n, "")
             w.add_tensor(f"blk.{i}.{g}.weight", sd[f"model.layers.{i}.{pre}{n}.weight"])
+    if extra_kv is not None:
+        extra_kv(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

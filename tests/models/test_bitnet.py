@@ -100,3 +100,31 @@ def test_config_and_load_errors(tmp_path):
     m = load_bitnet(tiny.write_online(tmp_path / "hf", c, tiny.float_weights(c)))
     with pytest.raises(ModelError, match="out of range"):
         m.forward([256], m.new_cache())
+
+
+@pytest.mark.hf
+def test_gguf_file_brings_its_tokenizer_and_eos(tmp_path):
+    """A BitNet GGUF whose metadata holds a byte-level tokenizer (token id = byte value, spelled in
+    GPT-2's byte alphabet as transformers spells it) loads with that tokenizer and its EOS id."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    from npukit.models.loading import load_model
+
+    spelling = bytes_to_unicode()
+    tokens = [spelling[b] for b in range(256)]
+
+    def tokenizer_kv(w):
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_types([1] * 256)
+        w.add_token_scores([0.0] * 256)  # no merges (an empty list is not written): derived, none
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+
+    c = tiny.config("offline", hidden_size=256, intermediate_size=512, head_dim=64)
+    sd, tern = tiny.ternary_weights(c, seed=3)
+    m = load_model(tiny.write_gguf(tmp_path / "m.gguf", c, sd, tern, "TQ2_0", tokenizer_kv))
+    text = "hi, caf\u00e9!\n"
+    assert m.tokenizer.encode(text).ids == list(text.encode("utf-8"))
+    assert m.tokenizer.decode(list(text.encode("utf-8"))) == text
+    assert m.eos_token_ids == (2,) and m.config.bos_token_id == 1

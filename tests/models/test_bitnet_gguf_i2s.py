@@ -98,3 +98,15 @@ def test_i2s_gguf_equals_safetensors(tmp_path, mode):
     la = st.forward([5, 17, 42, 99], st.new_cache())
     lb = gg.forward([5, 17, 42, 99], gg.new_cache())
     assert np.array_equal(la, lb)
+
+
+def test_i2s_tensor_decodes_to_trits_times_scale(tmp_path):
+    from npukit.models.gguf import GGUFFile
+
+    c = tiny.config("offline")
+    sd, tern = tiny.ternary_weights(c, seed=6)
+    g = GGUFFile(write_gguf(tmp_path / "m.gguf", c, sd, tern))
+    t, s = tern[f"model.layers.0.{tiny.LINEARS['down_proj']}.down_proj.weight"]
+    w = g.float32("blk.0.ffn_down.weight")
+    assert g.type_name("blk.0.ffn_down.weight") == "I2_S" and w.dtype == np.float32
+    assert np.array_equal(w, t.astype(np.float32) * np.float32(s)) and np.count_nonzero(w) > 0

@@ -7,6 +7,7 @@ from typing import Any
 
 from npukit.models.bitnet.config import BitNetConfig
 from npukit.models.bitnet.load import load_gguf, load_hf_dir, synthetic_weights
+from npukit.models.gguf import GGUFFile, tokenizer_from_gguf
 from npukit.models.loading import LoadedModel, load_tokenizer, register_family, register_file_format
 
 
@@ -22,9 +23,12 @@ def load_bitnet_family(raw: dict[str, Any], directory: Path | None, name: str, s
 
 
 def load_bitnet_gguf(path: Path, name: str) -> LoadedModel:
-    """A llama.cpp-style BitNet GGUF file (TQ1_0 / TQ2_0 / I2_S ternary tensors); no tokenizer."""
+    """A llama.cpp-style BitNet GGUF file (TQ1_0 / TQ2_0 / I2_S ternary tensors), with the tokenizer
+    its metadata describes when it has one."""
     cfg, weights = load_gguf(path)
-    return LoadedModel("bitnet", name, cfg, weights, None, "checkpoint", {"model_type": "bitnet"})
+    meta = GGUFFile(path).meta
+    tokenizer = tokenizer_from_gguf(meta)[0] if "tokenizer.ggml.model" in meta else None
+    return LoadedModel("bitnet", name, cfg, weights, tokenizer, "checkpoint", {"model_type": "bitnet"})
 
 
 register_family("bitnet", ("bitnet",), load_bitnet_family)

@@ -14,7 +14,6 @@ import numpy as np
 from npukit.errors import ConfigError, FormatError, ModelError
 from npukit.formats import ternary as tf
 from npukit.models.bitnet.config import BitNetConfig
-from npukit.models.bitnet.gguf import GGUFFile
 from npukit.models.bitnet.model import (
     F32,
     LINEARS,
@@ -24,6 +23,7 @@ from npukit.models.bitnet.model import (
     TernaryLinear,
     absmean_ternarize,
 )
+from npukit.models.gguf import GGUFFile
 
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _NORMS = ("input_layernorm", "post_attention_layernorm", "attn_sub_norm", "ffn_sub_norm")
@@ -154,6 +154,8 @@ def load_gguf(path: str | Path) -> tuple[BitNetConfig, BitNetWeights]:
         "rope_theta": float(m("rope.freq_base", 500000.0)),
         "max_position_embeddings": int(m("context_length", 4096)),
         "tie_word_embeddings": "output.weight" not in g.tensors,
+        "bos_token_id": g.meta.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": g.meta.get("tokenizer.ggml.eos_token_id"),
         "quantization_config": {"quant_method": "bitnet", "linear_class": "autobitlinear",
                                 "quantization_mode": "offline"},
     })

@@ -1,10 +1,12 @@
-"""A minimal GGUF (v2/v3) reader: metadata and the raw bytes of named tensors, on ``np.memmap``.
+"""A GGUF (v2/v3) reader: metadata and named tensors, on ``np.memmap``.
 
-Only what a BitNet checkpoint needs: F32 / F16 / BF16 tensors (widened to float32) and ternary
-tensors TQ1_0 (ggml type 34), TQ2_0 (35) and I2_S (36 in bitnet.cpp's ggml fork), returned raw for
-`npukit.formats.ternary` to decode. Layout (ggml ``docs/gguf.md``): magic ``GGUF``, version u32,
-tensor count u64, metadata count u64, metadata key/values, tensor infos (name, n_dims, dims with the
-row length first, type, offset), then the data section at the next ``general.alignment`` boundary.
+Tensors of every type in `npukit.models.gguf.quants` (F32/F16/BF16, Q4_0 … Q8_0, Q2_K … Q6_K,
+TQ1_0/TQ2_0) decode to float32 with `GGUFFile.float32`; I2_S (type 36 in bitnet.cpp's ggml fork:
+ternary codes, then one fp32 scale per tensor, padded to n/4 + 32 bytes) too. `GGUFFile.raw` gives
+the encoded bytes (the BitNet loader keeps ternary tensors ternary). Layout (ggml ``docs/gguf.md``):
+magic ``GGUF``, version u32, tensor count u64, metadata count u64, metadata key/values, tensor infos
+(name, n_dims, dims with the row length first, type, offset), then the data section at the next
+``general.alignment`` boundary.
 """
 
 from __future__ import annotations
@@ -15,23 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from npukit.errors import ModelError
+from npukit.errors import FormatError, ModelError
+from npukit.formats import ternary
+from npukit.models.gguf.quants import GGML_TYPES, UNSUPPORTED_NAMES, dequantize
 
-TYPE_NAMES = {0: "F32", 1: "F16", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 36: "I2_S"}
+I2_S = 36
+TYPE_NAMES = {**{t.type_id: t.name for t in GGML_TYPES.values()}, I2_S: "I2_S"}
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
            12: "<d"}
 
 
-def _nbytes(kind: str, n: int) -> int:
-    if kind == "F32":
-        return 4 * n
-    if kind in ("F16", "BF16"):
-        return 2 * n
-    if kind == "TQ1_0":
-        return n // 256 * 54
-    if kind == "TQ2_0":
-        return n // 256 * 66
-    return n // 4 + 32  # I2_S: codes, fp32 scale, alignment tail
+def _nbytes(tid: int, n: int) -> int:
+    if tid == I2_S:
+        return n // 4 + 32  # codes, fp32 scale, alignment tail
+    t = GGML_TYPES[tid]
+    return n // t.block * t.nbytes
 
 
 class _Cursor:
@@ -71,6 +71,8 @@ class _Cursor:
 
 
 class GGUFFile:
+    """One GGUF file: ``meta`` (key → value), ``tensors`` (name → shape, type id, offset, size)."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
@@ -97,7 +99,9 @@ class GGUFFile:
                 raise ModelError(f"{self.path}: tensor {name!r} has {nd} dimensions")
             dims = [cur.take("<Q") for _ in range(nd)]
             infos.append((name, tuple(reversed(dims)), cur.take("<I"), cur.take("<Q")))
-        align = int(self.meta.get("general.alignment", 32))
+        align = self.meta.get("general.alignment", 32)
+        if not isinstance(align, int) or align <= 0:
+            raise ModelError(f"{self.path}: GGUF general.alignment {align!r} is not a positive integer")
         start = -(-cur.pos // align) * align
         self.tensors: dict[str, tuple[tuple[int, ...], int, int, int]] = {}
         for name, shape, tid, off in infos:
@@ -105,9 +109,13 @@ class GGUFFile:
                 self.tensors[name] = (shape, tid, start + off, 0)
                 continue
             n = int(np.prod(shape, dtype=np.int64))
-            size = _nbytes(TYPE_NAMES[tid], n)
+            block = GGML_TYPES[tid].block if tid in GGML_TYPES else 1
+            if shape and shape[-1] % block:
+                raise ModelError(f"{self.path}: tensor {name!r} {TYPE_NAMES[tid]} has rows of {shape[-1]}, "
+                                 f"not a multiple of its {block}-weight block")
+            size = _nbytes(tid, n)
             if start + off + size > self._map.size:
-                raise ModelError(f"{self.path}: tensor {name!r} runs past the end of the file")
+                raise ModelError(f"{self.path}: tensor {name!r} runs past the end of the file (truncated)")
             self.tensors[name] = (shape, tid, start + off, size)
 
     def _info(self, name: str) -> tuple[tuple[int, ...], int, int, int]:
@@ -122,7 +130,8 @@ class GGUFFile:
     def type_name(self, name: str) -> str:
         tid = self._info(name)[1]
         if tid not in TYPE_NAMES:
-            raise ModelError(f"{self.path}: tensor {name!r} has unsupported ggml type {tid}")
+            label = UNSUPPORTED_NAMES.get(tid, "unknown")
+            raise ModelError(f"{self.path}: tensor {name!r} has unsupported ggml type {tid} ({label})")
         return TYPE_NAMES[tid]
 
     def raw(self, name: str) -> np.ndarray:
@@ -131,12 +140,13 @@ class GGUFFile:
         return self._map[off:off + size]
 
     def float32(self, name: str) -> np.ndarray:
+        """The tensor decoded to float32, in ``shape(name)`` (bit-identical to gguf-py)."""
         shape, kind = self.shape(name), self.type_name(name)
         raw = self.raw(name)
-        if kind == "F32":
-            return raw.view("<f4").reshape(shape).astype(np.float32)
-        if kind == "F16":
-            return raw.view("<f2").reshape(shape).astype(np.float32)
-        if kind == "BF16":
-            return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
-        raise ModelError(f"{self.path}: tensor {name!r} is {kind}, not a float tensor")
+        if kind != "I2_S":
+            return dequantize(raw, kind, shape)
+        try:
+            trits, scale = ternary.from_i2s(raw, shape)
+        except FormatError as exc:
+            raise ModelError(f"{self.path}: tensor {name!r}: {exc}") from None
+        return trits.astype(np.float32) * np.float32(scale)
