@@ -3,9 +3,10 @@
 # Idempotent: when everything is present it prints nothing and changes nothing.
 #   qemu-system-x86, nvme-cli, busybox-static, cpio, kmod: the NVMe/TCP guest test (tests/devices/nvme)
 #   clang-14: builds eBPF objects for the Alkali firmware tests
+#   qemu-user-static: runs npukit's smoke set on an arm64 Python (tests/test_aarch64_smoke.py)
 set -euo pipefail
 
-PACKAGES=(qemu-system-x86 nvme-cli busybox-static cpio kmod clang-14)
+PACKAGES=(qemu-system-x86 nvme-cli busybox-static cpio kmod clang-14 qemu-user-static)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

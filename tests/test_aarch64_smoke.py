@@ -1,0 +1,106 @@
+"""npukit on aarch64: the smoke set under user-mode QEMU is bit-identical to the native run.
+
+The slow test runs scripts/aarch64_smoke.py (demo tern, fp8 gemm --check, pccx generate of 4 tokens,
+formats) natively and under ``qemu-aarch64-static`` with an arm64 Debian Python and the registry's
+aarch64 wheels, cached in ~/.cache/npukit/aarch64 (docs/aarch64.md). It never skips: a recipe step
+that cannot be done here fails the test naming the step and the reason. The fast tests pin the
+comparison rules themselves on hand-made JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+import aarch64_root  # noqa: E402
+import aarch64_smoke  # noqa: E402
+
+# cold (empty caches, ~100 MB of downloads, every numba kernel compiled under emulation) measured
+# ~6 min on a 2-core Xeon; warm ~1.5 min. The bound leaves room for a loaded CI machine.
+TOTAL_TIMEOUT_S = 1800
+PER_COMMAND_TIMEOUT_S = 600
+
+
+def test_differences_sees_the_last_bit_and_the_json_type():
+    a = {"tokens": [341, 202], "cycles": 202883.10935064923, "n": 1, "ok": True}
+    assert aarch64_smoke.differences(a, json.loads(json.dumps(a)), set()) == []
+    last_bit = {**a, "cycles": math.nextafter(a["cycles"], math.inf)}  # one ulp away
+    assert last_bit["cycles"] != a["cycles"]
+    assert [d.split(":")[0] for d in aarch64_smoke.differences(a, last_bit, set())] == ["cycles"]
+    assert aarch64_smoke.differences(a, {**a, "n": 1.0}, set()) != []  # 1 and 1.0 are not the same JSON
+    assert aarch64_smoke.differences(a, {**a, "tokens": [341, 203]}, set()) == [
+        "tokens[1]: native 202 != aarch64 203"]
+    assert aarch64_smoke.differences(a, {**a, "extra": 0}, set()) == ["extra: only on one side"]
+    assert aarch64_smoke.differences(a, {**a, "tokens": [341]}, set()) != []
+
+
+def test_only_host_facts_are_left_out_of_the_comparison():
+    out = {"simd": "avx512-vnni-vbmi", "bit_identical": True,
+           "ms": {"value": 0.14, "tier": "measured"}, "tops": {"value": 0.06, "tier": "derived"},
+           "vs_fp64": {"max_rel": 0.0108, "tier": "derived"},
+           "stats": {"figures": {"wall_s": {"value": 16.0, "tier": "measured"},
+                                 "decode_tok_per_s": {"value": 94.3, "tier": "derived"},
+                                 "cycles_per_token": {"value": 202883.1, "tier": "derived"}}}}
+    fp8 = next(s for s in aarch64_smoke.SMOKE if s.name == "fp8-gemm")
+    gen = next(s for s in aarch64_smoke.SMOKE if s.name == "pccx-generate")
+    assert aarch64_smoke.host_paths(out, fp8.host_fields) == {"simd", "ms", "tops", "stats.figures.wall_s"}
+    assert aarch64_smoke.host_paths(out, gen.host_fields) == {
+        "ms", "stats.figures.wall_s", "stats.figures.decode_tok_per_s"}
+    # a derived figure that moved is a failure even when it sits beside ignored ones
+    moved = json.loads(json.dumps(out))
+    moved["stats"]["figures"]["cycles_per_token"]["value"] = 202883.2
+    moved["ms"]["value"] = 9.0
+    skip = aarch64_smoke.host_paths(out, gen.host_fields)
+    assert aarch64_smoke.differences(out, moved, skip) == [
+        "stats.figures.cycles_per_token.value: native 202883.1 != aarch64 202883.2"]
+
+
+def test_a_false_verdict_or_a_crash_fails_the_command():
+    fp8 = next(s for s in aarch64_smoke.SMOKE if s.name == "fp8-gemm")
+    good = {"rc": 0, "timed_out": False, "seconds": 1.0, "stderr_tail": "",
+            "stdout": json.dumps({"bit_identical": True, "m": 16})}
+    assert aarch64_smoke.compare(fp8, good, good)["identical"]
+    wrong = {**good, "stdout": json.dumps({"bit_identical": False, "m": 16})}
+    verdict = aarch64_smoke.compare(fp8, good, wrong)
+    assert not verdict["identical"]
+    assert "aarch64: bit_identical is False, not true" in verdict["problems"]
+    aborted = {**good, "rc": -6, "stdout": "", "stderr_tail": "LLVM ERROR: Cannot select"}
+    assert aarch64_smoke.compare(fp8, good, aborted)["problems"] == [
+        "aarch64: exit -6: LLVM ERROR: Cannot select"]
+
+
+def test_the_wheel_set_covers_npukits_dependencies_at_their_pins():
+    core = aarch64_root.core_dependencies(REPO / "pyproject.toml")
+    assert "numba" in core and "numpy" in core
+    assert set(core) <= set(aarch64_root.WHEELS)
+    pinned = aarch64_root.pins(REPO / "constraints.txt")
+    root = aarch64_root.Root(Path("/nonexistent"), REPO)
+    assert root.requirements() == [f"{w}=={pinned[w]}" for w in aarch64_root.WHEELS]
+
+
+@pytest.mark.slow
+def test_smoke_set_under_qemu_aarch64_is_bit_identical_to_native(tmp_path):
+    report_path = tmp_path / "aarch64.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "aarch64_smoke.py"), "--report", str(report_path),
+           "--timeout", str(PER_COMMAND_TIMEOUT_S)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOTAL_TIMEOUT_S, cwd=REPO)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"aarch64 smoke set did not finish in {TOTAL_TIMEOUT_S} s:\n{(e.stderr or '')[-3000:]}")
+    assert report_path.is_file(), f"no report (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    report = json.loads(report_path.read_text())
+    recipe = report.get("recipe_error")
+    assert recipe is None, f"aarch64 recipe broken at step {recipe['step']!r}: {recipe['reason']}"
+    failed = {c["name"]: c["problems"] for c in report["commands"] if not c["identical"]}
+    assert not failed, "aarch64 (QEMU) differs from native:\n" + json.dumps(failed, indent=1)[:4000]
+    assert [c["name"] for c in report["commands"]] == [s.name for s in aarch64_smoke.SMOKE]
+    assert report["guest"]["machine"] == "aarch64"
+    assert proc.returncode == 0 and report["ok"]
