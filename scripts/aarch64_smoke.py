@@ -24,6 +24,7 @@ import fnmatch
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from aarch64_root import RecipeError, Root, default_cache, log
 
 REPO = Path(__file__).resolve().parent.parent
 HEARTBEAT_S = 20.0  # a still-running command says so this often
+RESULT_KEYS = ("rc", "seconds", "cpu_seconds", "timed_out", "stderr_tail")
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,9 @@ def lookup(obj: object, dotted: str) -> object:
 
 
 def run_command(label: str, cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, object]:
-    """Run one command with a deadline, saying every HEARTBEAT_S that it still runs."""
-    t0 = time.perf_counter()
+    """Run one command with a deadline, saying every HEARTBEAT_S that it still runs. ``cpu_seconds``
+    (user + system of the child) is the figure to compare across runs on a shared, loaded machine."""
+    t0, cpu0 = time.perf_counter(), children_cpu()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO, text=True)
         while True:
@@ -135,7 +138,13 @@ def run_command(label: str, cmd: list[str], env: dict[str, str], timeout: float)
     seconds = time.perf_counter() - t0
     timed_out = seconds > timeout
     return {"rc": proc.returncode, "seconds": round(seconds, 2), "timed_out": timed_out,
+            "cpu_seconds": round(children_cpu() - cpu0, 2),
             "stdout": stdout, "stderr_tail": "\n".join(stderr.strip().splitlines()[-12:])}
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cache_files(folder: Path) -> int:
@@ -187,12 +196,12 @@ def run_smoke(root: Root, smoke: Smoke, src: Path, timeout: float) -> dict[str, 
                            guest_env, timeout)
     verdict = compare(smoke, native, emulated)
     log(f"{smoke.name}: {'identical' if verdict['identical'] else 'DIFFERENT/FAILED'} "
-        f"(native {native['seconds']} s, aarch64 {emulated['seconds']} s)")
+        f"(wall native {native['seconds']} s, aarch64 {emulated['seconds']} s; "
+        f"CPU native {native['cpu_seconds']} s, aarch64 {emulated['cpu_seconds']} s)")
     for problem in verdict["problems"]:
         log(f"{smoke.name}:   {problem}")
     return {"name": smoke.name, "argv": list(smoke.argv), **verdict,
-            "native": {k: native[k] for k in ("rc", "seconds", "timed_out", "stderr_tail")},
-            "aarch64": {k: emulated[k] for k in ("rc", "seconds", "timed_out", "stderr_tail")},
+            "native": {k: native[k] for k in RESULT_KEYS}, "aarch64": {k: emulated[k] for k in RESULT_KEYS},
             "numba_cache_files": {"before": before, "after": cache_files(nb_cache)}}
 
 
