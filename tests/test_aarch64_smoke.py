@@ -63,6 +63,30 @@ def test_only_host_facts_are_left_out_of_the_comparison():
         "stats.figures.cycles_per_token.value: native 202883.1 != aarch64 202883.2"]
 
 
+def test_host_blas_statistics_may_move_one_ulp_and_nothing_else_may():
+    fp8 = next(s for s in aarch64_smoke.SMOKE if s.name == "fp8-gemm")
+    native = {"bit_identical": True, "output_sha256": "ab" * 32,
+              "vs_fp64_of_fp8_weights": {"max_rel": 0.0108, "cosine": 0.999941328612029}}
+
+    def problems(**change: object) -> list[str]:
+        other = json.loads(json.dumps(native))
+        for dotted, value in change.items():
+            *head, last = dotted.split("__")
+            node = other
+            for key in head:
+                node = node[key]
+            node[last] = value
+        run = {"rc": 0, "timed_out": False, "seconds": 1.0, "stderr_tail": ""}
+        return aarch64_smoke.compare(fp8, {**run, "stdout": json.dumps(native)},
+                                     {**run, "stdout": json.dumps(other)})["problems"]
+
+    assert problems(vs_fp64_of_fp8_weights__cosine=0.9999413286120291) == []  # seen: OpenBLAS ddot
+    assert problems(vs_fp64_of_fp8_weights__cosine=0.99994132861) != []
+    assert problems(vs_fp64_of_fp8_weights__max_rel=0.0108 * (1 + 1e-9)) != []
+    assert problems(output_sha256="cd" * 32) == [
+        f"output_sha256: native \"{'ab' * 32}\" != aarch64 \"{'cd' * 32}\""]
+
+
 def test_a_false_verdict_or_a_crash_fails_the_command():
     fp8 = next(s for s in aarch64_smoke.SMOKE if s.name == "fp8-gemm")
     good = {"rc": 0, "timed_out": False, "seconds": 1.0, "stderr_tail": "",
