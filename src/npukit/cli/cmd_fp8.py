@@ -9,7 +9,6 @@ GPU model alone) and ``models`` (real models with FP8-stored linear layers).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import time
@@ -98,6 +97,8 @@ def _shape(text: str) -> tuple[str, int, int, int]:
 
 
 def run_gemm(args: argparse.Namespace) -> int:
+    import hashlib
+
     import numpy as np
 
     from npukit.kernels import fp8 as K
