@@ -111,6 +111,17 @@ def test_the_wheel_set_covers_npukits_dependencies_at_their_pins():
     assert root.requirements() == [f"{w}=={pinned[w]}" for w in aarch64_root.WHEELS]
 
 
+def test_a_missing_recipe_piece_is_named_with_its_reason(tmp_path, monkeypatch):
+    """No QEMU on PATH: exit 3 and a report naming the step, not a skip or a traceback."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no qemu-aarch64-static, no apt-get
+    report = tmp_path / "report.json"
+    rc = aarch64_smoke.main(["--setup-only", "--cache", str(tmp_path / "cache"), "--report", str(report)])
+    res = json.loads(report.read_text())
+    assert rc == 3 and res["ok"] is False
+    assert res["recipe_error"]["step"] == "qemu"
+    assert "qemu-user-static" in res["recipe_error"]["reason"]
+
+
 @pytest.mark.slow
 def test_smoke_set_under_qemu_aarch64_is_bit_identical_to_native(tmp_path):
     report_path = tmp_path / "aarch64.json"
