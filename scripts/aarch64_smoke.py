@@ -131,6 +131,7 @@ def run_command(label: str, cmd: list[str], env: dict[str, str], timeout: float)
     """Run one command with a deadline, saying every HEARTBEAT_S that it still runs. ``cpu_seconds``
     (user + system of the child) is the figure to compare across runs on a shared, loaded machine."""
     t0, cpu0 = time.perf_counter(), children_cpu()
+    killed = False
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO, text=True)
         while True:
@@ -142,14 +143,14 @@ def run_command(label: str, cmd: list[str], env: dict[str, str], timeout: float)
                 if elapsed > timeout:
                     proc.kill()
                     proc.wait()
+                    killed = True
                     break
                 log(f"{label}: still running ({elapsed:.0f} s of at most {timeout:.0f} s)")
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     seconds = time.perf_counter() - t0
-    timed_out = seconds > timeout
-    return {"rc": proc.returncode, "seconds": round(seconds, 2), "timed_out": timed_out,
+    return {"rc": proc.returncode, "seconds": round(seconds, 2), "timed_out": killed,
             "cpu_seconds": round(children_cpu() - cpu0, 2),
             "stdout": stdout, "stderr_tail": "\n".join(stderr.strip().splitlines()[-12:])}
 
