@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import platform
@@ -39,6 +40,8 @@ from aarch64_root import RecipeError, Root, default_cache, log
 REPO = Path(__file__).resolve().parent.parent
 CLOSE_REL = 1e-12  # relative; host-BLAS float64 statistics only (Smoke.host_blas)
 HEARTBEAT_S = 20.0  # a still-running command says so this often
+SKIP_PARTS = {"__pycache__", ".npukit-int4"}  # not part of the source tree
+STAGED_MTIME = 1_000_000_000  # every staged file's mtime: numba's cache stamp stays put across clones
 RESULT_KEYS = ("rc", "seconds", "cpu_seconds", "timed_out", "stderr_tail")
 
 
@@ -195,6 +198,42 @@ def compare(smoke: Smoke, native: dict[str, object], emulated: dict[str, object]
                              if lookup(parsed.get("aarch64"), f) is not None}}
 
 
+def stage_source(src: Path, cache: Path, keep: int = 4) -> Path:
+    """A copy of ``src`` at ``<cache>/src/<content hash>`` with one fixed mtime on every file.
+
+    numba's on-disk cache is keyed by a source file's path and mtime, so a fresh clone (CI) would
+    compile everything again under emulation (minutes); the same tree content always lands at the
+    same path with the same stamps, so its kernels come from the cache. Trees are immutable once
+    made (concurrent runs share them); beyond ``keep``, those unused for an hour are removed."""
+    files = sorted(p for p in src.rglob("*")
+                   if p.is_file() and not SKIP_PARTS & set(p.relative_to(src).parts))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.relative_to(src)}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\0".encode())
+    trees = cache / "src"
+    target = trees / digest.hexdigest()[:16]
+    if not target.is_dir():
+        tmp = trees / f"{target.name}.partial-{os.getpid()}"
+        for f in files:
+            dst = tmp / f.relative_to(src)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst)
+            os.utime(dst, (STAGED_MTIME, STAGED_MTIME))
+        try:
+            tmp.rename(target)
+        except OSError:  # another run staged the same tree first
+            shutil.rmtree(tmp, ignore_errors=True)
+    target.touch()  # its mtime says when it was last used
+    old = sorted((p for p in trees.iterdir() if p.is_dir() and "." not in p.name),
+                 key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
+    for tree in old:
+        if time.time() - tree.stat().st_mtime > 3600:
+            shutil.rmtree(tree, ignore_errors=True)
+            for nb in cache.glob("numba-*"):
+                shutil.rmtree(nb / str(tree).lstrip("/"), ignore_errors=True)
+    return target
+
+
 def guest_numba_cache(cache: Path, guest_cpu: str | None) -> Path:
     return cache / ("numba-aarch64" + (f"-{guest_cpu}" if guest_cpu else ""))
 
@@ -272,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh_numba_cache:
         shutil.rmtree(guest_numba_cache(args.cache, args.guest_cpu), ignore_errors=True)
     chosen = [s for s in SMOKE if not args.only or s.name in args.only]
-    results = [run_smoke(root, s, args.src.resolve(), args.timeout, args.guest_cpu) for s in chosen]
+    src = stage_source(args.src.resolve(), args.cache)
+    log(f"source {args.src.resolve()} staged as {src} (numba caches survive fresh clones)")
+    report["staged_src"] = str(src)
+    results = [run_smoke(root, s, src, args.timeout, args.guest_cpu) for s in chosen]
     report.update(commands=results, ok=all(r["identical"] for r in results),
                   total_seconds=round(time.perf_counter() - t0, 1))
     log(f"{sum(r['identical'] for r in results)}/{len(results)} identical; wall times are measured "
