@@ -5,10 +5,11 @@
 Sets up (or finds cached) an arm64 Debian Python with npukit's dependencies from the registries
 (scripts/aarch64_root.py says how), then runs each smoke command twice, natively with this Python and
 under ``qemu-aarch64-static``, both from the same source tree (``--src``, default this checkout's
-src/), and compares their ``--json`` results field by field: tokens, cycles, check verdicts, every
-derived figure must be equal as parsed JSON (floats too: JSON keeps a float's shortest round-trip
-form, so equal text is equal bits). Fields that are host measurements (wall times, RSS) or name the
-host's kernel path are listed per command in ``SMOKE`` and left out of the comparison, nothing else.
+src/, run from a content-addressed copy: ``stage_source``), and compares their ``--json`` results
+field by field: tokens, cycles, check verdicts, every derived figure must be equal as parsed JSON
+(floats too: JSON keeps a float's shortest round-trip form, so equal text is equal bits). Fields
+that are host measurements (wall times, RSS) or name the host's kernel path are listed per command
+in ``SMOKE`` and left out of the comparison; host-BLAS statistics are compared to 1e-12 relative.
 
 Each side gets its own numba cache in the cache folder (``numba-x86_64``, ``numba-aarch64``, or
 ``numba-aarch64-<cpu>`` with ``--guest-cpu``); the first emulated run compiles every kernel under
