@@ -110,7 +110,7 @@ def differences(a: object, b: object, skip: set[str], close: frozenset[str] = fr
     if isinstance(a, dict) and isinstance(b, dict):
         def at(k: object) -> str:
             return f"{path}.{k}" if path else str(k)
-        out = [f"{at(k)}: only on one side" for k in sorted(set(a) ^ set(b), key=str)]
+        out = [f"{at(k)}: only on one side" for k in sorted(set(a) ^ set(b), key=str) if at(k) not in skip]
         for k in sorted(set(a) & set(b), key=str):
             out += differences(a[k], b[k], skip, close, at(k))
         return out

@@ -63,6 +63,14 @@ def test_only_host_facts_are_left_out_of_the_comparison():
     skip = aarch64_smoke.host_paths(out, gen.host_fields)
     assert aarch64_smoke.differences(out, moved, skip) == [
         "stats.figures.cycles_per_token.value: native 202883.1 != aarch64 202883.2"]
+    # a measured figure that only one side has (kernel_compile_s: that side compiled) is no difference
+    cold = json.loads(json.dumps(out))
+    cold["stats"]["figures"]["kernel_compile_s"] = {"value": 187.0, "tier": "measured"}
+    skip = aarch64_smoke.host_paths(out, gen.host_fields) | aarch64_smoke.host_paths(cold, gen.host_fields)
+    assert aarch64_smoke.differences(out, cold, skip) == []
+    cold["stats"]["figures"]["kernel_compile_s"]["tier"] = "derived"
+    skip = aarch64_smoke.host_paths(out, gen.host_fields) | aarch64_smoke.host_paths(cold, gen.host_fields)
+    assert aarch64_smoke.differences(out, cold, skip) == ["stats.figures.kernel_compile_s: only on one side"]
 
 
 def test_host_blas_statistics_may_move_one_ulp_and_nothing_else_may():
