@@ -140,7 +140,23 @@ def column_table(lut32, inv, prod, tab):
     _sat_rni_f16_inplace(prod, 256, tab, 128)
 
 
-F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+def _f16_to_f32_table() -> np.ndarray:
+    """float32 of every fp16 bit pattern, built from the bits: NumPy's float16 -> float32 cast quiets
+    signalling NaNs on aarch64 (and warns) but keeps them on x86; this table is the same everywhere
+    (NaN payloads moved up by 13 bits, as x86 converts)."""
+    h = np.arange(1 << 16, dtype=np.uint32)
+    sign, exp, mant = (h >> 15) << 31, (h >> 10) & 0x1F, h & 0x3FF
+    normal = sign | ((exp + 112) << 23) | (mant << 13)  # rebias 15 -> 127
+    special = sign | 0x7F800000 | (mant << 13)  # inf, NaN
+    bits = np.where(exp == 0x1F, special, np.where(exp == 0, sign, normal)).astype(np.uint32)
+    out = bits.view(np.float32).copy()
+    sub = (exp == 0) & (mant != 0)  # subnormals: mant * 2^-24, exact in float32
+    out[sub] = np.where(sign[sub] != 0, -1.0, 1.0).astype(np.float32) * mant[sub].astype(np.float32) \
+        * np.float32(2.0**-24)
+    return out
+
+
+F16_TO_F32 = _f16_to_f32_table()
 
 
 @nb.njit(**_OPTS, inline="always")
