@@ -39,7 +39,7 @@ DEBIAN_PACKAGES = ("python3.11", "libstdc++6", "libgomp1")
 # npukit's runtime dependencies (pyproject [project].dependencies) plus their own runtime needs
 # (llvmlite for numba, flatbuffers for tflite); tests check that this covers pyproject
 WHEELS = ("numpy", "numba", "llvmlite", "tokenizers", "orjson", "crc32c", "pyelftools", "tflite",
-          "flatbuffers", "threadpoolctl")
+          "flatbuffers", "threadpoolctl", "rich", "markdown-it-py", "mdurl", "pygments")
 # manylinux tags an arm64 Debian 12 (glibc 2.36) runs; a wheel names the oldest glibc it needs
 WHEEL_PLATFORMS = ("manylinux2014_aarch64", *(f"manylinux_2_{v}_aarch64" for v in range(17, 37)), "any")
 GUEST_PYTHON = "usr/bin/python3.11"
