@@ -22,8 +22,8 @@ def writes_register(insn: Insn) -> tuple[int, ...]:
     cls = insn.cls
     if cls in (isa.ALU, isa.ALU64, isa.LDX) or insn.opcode == isa.LDDW:
         return (insn.dst,)
-    if cls == isa.STX and insn.opcode & 0xE0 == isa.MODE_ATOMIC:
-        if insn.imm == 0xF1:
+    if cls == isa.STX and insn.opcode & isa.MODE_MASK == isa.MODE_ATOMIC:
+        if insn.imm == isa.AtomicOp.CMPXCHG:
             return (0,)
         return (insn.src,) if insn.imm & isa.ATOMIC_FETCH else ()
     if insn.opcode in (isa.OP_CALL, isa.OP_CALLX):
@@ -44,13 +44,13 @@ def fork_gap(insn: Insn) -> str | None:
         return "BPF-to-BPF calls"
     if op == isa.OP_CALLX:
         return "callx"
-    if cls == isa.STX and op & 0xE0 == isa.MODE_ATOMIC:
+    if cls == isa.STX and op & isa.MODE_MASK == isa.MODE_ATOMIC:
         return "atomic operations"
-    if cls == isa.LDX and op & 0xE0 == isa.MODE_MEMSX:
+    if cls == isa.LDX and op & isa.MODE_MASK == isa.MODE_MEMSX:
         return "sign-extending loads (v4)"
     if cls in (isa.ALU, isa.ALU64) and insn.off:
         return "signed division/modulo and movsx (v4)"
-    if op == 0xD7:
+    if op == isa.OP_BSWAP:
         return "bswap (v4)"
     return None
 

@@ -1,0 +1,232 @@
+"""The verifier's abstract state: typed registers, stack frames with initialised bytes, the input length.
+
+A register holds `UNINIT`, a `Scalar` (``absval``) or a `Pointer` into one region (``stack`` of a given
+frame, ``input``, ``output`` or an ELF data section by name) with a scalar offset. Each frame keeps its
+512 stack bytes as an initialisation bitmask plus the register values spilled to 8-byte slots (so a
+pointer survives a spill and fill). ``length`` is the range of the ABI's input length. States join at
+control-flow merges and widen at loop heads; `refine` narrows both sides of a conditional jump.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from npukit.targets.ebpf import absval as V
+from npukit.targets.ebpf.absval import Scalar
+from npukit.targets.ebpf.isa import JmpOp
+from npukit.targets.ebpf.memory import FRAME_SIZE
+
+
+class Uninit:
+    def __repr__(self) -> str:
+        return "UNINIT"
+
+
+UNINIT = Uninit()
+
+
+@dataclass(frozen=True)
+class Pointer:
+    region: str
+    off: Scalar
+    frame: int = 0
+
+
+Value = Scalar | Pointer | Uninit
+
+
+@dataclass
+class Frame:
+    regs: list[Value]
+    slots: dict[int, Value] = field(default_factory=dict)  # 8-byte spills by offset from the frame top
+    init: int = 0  # bit i: byte at offset i - FRAME_SIZE is initialised
+    return_pc: int = -1
+
+    def copy(self) -> Frame:
+        return Frame(list(self.regs), dict(self.slots), self.init, self.return_pc)
+
+    def key(self) -> tuple:
+        return (tuple(self.regs), tuple(sorted(self.slots.items())), self.init, self.return_pc)
+
+
+@dataclass
+class State:
+    frames: list[Frame]
+    length: Scalar
+
+    @property
+    def top(self) -> Frame:
+        return self.frames[-1]
+
+    def copy(self) -> State:
+        return State([f.copy() for f in self.frames], self.length)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, State)
+            and self.length == other.length
+            and [f.key() for f in self.frames] == [f.key() for f in other.frames]
+        )
+
+    def values(self):
+        for f in self.frames:
+            yield from f.regs
+            yield from f.slots.values()
+
+    def map_values(self, fn) -> None:
+        for f in self.frames:
+            f.regs = [fn(v) for v in f.regs]
+            f.slots = {k: fn(v) for k, v in f.slots.items()}
+
+    def unlink(self, origin: int) -> None:
+        """A new value takes link id ``origin``: values still carrying it no longer relate to it."""
+
+        def cut(v: Value) -> Value:
+            if isinstance(v, Scalar) and v.link and v.link[0] == origin:
+                return v.unlinked()
+            if isinstance(v, Pointer) and v.off.link and v.off.link[0] == origin:
+                return replace(v, off=v.off.unlinked())
+            return v
+
+        self.map_values(cut)
+
+    def effective_le(self, s: Scalar) -> int | None:
+        """The best k with ``s <= LEN - k`` from the relation or from the ranges."""
+        from_range = self.length.umin - s.umax
+        best = from_range if from_range > -(1 << 40) else None
+        if s.len_le is not None:
+            best = s.len_le if best is None else max(best, s.len_le)
+        if s.len_off is not None:
+            best = -s.len_off if best is None else max(best, -s.len_off)
+        return best
+
+
+def _join_value(a: Value, b: Value, sa: State, sb: State) -> Value:
+    if a == b:
+        return a
+    if isinstance(a, Uninit) or isinstance(b, Uninit):
+        return UNINIT
+    if isinstance(a, Scalar) and isinstance(b, Scalar):
+        return _join_scalar(a, b, sa, sb)
+    if isinstance(a, Pointer) and isinstance(b, Pointer) and (a.region, a.frame) == (b.region, b.frame):
+        return Pointer(a.region, _join_scalar(a.off, b.off, sa, sb), a.frame)
+    return Scalar()
+
+
+def _join_scalar(a: Scalar, b: Scalar, sa: State, sb: State) -> Scalar:
+    ka, kb = sa.effective_le(a), sb.effective_le(b)
+    out = V.join(replace(a, len_le=None), replace(b, len_le=None))
+    return replace(out, len_le=None if ka is None or kb is None else min(ka, kb))
+
+
+def join(a: State, b: State) -> State:
+    frames = []
+    for fa, fb in zip(a.frames, b.frames, strict=True):
+        regs = [_join_value(x, y, a, b) for x, y in zip(fa.regs, fb.regs, strict=True)]
+        slots = {k: _join_value(v, fb.slots[k], a, b) for k, v in fa.slots.items() if k in fb.slots}
+        frames.append(Frame(regs, slots, fa.init & fb.init, fa.return_pc))
+    return State(frames, V.join(a.length, b.length))
+
+
+def widen(old: State, new: State) -> State:
+    def w(o: Value, n: Value) -> Value:
+        if isinstance(o, Scalar) and isinstance(n, Scalar):
+            return V.widen(o, n)
+        if isinstance(o, Pointer) and isinstance(n, Pointer) and o.region == n.region:
+            return replace(n, off=V.widen(o.off, n.off))
+        return n
+
+    out = new.copy()
+    for fo, fn in zip(old.frames, out.frames, strict=True):
+        fn.regs = [w(o, n) for o, n in zip(fo.regs, fn.regs, strict=True)]
+        fn.slots = {k: w(fo.slots.get(k, v), v) for k, v in fn.slots.items()}
+    out.length = V.widen(old.length, new.length)
+    return out
+
+
+def new_state(regs: list[Value], length: Scalar) -> State:
+    return State([Frame(regs)], length)
+
+
+FULL_INIT = (1 << FRAME_SIZE) - 1
+
+# -------------------------------------------------------------------------------- conditional jumps
+
+# The comparison that holds on the taken branch, and its negation (the fall-through branch).
+NEGATION = {
+    JmpOp.JEQ: JmpOp.JNE, JmpOp.JNE: JmpOp.JEQ,
+    JmpOp.JGT: JmpOp.JLE, JmpOp.JLE: JmpOp.JGT, JmpOp.JGE: JmpOp.JLT, JmpOp.JLT: JmpOp.JGE,
+    JmpOp.JSGT: JmpOp.JSLE, JmpOp.JSLE: JmpOp.JSGT, JmpOp.JSGE: JmpOp.JSLT, JmpOp.JSLT: JmpOp.JSGE,
+}
+SWAPPED = {
+    JmpOp.JEQ: JmpOp.JEQ, JmpOp.JNE: JmpOp.JNE,
+    JmpOp.JGT: JmpOp.JLT, JmpOp.JLT: JmpOp.JGT, JmpOp.JGE: JmpOp.JLE, JmpOp.JLE: JmpOp.JGE,
+    JmpOp.JSGT: JmpOp.JSLT, JmpOp.JSLT: JmpOp.JSGT, JmpOp.JSGE: JmpOp.JSLE, JmpOp.JSLE: JmpOp.JSGE,
+}
+
+
+def _less(a: Scalar, b: Scalar, strict: bool, signed: bool, st: State) -> tuple[Scalar, Scalar] | None:
+    """Refine a and b under ``a < b`` (strict) or ``a <= b``; None when impossible."""
+    d = 1 if strict else 0
+    if signed:
+        na = V.with_bounds(a, smax=min(a.smax, b.smax - d))
+        nb = V.with_bounds(b, smin=max(b.smin, a.smin + d))
+    else:
+        na = V.with_bounds(a, umax=min(a.umax, b.umax - d)) if b.umax - d >= 0 else None
+        nb = V.with_bounds(b, umin=max(b.umin, a.umin + d))
+    if na is None or nb is None:
+        return None
+    if not signed or (a.smin >= 0 and b.smin >= 0):  # a <= b - d, as integers
+        kb = st.effective_le(b)
+        if kb is not None:
+            ka = st.effective_le(na)
+            na = replace(na, len_le=kb + d if ka is None else max(ka, kb + d))
+    return na, nb
+
+
+def _compare(op: JmpOp, a: Scalar, b: Scalar, st: State) -> tuple[Scalar, Scalar] | None:
+    if op == JmpOp.JEQ:
+        m = V.meet(a, b)
+        return None if m is None else (m, replace(m, link=b.link))
+    if op == JmpOp.JNE:
+        return _not_equal(a, b, st)
+    if op in (JmpOp.JLT, JmpOp.JLE, JmpOp.JSLT, JmpOp.JSLE):
+        return _less(a, b, op in (JmpOp.JLT, JmpOp.JSLT), op in (JmpOp.JSLT, JmpOp.JSLE), st)
+    r = _compare(SWAPPED[op], b, a, st)
+    return None if r is None else (r[1], r[0])
+
+
+def _not_equal(a: Scalar, b: Scalar, st: State) -> tuple[Scalar, Scalar] | None:
+    if a.const is not None and a.const == b.const:
+        return None
+    for x, y, swap in ((a, b, False), (b, a, True)):
+        c = y.const
+        if c is not None:
+            if x.umin == c:
+                x = V.with_bounds(x, umin=c + 1) or x
+            elif x.umax == c:
+                x = V.with_bounds(x, umax=c - 1) or x
+        ky, kx = st.effective_le(y), st.effective_le(x)
+        if y.len_off is not None and kx is not None and kx == -y.len_off:  # x <= len+c and x != len+c
+            x = replace(x, len_le=kx + 1)
+        elif ky is not None and kx is not None and ky == kx and y.len_off is not None:
+            pass
+        a, b = (y, x) if swap else (x, y)
+    return a, b
+
+
+def compare(op: JmpOp, a: Scalar, b: Scalar, wide: bool, st: State) -> tuple[Scalar, Scalar] | None:
+    """Both operands refined under ``a op b`` (JSET: unchanged); 32-bit compares refine only values
+    that fit 32 bits (then the low halves are the values)."""
+    if op == JmpOp.JSET:
+        return (a, b) if (a.tval | a.tmask) & (b.tval | b.tmask) else None
+    if not wide and (a.umax > V.U32 or b.umax > V.U32):
+        return a, b
+    if not wide and op in (JmpOp.JSGT, JmpOp.JSGE, JmpOp.JSLT, JmpOp.JSLE):
+        if a.umax >= 1 << 31 or b.umax >= 1 << 31:
+            return a, b
+    return _compare(op, a, b, st)
+
+
+def negate(op: JmpOp) -> JmpOp | None:
+    return NEGATION.get(op)
