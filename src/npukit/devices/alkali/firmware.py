@@ -18,7 +18,7 @@ from typing import Any
 
 from npukit.evidence import Ledger, Tier
 from npukit.targets.ebpf.errors import HelperFault
-from npukit.targets.ebpf.helpers import HelperContext, alkali_helpers
+from npukit.targets.ebpf.helpers import GET_ARGS_ARGS, PRINT_ARGS, HelperContext, alkali_helpers
 from npukit.targets.ebpf.load import program_from_bytes
 from npukit.targets.ebpf.memory import OUTPUT_BASE
 from npukit.targets.ebpf.vm import DEFAULT_BUDGET, Machine
@@ -132,8 +132,8 @@ def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: byt
         ctx.mem.write_bytes(dst, args[:n], ctx.pc)
         return len(args)
 
-    helpers.register(1, "print", _print)
-    helpers.register(4, "get_args", _get_args)
+    helpers.register(1, "print", _print, PRINT_ARGS)
+    helpers.register(4, "get_args", _get_args, GET_ARGS_ARGS)
     try:
         names = {n: i for i, n in helpers.names().items()}
         loaded = program_from_bytes(_unpad(bytes(image)), helper_names=names)

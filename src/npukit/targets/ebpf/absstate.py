@@ -125,7 +125,68 @@ def join(a: State, b: State) -> State:
         regs = [_join_value(x, y, a, b) for x, y in zip(fa.regs, fb.regs, strict=True)]
         slots = {k: _join_value(v, fb.slots[k], a, b) for k, v in fa.slots.items() if k in fb.slots}
         frames.append(Frame(regs, slots, fa.init & fb.init, fa.return_pc))
-    return State(frames, V.join(a.length, b.length))
+    out = State(frames, V.join(a.length, b.length))
+    _relink(out, a, b)
+    tighten(out)
+    return out
+
+
+def _positions(st: State) -> list[tuple[int, str, int]]:
+    return [(i, "r", r) for i, f in enumerate(st.frames) for r in range(11)] + [
+        (i, "s", k) for i, f in enumerate(st.frames) for k in sorted(f.slots)
+    ]
+
+
+def _at(st: State, pos: tuple[int, str, int]) -> Scalar | None:
+    frame, kind, key = pos
+    f = st.frames[frame]
+    v = f.regs[key] if kind == "r" else f.slots.get(key)
+    s = v.off if isinstance(v, Pointer) else v
+    return s if isinstance(s, Scalar) else None
+
+
+def _difference(x: Scalar | None, y: Scalar | None) -> int | None:
+    """y - x when the state knows it: same link origin, or two constants."""
+    if x is None or y is None:
+        return None
+    if x.link is not None and y.link is not None and x.link[0] == y.link[0]:
+        return y.link[1] - x.link[1]
+    if x.const is not None and y.const is not None:
+        return y.const - x.const
+    return None
+
+
+def _relink(out: State, a: State, b: State) -> None:
+    """Links of the joined state: values whose difference is the same known number on both sides
+    (linked there, or equal constants) get a common origin, numbered by the first one's position."""
+    positions = [p for p in _positions(out) if _at(out, p) is not None]
+    group: dict[tuple[int, str, int], tuple[int, int]] = {}
+    for n, p in enumerate(positions):
+        if p in group:
+            continue
+        origin = -(n + 1)
+        for q in positions[n + 1 :]:
+            if q in group:
+                continue
+            d = _difference(_at(a, p), _at(a, q))
+            if d is not None and d == _difference(_at(b, p), _at(b, q)):
+                group[q] = (origin, d)
+                group.setdefault(p, (origin, 0))
+
+    def put(pos: tuple[int, str, int]) -> None:
+        frame, kind, key = pos
+        f = out.frames[frame]
+        v = f.regs[key] if kind == "r" else f.slots[key]
+        link = group.get(pos)
+        nv = replace(v.off, link=link) if isinstance(v, Pointer) else replace(v, link=link)
+        nv = replace(v, off=nv) if isinstance(v, Pointer) else nv
+        if kind == "r":
+            f.regs[key] = nv
+        else:
+            f.slots[key] = nv
+
+    for pos in positions:
+        put(pos)
 
 
 def widen(old: State, new: State) -> State:
@@ -141,7 +202,21 @@ def widen(old: State, new: State) -> State:
         fn.regs = [w(o, n) for o, n in zip(fo.regs, fn.regs, strict=True)]
         fn.slots = {k: w(fo.slots.get(k, v), v) for k, v in fn.slots.items()}
     out.length = V.widen(old.length, new.length)
+    tighten(out)
     return out
+
+
+def tighten(st: State) -> None:
+    """Every value's range narrowed by its facts about the input length."""
+
+    def t(v: Value) -> Value:
+        if isinstance(v, Scalar):
+            return V.tighten(v, st.length)
+        if isinstance(v, Pointer):
+            return replace(v, off=V.tighten(v.off, st.length))
+        return v
+
+    st.map_values(t)
 
 
 def new_state(regs: list[Value], length: Scalar) -> State:
@@ -199,20 +274,23 @@ def _compare(op: JmpOp, a: Scalar, b: Scalar, st: State) -> tuple[Scalar, Scalar
 def _not_equal(a: Scalar, b: Scalar, st: State) -> tuple[Scalar, Scalar] | None:
     if a.const is not None and a.const == b.const:
         return None
-    for x, y, swap in ((a, b, False), (b, a, True)):
-        c = y.const
-        if c is not None:
-            if x.umin == c:
-                x = V.with_bounds(x, umin=c + 1) or x
-            elif x.umax == c:
-                x = V.with_bounds(x, umax=c - 1) or x
-        ky, kx = st.effective_le(y), st.effective_le(x)
-        if y.len_off is not None and kx is not None and kx == -y.len_off:  # x <= len+c and x != len+c
-            x = replace(x, len_le=kx + 1)
-        elif ky is not None and kx is not None and ky == kx and y.len_off is not None:
-            pass
-        a, b = (y, x) if swap else (x, y)
-    return a, b
+    a = _excluding(a, b, st)
+    return a, _excluding(b, a, st)
+
+
+def _excluding(x: Scalar, y: Scalar, st: State) -> Scalar:
+    """x refined by ``x != y``: a constant at either end of x's range is cut off; x <= len + c and
+    x != len + c give x <= len + c - 1."""
+    c = y.const
+    if c is not None:
+        if x.umin == c:
+            x = V.with_bounds(x, umin=c + 1) or x
+        elif x.umax == c:
+            x = V.with_bounds(x, umax=c - 1) or x
+    kx = st.effective_le(x)
+    if y.len_off is not None and kx is not None and kx == -y.len_off:
+        x = replace(x, len_le=kx + 1)
+    return x
 
 
 def compare(op: JmpOp, a: Scalar, b: Scalar, wide: bool, st: State) -> tuple[Scalar, Scalar] | None:

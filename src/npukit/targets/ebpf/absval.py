@@ -120,31 +120,56 @@ def join(a: Scalar, b: Scalar) -> Scalar:
 
 
 def widen(old: Scalar, new: Scalar) -> Scalar:
-    """``new`` (already joined with ``old``) with every bound that moved pushed to its extreme."""
-    return replace(
-        new,
-        umin=new.umin if new.umin >= old.umin else 0,
-        umax=new.umax if new.umax <= old.umax else U64,
-        smin=new.smin if new.smin >= old.smin else S64_MIN,
-        smax=new.smax if new.smax <= old.smax else S64_MAX,
-        len_le=new.len_le if old.len_le is not None and new.len_le == old.len_le else None,
+    """``new`` (already joined with ``old``) with every bound that moved pushed to its extreme; a tnum
+    that keeps losing bits keeps only its known low bits."""
+    tmask = new.tmask
+    if tmask != old.tmask:
+        low = (tmask & -tmask) - 1 if tmask else U64
+        tmask = U64 & ~low
+    out = normalize(
+        replace(
+            new,
+            umin=new.umin if new.umin >= old.umin else 0,
+            umax=new.umax if new.umax <= old.umax else U64,
+            smin=new.smin if new.smin >= old.smin else S64_MIN,
+            smax=new.smax if new.smax <= old.smax else S64_MAX,
+            tval=new.tval & ~tmask,
+            tmask=tmask,
+        )
     )
+    keep = old.len_le is not None and new.len_le == old.len_le
+    return replace(out or Scalar(), len_le=new.len_le if keep else None, len_off=new.len_off, link=new.link)
+
+
+def tighten(s: Scalar, length: Scalar) -> Scalar:
+    """Ranges implied by the length facts: ``len + c`` lies in the length's range shifted by c; a value
+    at most ``len - k`` is at most ``max(len) - k``."""
+    umin, umax = s.umin, s.umax
+    if s.len_off is not None:
+        umin, umax = max(umin, length.umin + s.len_off), min(umax, length.umax + s.len_off)
+    if s.len_le is not None:
+        umax = min(umax, length.umax - s.len_le)
+    if (umin, umax) == (s.umin, s.umax) or umin > umax or umax < 0:
+        return s
+    return normalize(replace(s, umin=max(umin, 0), umax=umax)) or s
 
 
 def shift_const(s: Scalar, c: int) -> Scalar:
-    """``s + c`` for a small signed constant, keeping the length facts and the link when nothing wraps."""
-    if s.umin + c < 0 or s.umax + c > U64:
-        return Scalar()
-    sm = (s.smin + c, s.smax + c)
-    smin, smax = sm if sm[0] >= S64_MIN and sm[1] <= S64_MAX else (S64_MIN, S64_MAX)
+    """``s + c`` (mod 2**64) for a small signed constant. The length facts survive when nothing wraps
+    unsigned; the link always does (it is modular)."""
+    wraps = s.umin + c < 0 or s.umax + c > U64
+    umin, umax = (0, U64) if wraps else (s.umin + c, s.umax + c)
+    smin, smax = s.smin + c, s.smax + c
+    if smin < S64_MIN or smax > S64_MAX:
+        smin, smax = S64_MIN, S64_MAX
     tv, tm = _tnum_add(s.tval, s.tmask, c & U64, 0)
-    out = normalize(Scalar(s.umin + c, s.umax + c, smin, smax, tv, tm))
+    out = normalize(Scalar(umin, umax, smin, smax, tv, tm))
     if out is None:
         return Scalar()
     return replace(
         out,
-        len_off=None if s.len_off is None else s.len_off + c,
-        len_le=None if s.len_le is None else s.len_le - c,
+        len_off=None if s.len_off is None or wraps else s.len_off + c,
+        len_le=None if s.len_le is None or wraps else s.len_le - c,
         link=None if s.link is None else (s.link[0], s.link[1] + c),
     )
 
@@ -164,11 +189,20 @@ def _tnum_sub(av: int, am: int, bv: int, bm: int) -> tuple[int, int]:
     return dv & ~mu & U64, mu & U64
 
 
+def _small(s: Scalar) -> int | None:
+    """The value of a constant that fits 33 signed bits (an immediate or a small offset), else None."""
+    c = s.const
+    if c is None:
+        return None
+    c = to_signed(c)
+    return c if -(1 << 32) <= c <= 1 << 32 else None
+
+
 def add(a: Scalar, b: Scalar) -> Scalar:
-    if b.const is not None and b.const < 1 << 32:
-        return shift_const(a, b.const)
-    if a.const is not None and a.const < 1 << 32:
-        return shift_const(b, a.const)
+    if (c := _small(b)) is not None:
+        return shift_const(a, c)
+    if (c := _small(a)) is not None:
+        return shift_const(b, c)
     umin, umax = (a.umin + b.umin, a.umax + b.umax) if a.umax + b.umax <= U64 else (0, U64)
     smin, smax = a.smin + b.smin, a.smax + b.smax
     if smin < S64_MIN or smax > S64_MAX:
@@ -177,8 +211,8 @@ def add(a: Scalar, b: Scalar) -> Scalar:
 
 
 def sub(a: Scalar, b: Scalar) -> Scalar:
-    if b.const is not None and b.const < 1 << 32:
-        return shift_const(a, -b.const)
+    if (c := _small(b)) is not None:
+        return shift_const(a, -c)
     umin, umax = (a.umin - b.umax, a.umax - b.umin) if a.umin >= b.umax else (0, U64)
     smin, smax = a.smin - b.smax, a.smax - b.smin
     if smin < S64_MIN or smax > S64_MAX:
