@@ -27,6 +27,14 @@ ABIS = ("ubpf", "alkali")
 PROFILES = ("rfc9669", "alkali-fork")
 DEFAULT_BUDGET = 50_000_000
 DEFAULT_CALL_DEPTH = 8
+ENGINES = ("jit", "fast", "interp")
+
+
+def default_engine() -> str:
+    """``jit`` where llvmlite loads, else ``fast``."""
+    import importlib.util
+
+    return "jit" if importlib.util.find_spec("llvmlite") is not None else "fast"
 
 
 @dataclass
@@ -82,7 +90,9 @@ class Machine:
         self.sections = list(sections or [])
         self.max_call_depth = max_call_depth
         self.div_by_zero = div_by_zero
+        self.profile = profile
         self._fast = None
+        self._jits: dict[tuple[str, int], object] = {}
 
     def describe(self, pc: int) -> str:
         insns = self.program.insns
@@ -126,8 +136,10 @@ class Machine:
 
                 self._fast = compile_program(self)
             self._fast(state, budget)
+        elif engine == "jit":
+            self.jit(abi, output_size).run(state, budget)
         elif engine != "interp":
-            raise ConfigError(f"unknown engine {engine!r} (fast or interp)")
+            raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
         if not state.done:
             interpret(self, state, budget)
         out = state.mem.region("output")
@@ -139,6 +151,18 @@ class Machine:
             list(state.regs),
             state.ctx.calls,
         )
+
+    def jit(self, abi: str, output_size: int):
+        """The JIT-compiled program for this ABI and output size (the verifier's proof depends on both)."""
+        key = (abi, output_size)
+        if key not in self._jits:
+            from npukit.targets.ebpf.analysis import Options, analyze
+            from npukit.targets.ebpf.jit import JitProgram
+
+            options = Options(abi=abi, output_size=output_size, profile=self.profile, entry=self.entry)
+            verdict = analyze(self.program, self.helpers, self.sections, options)
+            self._jits[key] = JitProgram(self, verdict)
+        return self._jits[key]
 
     # -- pieces shared with the fast path ------------------------------------------------------------
 
