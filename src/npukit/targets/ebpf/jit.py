@@ -138,34 +138,33 @@ class _Builder:
         ]
 
 
-_ENGINE: list[Any] = []
+_INITIALISED: list[bool] = []
 
 
 def _target_machine() -> Any:
+    """A fresh target machine for the host CPU (an MCJIT engine takes ownership of the one it gets)."""
     import llvmlite.binding as llvm
 
-    if not _ENGINE:
+    if not _INITIALISED:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        tm = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
-        )
-        _ENGINE.append(tm)
-    return _ENGINE[0]
+        _INITIALISED.append(True)
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
+    )
 
 
 def compile_ir(text: str) -> tuple[Any, int]:
     """Optimise and compile one module for the host; (engine to keep alive, address of ``run``)."""
     import llvmlite.binding as llvm
 
-    tm = _target_machine()
     mod = llvm.parse_assembly(text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(tm, pto)
+    pb = llvm.create_pass_builder(_target_machine(), pto)
     pb.getModulePassManager().run(mod, pb)
-    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine = llvm.create_mcjit_compiler(mod, _target_machine())
     engine.finalize_object()
     return engine, engine.get_function_address("run")
 
