@@ -84,12 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("--section", help="ELF program section (default: the first executable one)")
     v.add_argument(
-        "--output-size", type=int, default=0, metavar="N", help="output buffer bytes the program may use (Alkali)"
+        "--output-size", type=int, default=0, metavar="N", help="output buffer bytes (Alkali ABI)"
     )
     v.add_argument(
         "--profile", choices=("rfc9669", "alkali-fork"), default="rfc9669", help="rules, as for run"
     )
-    v.add_argument("--json", action="store_true", help='print {"verdict": ..., "errors": [{"pc", "message"}]}')
+    v.add_argument("--json", action="store_true", help='print {"verdict", "errors": [{"pc", "message"}]}')
     v.set_defaults(func=run_verify)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
 

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from npukit.devices.alkali.accelerator import Accelerator, AcceleratorConfig, AcceleratorLog
+from npukit.devices.alkali.firmware import verify_firmware
 from npukit.devices.alkali.spec import (
     ADMIN_GLOBAL_CONTROL,
     ADMIN_IDENTIFY,
@@ -50,6 +51,8 @@ from npukit.devices.nvme.registry import CommandSpec, LogPageSpec, QueueKind, Re
 from npukit.devices.nvme.spec import LBA_SIZE, NvmeError, Status
 from npukit.errors import ConfigError
 
+VERIFY_MODES = ("strict", "warn", "off")
+
 
 class AlkaliError(NvmeError):
     """A vendor command refused; ``log_type`` and ``accel`` say where the log entry goes."""
@@ -75,12 +78,17 @@ class CommandEvent:
 
 class AlkaliDevice:
     def __init__(self, accelerators: int = 1, *, flavor: Flavor | None = None, delegate: str = "exact",
-                 config: AcceleratorConfig | None = None, vta_clock_hz: int = 0) -> None:
+                 config: AcceleratorConfig | None = None, vta_clock_hz: int = 0,
+                 verify: str | None = None) -> None:
         if not 1 <= accelerators <= 0xFFFE:
             raise ConfigError(f"--accelerators {accelerators}: 1..65534")
         if delegate not in ("exact", "alkali"):
             raise ConfigError(f"unknown delegate {delegate!r} (exact or alkali)")
         self.flavor = flavor or Flavor.doc()
+        self.verify = verify or ("off" if self.flavor.name == "reference" else "warn")
+        if self.verify not in VERIFY_MODES:
+            raise ConfigError(f"unknown verify mode {self.verify!r} (strict, warn or off)")
+        self._verified: dict[tuple[int, int], bytes] = {}
         self.cfg = config or AcceleratorConfig()
         self.delegate = delegate
         self.t0 = time.perf_counter()
@@ -323,6 +331,7 @@ class AlkaliDevice:
             elif op == ControlOp.SET_ACTIVE_FIRMWARE:
                 self._not_running(acc, "set active firmware")
                 self._slot(acc, fw_id, filled=True)
+                self._check_firmware(acc, fw_id, cmd.cdw15)
                 acc.active_fw = fw_id
             elif op == ControlOp.START:
                 self._not_running(acc, "start")
@@ -332,11 +341,30 @@ class AlkaliDevice:
                 except ValueError as exc:
                     raise AlkaliError(Status.INVALID_FIELD, f"argument list: {exc}",
                                       LogType.ACCELERATOR_ERROR, acc.accel_id, 40) from None
+                self._check_firmware(acc, fw_id, cmd.cdw15)
                 acc.start(fw_id, bytes(req.data))  # the firmware reads the list with helper 4
             else:
                 raise AlkaliError(Status.INVALID_FIELD, f"control operation {op} (0 reset, 1 start, 2 stop, "
                                   "3 set active firmware)", LogType.ACCELERATOR_ERROR, acc.accel_id, 52)
         return Result()
+
+    def _check_firmware(self, acc: Accelerator, fw_id: int, cdw15: int) -> None:
+        """The upload's verification (CDW15[1:0] per command: 0 device mode, 1 strict, 2 warn, 3 off):
+        strict refuses an unsafe image with Invalid Firmware Image and its reasons in log page 0xC0."""
+        mode = (None, "strict", "warn", "off")[cdw15 & 3] or self.verify
+        image = bytes(acc.slots[fw_id])
+        if mode == "off" or self._verified.get((acc.accel_id, fw_id)) == image:
+            return
+        reasons = verify_firmware(image, self.cfg.output_size)
+        if not reasons:
+            self._verified[(acc.accel_id, fw_id)] = image
+            return
+        text = f"firmware {fw_id} fails verification: " + "; ".join(reasons[:8])
+        if mode == "warn":
+            acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
+            return
+        raise AlkaliError(Status.INVALID_FIRMWARE_IMAGE, text, LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                          param_loc=60)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         for acc in self.accels.values():

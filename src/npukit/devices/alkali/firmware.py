@@ -149,6 +149,25 @@ def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: byt
     return outcome
 
 
+def verify_firmware(image: bytes, output_size: int) -> list[str]:
+    """Why the static verifier refuses ``image`` under the Alkali ABI ("pc N: reason" each; [] = safe).
+    An image that does not even load gives its load error."""
+    from npukit.errors import NpukitError
+    from npukit.targets.ebpf.analysis import Options, analyze
+
+    helpers = alkali_helpers(tflite=lambda model, inputs, delegate: inputs)
+    helpers.register(1, "print", lambda *_: 0, PRINT_ARGS)
+    helpers.register(4, "get_args", lambda *_: 0, GET_ARGS_ARGS)
+    try:
+        names = {n: i for i, n in helpers.names().items()}
+        loaded = program_from_bytes(_unpad(bytes(image)), helper_names=names)
+    except NpukitError as exc:
+        return [f"does not load: {exc}"]
+    verdict = analyze(loaded.program, helpers, loaded.sections,
+                      Options(abi="alkali", output_size=output_size, entry=loaded.entry))
+    return [f"pc {f.pc}: {f.message}" for f in verdict.errors]
+
+
 def _unpad(image: bytes) -> bytes:
     """Firmware arrives in whole dwords: an assembler-text image loses the NULs it was padded with
     (ELF objects and raw 8-byte slots are taken as they are)."""

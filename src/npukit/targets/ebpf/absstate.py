@@ -300,9 +300,9 @@ def compare(op: JmpOp, a: Scalar, b: Scalar, wide: bool, st: State) -> tuple[Sca
         return (a, b) if (a.tval | a.tmask) & (b.tval | b.tmask) else None
     if not wide and (a.umax > V.U32 or b.umax > V.U32):
         return a, b
-    if not wide and op in (JmpOp.JSGT, JmpOp.JSGE, JmpOp.JSLT, JmpOp.JSLE):
-        if a.umax >= 1 << 31 or b.umax >= 1 << 31:
-            return a, b
+    signed = op in (JmpOp.JSGT, JmpOp.JSGE, JmpOp.JSLT, JmpOp.JSLE)
+    if not wide and signed and (a.umax >= 1 << 31 or b.umax >= 1 << 31):
+        return a, b
     return _compare(op, a, b, st)
 
 

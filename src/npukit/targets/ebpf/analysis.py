@@ -351,7 +351,8 @@ class _Analyzer:
             if insn.opcode & isa.SRC_X and insn.src != insn.dst:
                 self.assign(st, insn.src, r[1])
             return True
-        same = isinstance(a, Pointer) and isinstance(b, Pointer) and (a.region, a.frame) == (b.region, b.frame)
+        same = isinstance(a, Pointer) and isinstance(b, Pointer) and (a.region, a.frame) == (
+            b.region, b.frame)
         if same and wide and op not in (JmpOp.JSGT, JmpOp.JSGE, JmpOp.JSLT, JmpOp.JSLE, JmpOp.JSET):
             r = compare(op, a.off, b.off, True, st)  # type: ignore[union-attr]
             if r is None:

@@ -37,7 +37,7 @@ def alu_result(az: Any, st: State, insn: Insn, pc: int) -> Value:
     if code in (AluOp.DIV, AluOp.MOD) and az.opts.profile == "alkali-fork":
         divisor = sv if wide else V.truncate32(sv)
         if divisor.umin == 0:
-            az.error(pc, f"division by a value that may be 0 ({divisor.describe()}) faults on the Alkali fork")
+            az.error(pc, f"division by a value that may be 0 ({divisor.describe()}): a fault on the fork")
     if d.const is not None and sv.const is not None:
         return V.const(S.alu_value(insn.cls, code, insn.off, d.const, sv.const))
     if wide:

@@ -58,7 +58,7 @@ def _span_problem(az: Any, st: State, p: Pointer, off: int, size: int, size_reg:
     if p.region != "input":
         limit = _region_size(az, p.region)
         if o.umax + off + top > limit:
-            return f"offset {o.describe()}{off:+d} + {top} bytes may pass the end of {p.region} ({limit} bytes)"
+            return f"offset {o.describe()}{off:+d} + {top} bytes may pass the end of {p.region} ({limit} B)"
         return ""
     k = st.effective_le(o)
     if size_reg is None:

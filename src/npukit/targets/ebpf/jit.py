@@ -25,8 +25,6 @@ from llvmlite import ir
 from npukit.targets.ebpf import isa
 from npukit.targets.ebpf.asm import branch_target
 from npukit.targets.ebpf.isa import Insn, JmpOp
-from npukit.targets.ebpf.jit_ops import Emitter
-
 from npukit.targets.ebpf.jit_ops import (
     CTL_BUDGET,
     CTL_COUNT,
@@ -36,6 +34,7 @@ from npukit.targets.ebpf.jit_ops import (
     FRAME_WORDS,
     STATUS_DONE,
     STATUS_HANDOFF,
+    Emitter,
 )
 
 STATUS_HELPER = 2

@@ -52,8 +52,8 @@ class Emitter:
         self.budget = self.load_ctl(CTL_BUDGET)
         self.region = []
         for i in range(len(self.owner.regions)):
-            fields = [b.load(b.gep(arr, [_k(I32, i)])) for arr in (self.hosts, self.bases, self.sizes, self.writable)]
-            self.region.append(fields)
+            arrays = (self.hosts, self.bases, self.sizes, self.writable)
+            self.region.append([b.load(b.gep(arr, [_k(I32, i)])) for arr in arrays])
 
     def load_ctl(self, index: int, dynamic: ir.Value | None = None) -> ir.Value:
         idx = _k(I64, index) if dynamic is None else self.b.add(dynamic, _k(I64, index))
@@ -89,7 +89,7 @@ class Emitter:
 
     def guard(self, ok: ir.Value, pc: int) -> None:
         """Continue when ``ok``; else hand off to the interpreter before the instruction at ``pc``."""
-        start, n, i = self.position
+        _, n, i = self.position
         fail = self.fn.append_basic_block(f"handoff{pc}")
         cont = self.fn.append_basic_block(f"cont{pc}")
         self.b.cbranch(ok, cont, fail)
@@ -213,8 +213,10 @@ class Emitter:
     def store(self, insn: Insn, pc: int, proven: int | None) -> None:
         size = isa.SIZE_BYTES[insn.opcode & isa.SIZE_MASK]
         ty = ir.IntType(size * 8)
-        value = _k(ty, insn.imm) if insn.cls == isa.ST else self.b.trunc(self.get(insn.src), ty) if size < 8 else (
-            self.get(insn.src))
+        if insn.cls == isa.ST:
+            value = _k(ty, insn.imm)
+        else:
+            value = self.get(insn.src) if size == 8 else self.b.trunc(self.get(insn.src), ty)
         p = self._pointer(self._address(insn.dst, insn.off, size, pc, proven, True), size)
         self.b.store(value, p, align=1)
 
@@ -232,8 +234,8 @@ class Emitter:
             self.set(0, old if size == 8 else b.zext(old, I64))
             return
         alu = isa.ATOMIC_ALU.get(AtomicOp(kind & ~isa.ATOMIC_FETCH)) if kind != AtomicOp.XCHG else None
-        new = src if alu is None else {AluOp.ADD: b.add, AluOp.OR: b.or_, AluOp.AND: b.and_, AluOp.XOR: b.xor}[alu](
-            old, src)
+        ops = {AluOp.ADD: b.add, AluOp.OR: b.or_, AluOp.AND: b.and_, AluOp.XOR: b.xor}
+        new = src if alu is None else ops[alu](old, src)
         b.store(new, p, align=1)
         if kind & isa.ATOMIC_FETCH:
             self.set(insn.src, old if size == 8 else b.zext(old, I64))
