@@ -13,51 +13,68 @@ import pytest
 
 from npukit.errors import NpukitError
 from npukit.targets.ebpf import isa
-from npukit.targets.ebpf.analysis import Options, analyze
 from npukit.targets.ebpf.asm import assemble_bytes
 from npukit.targets.ebpf.errors import CallDepthExceeded, DivisionFault, MemoryFault
 from npukit.targets.ebpf.helpers import alkali_helpers, conformance_helpers
+from npukit.targets.ebpf.jit import compile_many
 from npukit.targets.ebpf.vm import Machine
 
-from .fuzzgen import stream
+from .fuzzgen import stream, structured
 
-PROVEN_ABSENT = (MemoryFault, CallDepthExceeded, DivisionFault)
+PROVEN_ABSENT_NAMES = {c.__name__ for c in (MemoryFault, CallDepthExceeded, DivisionFault)}
 
 
-def _outcome(m: Machine, engine: str, data: bytes) -> tuple:
+def _outcome(m: Machine, engine: str, data: bytes, abi: str) -> tuple:
     try:
-        res = m.run(data, 64, "alkali", budget=300, engine=engine)
+        res = m.run(data, 64, abi, budget=3000, engine=engine)
         return ("ok", res.r0, res.output, res.instructions, tuple(res.registers))
     except NpukitError as exc:
         return (type(exc).__name__, str(exc))
 
 
-def fuzz(count: int, seed: int) -> dict[str, int]:
-    """Run ``count`` random streams; assert agreement; return how many loaded / were accepted."""
+def _case(rng: random.Random) -> tuple[Machine, str] | None:
+    """A random program that loads: half raw instruction streams (Alkali ABI), half firmware-shaped
+    assembler (uBPF ABI, about half of them safe)."""
+    try:
+        if rng.random() < 0.5:
+            return Machine(isa.decode(stream(rng, rng.randrange(1, 12))), alkali_helpers()), "alkali"
+        return Machine(isa.decode(assemble_bytes(structured(rng))), conformance_helpers()), "ubpf"
+    except NpukitError:
+        return None
+
+
+def fuzz(count: int, seed: int, batch: int = 64) -> dict[str, int]:
+    """Run ``count`` random programs on every engine and several inputs; assert they agree and that no
+    verified program faults; return counts (loaded, accepted, runs)."""
     rng = random.Random(seed)
-    stats = {"loaded": 0, "accepted": 0}
-    for _ in range(count):
-        raw = stream(rng, rng.randrange(1, 12))
-        data = rng.randbytes(rng.choice((0, 8, 64)))
-        try:
-            m = Machine(isa.decode(raw), alkali_helpers())
-        except NpukitError:
-            continue
-        stats["loaded"] += 1
-        want = _outcome(m, "interp", data)
-        assert _outcome(m, "fast", data) == want, raw.hex()
-        assert _outcome(m, "jit", data) == want, raw.hex()
-        verdict = analyze(m.program, m.helpers, options=Options(abi="alkali", output_size=64))
-        if verdict.accepted:
-            stats["accepted"] += 1
-            assert want[0] not in {c.__name__ for c in PROVEN_ABSENT}, (raw.hex(), want)
+    stats = {"loaded": 0, "accepted": 0, "runs": 0}
+    done = 0
+    while done < count:
+        n = min(batch, count - done)
+        done += n
+        cases = [c for c in (_case(rng) for _ in range(n)) if c is not None]
+        verdicts = [m.verdict(abi, 64) for m, abi in cases]
+        programs = compile_many([(m, v) for (m, _), v in zip(cases, verdicts, strict=True)])
+        for (m, abi), program in zip(cases, programs, strict=True):
+            m.jit(abi, 64, compiled=program)
+        for (m, abi), verdict in zip(cases, verdicts, strict=True):
+            stats["loaded"] += 1
+            stats["accepted"] += verdict.accepted
+            for size in (0, 3, 16, 64):
+                data = rng.randbytes(size)
+                want = _outcome(m, "interp", data, abi)
+                assert _outcome(m, "fast", data, abi) == want, m.program.encode().hex()
+                assert _outcome(m, "jit", data, abi) == want, m.program.encode().hex()
+                if verdict.accepted:
+                    assert want[0] not in PROVEN_ABSENT_NAMES, (m.program.encode().hex(), want)
+                stats["runs"] += 1
     return stats
 
 
 @pytest.mark.slow
-def test_random_streams_agree_on_every_engine() -> None:
-    stats = fuzz(1000, seed=11)
-    assert stats["loaded"] > 300 and stats["accepted"] >= 2
+def test_random_programs_agree_on_every_engine_and_verified_ones_never_fault() -> None:
+    stats = fuzz(2000, seed=11)
+    assert stats["loaded"] > 1200 and stats["accepted"] > 150
 
 
 def test_jit_uses_the_proof_only_for_accepted_programs() -> None:
@@ -74,5 +91,5 @@ def test_jit_uses_the_proof_only_for_accepted_programs() -> None:
 
 def test_jit_budget_stops_at_the_exact_instruction() -> None:
     m = Machine(isa.decode(assemble_bytes("mov %r0, 0\nl:\nadd %r0, 1\nja l\nexit")), conformance_helpers())
-    outcomes = {_outcome(m, e, b"") for e in ("jit", "fast", "interp")}
+    outcomes = {_outcome(m, e, b"", "ubpf") for e in ("jit", "fast", "interp")}
     assert len(outcomes) == 1 and "budget" in next(iter(outcomes))[1]

@@ -67,11 +67,12 @@ class _Builder:
                 if len(names) == 1 and next(iter(names)) in regions:
                     self.proven[pc] = regions.index(next(iter(names)))
 
-    def build(self) -> str:
-        module = ir.Module(name="ebpf")
+    def build(self, module: ir.Module | None = None, name: str = "run") -> ir.Module:
+        """The program as function ``name`` of ``module`` (a new module when None)."""
+        module = module or ir.Module(name="ebpf")
         ptr = I64.as_pointer()
         fnty = ir.FunctionType(I64, [ptr, ptr, ptr, ptr, ptr, ptr])
-        fn = ir.Function(module, fnty, name="run")
+        fn = ir.Function(module, fnty, name=name)
         entry = fn.append_basic_block("entry")
         b = ir.IRBuilder(entry)
         em = Emitter(b, fn, self, fn.args)
@@ -85,7 +86,7 @@ class _Builder:
         for start, end in zip(leaders, ends, strict=True):
             b.position_at_end(blocks[start])
             self._block(em, start, end)
-        return str(module)
+        return module
 
     def _after_call(self, pc: int) -> bool:
         prev = self.insns[pc - 1] if pc > 0 else None
@@ -154,8 +155,8 @@ def _target_machine() -> Any:
     )
 
 
-def compile_ir(text: str) -> tuple[Any, int]:
-    """Optimise and compile one module for the host; (engine to keep alive, address of ``run``)."""
+def compile_ir(text: str, names: tuple[str, ...] = ("run",)) -> tuple[Any, list[int]]:
+    """Optimise and compile one module for the host; (engine to keep alive, addresses of ``names``)."""
     import llvmlite.binding as llvm
 
     mod = llvm.parse_assembly(text)
@@ -165,21 +166,39 @@ def compile_ir(text: str) -> tuple[Any, int]:
     pb.getModulePassManager().run(mod, pb)
     engine = llvm.create_mcjit_compiler(mod, _target_machine())
     engine.finalize_object()
-    return engine, engine.get_function_address("run")
+    return engine, [engine.get_function_address(n) for n in names]
 
 
 _FN = ctypes.CFUNCTYPE(ctypes.c_uint64, *[ctypes.c_void_p] * 6)
 
 
+def regions_of(machine: Any) -> list[str]:
+    return [*FIXED_REGIONS, *(s.name for s in machine.sections)]
+
+
+def compile_many(pairs: list[tuple[Any, Any]]) -> list[JitProgram]:
+    """JIT several (machine, verdict) pairs as one LLVM module: LLVM's fixed cost per module (pass
+    pipeline, code generator) is paid once; the differential fuzzer compiles its programs this way."""
+    module = ir.Module(name="ebpf")
+    names = tuple(f"run{i}" for i in range(len(pairs)))
+    for (machine, verdict), name in zip(pairs, names, strict=True):
+        _Builder(machine, verdict, regions_of(machine)).build(module, name)
+    engine, addresses = compile_ir(str(module), names)
+    return [JitProgram(m, v, (engine, a)) for (m, v), a in zip(pairs, addresses, strict=True)]
+
+
 class JitProgram:
     """A compiled program; ``run(state, budget)`` has the fast path's contract (``state.done`` at exit)."""
 
-    def __init__(self, machine: Any, verdict: Any = None) -> None:
+    def __init__(self, machine: Any, verdict: Any = None, compiled: tuple[Any, int] | None = None) -> None:
         self.m = machine
-        self.regions = [*FIXED_REGIONS, *(s.name for s in machine.sections)]
-        self.ir = _Builder(machine, verdict, self.regions).build()
-        self._engine, address = compile_ir(self.ir)
-        self._fn: Callable[..., int] = _FN(address)
+        self.regions = regions_of(machine)
+        if compiled is None:
+            self.ir = str(_Builder(machine, verdict, self.regions).build())
+            engine, (address,) = compile_ir(self.ir)
+            compiled = (engine, address)
+        self._engine = compiled[0]
+        self._fn: Callable[..., int] = _FN(compiled[1])
         self.proven = verdict is not None and verdict.accepted
 
     def _region_table(self, state: Any) -> tuple[Any, ...]:

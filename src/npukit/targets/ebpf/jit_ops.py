@@ -54,6 +54,7 @@ class Emitter:
         for i in range(len(self.owner.regions)):
             arrays = (self.hosts, self.bases, self.sizes, self.writable)
             self.region.append([b.load(b.gep(arr, [_k(I32, i)])) for arr in arrays])
+        self._exit_block()
 
     def load_ctl(self, index: int, dynamic: ir.Value | None = None) -> ir.Value:
         idx = _k(I64, index) if dynamic is None else self.b.add(dynamic, _k(I64, index))
@@ -77,15 +78,28 @@ class Emitter:
         self.b.position_at_end(bad)
         self.b.ret(_k(I64, STATUS_HANDOFF))
 
-    def leave(self, status: int, pc: int | ir.Value, count: ir.Value | None = None) -> None:
-        """Write registers, pc, count and depth back and return ``status``."""
+    def _exit_block(self) -> None:
+        """One shared epilogue: every way out branches here with (status, pc, count)."""
         b = self.b
+        here = b.block
+        self.exit_at = self.fn.append_basic_block("leave")
+        b.position_at_end(self.exit_at)
+        self.exit_status, self.exit_pc, self.exit_count = b.phi(I64), b.phi(I64), b.phi(I64)
         for i in range(11):
             b.store(self.get(i), b.gep(self.regs_ptr, [_k(I32, i)]))
-        self.store_ctl(CTL_PC, _k(I64, pc) if isinstance(pc, int) else pc)
-        self.store_ctl(CTL_COUNT, count if count is not None else b.load(self.cnt))
+        self.store_ctl(CTL_PC, self.exit_pc)
+        self.store_ctl(CTL_COUNT, self.exit_count)
         self.store_ctl(CTL_DEPTH, b.load(self.depth))
-        b.ret(_k(I64, status))
+        b.ret(self.exit_status)
+        b.position_at_end(here)
+
+    def leave(self, status: int, pc: int | ir.Value, count: ir.Value | None = None) -> None:
+        """Leave with registers, pc, count and depth written back; return ``status``."""
+        b = self.b
+        self.exit_status.add_incoming(_k(I64, status), b.block)
+        self.exit_pc.add_incoming(_k(I64, pc) if isinstance(pc, int) else pc, b.block)
+        self.exit_count.add_incoming(count if count is not None else b.load(self.cnt), b.block)
+        b.branch(self.exit_at)
 
     def guard(self, ok: ir.Value, pc: int) -> None:
         """Continue when ``ok``; else hand off to the interpreter before the instruction at ``pc``."""
@@ -182,19 +196,46 @@ class Emitter:
         if proven is not None:
             host, base, _, _ = self.region[proven]
             return b.add(host, b.sub(addr, base))
-        found, any_ok = _k(I64, 0), ir.Constant(ir.IntType(1), 0)
-        for host, base, rsize, writable in self.region:
-            rel = b.sub(addr, base)
-            ok = b.and_(
-                b.icmp_unsigned(">=", rsize, _k(I64, size)),
-                b.icmp_unsigned("<=", rel, b.sub(rsize, _k(I64, size))),
-            )
-            if store:
-                ok = b.and_(ok, b.icmp_unsigned("!=", writable, _k(I64, 0)))
-            found = b.select(ok, b.add(host, rel), found)
-            any_ok = b.or_(any_ok, ok)
-        self.guard(any_ok, pc)
+        found = b.call(self._translate(), [addr, _k(I64, size), _k(I64, int(store)), self.hosts, self.bases,
+                                           self.sizes, self.writable, _k(I64, len(self.region))])
+        self.guard(b.icmp_unsigned("!=", found, _k(I64, 0)), pc)
         return found
+
+    def _translate(self) -> ir.Function:
+        """``translate(addr, size, store, hosts, bases, sizes, writable, n)``: the host address of a
+        checked access, 0 when no region holds it. One out-of-line function per module keeps the code
+        of unproven accesses small (and LLVM's compile time with it)."""
+        module = self.fn.module
+        if "translate" in module.globals:
+            return module.globals["translate"]
+        ptr = I64.as_pointer()
+        fn = ir.Function(module, ir.FunctionType(I64, [I64, I64, I64, ptr, ptr, ptr, ptr, I64]), "translate")
+        fn.attributes.add("noinline")
+        fn.linkage = "internal"
+        addr, size, store, hosts, bases, sizes, writable, n = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        names = ("head", "body", "found", "next", "miss")
+        head, body, found, nxt, miss = (fn.append_basic_block(x) for x in names)
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(_k(I64, 0), fn.entry_basic_block)
+        b.cbranch(b.icmp_unsigned("<", i, n), body, miss)
+        b.position_at_end(body)
+        rsize, base = b.load(b.gep(sizes, [i])), b.load(b.gep(bases, [i]))
+        rel = b.sub(addr, base)
+        ok = b.and_(b.icmp_unsigned(">=", rsize, size), b.icmp_unsigned("<=", rel, b.sub(rsize, size)))
+        ok = b.and_(ok, b.or_(b.icmp_unsigned("==", store, _k(I64, 0)),
+                              b.icmp_unsigned("!=", b.load(b.gep(writable, [i])), _k(I64, 0))))
+        b.cbranch(ok, found, nxt)
+        b.position_at_end(found)
+        b.ret(b.add(b.load(b.gep(hosts, [i])), rel))
+        b.position_at_end(nxt)
+        i.add_incoming(b.add(i, _k(I64, 1)), nxt)
+        b.branch(head)
+        b.position_at_end(miss)
+        b.ret(_k(I64, 0))
+        return fn
 
     def _pointer(self, host: ir.Value, size: int) -> ir.Value:
         return self.b.inttoptr(host, ir.IntType(size * 8).as_pointer())

@@ -152,16 +152,23 @@ class Machine:
             state.ctx.calls,
         )
 
-    def jit(self, abi: str, output_size: int):
-        """The JIT-compiled program for this ABI and output size (the verifier's proof depends on both)."""
+    def verdict(self, abi: str, output_size: int):
+        """The static verifier's verdict for this ABI and output size."""
+        from npukit.targets.ebpf.analysis import Options, analyze
+
+        options = Options(abi=abi, output_size=output_size, profile=self.profile, entry=self.entry)
+        return analyze(self.program, self.helpers, self.sections, options)
+
+    def jit(self, abi: str, output_size: int, compiled=None):
+        """The JIT-compiled program for this ABI and output size (the verifier's proof depends on both);
+        ``compiled`` installs one built elsewhere (`jit.compile_many`)."""
         key = (abi, output_size)
+        if compiled is not None:
+            self._jits[key] = compiled
         if key not in self._jits:
-            from npukit.targets.ebpf.analysis import Options, analyze
             from npukit.targets.ebpf.jit import JitProgram
 
-            options = Options(abi=abi, output_size=output_size, profile=self.profile, entry=self.entry)
-            verdict = analyze(self.program, self.helpers, self.sections, options)
-            self._jits[key] = JitProgram(self, verdict)
+            self._jits[key] = JitProgram(self, self.verdict(abi, output_size))
         return self._jits[key]
 
     # -- pieces shared with the fast path ------------------------------------------------------------
