@@ -43,3 +43,30 @@ def test_warn_logs_the_reason_and_runs(tmp_path):
     status, log, report = _run("warn", OOB_READ_FW, tmp_path)
     assert status == 0 and report.status == StatusId.DONE
     assert any(t.startswith("warning: firmware 0 fails verification") for _, t in log)
+
+
+def test_the_control_command_overrides_the_device_mode(tmp_path):
+    from npukit.devices.alkali.spec import ControlOp
+
+    rig = make_rig(tmp_path)  # device mode: warn (the default)
+    try:
+        h = rig.host
+        h.enable()
+        h.send_firmware(0, 0, OOB_READ_FW.encode())
+        strict = rig.status_of(h.control, 0, ControlOp.SET_ACTIVE_FIRMWARE, 0, verify="strict")
+        assert strict == INVALID_FIRMWARE_IMAGE
+        rig.dev.verify = "strict"
+        assert rig.status_of(h.control, 0, ControlOp.SET_ACTIVE_FIRMWARE, 0, verify="off") == 0
+        assert rig.status_of(h.control, 0, ControlOp.SET_ACTIVE_FIRMWARE, 0) == INVALID_FIRMWARE_IMAGE
+    finally:
+        rig.host.close()
+
+
+def test_reference_compat_does_not_verify(tmp_path):
+    from npukit.devices.alkali.spec import Flavor
+
+    rig = make_rig(tmp_path, flavor=Flavor.reference())
+    try:
+        assert rig.dev.verify == "off"
+    finally:
+        rig.host.close()
