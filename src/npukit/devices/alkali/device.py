@@ -88,7 +88,7 @@ class AlkaliDevice:
         self.verify = verify or ("off" if self.flavor.name == "reference" else "warn")
         if self.verify not in VERIFY_MODES:
             raise ConfigError(f"unknown verify mode {self.verify!r} (strict, warn or off)")
-        self._verified: dict[tuple[int, int], bytes] = {}
+        self._verified: dict[tuple[int, int], tuple[bytes, list[str]]] = {}  # (accel, slot): image, reasons
         self.cfg = config or AcceleratorConfig()
         self.delegate = delegate
         self.t0 = time.perf_counter()
@@ -352,16 +352,21 @@ class AlkaliDevice:
         """The upload's verification (CDW15[1:0] per command: 0 device mode, 1 strict, 2 warn, 3 off):
         strict refuses an unsafe image with Invalid Firmware Image and its reasons in log page 0xC0."""
         mode = (None, "strict", "warn", "off")[cdw15 & 3] or self.verify
-        image = bytes(acc.slots[fw_id])
-        if mode == "off" or self._verified.get((acc.accel_id, fw_id)) == image:
+        if mode == "off":
             return
-        reasons = verify_firmware(image, self.cfg.output_size)
+        image = bytes(acc.slots[fw_id])
+        known = self._verified.get((acc.accel_id, fw_id))
+        fresh = known is None or known[0] != image
+        if fresh:
+            known = (image, verify_firmware(image, self.cfg.output_size))
+            self._verified[(acc.accel_id, fw_id)] = known
+        reasons = known[1]
         if not reasons:
-            self._verified[(acc.accel_id, fw_id)] = image
             return
         text = f"firmware {fw_id} fails verification: " + "; ".join(reasons[:8])
         if mode == "warn":
-            acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
+            if fresh:  # one warning per image
+                acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
             return
         raise AlkaliError(Status.INVALID_FIRMWARE_IMAGE, text, LogType.INVALID_FIRMWARE_ID, acc.accel_id,
                           param_loc=60)

@@ -37,7 +37,6 @@ from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.spec import LBA_SIZE
 from npukit.errors import ConfigError, NpukitError
 
-
 VERIFY_CODES = {"strict": 1, "warn": 2, "off": 3}
 
 

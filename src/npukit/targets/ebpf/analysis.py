@@ -88,6 +88,7 @@ def analyze(
         return Verdict([Finding(pc, msg) for pc, msg in found], abi=opts.abi)
     analyzer = _Analyzer(program, helpers, sections or [], opts)
     analyzer.run()
+    analyzer.infinite_loops()
     errors = [Finding(pc, msg) for pc, msg in sorted(analyzer.errors.items())]
     regions = {pc: frozenset(r) for pc, r in analyzer.regions.items()}
     return Verdict(errors, regions, opts.abi, opts.output_size)
@@ -119,6 +120,7 @@ class _Analyzer:
         self.states: dict[tuple, State] = {}
         self.visits: dict[tuple, int] = {}
         self.queue: list[tuple] = []
+        self.edges: set[tuple[int, int]] = set()  # (pc, next pc) seen by the analysis; -1: the run may end
 
     # -- driver -------------------------------------------------------------------------------------
 
@@ -146,12 +148,30 @@ class _Analyzer:
                     self.error(pc, f"the program is too complex to verify ({MAX_STEPS:,} analysis steps)")
                     return
                 succ = self.step(st, pc)
+                self.edges.update((pc, nxt) for nxt, _ in succ)
+                if not succ or self._may_end(pc):
+                    self.edges.add((pc, -1))
                 if len(succ) == 1 and succ[0][0] not in self.leaders:
                     pc, st = succ[0]
                     continue
                 for nxt, nst in succ:
                     self.push(nxt, nst)
                 break
+
+    def _may_end(self, pc: int) -> bool:
+        """A helper call that can end the run (the unwind helper) or a fault the proof tolerates."""
+        insn = self.insns[pc]
+        unwind = self.helpers.unwind_index if self.helpers is not None else None
+        return insn is not None and insn.opcode in (isa.OP_CALL, isa.OP_CALLX) and (
+            insn.opcode == isa.OP_CALLX or insn.imm == unwind)
+
+    def infinite_loops(self) -> None:
+        """Loops no analysed path leaves (no exit edge, no exit or unwind inside): the program would run
+        until the budget stops it; one finding at the loop's first instruction."""
+        from npukit.targets.ebpf.cfg import closed_cycles
+
+        for head in closed_cycles(self.edges):
+            self.error(head, "infinite loop: no path leaves the loop that starts here")
 
     def push(self, pc: int, st: State) -> None:
         key = (pc, tuple(f.return_pc for f in st.frames))
