@@ -73,8 +73,8 @@ def fuzz(count: int, seed: int, batch: int = 64) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_random_programs_agree_on_every_engine_and_verified_ones_never_fault() -> None:
-    stats = fuzz(2000, seed=11)
-    assert stats["loaded"] > 1200 and stats["accepted"] > 150
+    stats = fuzz(1000, seed=11)
+    assert stats["loaded"] > 600 and stats["accepted"] > 60
 
 
 def test_jit_uses_the_proof_only_for_accepted_programs() -> None:
