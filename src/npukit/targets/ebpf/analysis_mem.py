@@ -24,7 +24,10 @@ def check_access(az: Any, st: State, pc: int, reg: int, off: int, size: int, kin
     base = az.read(st, reg, pc)
     where = f"{kind} of {size} bytes at r{reg}{off:+d}"
     if not isinstance(base, Pointer):
-        az.error(pc, f"{where}: r{reg} holds a scalar ({base.describe()}), not a pointer")
+        hint = ""
+        if az.opts.abi == "alkali" and not az.opts.output_size and base.const == 0:
+            hint = " (the Alkali ABI passes r2 = 0 when there is no output buffer: give the output size)"
+        az.error(pc, f"{where}: r{reg} holds a scalar ({base.describe()}), not a pointer{hint}")
         return V.unknown(size * 8)
     az.regions.setdefault(pc, set()).add(base.region)
     if base.region == "stack":
@@ -54,11 +57,13 @@ def _span_problem(az: Any, st: State, p: Pointer, off: int, size: int, size_reg:
     o = p.off
     top = size if size_reg is None else size_reg.umax
     if o.umax > V.S64_MAX or o.umin + off < 0:
-        return f"the offset into {p.region} ({o.describe()}{off:+d}) may be negative"
+        where = f"pointer offset {o.describe()}, displacement {off}"
+        return f"the offset into {p.region} may be negative ({where})"
     if p.region != "input":
         limit = _region_size(az, p.region)
         if o.umax + off + top > limit:
-            return f"offset {o.describe()}{off:+d} + {top} bytes may pass the end of {p.region} ({limit} B)"
+            return (f"may pass the end of {p.region}, {limit} bytes (pointer offset {o.describe()}, "
+                    f"displacement {off}, {top} bytes)")
         return ""
     k = st.effective_le(o)
     if size_reg is None:
@@ -72,7 +77,8 @@ def _span_problem(az: Any, st: State, p: Pointer, off: int, size: int, size_reg:
     if proven:
         return ""
     length = f"r{az.len_reg}"
-    return f"not proven to end within the input length {length} (offset {o.describe()}{off:+d}, {top} bytes)"
+    return (f"not proven to end within the input length {length} (pointer offset {o.describe()}, "
+            f"displacement {off}, {top} bytes)")
 
 
 def _stack(az: Any, st: State, pc: int, base: Pointer, off: int, size: int, kind: str, value: Value | None,
