@@ -9,10 +9,11 @@ control-flow merges and widen at loop heads; `refine` narrows both sides of a co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from npukit.targets.ebpf import absval as V
-from npukit.targets.ebpf.absval import Scalar
+from npukit.targets.ebpf.absval import Scalar, replace
 from npukit.targets.ebpf.isa import JmpOp
 from npukit.targets.ebpf.memory import FRAME_SIZE
 
@@ -25,8 +26,7 @@ class Uninit:
 UNINIT = Uninit()
 
 
-@dataclass(frozen=True)
-class Pointer:
+class Pointer(NamedTuple):
     region: str
     off: Scalar
     frame: int = 0
@@ -178,6 +178,8 @@ def _relink(out: State, a: State, b: State) -> None:
         f = out.frames[frame]
         v = f.regs[key] if kind == "r" else f.slots[key]
         link = group.get(pos)
+        if (v.off if isinstance(v, Pointer) else v).link == link:
+            return
         nv = replace(v.off, link=link) if isinstance(v, Pointer) else replace(v, link=link)
         nv = replace(v, off=nv) if isinstance(v, Pointer) else nv
         if kind == "r":

@@ -15,7 +15,7 @@ operation may wrap, the result widens to the full range.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 U64 = (1 << 64) - 1
 U32 = (1 << 32) - 1
@@ -26,8 +26,12 @@ def to_signed(x: int) -> int:
     return x - (1 << 64) if x >> 63 else x
 
 
-@dataclass(frozen=True)
-class Scalar:
+def replace(value: Any, **fields: Any) -> Any:
+    """A copy of an abstract value (a NamedTuple: fast, immutable, compared by value) with ``fields``."""
+    return value._replace(**fields)
+
+
+class Scalar(NamedTuple):
     umin: int = 0
     umax: int = U64
     smin: int = S64_MIN

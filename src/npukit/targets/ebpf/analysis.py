@@ -16,13 +16,13 @@ the JIT uses to drop the run-time checks the proof made redundant.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from npukit.targets.ebpf import absval as V
 from npukit.targets.ebpf import isa
 from npukit.targets.ebpf import semantics as S
 from npukit.targets.ebpf.absstate import UNINIT, Frame, Pointer, State, Value, compare, join, negate, widen
-from npukit.targets.ebpf.absval import Scalar
+from npukit.targets.ebpf.absval import Scalar, replace
 from npukit.targets.ebpf.analysis_alu import alu_result
 from npukit.targets.ebpf.analysis_mem import check_access, helper_call
 from npukit.targets.ebpf.asm import branch_target
