@@ -21,13 +21,15 @@ def _run(mode: str, firmware: str, tmp_path):
         h.send_data(0, bytes(range(16)))
         status = rig.status_of(h.start, 0, 0)
         rig.dev.wait_idle(30)
-        return status, [(e.type, e.text) for e in h.log(0)], h.status(0)
+        last = rig.dev.accels[0].last
+        engine = last.engine if last is not None else None
+        return status, [(e.type, e.text) for e in h.log(0)], h.status(0), engine
     finally:
         rig.host.close()
 
 
 def test_strict_rejects_an_out_of_bounds_read_with_its_reason(tmp_path):
-    status, log, report = _run("strict", OOB_READ_FW, tmp_path)
+    status, log, report, _ = _run("strict", OOB_READ_FW, tmp_path)
     assert status == INVALID_FIRMWARE_IMAGE
     assert report.status != StatusId.DONE
     texts = [t for _, t in log]
@@ -35,13 +37,15 @@ def test_strict_rejects_an_out_of_bounds_read_with_its_reason(tmp_path):
 
 
 def test_strict_accepts_a_checked_loop(tmp_path):
-    status, _, report = _run("strict", SAFE_FW, tmp_path)
+    status, _, report, engine = _run("strict", SAFE_FW, tmp_path)
     assert status == 0 and report.status == StatusId.DONE and report.r0 == sum(range(16))
+    assert engine == "jit"  # proven: native code without per-access checks
 
 
 def test_warn_logs_the_reason_and_runs(tmp_path):
-    status, log, report = _run("warn", OOB_READ_FW, tmp_path)
+    status, log, report, engine = _run("warn", OOB_READ_FW, tmp_path)
     assert status == 0 and report.status == StatusId.DONE
+    assert engine == "fast"  # not proven: every access checked
     assert any(t.startswith("warning: firmware 0 fails verification") for _, t in log)
 
 

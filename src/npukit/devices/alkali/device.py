@@ -50,6 +50,7 @@ from npukit.devices.alkali.spec import (
 from npukit.devices.nvme.registry import CommandSpec, LogPageSpec, QueueKind, Request, Result, dwords_cdw10
 from npukit.devices.nvme.spec import LBA_SIZE, NvmeError, Status
 from npukit.errors import ConfigError
+from npukit.targets.ebpf.vm import default_engine
 
 VERIFY_MODES = ("strict", "warn", "off")
 
@@ -341,19 +342,21 @@ class AlkaliDevice:
                 except ValueError as exc:
                     raise AlkaliError(Status.INVALID_FIELD, f"argument list: {exc}",
                                       LogType.ACCELERATOR_ERROR, acc.accel_id, 40) from None
-                self._check_firmware(acc, fw_id, cmd.cdw15)
-                acc.start(fw_id, bytes(req.data))  # the firmware reads the list with helper 4
+                verified = self._check_firmware(acc, fw_id, cmd.cdw15)
+                # a proven firmware runs as native code without per-access checks (where llvmlite loads)
+                engine = "jit" if verified and default_engine() == "jit" else "fast"
+                acc.start(fw_id, bytes(req.data), engine=engine)  # the firmware reads its args with helper 4
             else:
                 raise AlkaliError(Status.INVALID_FIELD, f"control operation {op} (0 reset, 1 start, 2 stop, "
                                   "3 set active firmware)", LogType.ACCELERATOR_ERROR, acc.accel_id, 52)
         return Result()
 
-    def _check_firmware(self, acc: Accelerator, fw_id: int, cdw15: int) -> None:
+    def _check_firmware(self, acc: Accelerator, fw_id: int, cdw15: int) -> bool:
         """The upload's verification (CDW15[1:0] per command: 0 device mode, 1 strict, 2 warn, 3 off):
         strict refuses an unsafe image with Invalid Firmware Image and its reasons in log page 0xC0."""
         mode = (None, "strict", "warn", "off")[cdw15 & 3] or self.verify
         if mode == "off":
-            return
+            return False
         image = bytes(acc.slots[fw_id])
         known = self._verified.get((acc.accel_id, fw_id))
         fresh = known is None or known[0] != image
@@ -362,12 +365,12 @@ class AlkaliDevice:
             self._verified[(acc.accel_id, fw_id)] = known
         reasons = known[1]
         if not reasons:
-            return
+            return True
         text = f"firmware {fw_id} fails verification: " + "; ".join(reasons[:8])
         if mode == "warn":
             if fresh:  # one warning per image
                 acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
-            return
+            return False
         raise AlkaliError(Status.INVALID_FIRMWARE_IMAGE, text, LogType.INVALID_FIRMWARE_ID, acc.accel_id,
                           param_loc=60)
 

@@ -11,7 +11,10 @@ command's argument list, returns its length), the one way the argument list reac
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +53,7 @@ class RunOutcome:
     tflite: list[TfliteCall] = field(default_factory=list)
     seconds: float = 0.0
     produced: int = 0  # output bytes: the extent the tflite helpers wrote, else the whole window
+    engine: str = "fast"  # jit: a verified firmware ran as native code, proven accesses unchecked
 
     @property
     def vta_cycles(self) -> int:
@@ -113,7 +117,7 @@ class TfliteEngine:
 
 
 def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: bytes = b"",
-                 variant: str = "exact", budget: int = DEFAULT_BUDGET,
+                 variant: str = "exact", budget: int = DEFAULT_BUDGET, engine: str = "fast",
                  on_print: Callable[[str], None] | None = None) -> RunOutcome:
     """Run ``image`` on ``input_data``; never raises for a firmware problem (the outcome says why)."""
     t0 = time.perf_counter()
@@ -138,7 +142,10 @@ def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: byt
         names = {n: i for i, n in helpers.names().items()}
         loaded = program_from_bytes(_unpad(bytes(image)), helper_names=names)
         machine = Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry)
-        result = machine.run(bytes(input_data), output_size, "alkali", budget=budget)
+        if engine == "jit":
+            _install_jit(machine, bytes(image), output_size)
+        outcome.engine = engine
+        result = machine.run(bytes(input_data), output_size, "alkali", budget=budget, engine=engine)
     except Exception as exc:  # the device keeps serving whatever a firmware or a model does
         outcome.error = f"{type(exc).__name__}: {exc}"
     else:
@@ -147,6 +154,28 @@ def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: byt
         outcome.produced = _produced(result.calls, outcome.tflite, output_size)
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+_JIT_CACHE: OrderedDict[tuple[bytes, int], Any] = OrderedDict()
+_JIT_LOCK = threading.Lock()
+JIT_CACHE_SIZE = 16
+
+
+def _install_jit(machine: Machine, image: bytes, output_size: int) -> None:
+    """Give ``machine`` the native code of ``image`` for this output window, compiled once per image
+    (the code is stateless: each run binds it to its own machine and helpers)."""
+    key = (hashlib.sha256(image).digest(), output_size)
+    with _JIT_LOCK:
+        cached = _JIT_CACHE.get(key)
+        if cached is not None:
+            _JIT_CACHE.move_to_end(key)
+    if cached is None:
+        cached = machine.jit("alkali", output_size)
+        with _JIT_LOCK:
+            _JIT_CACHE[key] = cached
+            while len(_JIT_CACHE) > JIT_CACHE_SIZE:
+                _JIT_CACHE.popitem(last=False)
+    machine.jit("alkali", output_size, compiled=cached.bind(machine))
 
 
 def verify_firmware(image: bytes, output_size: int) -> list[str]:

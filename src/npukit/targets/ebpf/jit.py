@@ -16,6 +16,7 @@ rules). Helper calls return to Python (status 2), which runs the helper and resu
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from collections.abc import Callable
 from typing import Any
@@ -201,6 +202,12 @@ class JitProgram:
         self._fn: Callable[..., int] = _FN(compiled[1])
         self.proven = verdict is not None and verdict.accepted
 
+    def bind(self, machine: Any) -> JitProgram:
+        """The same native code for another `Machine` of the same program (its own helpers)."""
+        bound = copy.copy(self)
+        bound.m = machine
+        return bound
+
     def _region_table(self, state: Any) -> tuple[Any, ...]:
         n = len(self.regions)
         hosts, bases = (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)()
@@ -224,7 +231,8 @@ class JitProgram:
         ctl[CTL_DEPTH] = len(state.frames)
         for i, frame in enumerate(state.frames):
             ctl[CTL_FRAMES + FRAME_WORDS * i : CTL_FRAMES + FRAME_WORDS * (i + 1)] = list(frame)
-        hosts, bases, sizes, writable, keep = self._region_table(state)
+        # the ctypes views in ``views`` pin the region buffers while native code holds their addresses
+        hosts, bases, sizes, writable, views = self._region_table(state)
         while True:
             status = self._fn(regs, ctl, hosts, bases, sizes, writable)
             state.regs[:] = list(regs)
@@ -243,10 +251,10 @@ class JitProgram:
                 return
             regs[0] = state.regs[0]
             ctl[CTL_PC] = state.pc
-        del keep
+            assert views is not None
 
     def _helper(self, state: Any) -> bool:
-        """Run the helper call at ``state.pc``; True when the run ended (unwind) or needs the interpreter."""
+        """Run the helper call at ``state.pc``; True when the run ended (the unwind helper returned 0)."""
         from npukit.targets.ebpf.errors import HelperFault
 
         pc = state.pc
