@@ -110,6 +110,9 @@ short:
         ("mov %r2, 5\nldxb %r0, [%r2]\nexit", 1, "not a pointer"),
         ("mov %r0, %r1\nmul %r0, 2\nexit", 1, "mul on a pointer"),
         ("mov %r2, 100\ncall 1\nmov %r0, 0\nexit", 1, "cannot hold r2"),
+        ("mov %r0, 0\nl:\nadd %r0, 1\nja l\nexit", 1, "infinite loop"),
+        ("mov %r0, 5\nl:\njeq %r0, 5, l\nexit", 1, "infinite loop"),
+        ("stxdw [%r10-8], %r1\nldxdw %r2, [%r10-8]\nmul %r2, 3\nmov %r0, 0\nexit", 2, "mul on a pointer"),
     ],
 )
 def test_unsafe_assembler_is_rejected_with_its_reason(text: str, pc: int, phrase: str) -> None:
