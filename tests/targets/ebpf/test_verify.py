@@ -121,6 +121,33 @@ def test_unsafe_assembler_is_rejected_with_its_reason(text: str, pc: int, phrase
     assert any(e.pc == pc and phrase in e.message for e in v.errors), v.errors
 
 
+@pytest.mark.parametrize(
+    ("text", "safe"),
+    [
+        # end = input + len, then a pointer compared against it (the packet-pointer idiom)
+        ("mov %r3, %r1\nadd %r3, %r2\nmov %r4, %r1\nadd %r4, 8\njgt %r4, %r3, out\nldxdw %r0, [%r1]\nexit\n"
+         "out:\nmov %r0, 0\nexit", True),
+        ("mov %r3, %r1\nadd %r3, %r2\nmov %r4, %r1\nadd %r4, 8\njgt %r4, %r3, out\nldxdw %r0, [%r1+1]\nexit\n"
+         "out:\nmov %r0, 0\nexit", False),
+        # a pointer walking to the end
+        ("mov %r0, 0\nmov %r3, %r1\nadd %r3, %r2\nmov %r4, %r1\nl:\njge %r4, %r3, out\nldxb %r5, [%r4]\n"
+         "add %r0, %r5\nadd %r4, 1\nja l\nout:\nexit", True),
+        ("mov %r0, 0\nmov %r3, %r1\nadd %r3, %r2\nmov %r4, %r1\nl:\njgt %r4, %r3, out\nldxb %r5, [%r4]\n"
+         "add %r0, %r5\nadd %r4, 1\nja l\nout:\nexit", False),
+        # a 32-bit loop index, and a BPF-to-BPF callee that checks the length itself
+        ("mov %r0, 0\nmov32 %r4, 0\nl:\njge %r4, %r2, out\nmov %r5, %r1\nadd %r5, %r4\nldxb %r6, [%r5]\n"
+         "add %r0, %r6\nadd32 %r4, 1\nja l\nout:\nexit", True),
+        ("call local f\nexit\nf:\nmov %r0, 0\njlt %r2, 1, r\nldxb %r0, [%r1]\nr:\nexit", True),
+        ("call local f\nexit\nf:\nmov %r0, 0\njlt %r2, 1, r\nldxh %r0, [%r1]\nr:\nexit", False),
+        # a helper reading the stack
+        ("stdw [%r10-8], 0\nmov %r1, %r10\nadd %r1, -8\nmov %r2, 8\ncall 1\nmov %r0, 0\nexit", True),
+        ("stw [%r10-8], 0\nmov %r1, %r10\nadd %r1, -8\nmov %r2, 8\ncall 1\nmov %r0, 0\nexit", False),
+    ],
+)
+def test_length_idioms(text: str, safe: bool) -> None:
+    assert verdict(text).accepted == safe
+
+
 def test_helper_size_argument_tied_to_the_length_is_accepted() -> None:
     assert verdict("call 1\nmov %r0, 0\nexit").accepted  # memfrob(input, len): r2 is the length
 
