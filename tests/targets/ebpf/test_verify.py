@@ -148,6 +148,12 @@ def test_length_idioms(text: str, safe: bool) -> None:
     assert verdict(text).accepted == safe
 
 
+def test_a_helper_call_sets_r0_and_clobbers_r1_to_r5() -> None:
+    assert verdict("mov %r1, 3\ncall 3\nadd %r0, 1\nexit").accepted  # sqrti's result in r0
+    v = verdict("mov %r1, 3\ncall 3\nmov %r0, %r1\nexit")
+    assert [(e.pc, e.message) for e in v.errors] == [(2, "r1 is read before it is written")]
+
+
 def test_helper_size_argument_tied_to_the_length_is_accepted() -> None:
     assert verdict("call 1\nmov %r0, 0\nexit").accepted  # memfrob(input, len): r2 is the length
 

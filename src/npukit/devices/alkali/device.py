@@ -361,7 +361,7 @@ class AlkaliDevice:
         known = self._verified.get((acc.accel_id, fw_id))
         fresh = known is None or known[0] != image
         if fresh:
-            known = (image, verify_firmware(image, self.cfg.output_size))
+            known = (image, verify_firmware(image, self.cfg.output_size, self.cfg.input_size))
             self._verified[(acc.accel_id, fw_id)] = known
         reasons = known[1]
         if not reasons:

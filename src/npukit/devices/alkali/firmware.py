@@ -178,9 +178,9 @@ def _install_jit(machine: Machine, image: bytes, output_size: int) -> None:
     machine.jit("alkali", output_size, compiled=cached.bind(machine))
 
 
-def verify_firmware(image: bytes, output_size: int) -> list[str]:
-    """Why the static verifier refuses ``image`` under the Alkali ABI ("pc N: reason" each; [] = safe).
-    An image that does not even load gives its load error."""
+def verify_firmware(image: bytes, output_size: int, max_input: int = (1 << 32) - 1) -> list[str]:
+    """Why the static verifier refuses ``image`` under the Alkali ABI ("pc N: reason" each; [] = safe),
+    for inputs of at most ``max_input`` bytes. An image that does not even load gives its load error."""
     from npukit.errors import NpukitError
     from npukit.targets.ebpf.analysis import Options, analyze
 
@@ -193,7 +193,7 @@ def verify_firmware(image: bytes, output_size: int) -> list[str]:
     except NpukitError as exc:
         return [f"does not load: {exc}"]
     verdict = analyze(loaded.program, helpers, loaded.sections,
-                      Options(abi="alkali", output_size=output_size, entry=loaded.entry))
+                      Options(abi="alkali", output_size=output_size, max_input=max_input, entry=loaded.entry))
     return [f"pc {f.pc}: {f.message}" for f in verdict.errors]
 
 

@@ -74,9 +74,11 @@ class State:
             yield from f.slots.values()
 
     def map_values(self, fn) -> None:
+        """Apply ``fn`` to every register and spilled value, in place (callers may hold the lists)."""
         for f in self.frames:
-            f.regs = [fn(v) for v in f.regs]
-            f.slots = {k: fn(v) for k, v in f.slots.items()}
+            f.regs[:] = [fn(v) for v in f.regs]
+            for k, v in f.slots.items():
+                f.slots[k] = fn(v)
 
     def unlink(self, origin: int) -> None:
         """A new value takes link id ``origin``: values still carrying it no longer relate to it."""
