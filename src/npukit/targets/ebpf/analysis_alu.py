@@ -41,11 +41,11 @@ def alu_result(az: Any, st: State, insn: Insn, pc: int) -> Value:
     if d.const is not None and sv.const is not None:
         return V.const(S.alu_value(insn.cls, code, insn.off, d.const, sv.const))
     if wide:
-        return _op(code, insn.off, d, sv, 63)
-    return V.truncate32(_op(code, insn.off, V.truncate32(d), V.truncate32(sv), 31))
+        return scalar_op(code, insn.off, d, sv, 63)
+    return V.truncate32(scalar_op(code, insn.off, V.truncate32(d), V.truncate32(sv), 31))
 
 
-def _op(code: AluOp, off: int, a: Scalar, b: Scalar, width_mask: int) -> Scalar:
+def scalar_op(code: AluOp, off: int, a: Scalar, b: Scalar, width_mask: int) -> Scalar:
     """``a code b`` on values of 64 bits (``width_mask`` 63) or zero-extended 32 bits (31)."""
     shift = None if b.const is None else b.const & width_mask
     if code == AluOp.ADD:
