@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -156,8 +157,18 @@ def _target_machine() -> Any:
     )
 
 
+_COMPILE_LOCK = threading.Lock()
+
+
 def compile_ir(text: str, names: tuple[str, ...] = ("run",)) -> tuple[Any, list[int]]:
-    """Optimise and compile one module for the host; (engine to keep alive, addresses of ``names``)."""
+    """Optimise and compile one module for the host; (engine to keep alive, addresses of ``names``).
+    One compilation at a time: LLVM's global context is not safe across threads (the Alkali device
+    starts firmware from several accelerator threads)."""
+    with _COMPILE_LOCK:
+        return _compile(text, names)
+
+
+def _compile(text: str, names: tuple[str, ...]) -> tuple[Any, list[int]]:
     import llvmlite.binding as llvm
 
     mod = llvm.parse_assembly(text)
