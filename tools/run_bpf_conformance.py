@@ -76,7 +76,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("corpus", help="directory holding the corpus's *.data files")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--engine", choices=("fast", "interp"), default="fast")
+    ap.add_argument("--engine", choices=("jit", "fast", "interp"), default="jit")
     ap.add_argument("--npukit", default=None, help="npukit command (default: this Python's -m npukit)")
     args = ap.parse_args()
     files = sorted(Path(args.corpus).glob("*.data"))

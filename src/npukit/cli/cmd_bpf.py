@@ -67,10 +67,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--budget", type=int, default=None, metavar="N", help="instruction budget (default 50,000,000)"
     )
     r.add_argument(
-        "--engine", choices=("fast", "interp"), default="fast", help="fast path or reference interpreter"
+        "--engine",
+        choices=("jit", "fast", "interp"),
+        default=None,
+        help="jit: LLVM native code (default where llvmlite loads); fast: translated Python; "
+        "interp: reference interpreter",
     )
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=run_run)
+    v = bsub.add_parser(
+        "verify",
+        help="prove a program safe before it loads (exit 0 accept, 1 reject with every reason, 2 bad input)",
+    )
+    v.add_argument("program", help="ELF .o, uBPF .s, raw little-endian slots or hex text")
+    v.add_argument("--abi", choices=("ubpf", "alkali"), help="entry ABI (default: alkali for ELF, else ubpf)")
+    v.add_argument(
+        "--helpers", choices=("alkali", "conformance"), help="helper set (default: follows --abi as for run)"
+    )
+    v.add_argument("--section", help="ELF program section (default: the first executable one)")
+    v.add_argument(
+        "--output-size", type=int, default=0, metavar="N", help="output buffer bytes (Alkali ABI)"
+    )
+    v.add_argument(
+        "--profile", choices=("rfc9669", "alkali-fork"), default="rfc9669", help="rules, as for run"
+    )
+    v.add_argument("--json", action="store_true", help='print {"verdict", "errors": [{"pc", "message"}]}')
+    v.set_defaults(func=run_verify)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
 
 
@@ -133,7 +155,7 @@ def _input_bytes(args: argparse.Namespace) -> bytes:
 def run_run(args: argparse.Namespace) -> int:
     from npukit.targets.ebpf.helpers import REGISTRIES
     from npukit.targets.ebpf.load import program_from_bytes
-    from npukit.targets.ebpf.vm import DEFAULT_BUDGET, Machine
+    from npukit.targets.ebpf.vm import DEFAULT_BUDGET, Machine, default_engine
 
     if args.output_size < 0 or (args.budget is not None and args.budget <= 0):
         raise ConfigError("--output-size must be >= 0 and --budget > 0")
@@ -159,9 +181,8 @@ def run_run(args: argparse.Namespace) -> int:
         div_by_zero=args.div_by_zero,
         profile=args.profile,
     )
-    result = machine.run(
-        data, args.output_size, abi, budget=args.budget or DEFAULT_BUDGET, engine=args.engine
-    )
+    engine = args.engine or default_engine()
+    result = machine.run(data, args.output_size, abi, budget=args.budget or DEFAULT_BUDGET, engine=engine)
     if args.json:
         print(json.dumps(result.to_json()))
         return 0
@@ -172,3 +193,31 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"output ({len(result.output)} bytes): {result.output.hex(' ')}")
     print(f"instructions: {result.instructions}")
     return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from npukit.targets.ebpf.analysis import Options, analyze
+    from npukit.targets.ebpf.helpers import REGISTRIES
+    from npukit.targets.ebpf.load import program_from_bytes
+
+    if args.output_size < 0:
+        raise ConfigError("--output-size must be >= 0")
+    path = Path(args.program)
+    if not path.is_file():
+        raise ConfigError(f"no such program file {args.program!r}")
+    raw = path.read_bytes()
+    abi = args.abi or ("alkali" if raw[:4] == b"\x7fELF" else "ubpf")
+    helpers = REGISTRIES[args.helpers or ("alkali" if abi == "alkali" else "conformance")]()
+    loaded = program_from_bytes(
+        raw, section=args.section, helper_names={name: i for i, name in helpers.names().items()}
+    )
+    options = Options(abi=abi, output_size=args.output_size, profile=args.profile, entry=loaded.entry)
+    verdict = analyze(loaded.program, helpers, loaded.sections, options)
+    if args.json:
+        print(json.dumps(verdict.to_json()))
+    else:
+        for finding in verdict.errors:
+            print(f"pc {finding.pc}: {finding.message}")
+        count = len(verdict.errors)
+        print("accept" if verdict.accepted else f"reject ({count} reason{'s' if count != 1 else ''})")
+    return 0 if verdict.accepted else 1

@@ -170,7 +170,8 @@ def run_serve(args: argparse.Namespace) -> int:
                       io_queues=args.io_queues)
     from npukit.devices.alkali.serve import AlkaliOptions
 
-    return _alkali_hook("serve", cfg, AlkaliOptions(args.accelerators, args.delegate, args.compat))
+    options = AlkaliOptions(args.accelerators, args.delegate, args.compat, args.verify)
+    return _alkali_hook("serve", cfg, options)
 
 
 # ---- client verbs ----------------------------------------------------------------------------------

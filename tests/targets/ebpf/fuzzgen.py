@@ -79,3 +79,61 @@ def stream(rng: random.Random, length: int) -> bytes:
             pc += 1
     out += struct.pack("<BBhi", isa.OP_EXIT, 0, 0, 0)
     return bytes(out)
+
+
+_LOADS = (("ldxb", 1), ("ldxh", 2), ("ldxw", 4), ("ldxdw", 8))
+_ALU = ("add", "sub", "mul", "div", "mod", "or", "and", "xor", "lsh", "rsh", "arsh", "mov")
+_SCRATCH = (0, 3, 4, 5)
+
+
+def _statement(rng: random.Random, n: int) -> list[str]:
+    """One random statement of a firmware-shaped program (labels numbered by ``n``)."""
+    kind = rng.randrange(8)
+    if kind == 2 and rng.random() >= 0.3:
+        kind = 0
+    x, y = rng.choice(_SCRATCH), rng.choice(_SCRATCH)
+    name, size = rng.choice(_LOADS)
+    off = rng.choice((0, 1, 2, 4, 7, 8, 12, 15, 16, 31))
+    if kind == 0:
+        op = rng.choice(_ALU) + rng.choice(("", "32"))
+        src = f"%r{y}" if rng.random() < 0.5 else str(rng.choice((0, 1, 3, 8, 63, -1, 255)))
+        return [f"{op} %r{x}, {src}"]
+    if kind == 1:  # a load guarded by a length test, sometimes off by one or with the wrong compare
+        need = off + size - rng.choice((0, 0, 0, 1))
+        jump = rng.choice(("jlt", "jlt", "jle", "jgt"))
+        return [f"{jump} %r2, {need}, s{n}", f"{name} %r{x}, [%r1+{off}]", f"s{n}:"]
+    if kind == 2:  # an unguarded load
+        return [f"{name} %r{x}, [%r1+{off}]"]
+    if kind == 3:  # stack store then maybe a load of a neighbouring slot
+        slot = rng.choice((8, 16, 24, 32, 64, 512, 520))
+        out = [f"stxdw [%r10-{slot}], %r{y}"]
+        if rng.random() < 0.7:
+            out.append(f"{name} %r{x}, [%r10-{rng.choice((8, 16, 24, 32, 40))}]")
+        return out
+    if kind == 4:  # a byte loop bounded by the length (or by length + 1)
+        bound = "%r2" if rng.random() < 0.8 else "%r9"
+        step = rng.choice((1, 1, 2, 4))
+        return [
+            "mov %r9, %r2", "add %r9, 1", "mov %r6, 0", f"l{n}:", f"jge %r6, {bound}, e{n}",
+            "mov %r7, %r1", "add %r7, %r6", f"ldxb %r8, [%r7+{rng.choice((0, 0, 1))}]", "add %r0, %r8",
+            f"add %r6, {step}", f"ja l{n}", f"e{n}:",
+        ]
+    if kind == 5:  # a masked index into the input
+        mask = rng.choice((3, 7, 15))
+        return [f"mov %r7, %r{y}", f"and %r7, {mask}", f"jlt %r2, {mask + 1 + rng.choice((0, 0, -1))}, s{n}",
+                "mov %r8, %r1", "add %r8, %r7", f"ldxb %r{x}, [%r8]", f"s{n}:"]
+    if kind == 6:  # memfrob(input, size), the size checked against the length or not
+        size = rng.choice((0, 4, 16))
+        guard = [f"jlt %r2, {size}, s{n}"] if rng.random() < 0.8 else []
+        return [*guard, "mov %r7, %r1", "mov %r8, %r2", f"mov %r2, {size}", "call 1", "mov %r1, %r7",
+                "mov %r2, %r8", "mov %r3, 1", "mov %r4, 2", "mov %r5, 3", f"s{n}:"]
+    return [f"jeq %r{x}, %r{y}, s{n}", f"mov %r{x}, {rng.randrange(-9, 99)}", f"s{n}:"]
+
+
+def structured(rng: random.Random, statements: int = 6) -> str:
+    """Assembler text of a firmware-shaped program for the uBPF ABI (r1 input, r2 length): loads
+    guarded and unguarded, stack spills, bounded loops, masked indices; about half are safe."""
+    lines = ["mov %r0, 0", "mov %r3, 1", "mov %r4, 2", "mov %r5, 3", "mov %r6, %r1"]
+    for n in range(statements):
+        lines += _statement(rng, n)
+    return "\n".join([*lines, "exit"]) + "\n"

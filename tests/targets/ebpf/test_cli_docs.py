@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from npukit.cli.main import main
-from npukit.targets.ebpf.spec import docs_tables
+from npukit.targets.ebpf.isa import docs_tables
 
 from .conftest import EXAMPLES
 

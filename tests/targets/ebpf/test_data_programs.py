@@ -35,7 +35,7 @@ def test_corpus_present() -> None:
     assert len(FILES) >= 15
 
 
-@pytest.mark.parametrize("engine", ["fast", "interp"])
+@pytest.mark.parametrize("engine", ["jit", "fast", "interp"])
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_program(path: Path, engine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sec = parse(path)

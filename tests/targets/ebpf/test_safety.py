@@ -24,7 +24,7 @@ from npukit.targets.ebpf.vm import Machine
 
 from .fuzzgen import stream
 
-ENGINES = ("fast", "interp")
+ENGINES = ("jit", "fast", "interp")
 
 
 def run(text: str, data: bytes = b"", engine: str = "fast", helpers: HelperRegistry | None = None, **kw):

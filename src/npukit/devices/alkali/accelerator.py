@@ -113,8 +113,9 @@ class Accelerator:
 
     # ---- running ------------------------------------------------------------------------------------
     def start(self, firmware_id: int, args: bytes,
-              on_done: Callable[[Accelerator], None] | None = None) -> None:
-        """Caller holds the lock and has checked the preconditions."""
+              on_done: Callable[[Accelerator], None] | None = None, engine: str = "fast") -> None:
+        """Caller holds the lock and has checked the preconditions. ``engine`` "jit" (for a firmware
+        the verifier accepted) runs native code whose proven accesses are unchecked."""
         self.active_fw = firmware_id
         self.state = StatusId.RUNNING
         self.generation += 1
@@ -124,7 +125,7 @@ class Accelerator:
 
         def work() -> None:
             outcome = run_firmware(image, data, window, args=args, variant=self.variant,
-                                   budget=self.cfg.budget, on_print=self._printed(gen))
+                                   budget=self.cfg.budget, on_print=self._printed(gen), engine=engine)
             self._finish(gen, outcome, RunRecord(start_s, outcome, firmware_id))
             if on_done is not None:
                 on_done(self)

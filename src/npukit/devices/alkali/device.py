@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from npukit.devices.alkali.accelerator import Accelerator, AcceleratorConfig, AcceleratorLog
+from npukit.devices.alkali.firmware import verify_firmware
 from npukit.devices.alkali.spec import (
     ADMIN_GLOBAL_CONTROL,
     ADMIN_IDENTIFY,
@@ -49,6 +50,9 @@ from npukit.devices.alkali.spec import (
 from npukit.devices.nvme.registry import CommandSpec, LogPageSpec, QueueKind, Request, Result, dwords_cdw10
 from npukit.devices.nvme.spec import LBA_SIZE, NvmeError, Status
 from npukit.errors import ConfigError
+from npukit.targets.ebpf.vm import default_engine
+
+VERIFY_MODES = ("strict", "warn", "off")
 
 
 class AlkaliError(NvmeError):
@@ -75,12 +79,17 @@ class CommandEvent:
 
 class AlkaliDevice:
     def __init__(self, accelerators: int = 1, *, flavor: Flavor | None = None, delegate: str = "exact",
-                 config: AcceleratorConfig | None = None, vta_clock_hz: int = 0) -> None:
+                 config: AcceleratorConfig | None = None, vta_clock_hz: int = 0,
+                 verify: str | None = None) -> None:
         if not 1 <= accelerators <= 0xFFFE:
             raise ConfigError(f"--accelerators {accelerators}: 1..65534")
         if delegate not in ("exact", "alkali"):
             raise ConfigError(f"unknown delegate {delegate!r} (exact or alkali)")
         self.flavor = flavor or Flavor.doc()
+        self.verify = verify or ("off" if self.flavor.name == "reference" else "warn")
+        if self.verify not in VERIFY_MODES:
+            raise ConfigError(f"unknown verify mode {self.verify!r} (strict, warn or off)")
+        self._verified: dict[tuple[int, int], tuple[bytes, list[str]]] = {}  # (accel, slot): image, reasons
         self.cfg = config or AcceleratorConfig()
         self.delegate = delegate
         self.t0 = time.perf_counter()
@@ -323,6 +332,7 @@ class AlkaliDevice:
             elif op == ControlOp.SET_ACTIVE_FIRMWARE:
                 self._not_running(acc, "set active firmware")
                 self._slot(acc, fw_id, filled=True)
+                self._check_firmware(acc, fw_id, cmd.cdw15)
                 acc.active_fw = fw_id
             elif op == ControlOp.START:
                 self._not_running(acc, "start")
@@ -332,11 +342,37 @@ class AlkaliDevice:
                 except ValueError as exc:
                     raise AlkaliError(Status.INVALID_FIELD, f"argument list: {exc}",
                                       LogType.ACCELERATOR_ERROR, acc.accel_id, 40) from None
-                acc.start(fw_id, bytes(req.data))  # the firmware reads the list with helper 4
+                verified = self._check_firmware(acc, fw_id, cmd.cdw15)
+                # a proven firmware runs as native code without per-access checks (where llvmlite loads)
+                engine = "jit" if verified and default_engine() == "jit" else "fast"
+                acc.start(fw_id, bytes(req.data), engine=engine)  # the firmware reads its args with helper 4
             else:
                 raise AlkaliError(Status.INVALID_FIELD, f"control operation {op} (0 reset, 1 start, 2 stop, "
                                   "3 set active firmware)", LogType.ACCELERATOR_ERROR, acc.accel_id, 52)
         return Result()
+
+    def _check_firmware(self, acc: Accelerator, fw_id: int, cdw15: int) -> bool:
+        """The upload's verification (CDW15[1:0] per command: 0 device mode, 1 strict, 2 warn, 3 off):
+        strict refuses an unsafe image with Invalid Firmware Image and its reasons in log page 0xC0."""
+        mode = (None, "strict", "warn", "off")[cdw15 & 3] or self.verify
+        if mode == "off":
+            return False
+        image = bytes(acc.slots[fw_id])
+        known = self._verified.get((acc.accel_id, fw_id))
+        fresh = known is None or known[0] != image
+        if fresh:
+            known = (image, verify_firmware(image, self.cfg.output_size, self.cfg.input_size))
+            self._verified[(acc.accel_id, fw_id)] = known
+        reasons = known[1]
+        if not reasons:
+            return True
+        text = f"firmware {fw_id} fails verification: " + "; ".join(reasons[:8])
+        if mode == "warn":
+            if fresh:  # one warning per image
+                acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
+            return False
+        raise AlkaliError(Status.INVALID_FIRMWARE_IMAGE, text, LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                          param_loc=60)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         for acc in self.accels.values():

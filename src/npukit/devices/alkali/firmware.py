@@ -11,14 +11,17 @@ command's argument list, returns its length), the one way the argument list reac
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from npukit.evidence import Ledger, Tier
 from npukit.targets.ebpf.errors import HelperFault
-from npukit.targets.ebpf.helpers import HelperContext, alkali_helpers
+from npukit.targets.ebpf.helpers import GET_ARGS_ARGS, PRINT_ARGS, HelperContext, alkali_helpers
 from npukit.targets.ebpf.load import program_from_bytes
 from npukit.targets.ebpf.memory import OUTPUT_BASE
 from npukit.targets.ebpf.vm import DEFAULT_BUDGET, Machine
@@ -50,6 +53,7 @@ class RunOutcome:
     tflite: list[TfliteCall] = field(default_factory=list)
     seconds: float = 0.0
     produced: int = 0  # output bytes: the extent the tflite helpers wrote, else the whole window
+    engine: str = "fast"  # jit: a verified firmware ran as native code, proven accesses unchecked
 
     @property
     def vta_cycles(self) -> int:
@@ -113,7 +117,7 @@ class TfliteEngine:
 
 
 def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: bytes = b"",
-                 variant: str = "exact", budget: int = DEFAULT_BUDGET,
+                 variant: str = "exact", budget: int = DEFAULT_BUDGET, engine: str = "fast",
                  on_print: Callable[[str], None] | None = None) -> RunOutcome:
     """Run ``image`` on ``input_data``; never raises for a firmware problem (the outcome says why)."""
     t0 = time.perf_counter()
@@ -132,13 +136,16 @@ def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: byt
         ctx.mem.write_bytes(dst, args[:n], ctx.pc)
         return len(args)
 
-    helpers.register(1, "print", _print)
-    helpers.register(4, "get_args", _get_args)
+    helpers.register(1, "print", _print, PRINT_ARGS)
+    helpers.register(4, "get_args", _get_args, GET_ARGS_ARGS)
     try:
         names = {n: i for i, n in helpers.names().items()}
         loaded = program_from_bytes(_unpad(bytes(image)), helper_names=names)
         machine = Machine(loaded.program, helpers, loaded.sections, entry=loaded.entry)
-        result = machine.run(bytes(input_data), output_size, "alkali", budget=budget)
+        if engine == "jit":
+            _install_jit(machine, bytes(image), output_size)
+        outcome.engine = engine
+        result = machine.run(bytes(input_data), output_size, "alkali", budget=budget, engine=engine)
     except Exception as exc:  # the device keeps serving whatever a firmware or a model does
         outcome.error = f"{type(exc).__name__}: {exc}"
     else:
@@ -147,6 +154,47 @@ def run_firmware(image: bytes, input_data: bytes, output_size: int, *, args: byt
         outcome.produced = _produced(result.calls, outcome.tflite, output_size)
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+_JIT_CACHE: OrderedDict[tuple[bytes, int], Any] = OrderedDict()
+_JIT_LOCK = threading.Lock()
+JIT_CACHE_SIZE = 16
+
+
+def _install_jit(machine: Machine, image: bytes, output_size: int) -> None:
+    """Give ``machine`` the native code of ``image`` for this output window, compiled once per image
+    (the code is stateless: each run binds it to its own machine and helpers)."""
+    key = (hashlib.sha256(image).digest(), output_size)
+    with _JIT_LOCK:
+        cached = _JIT_CACHE.get(key)
+        if cached is not None:
+            _JIT_CACHE.move_to_end(key)
+    if cached is None:
+        cached = machine.jit("alkali", output_size)
+        with _JIT_LOCK:
+            _JIT_CACHE[key] = cached
+            while len(_JIT_CACHE) > JIT_CACHE_SIZE:
+                _JIT_CACHE.popitem(last=False)
+    machine.jit("alkali", output_size, compiled=cached.bind(machine))
+
+
+def verify_firmware(image: bytes, output_size: int, max_input: int = (1 << 32) - 1) -> list[str]:
+    """Why the static verifier refuses ``image`` under the Alkali ABI ("pc N: reason" each; [] = safe),
+    for inputs of at most ``max_input`` bytes. An image that does not even load gives its load error."""
+    from npukit.errors import NpukitError
+    from npukit.targets.ebpf.analysis import Options, analyze
+
+    helpers = alkali_helpers(tflite=lambda model, inputs, delegate: inputs)
+    helpers.register(1, "print", lambda *_: 0, PRINT_ARGS)
+    helpers.register(4, "get_args", lambda *_: 0, GET_ARGS_ARGS)
+    try:
+        names = {n: i for i, n in helpers.names().items()}
+        loaded = program_from_bytes(_unpad(bytes(image)), helper_names=names)
+    except NpukitError as exc:
+        return [f"does not load: {exc}"]
+    verdict = analyze(loaded.program, helpers, loaded.sections,
+                      Options(abi="alkali", output_size=output_size, max_input=max_input, entry=loaded.entry))
+    return [f"pc {f.pc}: {f.message}" for f in verdict.errors]
 
 
 def _unpad(image: bytes) -> bytes:

@@ -37,6 +37,8 @@ from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.spec import LBA_SIZE
 from npukit.errors import ConfigError, NpukitError
 
+VERIFY_CODES = {"strict": 1, "warn": 2, "off": 3}
+
 
 class AlkaliHostError(NpukitError):
     """The device answered something the flow cannot use (bad magic, a failed run, a timeout)."""
@@ -186,8 +188,13 @@ class AlkaliHost:
     def storage_output(self, accel: int, slba: int, nbytes: int) -> None:
         self._storage(IO_STORAGE_OUTPUT, "local storage as output", accel, slba, nbytes)
 
-    def control(self, accel: int, op: ControlOp, fw_id: int = 0, args: bytes = b"") -> None:
+    def control(self, accel: int, op: ControlOp, fw_id: int = 0, args: bytes = b"",
+                verify: str | None = None) -> None:
+        """``verify`` (strict/warn/off) overrides the device's firmware verification for this command
+        (CDW15 bits 1:0, an npukit extension; None leaves the device's mode)."""
         cdws = {10: len(args) // 4, 13: int(op), 14: fw_id}
+        if verify is not None:
+            cdws[15] = VERIFY_CODES[verify]
         cdws[self.flavor.control_accel_dword] = accel if self.flavor.control_accel_dword != 14 else fw_id
         if self.flavor.control_accel_dword == 14 and accel != fw_id:
             raise ConfigError("--compat reference: accelerator and firmware ID share CDW14 and must be equal")

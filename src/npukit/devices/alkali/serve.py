@@ -19,6 +19,7 @@ class AlkaliOptions:
     accelerators: int = 1
     delegate: str = "exact"
     compat: str = "doc"
+    verify: str | None = None  # strict | warn | off; None: warn, off with --compat reference
 
 
 def add_serve_arguments(p) -> None:
@@ -30,6 +31,10 @@ def add_serve_arguments(p) -> None:
                    "(default exact)")
     p.add_argument("--compat", choices=sorted(FLAVORS), default="doc",
                    help="vendor command fields as the document (doc, default) or the reference firmware")
+    p.add_argument("--verify", choices=("strict", "warn", "off"), default=None,
+                   help="verify firmware before it is activated or started: strict rejects (NVMe status "
+                   "Invalid Firmware Image, reason in log page 0xC0), warn logs and runs, off skips "
+                   "(default warn; off with --compat reference, as the board)")
 
 
 async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> int:
@@ -37,7 +42,8 @@ async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> i
     from npukit.devices.alkali.device import AlkaliDevice
     from npukit.devices.nvme.server import run_target as run_nvme_target
 
-    device = AlkaliDevice(opts.accelerators, flavor=FLAVORS[opts.compat](), delegate=opts.delegate)
+    device = AlkaliDevice(opts.accelerators, flavor=FLAVORS[opts.compat](), delegate=opts.delegate,
+                          verify=opts.verify)
 
     def install(sub) -> dict:
         device.install(sub)

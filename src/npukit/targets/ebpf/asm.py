@@ -41,8 +41,10 @@ _ALU_BINARY = (
     "mov",
     "arsh",
 )
-_ENDIAN = {"le": 0xD4, "be": 0xDC, "bswap": 0xD7, "swap": 0xD7}
-_ATOMIC = {"add": 0x00, "or": 0x40, "and": 0x50, "xor": 0xA0, "xchg": 0xE1, "cmpxchg": 0xF1}
+_ENDIAN = {"le": isa.OP_LE, "be": isa.OP_BE, "bswap": isa.OP_BSWAP, "swap": isa.OP_BSWAP}
+_ATOMIC = {op.name.lower(): int(op) for op in isa.AtomicOp}
+_ALWAYS_FETCH = (isa.AtomicOp.XCHG, isa.AtomicOp.CMPXCHG)
+MOVSX_OPCODE = isa.AluOp.MOV << 4 | isa.SRC_X
 
 
 def _reg(text: str) -> int:
@@ -109,10 +111,10 @@ def _alu(mnemonic: str, ops: list[str]) -> _Line:
             raise AsmError(f"unknown mnemonic {mnemonic!r}")
         _expect(ops, 2, mnemonic)
         cls = isa.ALU if m.group(2) == "32" else isa.ALU64
-        return _Line(Insn(cls | 0xB0 | isa.SRC_X, _reg(ops[0]), _reg(ops[1]), int(m.group(1)), 0))
+        return _Line(Insn(cls | MOVSX_OPCODE, _reg(ops[0]), _reg(ops[1]), int(m.group(1)), 0))
     if base == "neg":
         _expect(ops, 1, mnemonic)
-        return _Line(Insn(cls | 0x80, _reg(ops[0]), 0, 0, 0))
+        return _Line(Insn(cls | isa.AluOp.NEG << 4, _reg(ops[0]), 0, 0, 0))
     _expect(ops, 2, mnemonic)
     signed = base in ("sdiv", "smod")
     code = isa.ALU_OPS[base[1:] if signed else base]
@@ -304,16 +306,16 @@ def format_insn(insn: Insn, target_label: str | None = None) -> str:
         return _format_alu(insn)
     if op == isa.LDDW:
         return f"lddw %r{insn.dst}, 0x{insn.imm & 0xFFFFFFFFFFFFFFFF:x}"
-    size = isa.SIZE_SUFFIX[op & 0x18]
+    size = isa.SIZE_SUFFIX[op & isa.SIZE_MASK]
     if cls == isa.LDX:
-        signed = "s" if op & 0xE0 == isa.MODE_MEMSX else ""
+        signed = "s" if op & isa.MODE_MASK == isa.MODE_MEMSX else ""
         return f"ldx{signed}{size} %r{insn.dst}, {_mem_text(insn.src, insn.off)}"
     if cls == isa.ST:
         return f"st{size} {_mem_text(insn.dst, insn.off)}, {_imm_text(insn.imm)}"
-    if cls == isa.STX and op & 0xE0 == isa.MODE_ATOMIC:
-        kind = insn.imm & ~isa.ATOMIC_FETCH if insn.imm not in (0xE1, 0xF1) else insn.imm
-        fetch = "fetch " if insn.imm & isa.ATOMIC_FETCH and insn.imm not in (0xE1, 0xF1) else ""
-        suffix = "32" if op & 0x18 == isa.SIZE_W else ""
+    if cls == isa.STX and op & isa.MODE_MASK == isa.MODE_ATOMIC:
+        kind = insn.imm & ~isa.ATOMIC_FETCH if insn.imm not in _ALWAYS_FETCH else insn.imm
+        fetch = "fetch " if insn.imm & isa.ATOMIC_FETCH and insn.imm not in _ALWAYS_FETCH else ""
+        suffix = "32" if op & isa.SIZE_MASK == isa.SIZE_W else ""
         return f"lock {fetch}{isa.ATOMIC_OPS[kind]}{suffix} {_mem_text(insn.dst, insn.off)}, %r{insn.src}"
     if cls == isa.STX:
         return f"stx{size} {_mem_text(insn.dst, insn.off)}, %r{insn.src}"
@@ -324,7 +326,7 @@ def _format_alu(insn: Insn) -> str:
     code, cls, suffix = insn.opcode >> 4, insn.cls, "32" if insn.cls == isa.ALU else ""
     name = isa.ALU_NAMES[code]
     if name == "end":
-        kind = {0xD4: "le", 0xDC: "be", 0xD7: "bswap"}[insn.opcode]
+        kind = {isa.OP_LE: "le", isa.OP_BE: "be", isa.OP_BSWAP: "bswap"}[insn.opcode]
         return f"{kind}{insn.imm} %r{insn.dst}"
     if name == "neg":
         return f"neg{suffix} %r{insn.dst}"

@@ -17,34 +17,33 @@ from npukit.targets.ebpf import isa
 from npukit.targets.ebpf import semantics as S
 from npukit.targets.ebpf.asm import branch_target
 from npukit.targets.ebpf.errors import HelperFault
-from npukit.targets.ebpf.isa import Insn
+from npukit.targets.ebpf.isa import AluOp, Insn, JmpOp
 from npukit.targets.ebpf.memory import PACK, UNPACK
 from npukit.targets.ebpf.vm import Machine, State, atomic
 
 M64, M32, SB64, SB32 = S.M64, S.M32, 1 << 63, 1 << 31
 _REGS = ", ".join(f"r{i}" for i in range(11))
 _ALU_EXPR = {
-    0x0: "({d} + {s})",
-    0x1: "({d} - {s})",
-    0x2: "({d} * {s})",
-    0x4: "({d} | {s})",
-    0x5: "({d} & {s})",
-    0xA: "({d} ^ {s})",
+    AluOp.ADD: "({d} + {s})",
+    AluOp.SUB: "({d} - {s})",
+    AluOp.MUL: "({d} * {s})",
+    AluOp.OR: "({d} | {s})",
+    AluOp.AND: "({d} & {s})",
+    AluOp.XOR: "({d} ^ {s})",
 }
-_DIV_FN = {(0x3, 0): "div", (0x9, 0): "mod", (0x3, 1): "sdiv", (0x9, 1): "smod"}
 _CMP = {
-    0x1: "==",
-    0x2: ">",
-    0x3: ">=",
-    0x5: "!=",
-    0x6: ">",
-    0x7: ">=",
-    0xA: "<",
-    0xB: "<=",
-    0xC: "<",
-    0xD: "<=",
+    JmpOp.JEQ: "==",
+    JmpOp.JGT: ">",
+    JmpOp.JGE: ">=",
+    JmpOp.JNE: "!=",
+    JmpOp.JSGT: ">",
+    JmpOp.JSGE: ">=",
+    JmpOp.JLT: "<",
+    JmpOp.JLE: "<=",
+    JmpOp.JSLT: "<",
+    JmpOp.JSLE: "<=",
 }
-_SIGNED = (0x6, 0x7, 0xC, 0xD)
+_SIGNED = (JmpOp.JSGT, JmpOp.JSGE, JmpOp.JSLT, JmpOp.JSLE)
 
 
 def _leaders(m: Machine) -> list[int]:
@@ -77,45 +76,45 @@ class _Gen:
     # -- single instructions ------------------------------------------------------------------------
 
     def alu(self, insn: Insn, pc: int) -> list[str]:
-        code, wide = insn.opcode >> 4, insn.cls == isa.ALU64
+        code, wide = AluOp(insn.opcode >> 4), insn.cls == isa.ALU64
         mask = "M64" if wide else "M32"
         d = f"r{insn.dst}"
-        if code == 0xD:
+        if code == AluOp.END:
             return [f"{d} = {self.const(S.ENDIAN[insn.opcode])}({d}, {insn.imm})"]
-        if code == 0x8:
+        if code == AluOp.NEG:
             return [f"{d} = (-{d}) & {mask}"]
         if insn.opcode & isa.SRC_X:
             s = f"r{insn.src}" if wide else f"(r{insn.src} & M32)"
         else:
             s = str(insn.imm & (M64 if wide else M32))
-        if code == 0xB:
+        if code == AluOp.MOV:
             return [f"{d} = {self.const(S.sext)}({s}, {insn.off}) & {mask}" if insn.off else f"{d} = {s}"]
-        if code in (0x3, 0x9):
+        if code in (AluOp.DIV, AluOp.MOD):
             return self.divide(insn, pc, d, s, wide)
         width = 63 if wide else 31
         is_imm = not insn.opcode & isa.SRC_X
-        if code == 0x6:
+        if code == AluOp.LSH:
             amount = str(int(s) & width) if is_imm else f"({s} & {width})"
             return [f"{d} = ({d} << {amount}) & {mask}"]
-        if code == 0x7:
+        if code == AluOp.RSH:
             src = d if wide else f"({d} & M32)"
             return [f"{d} = {src} >> {str(int(s) & width) if is_imm else f'({s} & {width})'}"]
-        if code == 0xC:
+        if code == AluOp.ARSH:
             return [f"{d} = {self.const(S.arsh64 if wide else S.arsh32)}({d}, {s})"]
-        if wide and code in (0x4, 0x5, 0xA):  # or/and/xor of two 64-bit values stay in range
+        if wide and code in (AluOp.OR, AluOp.AND, AluOp.XOR):  # or/and/xor of two 64-bit values stay in range
             return [f"{d} = {_ALU_EXPR[code].format(d=d, s=s)}"]
         return [f"{d} = {_ALU_EXPR[code].format(d=d, s=s)} & {mask}"]
 
     def divide(self, insn: Insn, pc: int, d: str, s: str, wide: bool) -> list[str]:
         """Division and modulo: unsigned ones inline (RFC: x/0 = 0, x%0 = x), signed ones via semantics."""
-        code = insn.opcode >> 4
+        code = AluOp(insn.opcode >> 4)
         out = [f"if not {s}: raise m.divide_fault({pc})"] if self.m.div_by_zero == "fault" else []
         if insn.off:  # sdiv / smod
-            fn = getattr(S, _DIV_FN[(code, 1)] + ("64" if wide else "32"))
+            fn = S.DIVISION[(insn.cls, code, 1)]
             return [*out, f"{d} = {self.const(fn)}({d}, {s})"]
         a = d if wide else f"({d} & M32)"
-        op = "//" if code == 0x3 else "%"
-        zero = "0" if code == 0x3 else a
+        op = "//" if code == AluOp.DIV else "%"
+        zero = "0" if code == AluOp.DIV else a
         if s.isdigit():
             return [*out, f"{d} = {a} {op} {s}" if int(s) else f"{d} = {zero}"]
         return [*out, f"{d} = {a} {op} {s} if {s} else {zero}"]
@@ -126,7 +125,7 @@ class _Gen:
         return f"(r{reg} + {off}) & M64" if off else f"r{reg}"
 
     def load(self, insn: Insn, pc: int) -> list[str]:
-        size = isa.SIZE_BYTES[insn.opcode & 0x18]
+        size = isa.SIZE_BYTES[insn.opcode & isa.SIZE_MASK]
         region = "S" if insn.src == 10 else "I"
         unpack = self.const(UNPACK[size])
         d = f"r{insn.dst}"
@@ -137,13 +136,13 @@ class _Gen:
         if region == "I":
             lines.append(f"elif OL <= a <= OH{size}: {d} = {unpack}(OD, a - OL)[0]")
         lines.append(f"else: {d} = mem.load(a, {size}, {pc})")
-        if insn.opcode & 0xE0 == isa.MODE_MEMSX:
+        if insn.opcode & isa.MODE_MASK == isa.MODE_MEMSX:
             bit = 1 << (size * 8 - 1)
             lines.append(f"{d} = (({d} ^ {bit}) - {bit}) & M64")
         return lines
 
     def store(self, insn: Insn, pc: int) -> list[str]:
-        size = isa.SIZE_BYTES[insn.opcode & 0x18]
+        size = isa.SIZE_BYTES[insn.opcode & isa.SIZE_MASK]
         region = "S" if insn.dst == 10 else "I"
         pack = self.const(PACK[size])
         mask = (1 << (size * 8)) - 1
@@ -161,7 +160,7 @@ class _Gen:
 
     def generic(self, insn: Insn, pc: int) -> list[str]:
         """Atomics: through the interpreter's code with registers synced."""
-        size = isa.SIZE_BYTES[insn.opcode & 0x18]
+        size = isa.SIZE_BYTES[insn.opcode & isa.SIZE_MASK]
         return [
             f"R[:] = [{_REGS}]",
             f"{self.const(atomic)}({self.const(insn)}, state, {self.address(insn.dst, insn.off)}, "
@@ -170,13 +169,13 @@ class _Gen:
         ]
 
     def condition(self, insn: Insn) -> str:
-        code, wide = insn.opcode >> 4, insn.cls == isa.JMP
+        code, wide = JmpOp(insn.opcode >> 4), insn.cls == isa.JMP
         d = f"r{insn.dst}" if wide else f"(r{insn.dst} & M32)"
         if insn.opcode & isa.SRC_X:
             s = f"r{insn.src}" if wide else f"(r{insn.src} & M32)"
         else:
             s = str(insn.imm & (M64 if wide else M32))
-        if code == 0x4:
+        if code == JmpOp.JSET:
             return f"{d} & {s}"
         if code in _SIGNED:
             bias = "SB64" if wide else "SB32"
@@ -204,7 +203,7 @@ class _Gen:
                 body.append(f"r{insn.dst} = {insn.imm}")
             elif cls == isa.LDX:
                 body += self.load(insn, pc)
-            elif cls == isa.ST or (cls == isa.STX and insn.opcode & 0xE0 == isa.MODE_MEM):
+            elif cls == isa.ST or (cls == isa.STX and insn.opcode & isa.MODE_MASK == isa.MODE_MEM):
                 body += self.store(insn, pc)
             elif cls == isa.STX:
                 body += self.generic(insn, pc)

@@ -40,9 +40,14 @@ HelperFn = Callable[..., int]
 
 @dataclass(frozen=True)
 class Helper:
+    """``args``: the verifier's signature, one entry per argument register r1.. (None: unknown):
+    ``any`` (initialised), ``cstr`` (pointer to a readable byte; the NUL is found at run time),
+    ``mem_r:N`` / ``mem_w:N`` / ``mem_rw:N`` (pointer to memory holding as many bytes as register rN)."""
+
     index: int
     name: str
     fn: HelperFn
+    args: tuple[str, ...] | None = None
 
 
 class HelperRegistry:
@@ -54,8 +59,8 @@ class HelperRegistry:
         for h in helpers or []:
             self._by_index[h.index] = h
 
-    def register(self, index: int, name: str, fn: HelperFn) -> None:
-        self._by_index[index] = Helper(index, name, fn)
+    def register(self, index: int, name: str, fn: HelperFn, args: tuple[str, ...] | None = None) -> None:
+        self._by_index[index] = Helper(index, name, fn, args)
 
     def get(self, index: int) -> Helper | None:
         return self._by_index.get(index)
@@ -163,13 +168,19 @@ def _tflite(delegate: str, engine: TfliteEngine) -> HelperFn:
     return run
 
 
+PRINT_ARGS = ("cstr",)
+# (ibuf, obuf, isize, osize, model_size): the model's bytes are read from ibuf, osize bytes written to obuf
+TFLITE_ARGS = ("mem_r:5", "mem_w:4", "any", "any", "any")
+GET_ARGS_ARGS = ("mem_w:2", "any")
+
+
 def alkali_helpers(tflite: TfliteEngine | None = None) -> HelperRegistry:
     engine = tflite if tflite is not None else default_tflite()
     return HelperRegistry(
         [
-            Helper(1, "print", _print),
-            Helper(2, "tflite_apu", _tflite("apu", engine)),
-            Helper(3, "tflite_vta", _tflite("vta", engine)),
+            Helper(1, "print", _print, PRINT_ARGS),
+            Helper(2, "tflite_apu", _tflite("apu", engine), TFLITE_ARGS),
+            Helper(3, "tflite_vta", _tflite("vta", engine), TFLITE_ARGS),
         ]
     )
 
@@ -210,12 +221,12 @@ def _unwind(ctx: HelperContext, a: int, *_: int) -> int:
 def conformance_helpers() -> HelperRegistry:
     return HelperRegistry(
         [
-            Helper(0, "gather_bytes", _gather_bytes),
-            Helper(1, "memfrob", _memfrob),
-            Helper(2, "no_op", _no_op),
-            Helper(3, "sqrti", _sqrti),
-            Helper(4, "strcmp_ext", _strcmp),
-            Helper(5, "unwind", _unwind),
+            Helper(0, "gather_bytes", _gather_bytes, ("any",) * 5),
+            Helper(1, "memfrob", _memfrob, ("mem_rw:2", "any")),
+            Helper(2, "no_op", _no_op, ()),
+            Helper(3, "sqrti", _sqrti, ("any",)),
+            Helper(4, "strcmp_ext", _strcmp, ("cstr", "cstr")),
+            Helper(5, "unwind", _unwind, ("any",)),
         ],
         unwind_index=5,
     )

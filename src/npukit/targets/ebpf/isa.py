@@ -13,8 +13,12 @@ live in ``verify.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from enum import IntEnum
+from typing import Any, ClassVar, NamedTuple
 
+from npukit.errors import DecodeError
+from npukit.isa import Field, Format, Spec, bits, const
+from npukit.isa.spec import AsmError as ToolkitAsmError
 from npukit.targets.ebpf.errors import EncodingError
 
 # instruction classes
@@ -27,54 +31,97 @@ SIZE_BYTES = {SIZE_W: 4, SIZE_H: 2, SIZE_B: 1, SIZE_DW: 8}
 SIZE_SUFFIX = {SIZE_W: "w", SIZE_H: "h", SIZE_B: "b", SIZE_DW: "dw"}
 MODE_IMM, MODE_ABS, MODE_IND, MODE_MEM, MODE_MEMSX, MODE_ATOMIC = 0x00, 0x20, 0x40, 0x60, 0x80, 0xC0
 
-# ALU operation codes (opcode bits 7..4)
-ALU_OPS = {
-    "add": 0x0,
-    "sub": 0x1,
-    "mul": 0x2,
-    "div": 0x3,
-    "or": 0x4,
-    "and": 0x5,
-    "lsh": 0x6,
-    "rsh": 0x7,
-    "neg": 0x8,
-    "mod": 0x9,
-    "xor": 0xA,
-    "mov": 0xB,
-    "arsh": 0xC,
-    "end": 0xD,
-}
+class AluOp(IntEnum):
+    ADD = 0x0
+    SUB = 0x1
+    MUL = 0x2
+    DIV = 0x3
+    OR = 0x4
+    AND = 0x5
+    LSH = 0x6
+    RSH = 0x7
+    NEG = 0x8
+    MOD = 0x9
+    XOR = 0xA
+    MOV = 0xB
+    ARSH = 0xC
+    END = 0xD
+
+
+class JmpOp(IntEnum):
+    JA = 0x0
+    JEQ = 0x1
+    JGT = 0x2
+    JGE = 0x3
+    JSET = 0x4
+    JNE = 0x5
+    JSGT = 0x6
+    JSGE = 0x7
+    CALL = 0x8
+    EXIT = 0x9
+    JLT = 0xA
+    JLE = 0xB
+    JSLT = 0xC
+    JSLE = 0xD
+
+
+class Size(IntEnum):
+    W = 0
+    H = 1
+    B = 2
+    DW = 3
+
+
+class LoadMode(IntEnum):
+    MEM = 3
+    MEMSX = 4
+
+
+class StoreMode(IntEnum):
+    MEM = 3
+    ATOMIC = 6
+
+
+
+class AtomicOp(IntEnum):
+    """The imm field of STX|ATOMIC; FETCH is or-ed into add/or/and/xor (xchg and cmpxchg always fetch)."""
+
+    ADD = 0x00
+    OR = 0x40
+    AND = 0x50
+    XOR = 0xA0
+    XCHG = 0xE1
+    CMPXCHG = 0xF1
+
+
+ALU_OPS = {op.name.lower(): int(op) for op in AluOp}
 ALU_NAMES = {v: k for k, v in ALU_OPS.items()}
-# jump operation codes (opcode bits 7..4)
-JMP_OPS = {
-    "ja": 0x0,
-    "jeq": 0x1,
-    "jgt": 0x2,
-    "jge": 0x3,
-    "jset": 0x4,
-    "jne": 0x5,
-    "jsgt": 0x6,
-    "jsge": 0x7,
-    "call": 0x8,
-    "exit": 0x9,
-    "jlt": 0xA,
-    "jle": 0xB,
-    "jslt": 0xC,
-    "jsle": 0xD,
-}
+JMP_OPS = {op.name.lower(): int(op) for op in JmpOp}
 JMP_NAMES = {v: k for k, v in JMP_OPS.items()}
 CONDITIONAL_JUMPS = frozenset(v for k, v in JMP_OPS.items() if k not in ("ja", "call", "exit"))
 # atomic operations (imm field of STX|ATOMIC); FETCH is or-ed in
 ATOMIC_FETCH = 0x01
-ATOMIC_OPS = {0x00: "add", 0x40: "or", 0x50: "and", 0xA0: "xor", 0xE1: "xchg", 0xF1: "cmpxchg"}
-ATOMIC_VALID_IMMS = frozenset((0x00, 0x01, 0x40, 0x41, 0x50, 0x51, 0xA0, 0xA1, 0xE1, 0xF1))
+ATOMIC_OPS = {int(op): op.name.lower() for op in AtomicOp}
+# the ALU operation an atomic read-modify-write applies
+ATOMIC_ALU = {
+    AtomicOp.ADD: AluOp.ADD,
+    AtomicOp.OR: AluOp.OR,
+    AtomicOp.AND: AluOp.AND,
+    AtomicOp.XOR: AluOp.XOR,
+}
+ATOMIC_VALID_IMMS = frozenset({int(op) for op in AtomicOp} | {op | ATOMIC_FETCH for op in ATOMIC_ALU})
 
 LDDW = LD | MODE_IMM | SIZE_DW  # 0x18
-OP_CALL = JMP | 0x80  # 0x85
-OP_CALLX = JMP | 0x80 | SRC_X  # 0x8d
-OP_EXIT = JMP | 0x90  # 0x95
-OP_JA = JMP  # 0x05
-OP_JA32 = JMP32  # 0x06 (gotol: offset in imm)
+OP_CALL = JMP | JmpOp.CALL << 4  # 0x85
+OP_CALLX = JMP | JmpOp.CALL << 4 | SRC_X  # 0x8d
+OP_EXIT = JMP | JmpOp.EXIT << 4  # 0x95
+OP_JA = JMP | JmpOp.JA << 4  # 0x05
+OP_JA32 = JMP32 | JmpOp.JA << 4  # 0x06 (gotol: offset in imm)
+# byte swaps: ALU|END with the source bit picking the target order; ALU64|END swaps unconditionally
+OP_LE = ALU | AluOp.END << 4 | SRC_K  # 0xd4
+OP_BE = ALU | AluOp.END << 4 | SRC_X  # 0xdc
+OP_BSWAP = ALU64 | AluOp.END << 4  # 0xd7
+CLASS_MASK, MODE_MASK, SIZE_MASK = 0x07, 0xE0, 0x18
 CALL_HELPER, CALL_LOCAL, CALL_BTF = 0, 1, 2
 MOVSX_OFFSETS = {ALU: (8, 16), ALU64: (8, 16, 32)}
 NUM_REGS = 11
@@ -91,7 +138,7 @@ class Insn(NamedTuple):
 
     @property
     def cls(self) -> int:
-        return self.opcode & 0x07
+        return self.opcode & CLASS_MASK
 
     @property
     def slots(self) -> int:
@@ -117,9 +164,7 @@ def _values(insn: Insn) -> tuple[str, dict[str, int]]:
     values = {"dst": insn.dst, "src": insn.src, "off": insn.off, "imm": insn.imm}
     if op == LDDW:
         return "lddw", {**values, "imm": insn.imm & 0xFFFFFFFFFFFFFFFF if insn.imm < 0 else insn.imm}
-    from npukit.targets.ebpf.spec import FORMAT_OF_CLASS
-
-    names = FORMAT_OF_CLASS.get(op & 7)
+    names = FORMAT_OF_CLASS.get(op & CLASS_MASK)
     if names is None:
         raise EncodingError(f"opcode 0x{op:02x} has no instruction format")
     if len(names) == 2:
@@ -129,9 +174,6 @@ def _values(insn: Insn) -> tuple[str, dict[str, int]]:
 
 def encode_insn(insn: Insn) -> bytes:
     """The slot bytes of one instruction (two slots for lddw), packed by the toolkit spec."""
-    from npukit.isa.spec import AsmError as ToolkitAsmError
-    from npukit.targets.ebpf.spec import BOUND
-
     name, values = _values(insn)
     if name != "lddw" and insn.imm >= (1 << 31):
         values["imm"] = insn.imm - (1 << 32)  # accept the unsigned spelling of a 32-bit immediate
@@ -158,9 +200,6 @@ def bytes_to_words(data: bytes) -> list[int]:
 
 def decode(data: bytes) -> Program:
     """Decode and validate a program through the toolkit spec; `EncodingError` names the first bad slot."""
-    from npukit.errors import DecodeError
-    from npukit.targets.ebpf.spec import BOUND
-
     if len(data) % 8:
         raise EncodingError(f"program of {len(data)} bytes is not a whole number of 8-byte slots")
     if not data:
@@ -265,7 +304,7 @@ def _check_jmp(insn: Insn) -> str | None:
 
 def _check_ld(insn: Insn) -> str | None:
     if insn.opcode != LDDW:
-        mode = insn.opcode & 0xE0
+        mode = insn.opcode & MODE_MASK
         if mode in (MODE_ABS, MODE_IND):
             return "legacy packet access (ABS/IND) is not supported"
         return f"unknown load opcode 0x{insn.opcode:02x}"
@@ -275,7 +314,7 @@ def _check_ld(insn: Insn) -> str | None:
 
 
 def _check_ldx(insn: Insn) -> str | None:
-    mode, size = insn.opcode & 0xE0, insn.opcode & 0x18
+    mode, size = insn.opcode & MODE_MASK, insn.opcode & SIZE_MASK
     if mode == MODE_MEMSX and size == SIZE_DW:
         return "sign-extending load of a double word is not defined"
     if mode not in (MODE_MEM, MODE_MEMSX):
@@ -284,13 +323,13 @@ def _check_ldx(insn: Insn) -> str | None:
 
 
 def _check_st(insn: Insn) -> str | None:
-    if insn.opcode & 0xE0 != MODE_MEM:
-        return f"unknown store mode 0x{insn.opcode & 0xE0:02x}"
+    if insn.opcode & MODE_MASK != MODE_MEM:
+        return f"unknown store mode 0x{insn.opcode & MODE_MASK:02x}"
     return _zero(insn, "src")
 
 
 def _check_stx(insn: Insn) -> str | None:
-    mode, size = insn.opcode & 0xE0, insn.opcode & 0x18
+    mode, size = insn.opcode & MODE_MASK, insn.opcode & SIZE_MASK
     if mode == MODE_MEM:
         return _zero(insn, "imm")
     if mode != MODE_ATOMIC:
@@ -338,7 +377,7 @@ def opcode_table() -> list[tuple[int, str, str]]:
                         else f"{width}-bit dst = -dst",
                     )
                 )
-    for opcode, name in ((0xD4, "le16/32/64"), (0xDC, "be16/32/64"), (0xD7, "bswap16/32/64")):
+    for opcode, name in ((OP_LE, "le16/32/64"), (OP_BE, "be16/32/64"), (OP_BSWAP, "bswap16/32/64")):
         rows.append((opcode, name, "byte swap, width in imm; le/be zero-extend"))
     rows.append((LDDW, "lddw", "dst = 64-bit imm (two slots)"))
     for size, suf in SIZE_SUFFIX.items():
@@ -374,3 +413,150 @@ def opcode_table() -> list[tuple[int, str, str]]:
         (OP_EXIT, "exit", "return r0 / return from call"),
     ]
     return sorted(rows)
+
+
+# --------------------------------------------------------------------------- toolkit formats
+
+@dataclass(frozen=True)
+class Slot:
+    """A decoded instruction as the toolkit builds it (field values by name)."""
+
+    op: int = 0
+    size: int = 0
+    mode: int = 0
+    dst: int = 0
+    src: int = 0
+    off: int = 0
+    imm: int = 0
+
+    base: ClassVar[int] = 0  # the format's constant opcode bits
+
+    @property
+    def opcode_byte(self) -> int:
+        return self.base | int(self.op) << 4 | int(self.size) << 3 | int(self.mode) << 5
+
+
+def _slot_class(name: str, base: int) -> type:
+    return type(f"Slot_{name}", (Slot,), {"base": base, "__slots__": ()})
+
+
+_REGS = (
+    bits("dst", 11, 8, doc="destination register r0-r10"),
+    bits("src", 15, 12, doc="source register r0-r10 (0 where unused)"),
+    bits("off", 31, 16, signed=True, doc="signed offset: jump slots, memory displacement, div/movsx variant"),
+)
+_IMM = bits("imm", 63, 32, signed=True, doc="signed immediate (0 where unused)")
+
+
+def _check(slot: Any, hw: Any) -> str | None:
+    return check_fields(Insn(slot.opcode_byte, slot.dst, slot.src, slot.off, slot.imm))
+
+
+def _alu_jmp(name: str, cls_bits: int, source: int, op: type, doc: str) -> Format:
+    return Format(
+        name,
+        (
+            const("cls_bits", 2, 0, cls_bits, doc=doc),
+            const("source", 3, 3, source, doc="operand: imm" if source == 0 else "operand: src register"),
+            bits("op", 7, 4, enum=op, doc="operation"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class(name, cls_bits | source << 3),
+        check=_check,
+        doc=doc,
+    )
+
+
+_SIZE = bits("size", 4, 3, enum=Size, doc="access size")
+
+FORMATS = (
+    _alu_jmp("alu32_imm", ALU, 0, AluOp, "ALU: 32-bit, result zero-extended"),
+    _alu_jmp("alu32_reg", ALU, 1, AluOp, "ALU: 32-bit, result zero-extended"),
+    _alu_jmp("alu64_imm", ALU64, 0, AluOp, "ALU64: 64-bit (imm sign-extended)"),
+    _alu_jmp("alu64_reg", ALU64, 1, AluOp, "ALU64: 64-bit"),
+    _alu_jmp("jmp_imm", JMP, 0, JmpOp, "JMP: 64-bit compares, call, exit"),
+    _alu_jmp("jmp_reg", JMP, 1, JmpOp, "JMP: 64-bit compares, callx"),
+    _alu_jmp("jmp32_imm", JMP32, 0, JmpOp, "JMP32: 32-bit compares, ja32 (offset in imm)"),
+    _alu_jmp("jmp32_reg", JMP32, 1, JmpOp, "JMP32: 32-bit compares"),
+    Format(
+        "ldx",
+        (
+            const("cls_bits", 2, 0, LDX, doc="LDX"),
+            _SIZE,
+            bits("mode", 7, 5, enum=LoadMode, doc="MEM zero-extends, MEMSX sign-extends"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class("ldx", LDX),
+        check=_check,
+        doc="dst = *(size *)(src + off)",
+    ),
+    Format(
+        "st",
+        (
+            const("cls_bits", 2, 0, ST, doc="ST"),
+            _SIZE,
+            bits("mode", 7, 5, enum=StoreMode, doc="MEM"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class("st", ST),
+        check=_check,
+        doc="*(size *)(dst + off) = imm",
+    ),
+    Format(
+        "stx",
+        (
+            const("cls_bits", 2, 0, STX, doc="STX"),
+            _SIZE,
+            bits("mode", 7, 5, enum=StoreMode, doc="MEM store, or ATOMIC (kind in imm)"),
+            *_REGS,
+            _IMM,
+        ),
+        cls=_slot_class("stx", STX),
+        check=_check,
+        doc="*(size *)(dst + off) = src, or an atomic operation",
+    ),
+    Format(
+        "lddw",
+        (
+            const("opcode", 7, 0, LDDW, doc="LD | IMM | DW"),
+            *_REGS,
+            Field(
+                "imm",
+                64,
+                pieces=((32, 32), (96, 32)),
+                doc="64-bit immediate: low half in word 0, high half in word 1",
+            ),
+            bits("next_opcode", 71, 64, reserved=True),
+            bits("next_regs", 79, 72, reserved=True),
+            bits("next_off", 95, 80, reserved=True),
+        ),
+        words=2,
+        cls=_slot_class("lddw", LDDW),
+        check=_check,
+        doc="dst = imm64 (two slots)",
+    ),
+)
+
+SPEC = Spec("ebpf", 64, FORMATS)
+BOUND = SPEC.bind(None)
+FORMAT_OF_CLASS = {
+    ALU: ("alu32_imm", "alu32_reg"),
+    ALU64: ("alu64_imm", "alu64_reg"),
+    JMP: ("jmp_imm", "jmp_reg"),
+    JMP32: ("jmp32_imm", "jmp32_reg"),
+    LDX: ("ldx",),
+    ST: ("st",),
+    STX: ("stx",),
+}
+
+
+def docs_tables() -> str:
+    """The two tables of ``docs/targets/ebpf.md``: formats and fields (toolkit), then every opcode."""
+    from npukit.isa import markdown_table
+
+    rows = ["| opcode | mnemonic | meaning |", "|---|---|---|"]
+    rows += [f"| `0x{op:02x}` | `{name}` | {meaning} |" for op, name, meaning in opcode_table()]
+    return markdown_table(BOUND) + "\n" + "\n".join(rows) + "\n"

@@ -8,6 +8,10 @@ masked to the operand width.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from npukit.targets.ebpf.isa import ALU, ALU64, OP_BE, OP_BSWAP, OP_LE, AluOp, JmpOp
+
 M64 = 0xFFFFFFFFFFFFFFFF
 M32 = 0xFFFFFFFF
 
@@ -92,4 +96,69 @@ def to_be(x: int, width: int) -> int:
     return bswap(x, width)  # the VM is a little-endian machine
 
 
-ENDIAN = {0xD4: to_le, 0xDC: to_be, 0xD7: bswap}
+ENDIAN = {OP_LE: to_le, OP_BE: to_be, OP_BSWAP: bswap}
+
+# ALU operations on (dst, src) already masked to the operand width; the result is masked again
+BINARY64: dict[AluOp, Callable[[int, int], int]] = {
+    AluOp.ADD: lambda a, b: (a + b) & M64,
+    AluOp.SUB: lambda a, b: (a - b) & M64,
+    AluOp.MUL: lambda a, b: (a * b) & M64,
+    AluOp.OR: lambda a, b: a | b,
+    AluOp.AND: lambda a, b: a & b,
+    AluOp.LSH: lambda a, b: (a << (b & 63)) & M64,
+    AluOp.RSH: lambda a, b: a >> (b & 63),
+    AluOp.XOR: lambda a, b: a ^ b,
+    AluOp.MOV: lambda a, b: b,
+    AluOp.ARSH: arsh64,
+}
+BINARY32: dict[AluOp, Callable[[int, int], int]] = {
+    AluOp.ADD: lambda a, b: (a + b) & M32,
+    AluOp.SUB: lambda a, b: (a - b) & M32,
+    AluOp.MUL: lambda a, b: (a * b) & M32,
+    AluOp.OR: lambda a, b: (a | b) & M32,
+    AluOp.AND: lambda a, b: a & b & M32,
+    AluOp.LSH: lambda a, b: (a << (b & 31)) & M32,
+    AluOp.RSH: lambda a, b: (a & M32) >> (b & 31),
+    AluOp.XOR: lambda a, b: (a ^ b) & M32,
+    AluOp.MOV: lambda a, b: b & M32,
+    AluOp.ARSH: arsh32,
+}
+# (class, operation, offset): offset 1 selects the signed variant
+DIVISION: dict[tuple[int, AluOp, int], Callable[[int, int], int]] = {
+    (ALU64, AluOp.DIV, 0): div64,
+    (ALU64, AluOp.MOD, 0): mod64,
+    (ALU64, AluOp.DIV, 1): sdiv64,
+    (ALU64, AluOp.MOD, 1): smod64,
+    (ALU, AluOp.DIV, 0): div32,
+    (ALU, AluOp.MOD, 0): mod32,
+    (ALU, AluOp.DIV, 1): sdiv32,
+    (ALU, AluOp.MOD, 1): smod32,
+}
+# conditional jumps on (dst, src) masked to the width; ``s`` reads a value as signed
+COMPARE: dict[JmpOp, Callable[[int, int, Callable[[int], int]], bool]] = {
+    JmpOp.JEQ: lambda a, b, s: a == b,
+    JmpOp.JGT: lambda a, b, s: a > b,
+    JmpOp.JGE: lambda a, b, s: a >= b,
+    JmpOp.JSET: lambda a, b, s: bool(a & b),
+    JmpOp.JNE: lambda a, b, s: a != b,
+    JmpOp.JSGT: lambda a, b, s: s(a) > s(b),
+    JmpOp.JSGE: lambda a, b, s: s(a) >= s(b),
+    JmpOp.JLT: lambda a, b, s: a < b,
+    JmpOp.JLE: lambda a, b, s: a <= b,
+    JmpOp.JSLT: lambda a, b, s: s(a) < s(b),
+    JmpOp.JSLE: lambda a, b, s: s(a) <= s(b),
+}
+
+
+def alu_value(cls: int, code: AluOp, off: int, dst: int, src: int, imm_op: bool = False) -> int:
+    """The RFC 9669 result of one ALU/ALU64 operation (not END/NEG) on register values.
+
+    ``src`` is the source register's value or the immediate already sign-extended to 64 bits."""
+    wide = cls == ALU64
+    mask = M64 if wide else M32
+    src &= mask
+    if code == AluOp.MOV and off:  # movsx
+        return sext(src, off) & mask
+    if code in (AluOp.DIV, AluOp.MOD):
+        return DIVISION[(cls, code, off)](dst, src)
+    return (BINARY64 if wide else BINARY32)[code](dst, src)

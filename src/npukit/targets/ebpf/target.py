@@ -5,7 +5,7 @@ from npukit.registry import Target
 TARGET = Target(
     name="ebpf",
     summary="eBPF firmware VM: RFC 9669, uBPF text syntax, clang ELF objects, memory-safe, fast path",
-    isa="npukit.targets.ebpf.spec:SPEC",
+    isa="npukit.targets.ebpf.isa:SPEC",
     assemble="npukit.targets.ebpf.api:assemble",
     disassemble="npukit.targets.ebpf.api:disassemble",
     load_program="npukit.targets.ebpf.api:load_program",

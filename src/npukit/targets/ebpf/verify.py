@@ -22,8 +22,8 @@ def writes_register(insn: Insn) -> tuple[int, ...]:
     cls = insn.cls
     if cls in (isa.ALU, isa.ALU64, isa.LDX) or insn.opcode == isa.LDDW:
         return (insn.dst,)
-    if cls == isa.STX and insn.opcode & 0xE0 == isa.MODE_ATOMIC:
-        if insn.imm == 0xF1:
+    if cls == isa.STX and insn.opcode & isa.MODE_MASK == isa.MODE_ATOMIC:
+        if insn.imm == isa.AtomicOp.CMPXCHG:
             return (0,)
         return (insn.src,) if insn.imm & isa.ATOMIC_FETCH else ()
     if insn.opcode in (isa.OP_CALL, isa.OP_CALLX):
@@ -44,26 +44,27 @@ def fork_gap(insn: Insn) -> str | None:
         return "BPF-to-BPF calls"
     if op == isa.OP_CALLX:
         return "callx"
-    if cls == isa.STX and op & 0xE0 == isa.MODE_ATOMIC:
+    if cls == isa.STX and op & isa.MODE_MASK == isa.MODE_ATOMIC:
         return "atomic operations"
-    if cls == isa.LDX and op & 0xE0 == isa.MODE_MEMSX:
+    if cls == isa.LDX and op & isa.MODE_MASK == isa.MODE_MEMSX:
         return "sign-extending loads (v4)"
     if cls in (isa.ALU, isa.ALU64) and insn.off:
         return "signed division/modulo and movsx (v4)"
-    if op == 0xD7:
+    if op == isa.OP_BSWAP:
         return "bswap (v4)"
     return None
 
 
-def verify(
+def structural_findings(
     program: Program, helpers: HelperRegistry | None = None, entry: int = 0, profile: str = "rfc9669"
-) -> None:
-    """Raise `VerifyError` (naming pc and instruction) if the program may not run. ``profile``
+) -> list[tuple[int, str]]:
+    """Every (pc, reason) for which the program may not run, before any path is analysed. ``profile``
     ``alkali-fork`` also refuses what the Alkali firmware's uBPF fork does not implement."""
     insns = program.insns
     n = len(insns)
     if not 0 <= entry < n or insns[entry] is None:
-        raise VerifyError(f"entry point {entry} is not an instruction")
+        return [(max(entry, 0), f"entry point {entry} is not an instruction")]
+    out: list[tuple[int, str]] = []
     last_pc = max(pc for pc, i in enumerate(insns) if i is not None)
     for pc, insn in enumerate(insns):
         if insn is None:
@@ -71,16 +72,27 @@ def verify(
         where = f"pc {pc} ({format_insn(insn)})"
         target = branch_target(pc, insn)
         if target is not None and not (0 <= target < n and insns[target] is not None):
-            raise VerifyError(f"{where}: jump target {target} is outside the program or inside an lddw")
+            out.append((pc, f"{where}: jump target {target} is outside the program or inside an lddw"))
         if FP in writes_register(insn):
-            raise VerifyError(f"{where}: writes r10, the read-only frame pointer")
+            out.append((pc, f"{where}: writes r10, the read-only frame pointer"))
         if insn.opcode == isa.OP_CALL:
             if insn.src == isa.CALL_BTF:
-                raise VerifyError(f"{where}: calls by BTF id are not supported")
+                out.append((pc, f"{where}: calls by BTF id are not supported"))
             if insn.src == isa.CALL_HELPER and helpers is not None and helpers.get(insn.imm) is None:
                 known = ", ".join(f"{i} {name}" for i, name in helpers.names().items()) or "none"
-                raise VerifyError(f"{where}: unknown helper {insn.imm} (registered: {known})")
+                out.append((pc, f"{where}: unknown helper {insn.imm} (registered: {known})"))
         if profile == "alkali-fork" and (gap := fork_gap(insn)):
-            raise VerifyError(f"{where}: the Alkali uBPF fork does not implement {gap}")
+            out.append((pc, f"{where}: the Alkali uBPF fork does not implement {gap}"))
         if pc == last_pc and falls_through(insn):
-            raise VerifyError(f"{where}: the last instruction falls through off the end of the program")
+            out.append((pc, f"{where}: the last instruction falls through off the end of the program"))
+    return out
+
+
+def verify(
+    program: Program, helpers: HelperRegistry | None = None, entry: int = 0, profile: str = "rfc9669"
+) -> None:
+    """Raise `VerifyError` with the first structural reason the program may not run (the load check
+    every engine applies; ``analysis.analyze`` is the full proof)."""
+    found = structural_findings(program, helpers, entry, profile)
+    if found:
+        raise VerifyError(found[0][1])

@@ -18,7 +18,7 @@ from npukit.targets.ebpf import semantics as S
 from npukit.targets.ebpf.asm import format_insn
 from npukit.targets.ebpf.errors import BudgetExceeded, CallDepthExceeded, DivisionFault, HelperFault
 from npukit.targets.ebpf.helpers import HelperContext, HelperRegistry
-from npukit.targets.ebpf.isa import Insn, Program
+from npukit.targets.ebpf.isa import AluOp, AtomicOp, Insn, JmpOp, Program
 from npukit.targets.ebpf.memory import FRAME_SIZE, INPUT_BASE, OUTPUT_BASE, STACK_BASE, Memory, Region
 from npukit.targets.ebpf.verify import verify
 
@@ -27,6 +27,14 @@ ABIS = ("ubpf", "alkali")
 PROFILES = ("rfc9669", "alkali-fork")
 DEFAULT_BUDGET = 50_000_000
 DEFAULT_CALL_DEPTH = 8
+ENGINES = ("jit", "fast", "interp")
+
+
+def default_engine() -> str:
+    """``jit`` where llvmlite loads, else ``fast``."""
+    import importlib.util
+
+    return "jit" if importlib.util.find_spec("llvmlite") is not None else "fast"
 
 
 @dataclass
@@ -82,7 +90,9 @@ class Machine:
         self.sections = list(sections or [])
         self.max_call_depth = max_call_depth
         self.div_by_zero = div_by_zero
+        self.profile = profile
         self._fast = None
+        self._jits: dict[tuple[str, int], object] = {}
 
     def describe(self, pc: int) -> str:
         insns = self.program.insns
@@ -126,8 +136,10 @@ class Machine:
 
                 self._fast = compile_program(self)
             self._fast(state, budget)
+        elif engine == "jit":
+            self.jit(abi, output_size).run(state, budget)
         elif engine != "interp":
-            raise ConfigError(f"unknown engine {engine!r} (fast or interp)")
+            raise ConfigError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
         if not state.done:
             interpret(self, state, budget)
         out = state.mem.region("output")
@@ -139,6 +151,25 @@ class Machine:
             list(state.regs),
             state.ctx.calls,
         )
+
+    def verdict(self, abi: str, output_size: int):
+        """The static verifier's verdict for this ABI and output size."""
+        from npukit.targets.ebpf.analysis import Options, analyze
+
+        options = Options(abi=abi, output_size=output_size, profile=self.profile, entry=self.entry)
+        return analyze(self.program, self.helpers, self.sections, options)
+
+    def jit(self, abi: str, output_size: int, compiled=None):
+        """The JIT-compiled program for this ABI and output size (the verifier's proof depends on both);
+        ``compiled`` installs one built elsewhere (`jit.compile_many`)."""
+        key = (abi, output_size)
+        if compiled is not None:
+            self._jits[key] = compiled
+        if key not in self._jits:
+            from npukit.targets.ebpf.jit import JitProgram
+
+            self._jits[key] = JitProgram(self, self.verdict(abi, output_size))
+        return self._jits[key]
 
     # -- pieces shared with the fast path ------------------------------------------------------------
 
@@ -169,90 +200,32 @@ class Machine:
 
 # --------------------------------------------------------------------------- reference interpreter
 
-_BIN64 = {
-    0x0: lambda a, b: (a + b) & M64,
-    0x1: lambda a, b: (a - b) & M64,
-    0x2: lambda a, b: (a * b) & M64,
-    0x4: lambda a, b: a | b,
-    0x5: lambda a, b: a & b,
-    0x6: lambda a, b: (a << (b & 63)) & M64,
-    0x7: lambda a, b: a >> (b & 63),
-    0xA: lambda a, b: a ^ b,
-    0xB: lambda a, b: b,
-    0xC: S.arsh64,
-}
-_BIN32 = {
-    0x0: lambda a, b: (a + b) & M32,
-    0x1: lambda a, b: (a - b) & M32,
-    0x2: lambda a, b: (a * b) & M32,
-    0x4: lambda a, b: (a | b) & M32,
-    0x5: lambda a, b: a & b & M32,
-    0x6: lambda a, b: (a << (b & 31)) & M32,
-    0x7: lambda a, b: (a & M32) >> (b & 31),
-    0xA: lambda a, b: (a ^ b) & M32,
-    0xB: lambda a, b: b & M32,
-    0xC: S.arsh32,
-}
-_DIV = {
-    (isa.ALU64, 0x3, 0): S.div64,
-    (isa.ALU64, 0x9, 0): S.mod64,
-    (isa.ALU64, 0x3, 1): S.sdiv64,
-    (isa.ALU64, 0x9, 1): S.smod64,
-    (isa.ALU, 0x3, 0): S.div32,
-    (isa.ALU, 0x9, 0): S.mod32,
-    (isa.ALU, 0x3, 1): S.sdiv32,
-    (isa.ALU, 0x9, 1): S.smod32,
-}
-_CMP = {
-    0x1: lambda a, b, s: a == b,
-    0x2: lambda a, b, s: a > b,
-    0x3: lambda a, b, s: a >= b,
-    0x4: lambda a, b, s: bool(a & b),
-    0x5: lambda a, b, s: a != b,
-    0x6: lambda a, b, s: s(a) > s(b),
-    0x7: lambda a, b, s: s(a) >= s(b),
-    0xA: lambda a, b, s: a < b,
-    0xB: lambda a, b, s: a <= b,
-    0xC: lambda a, b, s: s(a) < s(b),
-    0xD: lambda a, b, s: s(a) <= s(b),
-}
-
-
 def alu(m: Machine, insn: Insn, regs: list[int], pc: int) -> None:
-    code, wide = insn.opcode >> 4, insn.cls == isa.ALU64
+    code, wide = AluOp(insn.opcode >> 4), insn.cls == isa.ALU64
     dst = regs[insn.dst]
-    if code == 0xD:
+    if code == AluOp.END:
         regs[insn.dst] = S.ENDIAN[insn.opcode](dst, insn.imm)
         return
-    if code == 0x8:
+    if code == AluOp.NEG:
         regs[insn.dst] = (-dst) & (M64 if wide else M32)
         return
-    if insn.opcode & isa.SRC_X:
-        src = regs[insn.src]
-    else:
-        src = insn.imm & (M64 if wide else M32)
-    if code == 0xB and insn.off:  # movsx
-        regs[insn.dst] = S.sext(src, insn.off) & (M64 if wide else M32)
-        return
-    if code in (0x3, 0x9):
-        if m.div_by_zero == "fault" and not src & (M64 if wide else M32):
-            raise m.divide_fault(pc)
-        regs[insn.dst] = _DIV[(insn.cls, code, insn.off)](dst, src)
-        return
-    regs[insn.dst] = (_BIN64 if wide else _BIN32)[code](dst, src)
+    src = regs[insn.src] if insn.opcode & isa.SRC_X else insn.imm
+    if code in (AluOp.DIV, AluOp.MOD) and m.div_by_zero == "fault" and not src & (M64 if wide else M32):
+        raise m.divide_fault(pc)
+    regs[insn.dst] = S.alu_value(insn.cls, code, insn.off, dst, src)
 
 
 def memory_op(m: Machine, insn: Insn, state: State, pc: int) -> None:
     regs, mem, op, cls = state.regs, state.mem, insn.opcode, insn.cls
-    size = isa.SIZE_BYTES[op & 0x18]
+    size = isa.SIZE_BYTES[op & isa.SIZE_MASK]
     if cls == isa.LDX:
         value = mem.load((regs[insn.src] + insn.off) & M64, size, pc)
-        regs[insn.dst] = S.sext(value, size * 8) if op & 0xE0 == isa.MODE_MEMSX else value
+        regs[insn.dst] = S.sext(value, size * 8) if op & isa.MODE_MASK == isa.MODE_MEMSX else value
         return
     addr = (regs[insn.dst] + insn.off) & M64
     if cls == isa.ST:
         mem.store(addr, size, insn.imm & M64, pc)
-    elif op & 0xE0 == isa.MODE_MEM:
+    elif op & isa.MODE_MASK == isa.MODE_MEM:
         mem.store(addr, size, regs[insn.src], pc)
     else:
         atomic(insn, state, addr, size, pc)
@@ -264,15 +237,15 @@ def atomic(insn: Insn, state: State, addr: int, size: int, pc: int) -> None:
     old = mem.load(addr, size, pc)
     src = regs[insn.src] & mask
     kind = insn.imm
-    if kind == 0xF1:  # cmpxchg: compare with r0, r0 gets the old value
+    if kind == AtomicOp.CMPXCHG:  # compare with r0, r0 gets the old value
         if old == regs[0] & mask:
             mem.store(addr, size, src, pc)
         regs[0] = old
         return
-    if kind == 0xE1:
+    if kind == AtomicOp.XCHG:
         new = src
     else:
-        new = _BIN64[{0x00: 0x0, 0x40: 0x4, 0x50: 0x5, 0xA0: 0xA}[kind & ~isa.ATOMIC_FETCH]](old, src) & mask
+        new = S.BINARY64[isa.ATOMIC_ALU[AtomicOp(kind & ~isa.ATOMIC_FETCH)]](old, src) & mask
     mem.store(addr, size, new, pc)
     if kind & isa.ATOMIC_FETCH:
         regs[insn.src] = old
@@ -303,7 +276,7 @@ def jump(m: Machine, insn: Insn, state: State, pc: int) -> int | None:
         b = regs[insn.src] if wide else regs[insn.src] & M32
     else:
         b = insn.imm & (M64 if wide else M32)
-    taken = _CMP[op >> 4](a, b, S.s64 if wide else S.s32)
+    taken = S.COMPARE[JmpOp(op >> 4)](a, b, S.s64 if wide else S.s32)
     return pc + 1 + insn.off if taken else pc + 1
 
 
