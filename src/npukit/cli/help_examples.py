@@ -25,6 +25,7 @@ EXAMPLES: dict[str, str] = {
     "bpf": "npukit bpf disasm examples/alkali/filter.v3.o",
     "bpf asm": "npukit bpf asm prog.s -o prog.bin",
     "bpf disasm": "npukit bpf disasm examples/alkali/filter.v3.o --json",
+    "bpf verify": "npukit bpf verify examples/alkali/checksum.v2.o --abi ubpf --json",
     "bpf run": "npukit bpf run examples/alkali/checksum.v2.o --input examples/alkali/checksum.c "
                "--output-size 8 --json",
     "cosim": "npukit cosim tern_vectors --shipped tern",
