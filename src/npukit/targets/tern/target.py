@@ -9,5 +9,5 @@ TARGET = Target(
     perf="npukit.targets.tern.perf:perf_machine",
     ledger="npukit.targets.tern.ledger:build_ledger",
     backends=("npukit.targets.tern.backend",),
-    extra={"vectors": "npukit.targets.tern.vectors"},
+    extra={"vectors": "npukit.targets.tern.vectors", "sim_sweep": "npukit.targets.tern.sweep:ADAPTER"},
 )
