@@ -1,0 +1,171 @@
+"""`npukit sweep --level sim`: each point a compile plus a timing run of the target's model.
+
+Oracles: the VTA delegate's own report of the same model on the same configuration (`npukit tflite run
+--target vta`'s figures: cycles, energy, MACs, DRAM bytes), the roofline formula written out here from
+the preset's peak rates, the tern timing core's ordering of phases and its attention unit's capacity,
+Python's csv and pyarrow reading the files back, and the set of points the grid names."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from npukit.cli.main import main
+from npukit.errors import ConfigError
+from npukit.hw import load_hw
+from npukit.models.tflite import read_model, zoo
+from npukit.perf.simsweep import Evaluator, SimSpec, adapter_for, grid
+from npukit.targets.vta.delegate import VtaDelegate
+
+VTA = ["sweep", "--level", "sim", "--hw", "vta-alkali", "--model", "zoo:digits"]
+VTA_GRID = ["--grid", "log_block=4,5", "--grid", "log_wgt_buff_size=6,10,18", "--grid",
+            "timing.clock_mhz=100,333", "--grid", "timing.dram_bytes_per_cycle=8,16"]
+N_VTA = 2 * 3 * 2 * 2
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _by_id(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    out = {r["point_id"]: r for r in rows}
+    assert len(out) == len(rows), "a point appears twice"
+    return out
+
+
+def test_vta_rows_agree_with_the_delegate_report(tmp_path, capsys):
+    out = tmp_path / "vta.csv"
+    assert main([*VTA, *VTA_GRID, "--workers", "1", "--out", str(out)]) == 0
+    rows = _rows(out)
+    assert len(rows) == N_VTA
+    model = read_model(zoo.resolve("zoo:digits"))
+    errors = 0
+    for r in rows:
+        over = [f"{k}={r[k]}" for k in ("log_block", "log_wgt_buff_size", "timing.clock_mhz",
+                                        "timing.dram_bytes_per_cycle")]
+        if r["status"] == "error":  # a weight buffer of less than two elements cannot be built
+            with pytest.raises(ConfigError) as exc:
+                load_hw("vta-alkali", over)
+            assert r["error"] == f"ConfigError: {exc.value}" and "wgt buffer" in r["error"]
+            errors += 1
+            continue
+        hw = load_hw("vta-alkali", over)
+        d = VtaDelegate(hw)
+        d.partition(model)
+        fig = d.figures()
+        assert r["status"] == "ok"
+        assert float(r["cycles"]) == pytest.approx(fig["vta_cycles"].value, rel=1e-12)
+        assert float(r["time_s"]) == pytest.approx(fig["vta_time"].value * 1e-6, rel=1e-12)
+        assert float(r["energy_j"]) == pytest.approx(fig["vta_energy"].value * 1e-6, rel=1e-12)
+        assert r["time_tier"] == str(fig["vta_time"].tier) and r["energy_tier"] == str(fig["vta_energy"].tier)
+        macs, dram = fig["vta_gemm_macs"].value, fig["vta_dram_bytes"].value
+        clock = float(r["timing.clock_mhz"]) * 1e6
+        roof = max(macs / (hw.batch * hw.block ** 2 * clock),
+                   dram / (float(r["timing.dram_bytes_per_cycle"]) * clock))
+        assert float(r["roofline_s"]) == pytest.approx(roof, rel=1e-12)
+        assert float(r["sim_over_roofline"]) == pytest.approx(float(r["time_s"]) / roof, rel=1e-12)
+        assert float(r["sim_over_roofline"]) > 1.0  # a roofline is a lower bound on time
+        utils = [float(r[f"util.{e}"]) for e in ("load", "compute", "store")]
+        assert all(0.0 < u <= 100.0 for u in utils)
+        stalls = dict(kv.split("=") for kv in r["stalls"].split(";"))
+        assert r["dominant_stall"] == max(stalls, key=lambda k: float(stalls[k]))
+        assert r["time_tier"] in ("measured", "derived", "projected")
+    assert errors == N_VTA // 2  # log_wgt_buff_size 6 for both blocks, 10 for block 5
+    assert "Pareto points of" in capsys.readouterr().out
+
+
+def test_compile_sharing_and_executors_give_identical_rows(tmp_path, capsys):
+    spec = SimSpec("vta-alkali", "zoo:digits", {"log_block": [4, 5], "timing.clock_mhz": [100, 200, 333]})
+    adapter = adapter_for(spec.target)
+    ev = Evaluator(spec, adapter.load_workload(spec.model))
+    rows = ev.rows(grid(spec, adapter))
+    assert (ev.compiles, ev.hits) == (2, 4)  # one program per block size; clocks do not recompile
+    cold = Evaluator(SimSpec(**{**vars(spec), "use_cache": False}), ev.workload)
+    assert cold.rows(grid(spec, adapter)) == rows and cold.compiles == 6
+    a, b, c = (tmp_path / n for n in ("one.csv", "two.csv", "nocache.csv"))
+    assert main([*VTA, *VTA_GRID, "--workers", "1", "--out", str(a)]) == 0
+    assert main([*VTA, *VTA_GRID, "--workers", "2", "--out", str(b)]) == 0
+    assert main([*VTA, *VTA_GRID, "--workers", "1", "--no-compile-cache", "--out", str(c)]) == 0
+    capsys.readouterr()
+    assert _by_id(_rows(a)) == _by_id(_rows(b)) == _by_id(_rows(c))
+
+
+def test_tern_block_phases_and_a_context_the_unit_cannot_hold(tmp_path, capsys):
+    from npukit.models.presets import model_preset
+
+    cfg = model_preset("bitnet-b1.58-2b-4t")
+    cfg.update(vocab_size=300, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=64)
+    (tmp_path / "block.json").write_text(json.dumps(cfg))
+    out = tmp_path / "tern.parquet"
+    assert main(["sweep", "--level", "sim", "--hw", "tern-arty-a7-100t", "--model", str(tmp_path / "block.json"),
+                 "--grid", "engine.lanes=8,32", "--grid", "context=16,129", "--grid",
+                 "phase=host-split,fabric-ffn-glue", "--workers", "1", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["timing"]["compiles"] == 4 and summary["errors"] == 4
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 8 and not Path(str(out) + ".partial.csv").exists()
+    hw = load_hw("tern-arty-a7-100t")
+    for r in rows:
+        if r["context"] == 129:  # attention.t_max = 128 keys
+            assert r["status"] == "error" and "128" in r["error"]
+            continue
+        assert r["time_s"] == pytest.approx(r["cycles"] / hw.clock_hz)
+        assert r["energy_j"] == pytest.approx(r["time_s"] * hw.power.total_w)
+        assert r["sim_over_roofline"] > 1.0 and r["dominant_stall"]
+    ok = {(r["engine.lanes"], r["phase"]): r["cycles"] for r in rows if r["status"] == "ok"}
+    for lanes in (8, 32):  # the soft CPU's attention and FFN glue cost more than the fabric units
+        assert ok[(lanes, "host-split")] > ok[(lanes, "fabric-ffn-glue")]
+    assert ok[(32, "fabric-ffn-glue")] < ok[(8, "fabric-ffn-glue")]
+
+
+def test_resume_keeps_rows_and_drops_a_cut_line(tmp_path, capsys):
+    full, part = tmp_path / "full.csv", tmp_path / "part.csv"
+    assert main([*VTA, *VTA_GRID, "--workers", "1", "--out", str(full)]) == 0
+    capsys.readouterr()
+    lines = full.read_text().splitlines(keepends=True)
+    part.write_text("".join(lines[:10]) + lines[10][:25])  # 9 rows and a row cut by a kill
+    assert main([*VTA, *VTA_GRID, "--workers", "1", "--resume", "--out", str(part), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["timing"]["skipped"] == 9 and summary["timing"]["points"] == N_VTA - 9
+    assert _by_id(_rows(part)) == _by_id(_rows(full))
+    assert main([*VTA, *VTA_GRID, "--grid", "timing.command_depth=8", "--resume", "--out", str(part)]) == 2
+    assert "different sweep" in capsys.readouterr().err
+
+
+def test_report_front_and_deviation(tmp_path, capsys):
+    out = tmp_path / "vta.csv"
+    assert main([*VTA, *VTA_GRID, "--workers", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "report", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = [r for r in _rows(out) if r["status"] == "ok"]
+    for f in rep["pareto"]:  # nothing beats a front point on both time and energy
+        assert not any(float(r["time_s"]) < f["time_s"] and float(r["energy_j"]) < f["energy_j"] for r in rows)
+    blocks = {d["value"]: d for d in rep["deviation"] if d["parameter"] == "log_block"}
+    for v, d in blocks.items():
+        ratios = sorted(float(r["sim_over_roofline"]) for r in rows if r["log_block"] == v)
+        assert d["max_ratio"] == ratios[-1] and d["points"] == N_VTA // 2
+        assert d["dominant_stall"] in {r["dominant_stall"] for r in rows}
+    assert rep["errors"] == N_VTA // 2
+    assert main(["sweep", "report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "dominant stall" in text and "wgt buffer" in text
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["sweep", "report", str(bad)]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_progress_off_a_terminal(tmp_path, capsys):
+    assert main([*VTA, "--grid", "timing.clock_mhz=100,200", "--workers", "1"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sweep 2/2 points") and err[-1].endswith("ETA 0:00:00")
+    first = err[-2].split()  # the first chunk's line: its rate and an ETA from it
+    assert first[:2] == ["sweep", "1/2"] and math.isfinite(float(first[3])) and first[6].count(":") == 2
