@@ -108,7 +108,7 @@ def run_sim(args: argparse.Namespace) -> int:
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    return "-" if v is None or v == "" else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _front_table(rows: list[dict[str, Any]], front: list[int], params: list[str],

@@ -5,6 +5,7 @@ dominates there (`npukit sweep report FILE`)."""
 from __future__ import annotations
 
 import csv
+import math
 from collections import Counter
 from pathlib import Path
 from statistics import median
@@ -58,14 +59,20 @@ def objectives_from(text: str | None, cols: list[str]) -> tuple[str, ...]:
     return objs
 
 
+def _has(v: Any) -> bool:
+    return v not in (None, "") and not (isinstance(v, float) and math.isnan(v))
+
+
 def _key(row: dict[str, Any], obj: str) -> float:
     return -float(row[obj[4:]]) if obj.startswith("max:") else float(row[obj])
 
 
 def pareto(rows: list[dict[str, Any]], objectives: tuple[str, ...]) -> list[int]:
-    """Indices of the ok rows no other ok row beats on both objectives (first objective's order)."""
-    ok = [i for i, r in enumerate(rows) if r.get("status") == STATUS_OK]
+    """Indices of the ok rows no other ok row beats on both objectives (first objective's order);
+    rows without a value for an objective (rk3588 has no energy model) take no part."""
     a, b = objectives
+    ok = [i for i, r in enumerate(rows) if r.get("status") == STATUS_OK
+          and all(_has(r[o.removeprefix("max:")]) for o in objectives)]
     order = sorted(ok, key=lambda i: (_key(rows[i], a), _key(rows[i], b)))
     front, best = [], float("inf")
     for i in order:

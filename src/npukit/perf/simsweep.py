@@ -41,8 +41,8 @@ class SimResult:
     cycles: float
     seconds: float
     time_tier: Tier
-    energy_j: float
-    energy_tier: Tier
+    energy_j: float | None  # None: the target has no energy model
+    energy_tier: Tier | None
     busy: dict[str, float]
     stalls: dict[str, float]
     macs: float
@@ -213,7 +213,8 @@ def figures(res: SimResult, engines: tuple[str, ...]) -> dict[str, Any]:
     total = cyc * len(engines)
     out: dict[str, Any] = {
         "cycles": float(cyc), "time_s": float(res.seconds), "time_tier": str(res.time_tier),
-        "energy_j": float(res.energy_j), "energy_tier": str(res.energy_tier),
+        "energy_j": None if res.energy_j is None else float(res.energy_j),
+        "energy_tier": "" if res.energy_tier is None else str(res.energy_tier),
         **{f"util.{e}": float(100.0 * res.busy.get(e, 0.0) / cyc) if cyc else 0.0 for e in engines},
         "util_tier": str(res.time_tier),
         "stalls": ";".join(f"{k}={v:.6g}" for k, v in stalls.items()),
