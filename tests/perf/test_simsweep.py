@@ -103,9 +103,10 @@ def test_tern_block_phases_and_a_context_the_unit_cannot_hold(tmp_path, capsys):
                num_key_value_heads=2, head_dim=64)
     (tmp_path / "block.json").write_text(json.dumps(cfg))
     out = tmp_path / "tern.parquet"
-    assert main(["sweep", "--level", "sim", "--hw", "tern-arty-a7-100t", "--model", str(tmp_path / "block.json"),
-                 "--grid", "engine.lanes=8,32", "--grid", "context=16,129", "--grid",
-                 "phase=host-split,fabric-ffn-glue", "--workers", "1", "--out", str(out), "--json"]) == 0
+    assert main(["sweep", "--level", "sim", "--hw", "tern-arty-a7-100t", "--model",
+                 str(tmp_path / "block.json"), "--grid", "engine.lanes=8,32", "--grid", "context=16,129",
+                 "--grid", "phase=host-split,fabric-ffn-glue", "--workers", "1", "--out", str(out),
+                 "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["timing"]["compiles"] == 4 and summary["errors"] == 4
     pq = pytest.importorskip("pyarrow.parquet")
@@ -147,7 +148,8 @@ def test_report_front_and_deviation(tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     rows = [r for r in _rows(out) if r["status"] == "ok"]
     for f in rep["pareto"]:  # nothing beats a front point on both time and energy
-        assert not any(float(r["time_s"]) < f["time_s"] and float(r["energy_j"]) < f["energy_j"] for r in rows)
+        assert not any(float(r["time_s"]) < f["time_s"] and float(r["energy_j"]) < f["energy_j"]
+                       for r in rows)
     blocks = {d["value"]: d for d in rep["deviation"] if d["parameter"] == "log_block"}
     for v, d in blocks.items():
         ratios = sorted(float(r["sim_over_roofline"]) for r in rows if r["log_block"] == v)
@@ -169,3 +171,73 @@ def test_progress_off_a_terminal(tmp_path, capsys):
     assert err[-1].startswith("sweep 2/2 points") and err[-1].endswith("ETA 0:00:00")
     first = err[-2].split()  # the first chunk's line: its rate and an ETA from it
     assert first[:2] == ["sweep", "1/2"] and math.isfinite(float(first[3])) and first[6].count(":") == 2
+
+
+@pytest.mark.slow
+def test_rk3588_schedules_and_a_scratchpad_too_small(tmp_path, capsys):
+    from npukit.targets.rk3588.compile import CompileOptions
+    from npukit.targets.rk3588.runner import fixed_shape_plan, resolve_model
+    from npukit.targets.rk3588.timing import simulate_plan
+
+    out = tmp_path / "rk.csv"
+    assert main(["sweep", "--level", "sim", "--hw", "rk3588", "--model", "smolvlm-siglip-base-512:px=64",
+                 "--grid", "schedule=single,data-parallel", "--grid",
+                 "core.scratchpad_bytes.value=1024,32768", "--grid", "tiling=0,1", "--workers", "1",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    rows = {(r["schedule"], r["core.scratchpad_bytes.value"], r["tiling"]): r for r in _rows(out)}
+    assert len(rows) == 8
+    for (_, pad, tiling), r in rows.items():
+        if pad == "1024" or tiling == "0":  # the layernorm's rows need 3 KB of scratchpad; untiled, more
+            assert r["status"] == "error"
+            assert r["error"].startswith("TilingError" if tiling == "1" else "PlacementError")
+            assert "scratchpad" in r["error"] and r["energy_j"] == ""
+    enc = resolve_model("smolvlm-siglip-base-512", 1, 64)
+    for sched in ("single", "data-parallel"):
+        r = rows[(sched, "32768", "1")]
+        plan = fixed_shape_plan(enc, enc.config.seq_len, load_hw("rk3588"), CompileOptions(schedule=sched))
+        assert float(r["cycles"]) == simulate_plan(plan, sched, 3).cycles
+        assert r["time_tier"] == "projected" and float(r["sim_over_roofline"]) > 1.0
+    # three cores on three inputs beat one core
+    parallel, single = rows[("data-parallel", "32768", "1")], rows[("single", "32768", "1")]
+    assert float(parallel["time_s"]) < float(single["time_s"])
+
+
+SL, FU = "sliding_attention", "full_attention"
+GEMMA = dict(  # a Gemma 3n small enough to compile in a second (synthetic weights)
+    model_type="gemma3n_text", vocab_size=96, vocab_size_per_layer_input=96, hidden_size=32,
+    hidden_size_per_layer_input=8, intermediate_size=[64, 64, 64], num_hidden_layers=3, num_attention_heads=2,
+    num_key_value_heads=1, head_dim=16, laurel_rank=8, num_kv_shared_layers=1, sliding_window=6,
+    layer_types=[SL, FU, SL], activation_sparsity_pattern=[0.95, 0, 0], max_position_embeddings=128,
+    altup_num_inputs=2, final_logit_softcapping=30.0)
+
+
+@pytest.mark.slow
+def test_pccx_decode_token_matches_the_driver_and_shares_programs(tmp_path, capsys):
+    from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
+    from npukit.targets.pccx.driver import PccxDriver
+    from npukit.targets.pccx.gemma3n_quant import Int4Store
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(GEMMA))
+    args = ["sweep", "--level", "sim", "--hw", "pccx-v002-kv260", "--model", str(cfg), "--grid",
+            "clocks.core_mhz=200,400", "--grid", "phase=decode,prefill", "--set", "ddr.bandwidth_gbps=5",
+            "--set", "context=12", "--workers", "1"]
+    shared, cold = tmp_path / "shared.csv", tmp_path / "cold.csv"
+    assert main([*args, "--out", str(shared), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["timing"]["compiles"] == 2  # one per phase
+    assert main([*args, "--no-compile-cache", "--out", str(cold), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["timing"]["compiles"] == 4
+    rows = _by_id(_rows(shared))
+    assert rows == _by_id(_rows(cold))  # sharing a program changes no figure
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(GEMMA), seed=0))
+    for r in rows.values():
+        assert r["status"] == "ok" and float(r["sim_over_roofline"]) > 1.0
+        if r["phase"] != "decode":
+            continue
+        hw = load_hw("pccx-v002-kv260", [f"clocks.core_mhz={r['clocks.core_mhz']}",
+                                         "ddr.bandwidth_gbps=5"])
+        drv = PccxDriver(hw, executor="fast").open().load(store).kv_init("int8").start()
+        drv.prefill([3 + i for i in range(11)])
+        drv.step(5)  # the driver's own timer on its 12th position
+        assert float(r["cycles"]) == drv.records[-1].cycles

@@ -15,13 +15,15 @@ from npukit.cli import ui
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="sweep hardware and format parameters: tok/s and J/token per point")
     p.add_argument("action", nargs="?", choices=("report",),
-                   help="report FILE: the Pareto front and roofline-vs-simulator deviation of a --level sim output")
+                   help="report FILE: the Pareto front and the roofline-vs-simulator deviation of a "
+                   "--level sim output")
     p.add_argument("file", nargs="?", help="the sweep output to report on (CSV or Parquet)")
     p.add_argument("--hw", help="hardware preset name or TOML path (required for a sweep)")
     p.add_argument("--model", help="workload: model preset or HF config.json; --level sim: a .tflite or "
                    "zoo:digits (vta), a BitNet preset or config.json (tern)")
     p.add_argument("--level", choices=("roofline", "sim"), default="roofline",
-                   help="roofline: the analytic model (default); sim: compile and run the target's timing model")
+                   help="roofline: the analytic model (default); sim: compile and run the target's "
+                   "timing model per point")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2|START:STOP:N",
                    help="a swept axis (repeatable): weights, kv, context, sparsity, clock_mhz, lanes, "
                    "ddr_gbps, static_power_w, perf.<key>, or a hardware field such as gemv.cores_log2")

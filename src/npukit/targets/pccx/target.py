@@ -13,5 +13,6 @@ TARGET = Target(
     simulate="npukit.targets.pccx.asm:simulate_program",
     perf="npukit.targets.pccx.perf:perf_machine",
     backends=("npukit.targets.pccx.backend", "npukit.targets.pccx.backend_quant"),
-    extra={"cli": "npukit.targets.pccx.asm:add_cli_arguments", "vectors": "npukit.targets.pccx.vectors"},
+    extra={"cli": "npukit.targets.pccx.asm:add_cli_arguments", "vectors": "npukit.targets.pccx.vectors",
+           "sim_sweep": "npukit.targets.pccx.sweep:ADAPTER"},
 )

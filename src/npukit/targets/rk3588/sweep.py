@@ -78,7 +78,8 @@ class Rk3588Sweep:
         per = hw.core.int8_macs_per_cycle if params["dtype"] == "int8" else hw.core.fp16_macs_per_cycle
         roof_s, bound = roofline(macs, hw.n_cores * per.value * hw.clock_hz, dma,
                                  hw.dma.ddr_total_gbps.value * 1e9)
-        roof_tier = Tier.weakest(Tier(per.tier), Tier(hw.dma.ddr_total_gbps.tier), Tier(hw.core.clock_mhz.tier))
+        roof_tier = Tier.weakest(Tier(per.tier), Tier(hw.dma.ddr_total_gbps.tier),
+                                 Tier(hw.core.clock_mhz.tier))
         return SimResult(cycles, cycles / hw.clock_hz, Tier.PROJECTED, None, None, busy, stalls, float(macs),
                          float(dma), roof_s, bound, roof_tier,
                          f"rk3588 timing core, {params['schedule']}, batch {batch} (no energy model)")
