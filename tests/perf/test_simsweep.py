@@ -241,3 +241,34 @@ def test_pccx_decode_token_matches_the_driver_and_shares_programs(tmp_path, caps
         drv.prefill([3 + i for i in range(11)])
         drv.step(5)  # the driver's own timer on its 12th position
         assert float(r["cycles"]) == drv.records[-1].cycles
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_valid_parquet_file(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "cut.parquet"
+    journal = Path(str(out) + ".partial.csv")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    grid = ["--grid", "log_block=4,5", "--grid", "timing.clock_mhz=100:333:60", "--grid",
+            "timing.dram_bytes_per_cycle=4,8,16,32"]
+    argv = [sys.executable, "-m", "npukit", *VTA, *grid, "--workers", "2", "--out", str(out)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60 and proc.poll() is None:
+        if journal.is_file() and journal.read_text().count("\n") > 1 + 30:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "rerun with --resume" in err
+    rows = pq.read_table(out).to_pylist()  # a valid file, whatever was done when Ctrl-C came
+    assert 30 <= len(rows) < 2 * 60 * 4 and len({r["point_id"] for r in rows}) == len(rows)
+    assert not journal.exists()

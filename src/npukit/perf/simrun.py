@@ -76,6 +76,9 @@ _WORKER: dict[str, Evaluator] = {}
 
 
 def _worker_init(spec: SimSpec, workload: Any) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     _WORKER["ev"] = Evaluator(spec, workload)
 
 
@@ -86,14 +89,19 @@ def _pool_chunk(points: Chunk) -> tuple[Chunk, tuple]:
 def run_pool(spec: SimSpec, workload: Any, chunks: list[Chunk], workers: int
              ) -> Iterator[tuple[Chunk, tuple]]:
     ex = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(spec, workload))
+    finished = False
     try:
         pending = {ex.submit(_pool_chunk, ch) for ch in chunks}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 yield f.result()
+        finished = True
     finally:
-        ex.shutdown(wait=True, cancel_futures=True)
+        if not finished:  # interrupted: the chunks in flight are not waited for
+            for proc in list(getattr(ex, "_processes", {}).values()):
+                proc.terminate()
+        ex.shutdown(wait=finished, cancel_futures=True)
 
 
 def _ray_chunk(spec: SimSpec, workload: Any, points: Chunk) -> tuple[Chunk, tuple]:
