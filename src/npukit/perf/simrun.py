@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from npukit.errors import ConfigError
-from npukit.perf.simsweep import Evaluator, SimSpec, digest
+from npukit.perf.simsweep import Evaluator, SimSpec, adapter_for, digest
 
 Chunk = list[dict[str, Any]]
 
@@ -104,9 +104,8 @@ def run_pool(spec: SimSpec, workload: Any, chunks: list[Chunk], workers: int
         ex.shutdown(wait=finished, cancel_futures=True)
 
 
-def _ray_chunk(spec: SimSpec, workload: Any, points: Chunk) -> tuple[Chunk, tuple]:
-    """One Ray task: the worker process keeps one Evaluator per (spec, workload)."""
-    key = digest([repr(spec), repr(workload)[:256], len(repr(workload))])
+def _ray_chunk(key: str, spec: SimSpec, workload: Any, points: Chunk) -> tuple[Chunk, tuple]:
+    """One Ray task: the worker process keeps one Evaluator per sweep (``key``)."""
     ev = _WORKER.get(key)
     if ev is None:
         _WORKER.clear()
@@ -120,8 +119,9 @@ def run_ray(spec: SimSpec, workload: Any, chunks: list[Chunk], address: str
 
     with ray_session(address) as ray:
         task = ray.remote(_ray_chunk)
+        key = digest([repr(spec), adapter_for(spec.target).workload_digest(workload)])
         spec_ref, wl_ref = ray.put(spec), ray.put(workload)
-        pending = [task.remote(spec_ref, wl_ref, ch) for ch in chunks]
+        pending = [task.remote(key, spec_ref, wl_ref, ch) for ch in chunks]
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
