@@ -48,36 +48,47 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def one_run(spec: SimSpec, workers: int = 1, ray: str | None = None) -> tuple[float, int, float]:
-    """(seconds, points, load average before) of one sweep."""
+def cpu_seconds() -> float:
+    """CPU time of this process and its waited-for children (the pool's workers, once shut down)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def one_run(spec: SimSpec, workers: int = 1, ray: str | None = None) -> tuple[float, int, float, float]:
+    """(seconds, points, load average before, CPU seconds here) of one sweep."""
     adapter = adapter_for(spec.target)
     workload = adapter.load_workload(spec.model)
     points = grid(spec, adapter)
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     chunks = order_and_chunk(Evaluator(spec, workload), points, 8 if ray else workers)
     rows: list[dict[str, Any]] = []
     execute(spec, workload, chunks, workers=workers, ray_address=ray, on_rows=rows.extend)
     dt = time.perf_counter() - t0
     assert len(rows) == len(points)
-    return dt, len(points), load
+    return dt, len(points), load, cpu_seconds() - c0
 
 
 def compare(name: str, runs: dict[str, tuple[SimSpec, int, str | None]], repeats: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {k: [] for k in runs}
     loads: dict[str, list[float]] = {k: [] for k in runs}
+    cpus: dict[str, list[float]] = {k: [] for k in runs}
     n = 0
     for r in range(repeats):
         order = list(runs) if r % 2 == 0 else list(reversed(runs))
         for k in order:
             spec, workers, ray = runs[k]
-            dt, n, load = one_run(spec, workers, ray)
+            dt, n, load, cpu = one_run(spec, workers, ray)
             times[k].append(dt)
+            cpus[k].append(cpu)
             loads[k].append(load)
     out = {"workload": name, "points": n, "cpu": cpu_model(), "tier": "measured", "runs": {}}
     for k in runs:
         med = statistics.median(times[k])
-        out["runs"][k] = {"median_s": med, "points_per_s": n / med, "all_s": times[k], "load1": loads[k]}
+        out["runs"][k] = {"median_s": med, "points_per_s": n / med, "all_s": times[k], "load1": loads[k],
+                          "cpu_s": statistics.median(cpus[k])}
     return out
 
 
@@ -170,7 +181,7 @@ def main() -> int:
             base = base or r["points_per_s"]
             loads = ", ".join(f"{x:.1f}" for x in r["load1"])
             print(f"  {k:22s} {r['median_s']:8.2f} s  {r['points_per_s']:8.2f} points/s  "
-                  f"x{r['points_per_s'] / base:.2f}  load1 before runs {loads}")
+                  f"x{r['points_per_s'] / base:.2f}  CPU {r['cpu_s']:.2f} s  load1 before runs {loads}")
     return 0
 
 

@@ -159,6 +159,13 @@ def test_report_front_and_deviation(tmp_path, capsys):
     assert main(["sweep", "report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "dominant stall" in text and "wgt buffer" in text
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "front.png"
+    objectives = ["--objectives", "time_s,max:util.compute"]
+    assert main(["sweep", "report", str(out), *objectives, "--pareto", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["sweep", "report", str(out), "--objectives", "time_s"]) == 2
+    capsys.readouterr()
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
     assert main(["sweep", "report", str(bad)]) == 2

@@ -1,5 +1,5 @@
-"""`npukit sweep --ray ADDRESS` on a real Ray cluster: a head and one worker node started by the test
-on loopback (their own temp dir and process groups, so stopping them touches nothing else), a sweep of
+"""`npukit sweep --ray ADDRESS` on a real Ray cluster: a head and one worker node started on loopback
+(`conftest.py`: their own temp dir and process groups, so stopping them touches nothing else), a sweep of
 240 points through the CLI, equal row for row to the local process-pool sweep; the Parquet output read
 back by pyarrow equals the rows."""
 
