@@ -147,7 +147,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ray", action="store_true", help="also time a two-node loopback Ray cluster")
-    ap.add_argument("--only", default="vta,rk3588,tern", help="workloads to run")
+    ap.add_argument("--only", default="vta,vta-sharing,rk3588,tern", help="workloads to run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -159,6 +159,10 @@ def main() -> int:
     if "vta" in only:
         results.append(compare("vta digits, no sharing", {"1 worker": (vta, 1, None),
                                                           "2 workers": (vta, 2, None)}, args.repeats))
+    if "vta-sharing" in only:
+        shared = SimSpec(**{**vars(vta), "use_cache": True})
+        results.append(compare("vta digits, 1 worker", {"shared programs": (shared, 1, None),
+                                                        "no sharing": (vta, 1, None)}, args.repeats))
     if "rk3588" in only:
         results.append(compare("rk3588 siglip 1 layer 64 px", {"1 worker": (rk, 1, None),
                                                                 "2 workers": (rk, 2, None)}, args.repeats))

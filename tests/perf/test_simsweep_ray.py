@@ -57,8 +57,9 @@ def test_ray_sim_sweep_killed_then_resumed(cluster, in_process, tmp_path, capsys
     out = tmp_path / "killed.csv"
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "npukit", *BASE, "--ray", cluster, "--out", str(out)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [*BASE, "--ray", cluster, "--no-compile-cache", "--out", str(out)]  # slower: killed midway
+    proc = subprocess.Popen([sys.executable, "-m", "npukit", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 120 and proc.poll() is None:
