@@ -154,7 +154,7 @@ def test_report_front_and_deviation(tmp_path, capsys):
     for v, d in blocks.items():
         ratios = sorted(float(r["sim_over_roofline"]) for r in rows if r["log_block"] == v)
         assert d["max_ratio"] == ratios[-1] and d["points"] == N_VTA // 2
-        assert d["dominant_stall"] in {r["dominant_stall"] for r in rows}
+        assert d["dominant_stall"] in {r["dominant_stall"] for r in rows} and d["tier"] == "projected"
     assert rep["errors"] == N_VTA // 2
     assert main(["sweep", "report", str(out)]) == 0
     text = capsys.readouterr().out

@@ -144,8 +144,8 @@ def run_report(args: argparse.Namespace) -> int:
     _front_table(rows, front, varying, objectives)
     print("\nsimulator vs roofline time per parameter value (ratio > 1: the roofline is optimistic):")
     ui.table([[d["parameter"], d["value"], d["points"], d["errors"], _fmt(d["median_ratio"]),
-               _fmt(d["max_ratio"]), d["dominant_stall"], _fmt(d["stall_share"])] for d in dev],
-             ["parameter", "value", "points", "errors", "median sim/roof", "max", "dominant stall",
+               _fmt(d["max_ratio"]), d["tier"], d["dominant_stall"], _fmt(d["stall_share"])] for d in dev],
+             ["parameter", "value", "points", "errors", "median sim/roof", "max", "tier", "dominant stall",
               "its share"])
     for r in errors[:5]:
         print(f"error at {', '.join(f'{p}={r[p]}' for p in varying)}: {r['error']}")

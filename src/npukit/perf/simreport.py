@@ -12,6 +12,7 @@ from statistics import median
 from typing import Any
 
 from npukit.errors import ConfigError
+from npukit.evidence import Tier
 from npukit.perf.simrun import typed
 from npukit.perf.simsweep import STATUS_OK
 
@@ -83,8 +84,9 @@ def pareto(rows: list[dict[str, Any]], objectives: tuple[str, ...]) -> list[int]
 
 
 def deviation(rows: list[dict[str, Any]], params: list[str]) -> list[dict[str, Any]]:
-    """Per parameter and value: how many points, the median/max simulator ÷ roofline time, the stall
-    that dominates most of them and its median share of engine-cycles, and the error count."""
+    """Per parameter and value: how many points, the median/max simulator ÷ roofline time (its tier:
+    the weaker of the two times'), the stall that dominates most of them and its median share of
+    engine-cycles, and the error count."""
     out = []
     for p in params:
         values = sorted({str(r[p]) for r in rows}, key=_sortable)
@@ -97,7 +99,9 @@ def deviation(rows: list[dict[str, Any]], params: list[str]) -> list[dict[str, A
             stalls = Counter(r["dominant_stall"] for r in ok if r.get("dominant_stall"))
             top = stalls.most_common(1)[0][0] if stalls else ""
             shares = [float(r["dominant_stall_share"]) for r in ok if r.get("dominant_stall") == top]
+            tiers = {Tier(r[c]) for r in ok for c in ("time_tier", "roofline_tier") if r.get(c)}
             out.append({"parameter": p, "value": v, "points": len(sel), "errors": len(sel) - len(ok),
+                        "tier": str(Tier.weakest(*tiers)) if tiers else "",
                         "median_ratio": median(ratios) if ratios else None,
                         "max_ratio": max(ratios) if ratios else None, "dominant_stall": top,
                         "stall_share": median(shares) if shares else None})
