@@ -6,8 +6,8 @@ the object store ships). Compile = the driver's whole path on the fast executor:
 compile the programs, prefill ``context - 1`` prompt tokens in chunks, then run the step; its `Work`
 records are the program (phase ``decode``: the token at position ``context - 1``; phase ``prefill``:
 the first chunk of that prompt, as many tokens as one chunk holds). The program depends on the
-compute and memory shapes, not on the clocks, DDR, HP/ACP ports or DMA costs, so those sweeps share
-it. Time = the records on the pccx timing model.
+compute and memory shapes, not on the clocks, DDR rates, HP/ACP ports or DMA costs, so those sweeps
+share it. Time = the records on the pccx timing model.
 
 Energy = the roofline adapter's per-action energies (`npukit.targets.pccx.perf`: INT4 MACs, SFU
 elements, DDR bits) plus its static power × time; the roofline = the step's MACs at the GEMV peak or
@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from npukit.errors import ConfigError, ModelError
 from npukit.evidence import Tier
 from npukit.perf.simsweep import SimResult, accumulate, roofline
-from npukit.targets.pccx.hw import AcpPort, Clocks, Ddr, Dma, HpPorts, PccxHw
+from npukit.targets.pccx.hw import AcpPort, Clocks, Dma, HpPorts, PccxHw
 from npukit.targets.pccx.perf import perf_machine
 
 PHASES = ("decode", "prefill")
@@ -69,7 +69,8 @@ class PccxSweep:
         return store._sweep_digest
 
     def program_key(self, hw: PccxHw, params: dict[str, Any]) -> Any:
-        shape = dataclasses.replace(hw, name="", clocks=Clocks(), ddr=Ddr(), hp_ports=HpPorts(),
+        ddr = dataclasses.replace(hw.ddr, peak_gbps=0.0, bandwidth_gbps=0.0)  # its size stays in the key
+        shape = dataclasses.replace(hw, name="", clocks=Clocks(), ddr=ddr, hp_ports=HpPorts(),
                                     acp=AcpPort(), dma=Dma())
         return [repr(shape), int(params["context"]), params["kv"], params["phase"]]
 
