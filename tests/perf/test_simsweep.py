@@ -251,7 +251,7 @@ def test_pccx_decode_token_matches_the_driver_and_shares_programs(tmp_path, caps
 
 
 @pytest.mark.slow
-def test_ctrl_c_leaves_a_valid_parquet_file(tmp_path):
+def test_ctrl_c_leaves_a_valid_parquet_file_and_resume_completes_it(tmp_path, capsys):
     import os
     import signal
     import subprocess
@@ -279,3 +279,14 @@ def test_ctrl_c_leaves_a_valid_parquet_file(tmp_path):
     rows = pq.read_table(out).to_pylist()  # a valid file, whatever was done when Ctrl-C came
     assert 30 <= len(rows) < 2 * 60 * 4 and len({r["point_id"] for r in rows}) == len(rows)
     assert not journal.exists()
+    # --resume completes the Parquet file: every point once, the rows of an uninterrupted run
+    full = tmp_path / "full.csv"
+    assert main([*VTA, *grid, "--workers", "1", "--out", str(full)]) == 0
+    assert main([*VTA, *grid, "--workers", "1", "--resume", "--out", str(out)]) == 0
+    done = {r["point_id"]: r for r in pq.read_table(out).to_pylist()}
+    want = _by_id(_rows(full))
+    assert set(done) == set(want) and len(pq.read_table(out)) == len(want) == 2 * 60 * 4
+    for pid, r in want.items():
+        got = done[pid]
+        assert {k: v for k, v in r.items() if v != ""} == {k: (repr(v) if isinstance(v, float) else str(v))
+                                                          for k, v in got.items() if v is not None}
