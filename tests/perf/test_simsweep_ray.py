@@ -1,11 +1,13 @@
 """`npukit sweep --level sim --ray ADDRESS` on a real two-node Ray cluster on loopback (conftest.py):
-216 VTA simulator points give the rows of the in-process sweep; a sweep whose driver is killed midway
+216 VTA simulator points give the rows of the in-process sweep, each distinct program compiled once on
+the cluster; a sweep whose driver is killed midway
 (SIGKILL) and rerun with ``--resume`` ends with every point exactly once, equal to the in-process rows.
 Oracles: the in-process sweep's file and the set of points the grid names, read back by Python's csv."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -44,10 +46,13 @@ def in_process(tmp_path_factory) -> dict[str, dict[str, str]]:
 @pytest.mark.timeout(240)
 def test_ray_sim_sweep_equals_in_process(cluster, in_process, tmp_path, capsys):
     out = tmp_path / "ray.csv"
-    assert main([*BASE, "--ray", cluster, "--out", str(out)]) == 0
-    assert "measured on Ray cluster" in capsys.readouterr().out
+    assert main([*BASE, "--ray", cluster, "--out", str(out), "--json"]) == 0
+    timing = json.loads(capsys.readouterr().out)["timing"]
+    assert "Ray cluster" in timing["source"] and timing["tier"] == "measured"
     assert len(in_process) == N >= 200
     assert _rows(out) == in_process  # every column of every row, as written
+    programs = {r["program_id"] for r in in_process.values() if r["program_id"]}
+    assert timing["compiles"] == len(programs) == 4  # each compiled once on the cluster (log_block x buffer)
     assert sum(r["status"] == "ok" for r in in_process.values()) > N // 2
 
 

@@ -5,9 +5,10 @@ Executors (each yields one chunk's rows as soon as that chunk finishes):
 * in-process — one `Evaluator`;
 * a local process pool (``workers`` processes) — the spec and the workload go to each worker once,
   through the pool's initializer, and stay there with the worker's compiled programs;
-* a Ray cluster — the spec and the workload are put in the object store once and every chunk is one
-  task referring to them; a worker process keeps its `Evaluator` (and so its compiled programs) from
-  one task to the next.
+* a Ray cluster — the spec and the workload are put in the object store once; each distinct program
+  is compiled once, by a task whose result stays in the object store, and every chunk is one task
+  that takes the workload and the programs it needs from there (a worker process keeps its
+  `Evaluator`, and the programs it has fetched, from one task to the next).
 
 Points are ordered by program before chunking, so a chunk mostly compiles once. `RowSink` appends
 each finished chunk to the output and flushes it: a CSV is valid after every chunk, even after a
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from npukit.errors import ConfigError
-from npukit.perf.simsweep import Evaluator, SimSpec, adapter_for, digest
+from npukit.perf.simsweep import Evaluator, SimSpec, digest
 
 Chunk = list[dict[str, Any]]
 
@@ -104,29 +105,59 @@ def run_pool(spec: SimSpec, workload: Any, chunks: list[Chunk], workers: int
         ex.shutdown(wait=finished, cancel_futures=True)
 
 
-def _ray_chunk(key: str, spec: SimSpec, workload: Any, points: Chunk) -> tuple[Chunk, tuple]:
-    """One Ray task: the worker process keeps one Evaluator per sweep (``key``)."""
+def _ray_evaluator(key: str, spec: SimSpec, workload: Any) -> Evaluator:
+    """The worker process's Evaluator for this sweep (``key``), kept from one task to the next."""
     ev = _WORKER.get(key)
     if ev is None:
         _WORKER.clear()
         ev = _WORKER[key] = Evaluator(spec, workload)
+    return ev
+
+
+def _ray_compile(key: str, spec: SimSpec, workload: Any, params: dict[str, Any]) -> tuple[Any, float]:
+    """One Ray task per distinct program: (the program, its compile seconds) into the object store."""
+    ev = _ray_evaluator(key, spec, workload)
+    before = ev.compile_s
+    return ev.compile(params), ev.compile_s - before
+
+
+def _ray_chunk(key: str, spec: SimSpec, workload: Any, points: Chunk, pids: list[str], *programs: Any
+               ) -> tuple[Chunk, tuple]:
+    """One Ray task per chunk: the programs its points need come from the object store (arguments,
+    so the task starts once they are built)."""
+    ev = _ray_evaluator(key, spec, workload)
+    for pid, prog in zip(pids, programs, strict=True):
+        if pid not in ev.programs:
+            ev.adopt(pid, prog)
     return _run_chunk(ev, points)
 
 
 def run_ray(spec: SimSpec, workload: Any, chunks: list[Chunk], address: str
             ) -> Iterator[tuple[Chunk, tuple]]:
+    """Each distinct program is compiled once on the cluster (a task whose result stays in the object
+    store), then each chunk is a task that takes the programs it needs from there."""
     from npukit.perf.sweep import ray_session
 
+    ev = Evaluator(spec, workload)
+    key = digest([repr(spec), ev.workload_digest])
     with ray_session(address) as ray:
-        task = ray.remote(_ray_chunk)
-        key = digest([repr(spec), adapter_for(spec.target).workload_digest(workload)])
         spec_ref, wl_ref = ray.put(spec), ray.put(workload)
-        pending = [task.remote(key, spec_ref, wl_ref, ch) for ch in chunks]
+        ids = [[ev.program_id(p) if spec.use_cache else "" for p in ch] for ch in chunks]
+        first = {pid: p for ch, pids in zip(chunks, ids, strict=True) for p, pid in zip(ch, pids, strict=True)
+                 if pid}
+        compile_task = ray.remote(_ray_compile).options(num_returns=2)
+        made = {pid: compile_task.remote(key, spec_ref, wl_ref, p) for pid, p in first.items()}
+        task = ray.remote(_ray_chunk)
+        pending = []
+        for ch, pids in zip(chunks, ids, strict=True):
+            need = sorted({pid for pid in pids if pid})
+            pending.append(task.remote(key, spec_ref, wl_ref, ch, need, *(made[pid][0] for pid in need)))
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     yield ray.get(ref)
+            yield [], (len(made), 0, float(sum(ray.get([m[1] for m in made.values()]))))
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

@@ -127,8 +127,22 @@ def columns(spec: SimSpec, adapter: SimAdapter) -> list[str]:
 
 
 @dataclass
-class _Failed:
-    exc: Exception
+class Failed:
+    """A program that cannot be built: its one-line error (kept, and shipped, instead of the exception,
+    which need not survive pickling)."""
+
+    error: str
+
+
+class CompileFailure(Exception):
+    pass
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, CompileFailure):
+        return str(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 @dataclass
@@ -165,6 +179,24 @@ class Evaluator:
         except Exception:  # reported when the point runs
             return ""
 
+    def compile(self, params: dict[str, Any]) -> Any:
+        """This point's program built here (a `Failed` when it cannot be), counted, not cached."""
+        t0 = time.perf_counter()
+        try:
+            prog = self.adapter.compile(self.workload, self._hw(params), params)
+        except Exception as exc:  # a program that cannot be built fails the same way every time
+            prog = Failed(one_line(exc))
+        self.compile_s += time.perf_counter() - t0
+        self.compiles += 1
+        return prog
+
+    def adopt(self, key: str, prog: Any) -> None:
+        """Keep a program (compiled here or elsewhere) under its content key."""
+        if self.spec.use_cache:
+            self.programs[key] = prog
+            while len(self.programs) > CACHE_LIMIT:
+                self.programs.popitem(last=False)
+
     def _program(self, hw: Any, params: dict[str, Any]) -> tuple[str, Any]:
         key = digest([self.workload_digest, self.adapter.program_key(hw, params)])
         if self.spec.use_cache and key in self.programs:
@@ -172,19 +204,10 @@ class Evaluator:
             self.programs.move_to_end(key)
             prog = self.programs[key]
         else:
-            t0 = time.perf_counter()
-            try:
-                prog = self.adapter.compile(self.workload, hw, params)
-            except Exception as exc:  # a program that cannot be built fails the same way every time
-                prog = _Failed(exc)
-            self.compile_s += time.perf_counter() - t0
-            self.compiles += 1
-            if self.spec.use_cache:
-                self.programs[key] = prog
-                while len(self.programs) > CACHE_LIMIT:
-                    self.programs.popitem(last=False)
-        if isinstance(prog, _Failed):
-            raise prog.exc
+            prog = self.compile(params)
+            self.adopt(key, prog)
+        if isinstance(prog, Failed):
+            raise CompileFailure(prog.error)
         return key, prog
 
     def row(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -194,8 +217,7 @@ class Evaluator:
             key, prog = self._program(hw, params)
             res = self.adapter.time(prog, hw, params)
         except Exception as exc:  # a failing point is a row, the sweep goes on
-            text = str(exc).strip().splitlines()
-            row.update(status=STATUS_ERROR, error=f"{type(exc).__name__}: {text[0] if text else ''}")
+            row.update(status=STATUS_ERROR, error=one_line(exc))
             return row
         row.update(status=STATUS_OK, error="", program_id=key, **figures(res, self.adapter.engines))
         return row
