@@ -292,7 +292,7 @@ class Progress:
     every_s: float = 10.0
     done: int = 0
     t0: float = field(default_factory=time.perf_counter)
-    _last: float = 0.0
+    _last: float = -math.inf  # the first update always prints
 
     def update(self, n: int) -> None:
         self.done += n
