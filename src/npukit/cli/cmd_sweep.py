@@ -20,10 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", nargs="?", help="the sweep output to report on (CSV or Parquet)")
     p.add_argument("--hw", help="hardware preset name or TOML path (required for a sweep)")
     p.add_argument("--model", help="workload: model preset or HF config.json; --level sim: a .tflite or "
-                   "zoo:digits (vta), a BitNet preset or config.json (tern)")
+                   "zoo:digits (vta), a BitNet preset or config.json (tern), a SigLIP preset[:layers=N]"
+                   "[:px=N] (rk3588), embedded, a model directory or config.json (pccx)")
     p.add_argument("--level", choices=("roofline", "sim"), default="roofline",
                    help="roofline: the analytic model (default); sim: compile and run the target's "
-                   "timing model per point")
+                   "timing model per point (workload parameters go in --grid/--set; docs/sweep.md)")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2|START:STOP:N",
                    help="a swept axis (repeatable): weights, kv, context, sparsity, clock_mhz, lanes, "
                    "ddr_gbps, static_power_w, perf.<key>, or a hardware field such as gemv.cores_log2")
