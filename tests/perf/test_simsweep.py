@@ -89,10 +89,14 @@ def test_compile_sharing_and_executors_give_identical_rows(tmp_path, capsys):
     assert cold.rows(grid(spec, adapter)) == rows and cold.compiles == 6
     a, b, c = (tmp_path / n for n in ("one.csv", "two.csv", "nocache.csv"))
     assert main([*VTA, *VTA_GRID, "--workers", "1", "--out", str(a)]) == 0
-    assert main([*VTA, *VTA_GRID, "--workers", "2", "--out", str(b)]) == 0
+    capsys.readouterr()
+    assert main([*VTA, *VTA_GRID, "--workers", "2", "--out", str(b), "--json"]) == 0
+    pool = json.loads(capsys.readouterr().out)["timing"]
     assert main([*VTA, *VTA_GRID, "--workers", "1", "--no-compile-cache", "--out", str(c)]) == 0
     capsys.readouterr()
     assert _by_id(_rows(a)) == _by_id(_rows(b)) == _by_id(_rows(c))
+    programs = {r["program_id"] for r in _rows(a) if r["program_id"]}
+    assert pool["compiles"] == len(programs) == 3  # each program built once, by one of the two workers
 
 
 def test_tern_block_phases_and_a_context_the_unit_cannot_hold(tmp_path, capsys):

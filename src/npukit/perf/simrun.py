@@ -4,7 +4,8 @@ Executors (each yields one chunk's rows as soon as that chunk finishes):
 
 * in-process — one `Evaluator`;
 * a local process pool (``workers`` processes) — the spec and the workload go to each worker once,
-  through the pool's initializer, and stay there with the worker's compiled programs;
+  through the pool's initializer; each distinct program is built once, by whichever worker is free,
+  and sent with the chunks that need it;
 * a Ray cluster — the spec and the workload are put in the object store once; each distinct program
   is compiled once, by a task whose result stays in the object store, and every chunk is one task
   that takes the workload and the programs it needs from there (a worker process keeps its
@@ -83,23 +84,96 @@ def _worker_init(spec: SimSpec, workload: Any) -> None:
     _WORKER["ev"] = Evaluator(spec, workload)
 
 
-def _pool_chunk(points: Chunk) -> tuple[Chunk, tuple]:
-    return _run_chunk(_WORKER["ev"], points)
+_HERE = "built where it is needed"  # a program pickle cannot carry (VTA's ISA classes are made at run time)
+
+
+def _pool_compile(params: dict[str, Any]) -> tuple[Any, float]:
+    """Build one program; it goes back to the driver when pickle can carry it, else it stays here
+    (kept under its key) and a worker that lacks it builds it itself."""
+    import pickle
+
+    ev = _WORKER["ev"]
+    before = ev.compile_s
+    prog = ev.compile(params)
+    ev.adopt(ev.program_id(params), prog)
+    try:
+        pickle.dumps(prog)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        prog = _HERE
+    return prog, ev.compile_s - before
+
+
+def _pool_chunk(points: Chunk, programs: dict[str, Any]) -> tuple[Chunk, tuple]:
+    ev = _WORKER["ev"]
+    for pid, prog in programs.items():
+        if pid not in ev.programs and not (isinstance(prog, str) and prog == _HERE):
+            ev.adopt(pid, prog)
+    return _run_chunk(ev, points)
+
+
+@dataclass
+class _PoolPlan:
+    """What the pool still has to do: programs to build (each once, on whichever worker is free) and
+    chunks, each sent once the programs it needs are built."""
+
+    to_build: list[tuple[str, dict[str, Any]]]
+    needs: list[list[str]]
+    waiting: list[int]
+    built: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ev: Evaluator, chunks: list[Chunk]) -> _PoolPlan:
+        if not ev.spec.use_cache:
+            return cls([], [[] for _ in chunks], list(range(len(chunks))))
+        ids = [[ev.program_id(p) for p in ch] for ch in chunks]
+        first: dict[str, dict[str, Any]] = {}
+        for ch, pids in zip(chunks, ids, strict=True):
+            for p, pid in zip(ch, pids, strict=True):
+                if pid:
+                    first.setdefault(pid, p)
+        needs = [sorted({i for i in pids if i}) for pids in ids]
+        return cls(list(first.items()), needs, list(range(len(chunks))))
+
+    def next_chunk(self) -> int | None:
+        for n, i in enumerate(self.waiting):
+            if all(pid in self.built for pid in self.needs[i]):
+                return self.waiting.pop(n)
+        return None
 
 
 def run_pool(spec: SimSpec, workload: Any, chunks: list[Chunk], workers: int
              ) -> Iterator[tuple[Chunk, tuple]]:
+    """Ready chunks go first; otherwise the next program is built; at most two jobs per worker are
+    queued, so rows keep coming while programs are still being built."""
+    plan = _PoolPlan.of(Evaluator(spec, workload), chunks)
     ex = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(spec, workload))
     finished = False
     try:
-        pending = {ex.submit(_pool_chunk, ch) for ch in chunks}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        building: dict[Any, str] = {}
+        running: set[Any] = set()
+        while plan.waiting or building or running:
+            while len(building) + len(running) < 2 * workers:
+                i = plan.next_chunk()
+                if i is not None:
+                    need = {pid: plan.built[pid] for pid in plan.needs[i]}
+                    running.add(ex.submit(_pool_chunk, chunks[i], need))
+                elif plan.to_build:
+                    pid, params = plan.to_build.pop(0)
+                    building[ex.submit(_pool_compile, params)] = pid
+                else:
+                    break
+            done, _ = wait({*building, *running}, return_when=FIRST_COMPLETED)
             for f in done:
-                yield f.result()
+                if f in building:
+                    prog, seconds = f.result()
+                    plan.built[building.pop(f)] = prog
+                    yield [], (1, 0, seconds)
+                else:
+                    running.discard(f)
+                    yield f.result()
         finished = True
     finally:
-        if not finished:  # interrupted: the chunks in flight are not waited for
+        if not finished:  # interrupted: the jobs in flight are not waited for
             for proc in list(getattr(ex, "_processes", {}).values()):
                 proc.terminate()
         ex.shutdown(wait=finished, cancel_futures=True)

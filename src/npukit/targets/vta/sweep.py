@@ -23,6 +23,7 @@ from npukit.perf.simsweep import SimResult, accumulate, roofline
 from npukit.targets.vta.delegate import VARIANTS, _counters
 from npukit.targets.vta.delegate.lower import lower_add, lower_gemm, supported
 from npukit.targets.vta.hw import Timing, VtaHw
+from npukit.targets.vta.isa import ISA
 from npukit.targets.vta.timing import ledger, time_program
 
 
@@ -34,7 +35,18 @@ class TfliteWorkload:
 
 @dataclass
 class VtaProgram:
+    hw: VtaHw  # the shapes it was built for (what encodes and decodes it)
     ops: list[tuple[str, list, Any]]  # (op name, instructions, fsim counters) per delegated op
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as machine code: the instruction classes are made at run time by the ISA spec."""
+        spec = ISA.bind(self.hw)
+        return {"hw": self.hw, "ops": [(n, spec.encode_program(ins), c) for n, ins, c in self.ops]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        spec = ISA.bind(state["hw"])
+        self.hw = state["hw"]
+        self.ops = [(n, spec.decode_program(words), c) for n, words, c in state["ops"]]
 
 
 class VtaSweep:
@@ -76,7 +88,7 @@ class VtaSweep:
             ops.append((op.name, low.program.instrs, _counters(hw, low)))
         if not ops:
             raise ConfigError(f"vta: no op of {workload.name} can run on VTA ({variant} delegate)")
-        return VtaProgram(ops)
+        return VtaProgram(hw, ops)
 
     def time(self, program: VtaProgram, hw: VtaHw, params: dict[str, Any]) -> SimResult:
         t = hw.timing
