@@ -25,11 +25,12 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npukit.errors import ConfigError
+from npukit.errors import ConfigError, NpukitError
 from npukit.perf.simsweep import Evaluator, SimSpec, digest
 
 Chunk = list[dict[str, Any]]
@@ -402,7 +403,10 @@ def execute(spec: SimSpec, workload: Any, chunks: list[Chunk], *, workers: int =
         it = run_pool(spec, workload, chunks, workers)
     else:
         it = run_local(spec, workload, chunks)
-    for rows, delta in it:
-        on_rows(rows)
-        stats.add(delta)
+    try:
+        for rows, delta in it:
+            on_rows(rows)
+            stats.add(delta)
+    except BrokenProcessPool as exc:  # a worker killed (out of memory, a signal): what is written stays
+        raise NpukitError(f"a sweep worker process died ({exc}); rerun with --resume to finish") from None
     return stats
