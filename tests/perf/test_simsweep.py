@@ -75,6 +75,7 @@ def test_vta_rows_agree_with_the_delegate_report(tmp_path, capsys):
         stalls = dict(kv.split("=") for kv in r["stalls"].split(";"))
         assert r["dominant_stall"] == max(stalls, key=lambda k: float(stalls[k]))
         assert r["time_tier"] in ("measured", "derived", "projected")
+        assert (r["ratio_tier"], r["counts_tier"], r["util_tier"]) == ("projected", "derived", r["time_tier"])
     assert errors == N_VTA // 2  # log_wgt_buff_size 6 for both blocks, 10 for block 5
     assert "Pareto points of" in capsys.readouterr().out
 

@@ -123,7 +123,7 @@ def columns(spec: SimSpec, adapter: SimAdapter) -> list[str]:
     return [*params, "point_id", "status", "error", "cycles", "time_s", "time_tier", "energy_j",
             "energy_tier", *(f"util.{e}" for e in adapter.engines), "util_tier", "stalls", "dominant_stall",
             "dominant_stall_share", "roofline_s", "roofline_bound", "roofline_tier", "sim_over_roofline",
-            "macs", "dram_bytes", "program_id", "source"]
+            "ratio_tier", "macs", "dram_bytes", "counts_tier", "program_id", "source"]
 
 
 @dataclass
@@ -227,8 +227,9 @@ class Evaluator:
 
 
 def figures(res: SimResult, engines: tuple[str, ...]) -> dict[str, Any]:
-    """A result's columns: utilisation per engine, the stalls as ``engine.kind=cycles;...`` and
-    the dominant one with its share of all engine-cycles, the roofline next to the simulator."""
+    """A result's columns: utilisation per engine, the stalls as ``engine.kind=cycles;...`` (cycles of
+    the timing run: ``time_tier``) and the dominant one with its share of all engine-cycles, the
+    roofline next to the simulator, each figure with its tier."""
     cyc = res.cycles
     stalls = {k: v for k, v in sorted(res.stalls.items()) if v > 0}
     dom = max(stalls, key=lambda k: stalls[k]) if stalls else ""
@@ -244,7 +245,10 @@ def figures(res: SimResult, engines: tuple[str, ...]) -> dict[str, Any]:
         "roofline_s": float(res.roofline_s), "roofline_bound": res.roofline_bound,
         "roofline_tier": str(res.roofline_tier),
         "sim_over_roofline": float(res.seconds / res.roofline_s) if res.roofline_s > 0 else float("nan"),
-        "macs": float(res.macs), "dram_bytes": float(res.dram_bytes), "source": res.source,
+        "ratio_tier": str(Tier.weakest(res.time_tier, res.roofline_tier)),
+        "macs": float(res.macs), "dram_bytes": float(res.dram_bytes),
+        "counts_tier": str(Tier.DERIVED),  # counted from the compiled program
+        "source": res.source,
     }
     return out
 
