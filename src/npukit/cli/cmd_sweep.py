@@ -1,4 +1,8 @@
-"""``npukit sweep``: grid over hardware and format parameters → table (CSV/Parquet) + Pareto plot."""
+"""``npukit sweep``: grid over hardware and format parameters → table (CSV/Parquet) + Pareto plot.
+
+``--level roofline`` (default) evaluates the analytic model; ``--level sim`` compiles the workload and
+runs the target's timing model per point (`npukit.cli.sweep_sim`); ``npukit sweep report FILE`` reads
+a simulator sweep back."""
 
 from __future__ import annotations
 
@@ -10,8 +14,17 @@ from npukit.cli import ui
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="sweep hardware and format parameters: tok/s and J/token per point")
-    p.add_argument("--hw", required=True, help="hardware preset name or TOML path")
-    p.add_argument("--model", required=True, help="model preset name or path to a HF config.json")
+    p.add_argument("action", nargs="?", choices=("report",),
+                   help="report FILE: the Pareto front and the roofline-vs-simulator deviation of a "
+                   "--level sim output")
+    p.add_argument("file", nargs="?", help="the sweep output to report on (CSV or Parquet)")
+    p.add_argument("--hw", help="hardware preset name or TOML path (required for a sweep)")
+    p.add_argument("--model", help="workload: model preset or HF config.json; --level sim: a .tflite or "
+                   "zoo:digits (vta), a BitNet preset or config.json (tern), a SigLIP preset[:layers=N]"
+                   "[:px=N] (rk3588), embedded, a model directory or config.json (pccx)")
+    p.add_argument("--level", choices=("roofline", "sim"), default="roofline",
+                   help="roofline: the analytic model (default); sim: compile and run the target's "
+                   "timing model per point (workload parameters go in --grid/--set; docs/sweep.md)")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2|START:STOP:N",
                    help="a swept axis (repeatable): weights, kv, context, sparsity, clock_mhz, lanes, "
                    "ddr_gbps, static_power_w, perf.<key>, or a hardware field such as gemv.cores_log2")
@@ -29,12 +42,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Pareto plot of tok/s vs J/token")
     p.add_argument("--workers", type=ui.positive(int), default=2, help="local worker processes (default 2)")
     p.add_argument("--ray", default=None, metavar="ADDRESS", help="run the chunks on a Ray cluster")
+    p.add_argument("--resume", action="store_true",
+                   help="--level sim: keep the rows already in --out and run only the missing points")
+    p.add_argument("--objectives", default=None, metavar="A,B",
+                   help="--level sim and report: the two columns of the Pareto front, each minimised "
+                   "(max:NAME maximises); default time_s,energy_j")
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="--level sim: compile every point afresh (to measure what sharing programs saves)")
     p.add_argument("--json", action="store_true", help="print one JSON object (Pareto front and timing)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from npukit.errors import ConfigError
+
+    if args.action == "report":
+        from npukit.cli.sweep_sim import run_report
+
+        return run_report(args)
+    if args.file is not None:
+        raise ConfigError(f"unexpected argument {args.file!r} (did you mean 'npukit sweep report FILE'?)")
+    if not args.hw or not args.model:
+        raise ConfigError("a sweep needs --hw and --model")
+    if args.level == "sim":
+        from npukit.cli.sweep_sim import run_sim
+
+        return run_sim(args)
     from npukit.perf.ops import build_ops
     from npukit.perf.sweep import Sweep, axes_from, pareto_front, run_sweep, write_table
 

@@ -12,10 +12,11 @@ Axis names:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +167,16 @@ def run_sweep(sw: Sweep, workers: int = 2, ray_address: str | None = None) -> li
 
 
 def _run_ray(sw: Sweep, chunks: list, address: str) -> list[dict[str, np.ndarray]]:
-    """Each chunk is one Ray task on the cluster at ``address`` (``host:port`` of its head, or
+    """Each chunk is one Ray task on the cluster at ``address``."""
+    with ray_session(address) as ray:
+        remote = ray.remote(_eval_chunk)
+        table_ref = ray.put(sw.table)
+        return ray.get([remote.remote(table_ref, ms, pts, sw.basis) for ms, pts in chunks])
+
+
+@contextlib.contextmanager
+def ray_session(address: str) -> Iterator[Any]:
+    """The ``ray`` module connected to the cluster at ``address`` (``host:port`` of its head, or
     ``auto``); plain ``ray`` is enough (no dashboard). The driver disconnects afterwards."""
     _probe(address)  # first: importing ray takes seconds and may log before any error of ours
     try:
@@ -180,9 +190,7 @@ def _run_ray(sw: Sweep, chunks: list, address: str) -> list[dict[str, np.ndarray
         raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster: "
                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     try:
-        remote = ray.remote(_eval_chunk)
-        table_ref = ray.put(sw.table)
-        return ray.get([remote.remote(table_ref, ms, pts, sw.basis) for ms, pts in chunks])
+        yield ray
     finally:
         ray.shutdown()
 

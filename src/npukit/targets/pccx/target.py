@@ -15,5 +15,6 @@ TARGET = Target(
     backends=("npukit.targets.pccx.backend", "npukit.targets.pccx.backend_quant"),
     extra={"cli": "npukit.targets.pccx.asm:add_cli_arguments", "vectors": "npukit.targets.pccx.vectors",
            "decoder_vectors": "npukit.targets.pccx.decoder_vectors",
-           "rtl": "npukit.targets.pccx.rtl:port_maps"},
+           "rtl": "npukit.targets.pccx.rtl:port_maps",
+           "sim_sweep": "npukit.targets.pccx.sweep:ADAPTER"},
 )

@@ -11,5 +11,6 @@ TARGET = Target(
         "compile": "npukit.targets.rk3588.compile:compile_graph",
         "encode": "npukit.targets.rk3588.runner:encode",
         "timing": "npukit.targets.rk3588.timing:simulate_plan",
+        "sim_sweep": "npukit.targets.rk3588.sweep:ADAPTER",
     },
 )

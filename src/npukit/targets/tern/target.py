@@ -9,5 +9,6 @@ TARGET = Target(
     perf="npukit.targets.tern.perf:perf_machine",
     ledger="npukit.targets.tern.ledger:build_ledger",
     backends=("npukit.targets.tern.backend",),
-    extra={"vectors": "npukit.targets.tern.vectors", "rtl": "npukit.targets.tern.rtl:port_maps"},
+    extra={"vectors": "npukit.targets.tern.vectors", "rtl": "npukit.targets.tern.rtl:port_maps",
+           "sim_sweep": "npukit.targets.tern.sweep:ADAPTER"},
 )

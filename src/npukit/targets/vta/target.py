@@ -11,5 +11,6 @@ TARGET = Target(
     disassemble="npukit.targets.vta.isa:disassemble",
     simulate="npukit.targets.vta.program:simulate",
     extra={"cli": "npukit.targets.vta.program:add_cli_arguments",
-           "tflite_delegate": "npukit.targets.vta.delegate:make_delegate"},
+           "tflite_delegate": "npukit.targets.vta.delegate:make_delegate",
+           "sim_sweep": "npukit.targets.vta.sweep:ADAPTER"},
 )
