@@ -55,7 +55,7 @@ def test_readme_command_runs(argv, tmp_path, monkeypatch, capsys):
     if argv[:1] == ["disasm"] and not Path(argv[1]).exists():
         assert main(["asm", "examples/pccx/softmax.s", "-o", argv[1], "--format", "hex"]) == 0
     if argv[:2] == ["sweep", "report"] and not Path(argv[2]).exists():  # the sweep line before writes it
-        sweep = next(c for c in COMMANDS
-                     if c[:1] == ["sweep"] and "--out" in c and c[c.index("--out") + 1] == argv[2])
+        sweep = next(c for c in COMMANDS if c[:1] == ["sweep"] and argv[2] in c
+                     and c[c.index(argv[2]) - 1] in ("-o", "--output", "--out"))
         assert main(sweep) == 0
     assert main(argv) == 0, capsys.readouterr().err

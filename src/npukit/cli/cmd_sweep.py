@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-compile-cache", action="store_true",
                    help="--level sim: compile every point afresh (to measure what sharing programs saves)")
     p.add_argument("--json", action="store_true", help="print one JSON object (Pareto front and timing)")
-    p.set_defaults(func=run)
+    # Ctrl-C keeps the rows already streamed to the output (a valid file that --resume continues)
+    p.set_defaults(func=run, resumable_output=True)
 
 
 def run(args: argparse.Namespace) -> int:

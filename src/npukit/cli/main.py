@@ -175,6 +175,8 @@ def _main(argv: list[str] | None) -> int:
     from npukit.cli.ui import check_args, output_paths
 
     fresh = [p for p in output_paths(args) if not os.path.lexists(p)]
+    if getattr(args, "resumable_output", False):  # e.g. a sweep's streamed rows: kept for --resume
+        fresh = []
     try:
         check_args(args)  # output paths (and a --hw file) before any work
         return int(args.func(args) or 0)
