@@ -35,6 +35,7 @@ from typing import Any
 from npukit.cli import ui
 from npukit.evidence import Figure, Tier
 from npukit.sim.cpu import describe as machine_line
+from npukit.sim.cpu import host_cpu_model
 from npukit.targets.ebpf.elf import load_elf
 from npukit.targets.ebpf.helpers import alkali_helpers
 from npukit.targets.ebpf.vm import Machine
@@ -82,16 +83,6 @@ PROGRAMS = (
             lambda n: random.Random(1).randbytes(n), lambda n: 0, 1 << 18),
     Program("insertion sort", "sort_core.h", SORT_BODY, SORT_BODY, _words, lambda n: n, 2400),
 )
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def build(workdir: Path) -> tuple[dict[str, Machine], ctypes.CDLL]:
@@ -178,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    cpu = cpu_name()
+    cpu = host_cpu_model()
     with tempfile.TemporaryDirectory() as tmp:
         machines, dll = build(Path(tmp))
         rows = [bench(i, prog, machines[prog.name], dll, args.scale, args.repeats)

@@ -32,6 +32,7 @@ from typing import Any
 
 from npukit.perf.simrun import execute, order_and_chunk
 from npukit.perf.simsweep import Evaluator, SimSpec, adapter_for, grid
+from npukit.sim.cpu import host_cpu_model
 
 VTA_AXES = {"log_block": [4, 5], "timing.clock_mhz": [100 + 20 * i for i in range(12)],
             "timing.dram_bytes_per_cycle": [4, 8, 16, 32, 64]}
@@ -39,13 +40,6 @@ RK_AXES = {"schedule": ["single", "round-robin", "pipeline", "data-parallel"], "
            "core.scratchpad_bytes.value": [16384, 32768]}
 TERN_AXES = {"engine.lanes": [8, 32], "phase": ["host-split", "fabric-attention", "fabric-ffn-glue",
                                                 "engine-bound"], "clock_mhz": [100, 150]}
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def cpu_seconds() -> float:
@@ -84,7 +78,7 @@ def compare(name: str, runs: dict[str, tuple[SimSpec, int, str | None]], repeats
             times[k].append(dt)
             cpus[k].append(cpu)
             loads[k].append(load)
-    out = {"workload": name, "points": n, "cpu": cpu_model(), "tier": "measured", "runs": {}}
+    out = {"workload": name, "points": n, "cpu": host_cpu_model(), "tier": "measured", "runs": {}}
     for k in runs:
         med = statistics.median(times[k])
         out["runs"][k] = {"median_s": med, "points_per_s": n / med, "all_s": times[k], "load1": loads[k],

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aarch64_root import RecipeError, Root, default_cache, log
+from npukit.sim.cpu import host_cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSE_REL = 1e-12  # relative; host-BLAS float64 statistics only (Smoke.host_blas)
@@ -267,16 +268,6 @@ def run_smoke(root: Root, smoke: Smoke, src: Path, timeout: float, guest_cpu: st
             "numba_cache_files": {"before": before, "after": cache_files(nb_cache)}}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=default_cache(), help="cache folder (default %(default)s)")
@@ -294,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setup-only", action="store_true", help="build the aarch64 root and stop")
     ap.add_argument("--report", type=Path, help="write the result as JSON here")
     args = ap.parse_args(argv)
-    report: dict[str, object] = {"host_cpu": cpu_model(), "host_machine": platform.machine(),
+    report: dict[str, object] = {"host_cpu": host_cpu_model(), "host_machine": platform.machine(),
                                  "guest_numba_cpu": args.guest_cpu or "detected",
                                  "cache": str(args.cache), "src": str(args.src.resolve())}
     t0 = time.perf_counter()

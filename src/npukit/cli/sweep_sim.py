@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from npukit.cli import ui
-
-
-def cpu_model() -> str:
-    """This machine's CPU model name: every speed figure names it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+from npukit.sim.cpu import host_cpu_model
 
 
 def _spec(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -89,7 +77,7 @@ def run_sim(args: argparse.Namespace) -> int:
     where = f"Ray cluster {args.ray}" if args.ray else f"{args.workers} local worker(s)"
     timing = {"points": len(todo), "skipped": len(points) - len(todo), "seconds": dt,
               "points_per_second": len(todo) / dt if dt > 0 else None, "tier": "measured",
-              "source": f"wall clock of this run, {where}, driver CPU {cpu_model()}",
+              "source": f"wall clock of this run, {where}, driver CPU {host_cpu_model()}",
               "compiles": stats.compiles, "program_reuses": stats.hits, "compile_seconds": stats.compile_s}
     errors = sum(1 for r in rows if r.get("status") != "ok")
     if args.json:
@@ -101,7 +89,7 @@ def run_sim(args: argparse.Namespace) -> int:
                  cols[:cols.index("point_id")], objectives)
     rate = f"{len(todo) / dt:.1f} points/s" if dt > 0 else "-"
     print(f"\n{len(front)} Pareto points of {len(rows)} ({errors} error rows); {len(todo)} run in {dt:.2f} s "
-          f"({rate}, measured on {where}, {cpu_model()}); {stats.compiles} compiles, "
+          f"({rate}, measured on {where}, {host_cpu_model()}); {stats.compiles} compiles, "
           f"{stats.hits} reuses" + (f"; wrote {args.out}" if args.out else "")
           + (f", {args.pareto}" if args.pareto else ""))
     return 0
