@@ -100,10 +100,6 @@ class IsaSpec(Protocol):
 CONTRACTS: dict[str, Any] = {"assemble": Assemble, "disassemble": Disassemble, "load_program": LoadProgram,
                              "simulate": Simulate, "perf": PerfAdapter, "ledger": LedgerBuilder,
                              "isa": IsaSpec, "hw": type}
-# the call each contract's users make: (positional count, keywords)
-_CALLS: dict[str, tuple[int, dict[str, Any]]] = {
-    "assemble": (2, {}), "disassemble": (2, {}), "load_program": (2, {}), "simulate": (2, {}),
-    "perf": (1, {}), "ledger": (2, {"context": 1, "weights": None, "kv": None, "sparsity": None})}
 _CAPABILITIES = frozenset(CONTRACTS)
 _TARGETS: dict[str, Target] = {}
 _discovered = False
@@ -199,8 +195,10 @@ def _violation(cap: str, obj: Any) -> str | None:
         return None if isinstance(getattr(obj, "word_bits", None), int) else "has no int word_bits"
     if not callable(obj):
         return "is not callable"
-    n, keywords = _CALLS[cap]
-    try:
+    params = list(inspect.signature(CONTRACTS[cap].__call__).parameters.values())[1:]  # after self
+    n = sum(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in params)
+    keywords = {p.name: None for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    try:  # the call the protocol describes, with placeholder values
         inspect.signature(obj).bind(*([None] * n), **keywords)
     except TypeError as exc:
         return f"cannot be called as {CONTRACTS[cap].__name__} ({exc})"

@@ -80,10 +80,10 @@ def _cache_section() -> dict[str, Any]:
     from npukit.sim import cpu
 
     root = Path(config.CACHE_DIR) if config.CACHE_DIR else Path(npukit.__file__).parent
-    files = [p for p in root.rglob("*.nbi")] if root.is_dir() else []
-    size = sum(p.stat().st_size for p in root.rglob("*.nbc")) if root.is_dir() else 0
+    entries = list(root.rglob("*.nb[ic]")) if root.is_dir() else []  # one walk: indexes, objects
+    size = sum(p.stat().st_size for p in entries if p.suffix == ".nbc")
     return {"numba_cache": str(root) + ("" if config.CACHE_DIR else " (__pycache__ beside the sources)"),
-            "cached_functions": len(files), "cache_mib": round(size / 2**20, 1),
+            "cached_functions": sum(p.suffix == ".nbi" for p in entries), "cache_mib": round(size / 2**20, 1),
             "decisions_file": str(cpu.cache_dir() / "cpu-paths.json")}
 
 

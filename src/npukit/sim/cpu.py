@@ -28,7 +28,7 @@ import platform
 import subprocess
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 PORTABLE = "portable"
@@ -212,7 +212,6 @@ class KernelPath:
     family: str
     path: str
     reason: str
-    details: dict[str, str] = field(default_factory=dict)
 
     @property
     def fast(self) -> bool:
@@ -316,12 +315,14 @@ def in_trial() -> bool:
 # ------------------------------------------------------------------------------- separate builds
 def njit_variant(f, name: str, options: dict, **bound):
     """``f`` (a plain Python function) compiled by numba under its own name with some globals bound,
-    e.g. the intrinsic wrapper it calls. Each variant is a separate compiled function, so a portable
-    build never types an intrinsic, and numba's disk cache (keyed by the qualified name) keeps the
-    variants apart."""
+    e.g. the intrinsic wrapper it calls (or none: the same code under another name, e.g. a serial twin
+    of a parallel kernel). Each variant is a separate compiled function, so a portable build never
+    types an intrinsic, and numba's disk cache (keyed by the qualified name) keeps the variants apart."""
     import numba as nb
 
-    g = types.FunctionType(f.__code__, {**f.__globals__, **bound}, name, f.__defaults__, f.__closure__)
+    # nothing bound: the module's own globals (names defined later in the module still resolve)
+    glb = {**f.__globals__, **bound} if bound else f.__globals__
+    g = types.FunctionType(f.__code__, glb, name, f.__defaults__, f.__closure__)
     g.__qualname__ = name
     g.__doc__ = f.__doc__
     return nb.njit(**options)(g)

@@ -299,7 +299,6 @@ def _no_dot(a_addr, a_stride, b_addr, b_stride, chunks, out_addr):  # never call
 
 
 _FAST, _transcode, _dot4x4, _dot1x4 = False, _no_transcode, _no_dot, _no_dot  # bound per build
-_tile_tables_py, _gemm_tile_py = _tile_tables, _gemm_tile
 
 
 @dataclass(frozen=True)
@@ -319,8 +318,8 @@ def _build(path: str) -> Build:
     sfx = "vnni_vbmi" if fast else "portable"
     ops = {"_FAST": fast, "_transcode": transcode64 if fast else _no_transcode,
            "_dot4x4": dot4x4 if fast else _no_dot, "_dot1x4": dot1x4 if fast else _no_dot}
-    tables = cpu.njit_variant(_tile_tables_py, f"tile_tables_{sfx}", _OPTS, **ops)
-    tile = cpu.njit_variant(_gemm_tile_py, f"gemm_tile_{sfx}", _OPTS, **ops, _tile_tables=tables)
+    tables = cpu.njit_variant(_tile_tables, f"tile_tables_{sfx}", _OPTS, **ops)
+    tile = cpu.njit_variant(_gemm_tile, f"gemm_tile_{sfx}", _OPTS, **ops, _tile_tables=tables)
     par = cpu.njit_variant(_fused_gemm, f"fused_gemm_{sfx}", {**_OPTS, "parallel": True}, _gemm_tile=tile)
     ser = cpu.njit_variant(_fused_gemm_serial, f"fused_gemm_serial_{sfx}", _OPTS, _gemm_tile=tile)
     return Build(path, tile, par, ser)

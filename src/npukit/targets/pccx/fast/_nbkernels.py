@@ -7,7 +7,6 @@ the IEEE operation NumPy performs; the exactness arguments are in `kernels`.
 from __future__ import annotations
 
 import math
-import types
 
 import numba as nb
 import numpy as np
@@ -480,25 +479,18 @@ def cvo_block(tab, flat, cc, state, h0, h1, lut32, lut64):
     return -1
 
 
-# the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
-# region even with one thread waits on the pool (a descheduled worker on a shared machine)
-def _serial_twin(f, name: str):
-    """``f`` compiled without ``parallel`` under its own qualified name: numba's on-disk cache is
-    keyed by the name, so a twin sharing it would hand the parallel kernel a serial build."""
-    py = f.py_func
-    g = types.FunctionType(py.__code__, py.__globals__, name, py.__defaults__, py.__closure__)
-    g.__qualname__ = name
-    return nb.njit(**_OPTS)(g)
-
-
 # "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial ran it exactly, else
 # "portable" (chosen before any kernel is compiled; remembered per CPU and target: npukit.sim.cpu)
 SIMD, SIMD_REASON = probe()
 _P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
-_SERIAL = {name: _serial_twin(f, name) for name, f in
+# the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
+# region even with one thread waits on the pool (a descheduled worker on a shared machine). Each under
+# its own name: numba's disk cache is keyed by the name, so a twin sharing it would get the other build.
+_SERIAL = {name: njit_variant(f.py_func, name, _OPTS) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),
             ("gemv_p4_1", gemv_p4), ("gemv_p4_vnni_1", gemv_p4_vnni))}
 _SERIAL["gemv_p4_1"] = _SERIAL["gemv_p4_vnni_1" if _P4 is gemv_p4_vnni else "gemv_p4_1"]
+
 
 @nb.njit(**_OPTS)
 def reduce_sum_bits(x, lut32):
