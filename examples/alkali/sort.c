@@ -3,12 +3,15 @@
 #include "bpf_helpers.h"
 #include "sort_core.h"
 
+/* Bounds the kernel verifier way: each input word is read only when it ends within len (the ABI's r3),
+ * each output word written only below OUTPUT_BYTES; words past the output buffer are not sorted. */
 int bpf_prog(char *imem, char *omem, unsigned long len)
 {
-    unsigned long n = len / 4;
-    unsigned int *in = (unsigned int *)imem, *out = (unsigned int *)omem;
-    for (unsigned long i = 0; i < n; i++)
-        out[i] = in[i];
-    sort_words(out, n);
+    unsigned long n = 0;
+    for (unsigned long i = 0; i + 4 <= len && i + 4 <= OUTPUT_BYTES; i += 4) {
+        *(unsigned int *)(omem + i) = *(const unsigned int *)(imem + i);
+        n++;
+    }
+    sort_words((unsigned int *)omem, n);
     return (int)n;
 }

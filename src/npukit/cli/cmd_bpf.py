@@ -86,7 +86,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("--section", help="ELF program section (default: the first executable one)")
     v.add_argument(
-        "--output-size", type=int, default=0, metavar="N", help="output buffer bytes (Alkali ABI)"
+        "--output-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="output buffer bytes (Alkali ABI; default: the Alkali device's, 64 MiB, inputs up to its 64 MiB)",
     )
     v.add_argument(
         "--profile", choices=("rfc9669", "alkali-fork"), default="rfc9669", help="rules, as for run"
@@ -200,7 +204,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from npukit.targets.ebpf.helpers import REGISTRIES
     from npukit.targets.ebpf.load import program_from_bytes
 
-    if args.output_size < 0:
+    if args.output_size is not None and args.output_size < 0:
         raise ConfigError("--output-size must be >= 0")
     path = Path(args.program)
     if not path.is_file():
@@ -211,7 +215,16 @@ def run_verify(args: argparse.Namespace) -> int:
     loaded = program_from_bytes(
         raw, section=args.section, helper_names={name: i for i, name in helpers.names().items()}
     )
-    options = Options(abi=abi, output_size=args.output_size, profile=args.profile, entry=loaded.entry)
+    output_size, max_input = args.output_size or 0, Options.max_input
+    if abi == "alkali":  # what the device passes its verifier at upload
+        from npukit.devices.alkali.accelerator import AcceleratorConfig
+
+        device = AcceleratorConfig()
+        output_size = device.output_size if args.output_size is None else args.output_size
+        max_input = device.input_size
+    options = Options(
+        abi=abi, output_size=output_size, max_input=max_input, profile=args.profile, entry=loaded.entry
+    )
     verdict = analyze(loaded.program, helpers, loaded.sections, options)
     if args.json:
         print(json.dumps(verdict.to_json()))

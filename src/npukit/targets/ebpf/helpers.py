@@ -5,7 +5,8 @@ access, the ``printed`` list, the output buffer). Two stock registries:
 
 * `alkali_helpers` — the Alkali firmware's: 1 ``print(char *)``, 2 ``tflite_apu`` and 3 ``tflite_vta``
   ``(ibuf, obuf, isize, osize, model_size)``: the model is ``ibuf[0:model_size]``, the inputs follow it,
-  the outputs are concatenated into ``obuf``. The TFLite engine is injected (``tflite=``); by default
+  the outputs are concatenated into ``obuf``; 4 ``get_args(dst, max)`` (the Alkali device replaces it with
+  one that copies the start command's arguments; here there are none and it returns 0). The TFLite engine is injected (``tflite=``); by default
   `default_tflite` uses ``npukit.models.tflite`` when that package exists, else `IdentityTflite`, a
   documented test double that copies the input bytes after the model into ``obuf``; tests inject
   their own engines.
@@ -174,6 +175,10 @@ TFLITE_ARGS = ("mem_r:5", "mem_w:4", "any", "any", "any")
 GET_ARGS_ARGS = ("mem_w:2", "any")
 
 
+def _no_args(ctx: HelperContext, *_: int) -> int:
+    return 0  # outside a device's start command there is no argument list: 0 bytes copied
+
+
 def alkali_helpers(tflite: TfliteEngine | None = None) -> HelperRegistry:
     engine = tflite if tflite is not None else default_tflite()
     return HelperRegistry(
@@ -181,6 +186,7 @@ def alkali_helpers(tflite: TfliteEngine | None = None) -> HelperRegistry:
             Helper(1, "print", _print, PRINT_ARGS),
             Helper(2, "tflite_apu", _tflite("apu", engine), TFLITE_ARGS),
             Helper(3, "tflite_vta", _tflite("vta", engine), TFLITE_ARGS),
+            Helper(4, "get_args", _no_args, GET_ARGS_ARGS),
         ]
     )
 
