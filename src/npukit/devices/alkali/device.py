@@ -86,7 +86,7 @@ class AlkaliDevice:
         if delegate not in ("exact", "alkali"):
             raise ConfigError(f"unknown delegate {delegate!r} (exact or alkali)")
         self.flavor = flavor or Flavor.doc()
-        self.verify = verify or ("off" if self.flavor.name == "reference" else "warn")
+        self.verify = verify or ("off" if self.flavor.name == "reference" else "strict")
         if self.verify not in VERIFY_MODES:
             raise ConfigError(f"unknown verify mode {self.verify!r} (strict, warn or off)")
         self._verified: dict[tuple[int, int], tuple[bytes, list[str]]] = {}  # (accel, slot): image, reasons

@@ -19,7 +19,7 @@ class AlkaliOptions:
     accelerators: int = 1
     delegate: str = "exact"
     compat: str = "doc"
-    verify: str | None = None  # strict | warn | off; None: warn, off with --compat reference
+    verify: str | None = None  # strict | warn | off; None: strict, off with --compat reference
 
 
 def add_serve_arguments(p) -> None:
