@@ -52,7 +52,7 @@ def test_warn_logs_the_reason_and_runs(tmp_path):
 def test_the_control_command_overrides_the_device_mode(tmp_path):
     from npukit.devices.alkali.spec import ControlOp
 
-    rig = make_rig(tmp_path)  # device mode: warn (the default)
+    rig = make_rig(tmp_path)  # device mode: warn (the rig's)
     try:
         h = rig.host
         h.enable()
@@ -69,7 +69,7 @@ def test_the_control_command_overrides_the_device_mode(tmp_path):
 def test_reference_compat_does_not_verify(tmp_path):
     from npukit.devices.alkali.spec import Flavor
 
-    rig = make_rig(tmp_path, flavor=Flavor.reference())
+    rig = make_rig(tmp_path, flavor=Flavor.reference(), verify=None)
     try:
         assert rig.dev.verify == "off"
     finally:

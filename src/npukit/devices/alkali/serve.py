@@ -34,7 +34,7 @@ def add_serve_arguments(p) -> None:
     p.add_argument("--verify", choices=("strict", "warn", "off"), default=None,
                    help="verify firmware before it is activated or started: strict rejects (NVMe status "
                    "Invalid Firmware Image, reason in log page 0xC0), warn logs and runs, off skips "
-                   "(default warn; off with --compat reference, as the board)")
+                   "(default strict; off with --compat reference, as the board)")
 
 
 async def run_target(cfg: ServeConfig, opts: AlkaliOptions, announce=print) -> int:
