@@ -3,7 +3,7 @@ Firmware Image (NVMe base spec: SCT 1, SC 07h) and its reason in log page C0h; w
 
 from npukit.devices.alkali.spec import StatusId
 
-from .conftest import make_rig
+from .conftest import EXAMPLES, make_rig
 
 INVALID_FIRMWARE_IMAGE = 0x107
 OOB_READ_FW = "ldxw %r0, [%r1+8]\nexit\n"  # reads input bytes 8..12 without looking at r3
@@ -74,3 +74,33 @@ def test_reference_compat_does_not_verify(tmp_path):
         assert rig.dev.verify == "off"
     finally:
         rig.host.close()
+
+
+def test_the_device_verifies_strictly_by_default(tmp_path):
+    # no verify mode given: an out-of-bounds firmware is refused over NVMe/TCP, the reason in log page C0h
+    rig = make_rig(tmp_path, verify=None)
+    try:
+        h = rig.host
+        assert rig.dev.verify == "strict"
+        h.enable()
+        h.send_firmware(0, 0, OOB_READ_FW.encode())
+        h.send_data(0, bytes(range(16)))
+        assert rig.status_of(h.start, 0, 0) == INVALID_FIRMWARE_IMAGE
+        texts = [e.text for e in h.log(0)]
+        assert any("firmware 0 fails verification: pc 0: load of 4 bytes at r1+8" in t and "input length r3" in t
+                   for t in texts), texts
+        h.send_firmware(0, 1, SAFE_FW.encode())
+        assert rig.status_of(h.start, 0, 1) == 0
+    finally:
+        rig.host.close()
+
+
+def test_every_shipped_firmware_passes_the_default_device():
+    from npukit.devices.alkali.accelerator import AcceleratorConfig
+    from npukit.devices.alkali.firmware import verify_firmware
+
+    cfg = AcceleratorConfig()  # the device's buffers: what it passes its verifier at upload
+    objects = sorted(EXAMPLES.glob("*.o")) + sorted(EXAMPLES.glob("*/*.o"))
+    assert len(objects) == 13
+    for obj in objects:
+        assert verify_firmware(obj.read_bytes(), cfg.output_size, cfg.input_size) == [], obj.name

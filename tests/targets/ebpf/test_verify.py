@@ -181,3 +181,39 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["bpf", "verify", str(tmp_path / "missing.s")]) == 2
     (tmp_path / "junk.s").write_text("frobnicate %r0\n")
     assert main(["bpf", "verify", str(tmp_path / "junk.s")]) == 2
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "alkali"
+SHIPPED = sorted(EXAMPLES.glob("*.o")) + sorted(EXAMPLES.glob("*/*.o"))
+
+
+def test_every_example_folder_ships_firmware() -> None:
+    names = {p.relative_to(EXAMPLES).as_posix() for p in SHIPPED}
+    assert {"checksum.v1.o", "sort.v3.o", "filter.v2.o", "add_vta.v2.o", "cnn/cnn_classify.v1.o"} <= names
+
+
+@pytest.mark.parametrize("obj", SHIPPED, ids=lambda p: p.relative_to(EXAMPLES).as_posix())
+def test_shipped_alkali_firmware_is_accepted(obj: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the device's own sizes (64 MiB in and out) are the default for --abi alkali
+    rc = main(["bpf", "verify", str(obj), "--abi", "alkali", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (rc, report["verdict"], report["errors"]) == (0, "accept", [])
+
+
+def test_alkali_store_one_past_the_device_output_is_rejected_at_its_pc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # r2 is the 64 MiB output buffer: its last byte is r2+0x3ffffff (pc 3), the store at pc 4 one past it
+    src = tmp_path / "oob.s"
+    src.write_text("mov %r0, 7\nmov %r4, %r2\nadd %r4, 0x3ffffff\nstxb [%r4], %r0\nstxb [%r4+1], %r0\nexit\n")
+    rc = main(["bpf", "verify", str(src), "--abi", "alkali", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and [e["pc"] for e in report["errors"]] == [4]
+    assert "may pass the end of output, 67108864 bytes" in report["errors"][0]["message"]
+
+
+def test_helper_4_get_args_is_an_alkali_helper() -> None:
+    assert alkali_helpers().names()[4] == "get_args"
+    ok = verdict("mov %r1, %r2\nmov %r2, 64\ncall 4\nexit\n", abi="alkali", output_size=64)
+    too_long = verdict("mov %r1, %r2\nmov %r2, 65\ncall 4\nexit\n", abi="alkali", output_size=64)
+    assert ok.accepted and [f.pc for f in too_long.errors] == [2]
