@@ -16,12 +16,12 @@
 
 int bpf_prog(char *imem, char *omem, unsigned long len)
 {
+    print("ADD on VTA: running the model\n"); /* first: string 0, which the fork's relocations repeat */
     /* the kernel verifier's way: prove the helper's input span (model + vectors) lies within len */
     if (len < MODEL_SIZE + 2 * N) {
         print("ADD on VTA: input shorter than the model and its two vectors\n");
         return -2;
     }
-    print("ADD on VTA: running the model\n");
     tflite_vta(imem, omem, 2 * N, N, MODEL_SIZE);
     for (int i = 0; i < N; i++) {
         if (omem[i] != (char)(EXPECTED >> (8 * i))) {
