@@ -90,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="output buffer bytes (Alkali ABI; default: the Alkali device's, 64 MiB, inputs up to its 64 MiB)",
+        help="output buffer bytes (Alkali ABI; default: the Alkali device's 64 MiB, inputs up to 64 MiB)",
     )
     v.add_argument(
         "--profile", choices=("rfc9669", "alkali-fork"), default="rfc9669", help="rules, as for run"

@@ -87,8 +87,8 @@ def test_the_device_verifies_strictly_by_default(tmp_path):
         h.send_data(0, bytes(range(16)))
         assert rig.status_of(h.start, 0, 0) == INVALID_FIRMWARE_IMAGE
         texts = [e.text for e in h.log(0)]
-        assert any("firmware 0 fails verification: pc 0: load of 4 bytes at r1+8" in t and "input length r3" in t
-                   for t in texts), texts
+        reason = "firmware 0 fails verification: pc 0: load of 4 bytes at r1+8"
+        assert any(reason in t and "input length r3" in t for t in texts), texts
         h.send_firmware(0, 1, SAFE_FW.encode())
         assert rig.status_of(h.start, 0, 1) == 0
     finally:

@@ -186,7 +186,6 @@ def verify_firmware(image: bytes, output_size: int, max_input: int = (1 << 32) -
 
     helpers = alkali_helpers(tflite=lambda model, inputs, delegate: inputs)
     helpers.register(1, "print", lambda *_: 0, PRINT_ARGS)
-    helpers.register(4, "get_args", lambda *_: 0, GET_ARGS_ARGS)
     try:
         names = {n: i for i, n in helpers.names().items()}
         loaded = program_from_bytes(_unpad(bytes(image)), helper_names=names)

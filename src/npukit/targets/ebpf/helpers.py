@@ -6,7 +6,8 @@ access, the ``printed`` list, the output buffer). Two stock registries:
 * `alkali_helpers` — the Alkali firmware's: 1 ``print(char *)``, 2 ``tflite_apu`` and 3 ``tflite_vta``
   ``(ibuf, obuf, isize, osize, model_size)``: the model is ``ibuf[0:model_size]``, the inputs follow it,
   the outputs are concatenated into ``obuf``; 4 ``get_args(dst, max)`` (the Alkali device replaces it with
-  one that copies the start command's arguments; here there are none and it returns 0). The TFLite engine is injected (``tflite=``); by default
+  one that copies the start command's arguments; here there are none and it returns 0).
+  The TFLite engine is injected (``tflite=``); by default
   `default_tflite` uses ``npukit.models.tflite`` when that package exists, else `IdentityTflite`, a
   documented test double that copies the input bytes after the model into ``obuf``; tests inject
   their own engines.
