@@ -24,12 +24,8 @@ from npukit.targets.ebpf.errors import EncodingError
 # instruction classes
 LD, LDX, ST, STX, ALU, JMP, JMP32, ALU64 = range(8)
 CLASS_NAMES = ("LD", "LDX", "ST", "STX", "ALU", "JMP", "JMP32", "ALU64")
-# source bit (ALU/JMP) and load/store size and mode fields
+# source bit (ALU/JMP)
 SRC_K, SRC_X = 0x00, 0x08
-SIZE_W, SIZE_H, SIZE_B, SIZE_DW = 0x00, 0x08, 0x10, 0x18
-SIZE_BYTES = {SIZE_W: 4, SIZE_H: 2, SIZE_B: 1, SIZE_DW: 8}
-SIZE_SUFFIX = {SIZE_W: "w", SIZE_H: "h", SIZE_B: "b", SIZE_DW: "dw"}
-MODE_IMM, MODE_ABS, MODE_IND, MODE_MEM, MODE_MEMSX, MODE_ATOMIC = 0x00, 0x20, 0x40, 0x60, 0x80, 0xC0
 
 class AluOp(IntEnum):
     ADD = 0x0
@@ -81,6 +77,22 @@ class StoreMode(IntEnum):
     MEM = 3
     ATOMIC = 6
 
+
+class LdMode(IntEnum):
+    """Modes of the LD class (the legacy packet accesses ABS/IND are not part of this VM)."""
+
+    IMM = 0
+    ABS = 1
+    IND = 2
+
+
+# the size (opcode bits 4:3) and mode (bits 7:5) fields in place, derived from the enums above:
+# one table of values, the formats' enums; these are the shifted views the interpreters mask with
+SIZE_W, SIZE_H, SIZE_B, SIZE_DW = (int(s) << 3 for s in Size)
+SIZE_BYTES = {int(s) << 3: n for s, n in zip(Size, (4, 2, 1, 8), strict=True)}
+SIZE_SUFFIX = {int(s) << 3: s.name.lower() for s in Size}
+MODE_IMM, MODE_ABS, MODE_IND = (int(m) << 5 for m in LdMode)
+MODE_MEM, MODE_MEMSX, MODE_ATOMIC = LoadMode.MEM << 5, LoadMode.MEMSX << 5, StoreMode.ATOMIC << 5
 
 
 class AtomicOp(IntEnum):
