@@ -2,8 +2,8 @@
 
 A CVO's operands and Work depend only on the instruction (decode already checked its ranges), so the
 step is fixed when the program is loaded; per call it reads S or e_max if the function uses them and
-runs one fused kernel. Transcendental functions are evaluated by the NumPy ufuncs `numerics.py` uses
-(same float64 inputs, same expression), only the widening and the BF16 rounding are replaced.
+runs one fused kernel. Transcendental functions run the float64 kernel their `cvo.CVO` row names (the
+one `numerics.py` rounds too); only the widening and the BF16 rounding are replaced.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import numpy as np
 from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.cvo import CVO
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.state import FastState
-from npukit.targets.pccx.isa import BINARY, CvoFlag, CvoFunc, Instr, cvo_out_elems, words_of
+from npukit.targets.pccx.isa import CvoFlag, CvoFunc, Instr, cvo_out_elems, words_of
 
 _E = 8
 _ARITH = {CvoFunc.SQUARE: kx.SQUARE, CvoFunc.RECIP: kx.RECIP, CvoFunc.RSQRT: kx.RSQRT,
@@ -26,36 +27,13 @@ _ZEROS7 = np.zeros(_E - 1, np.uint16)
 _NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
 
 
-def _transcendental(fn: CvoFunc, a: np.ndarray) -> np.ndarray:
-    """numerics.cvo_* before rounding: the same NumPy expression on the same float64 input (``a``, a
-    scratch array the caller owns, may be overwritten); under the executor's np.errstate."""
-    if fn == CvoFunc.EXP:
-        return np.exp(a, out=a)
-    if fn == CvoFunc.GELU:  # 0.5 * a * (1.0 + tanh(C * (a + 0.044715 * a * a * a))), op by op in place
-        t = 0.044715 * a
-        t *= a
-        t *= a
-        t += a
-        t *= nx.GELU_C
-        np.tanh(t, out=t)
-        t += 1.0
-        a *= 0.5
-        a *= t
-        return a
-    if fn == CvoFunc.SIN:
-        return np.sin(a, out=a)
-    if fn == CvoFunc.COS:
-        return np.cos(a, out=a)
-    return np.tanh(a, out=a)
-
-
 def _cvo_work(idx: int, ins: Instr) -> Work:
     fn, n = ins.cvo_func, ins.length
     accm = bool(ins.flags & CvoFlag.ACCM)
     out_n = cvo_out_elems(fn, n)
     src = (ins.src_addr, ins.src_addr + words_of(n))
     dst = (ins.dst_addr, ins.dst_addr + words_of(out_n))
-    two = out_n and (accm or fn in BINARY)
+    two = out_n and (accm or CVO[fn].arity == 2)
     reads = (src, dst) if two else (src,)
     writes = (dst,) if fn != CvoFunc.LOAD_SCALAR else ()
     rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
@@ -107,7 +85,8 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
             sop = -3 if fn == CvoFunc.RELU_BIAS else (-2 if recip else -1)
             arith.fuse = ((0, sop if fixed is None else fixed, s0, n, d0, int(accm), 0), work)
         return arith
-    if fn in _TRANSCENDENTAL_SET:
+    core = CVO[fn].core
+    if core is not None:  # a transcendental: the numerics module's own float64 kernel, then one rounding
         sub = bool(ins.flags & CvoFlag.SUB_EMAX)
         store = kern["round_store"] if numba else kx.np_round_store
 
@@ -115,7 +94,7 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
             a = kx.LUT64[x]  # a fresh array: the subtraction may be in place
             if sub:
                 a -= kx.LUT64[int(sim.e_max)]
-            store(_transcendental(fn, a), d, d, accm, *lut)
+            store(core(a), d, d, accm, *lut)
             return work
 
         return trans
@@ -234,5 +213,3 @@ def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list
 
     return run
 
-
-_TRANSCENDENTAL_SET = frozenset({CvoFunc.EXP, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.TANH})
