@@ -299,7 +299,7 @@ class CodeGen:
                     self.instrs[-1] = isa.replace(self.instrs[-1], async_=False)
                 segs[-1].marks.append((len(self.instrs), nd.label))
             else:
-                getattr(self, f"_emit_{nd.kind}")(nd)
+                _EMIT[nd.kind](self, nd)
         self._close(segs, None)
         return segs, stats
 
@@ -462,6 +462,11 @@ class CodeGen:
         if r.n % ELEMS_PER_WORD and r.n != nd.out.n:
             raise CompileError(f"copy of {r.n} elements into {nd.out.n} ({nd.label}: {r.buf.name})")
         self._memcpy((Device.NPU, Device.NPU), nd.out.word(), r.word(), words_of(r.n), 0, False)
+
+
+# one emitter per IR node kind (compile/ir.Node.kind); "host" and "mark" are segment boundaries
+_EMIT = {"gemv": CodeGen._emit_gemv, "emax_reset": CodeGen._emit_emax_reset, "cvo": CodeGen._emit_cvo,
+         "load": CodeGen._emit_load, "store": CodeGen._emit_store, "copy": CodeGen._emit_copy}
 
 
 def report_extensions(stats: CompileStats) -> dict[str, dict[str, Any]]:
