@@ -247,7 +247,9 @@ def _sfu(y: np.ndarray, dst: np.ndarray | None) -> np.ndarray:
 def cvo_exp(x: np.ndarray, e_max: float | None = None, dst: np.ndarray | None = None) -> np.ndarray:
     """``exp(x)``, or ``exp(x - e_max)`` with ``sub_emax`` (difference taken in float64)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        a = _f64(x) if e_max is None else _f64(x) - F64(F32(e_max))
+        a = _f64(x)  # a fresh array (0-d included), so the kernel may work in place
+        if e_max is not None:
+            a -= F64(F32(e_max))
         return _sfu(exp_core(a), dst)
 
 
