@@ -29,6 +29,7 @@ from typing import Any
 from npukit.compile import liveness
 from npukit.targets.pccx import isa
 from npukit.targets.pccx.compile.ir import CapacityError, CompileError, Node, Ref
+from npukit.targets.pccx.cvo import CVO, CvoForm
 from npukit.targets.pccx.isa import (
     BINARY,
     ELEMS_PER_WORD,
@@ -419,17 +420,14 @@ class CodeGen:
         fn = nd.func
         if isinstance(nd.scalar, Ref):
             self._load_s(nd.scalar)
-        if fn in BINARY:
-            src, dst = nd.srcs[0], nd.out
-        else:
-            src, dst = nd.srcs[0], nd.out
+        src, dst = nd.srcs[0], nd.out  # a binary function's second operand is dst itself
         flags = CvoFlag(nd.flags)
         sync = bool(flags & CvoFlag.SUB_EMAX)
-        if fn in (CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX):
+        if CVO[fn].reduction:  # one instruction: a reduction cannot be tiled
             if src.n > 65535:
                 raise CompileError(f"reduction over {src.n} elements exceeds the 16-bit CVO length")
             self.instrs.append(isa.Cvo(fn, src.word(), dst.word(), src.n, flags, async_=True))
-            if fn == CvoFunc.REDUCE_SUM:
+            if CVO[fn].form is CvoForm.REDUCE_SUM:  # it also loads S
                 self.s_key = (id(nd.out.buf), nd.out.off)
             return
         for lo in range(0, src.n, CVO_TILE):
