@@ -10,15 +10,19 @@ Capabilities, each optional (``None`` = the target does not offer it):
 
 * ``hw`` — the hardware-description dataclass that TOML presets with ``target = "<name>"`` build;
 * ``isa`` — the ISA spec (`npukit.isa` toolkit object) behind asm/disasm and the docs table;
-* ``assemble(text, hw) -> list[int]``, ``disassemble(words, hw) -> str``,
+* ``assemble(text, hw) -> list[int]``, ``disassemble(words, hw) -> listing`` (rows of `npukit.isa.text`),
   ``load_program(path, hw) -> list[int]``, ``simulate(words, hw, **options) -> result`` —
   what ``npukit asm|disasm|sim --target <name>`` call;
 * ``perf(hw) -> npukit.perf.machine.Machine`` — the roofline/energy adapter;
 * ``ledger(hw, cfg, **kw) -> Ledger`` — the target's own evidence ledger;
-* ``backends`` — modules that register (model family, target) generation backends on import.
+* ``backends`` — modules that register (model family, target) generation backends on import;
+* ``extra`` — named entry points; the names shared code resolves have a contract too (``cli``,
+  ``rtl``, ``vectors``/``decoder_vectors``, ``sim_sweep``, ``tflite_delegate``: `EXTRA_CONTRACTS`),
+  the rest are the target's own and must import.
 
 Each capability's typed contract is a `Protocol` below (`Assemble`, `Disassemble`, `LoadProgram`,
-`Simulate`, `PerfAdapter`, `LedgerBuilder`, `IsaSpec`); `check` verifies a record against them, and
+`Simulate`, `PerfAdapter`, `LedgerBuilder`, `IsaSpec`, and the extras'); `check` verifies a record
+against them, and
 tests/test_registry_contracts.py checks every registered target and the toy one.
 """
 
@@ -97,6 +101,38 @@ class IsaSpec(Protocol):
     word_bits: int
 
 
+class CliArguments(Protocol):  # extra["cli"]: the target's flags on asm/disasm/sim (npukit.cli.cmd_asm)
+    def __call__(self, group: Any, command: str, /) -> None: ...
+
+
+class PortMaps(Protocol):  # extra["rtl"]: {unit: port-map TOML path} of the shipped RTL (npukit cosim)
+    def __call__(self) -> Any: ...
+
+
+class DelegateFactory(Protocol):  # extra["tflite_delegate"] (npukit.models.tflite.delegates)
+    def __call__(self, *, variant: str | None, hw: str | None, overrides: list[str]) -> Any: ...
+
+
+class VectorExporter(Protocol):  # extra["vectors"] / ["decoder_vectors"]: a module (npukit vectors)
+    def export(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class SimSweep(Protocol):  # extra["sim_sweep"]: npukit.perf.simsweep.SimAdapter, restated here (base layer)
+    target: str
+    engines: tuple[str, ...]
+    workload_axes: dict[str, Any]
+
+    def load_workload(self, spec: str) -> Any: ...
+    def workload_digest(self, workload: Any) -> str: ...
+    def program_key(self, hw: Any, params: dict[str, Any]) -> Any: ...
+    def compile(self, workload: Any, hw: Any, params: dict[str, Any]) -> Any: ...
+    def time(self, program: Any, hw: Any, params: dict[str, Any]) -> Any: ...
+
+
+EXTRA_CONTRACTS: dict[str, Any] = {"cli": CliArguments, "rtl": PortMaps, "tflite_delegate": DelegateFactory,
+                                   "vectors": VectorExporter, "decoder_vectors": VectorExporter,
+                                   "sim_sweep": SimSweep}
+
 CONTRACTS: dict[str, Any] = {"assemble": Assemble, "disassemble": Disassemble, "load_program": LoadProgram,
                              "simulate": Simulate, "perf": PerfAdapter, "ledger": LedgerBuilder,
                              "isa": IsaSpec, "hw": type}
@@ -165,11 +201,13 @@ def get(name: str, capability: str | None = None) -> Target:
 
 def check(target: Target) -> list[str]:
     """Problems of ``target``'s record against the capability contracts (empty when it keeps them):
-    every reference imports, callables take the CLI's positional arguments, ``hw`` is a dataclass
-    type, ``isa`` has ``word_bits``, backends import."""
+    every reference imports (extras included), callables take the CLI's positional arguments, ``hw``
+    is a dataclass type, ``isa`` has ``word_bits``, shared extras keep `EXTRA_CONTRACTS`, backends import."""
     problems = []
-    for cap in sorted(_CAPABILITIES):
-        ref = getattr(target, cap)
+    refs = [(cap, getattr(target, cap), CONTRACTS[cap]) for cap in sorted(_CAPABILITIES)]
+    refs += [(f"extra[{name!r}]", ref, EXTRA_CONTRACTS.get(name))
+             for name, ref in sorted(target.extra.items())]
+    for cap, ref, contract in refs:
         if not ref:
             continue
         try:
@@ -177,7 +215,7 @@ def check(target: Target) -> list[str]:
         except (ImportError, AttributeError) as exc:
             problems.append(f"{target.name}.{cap}: {ref!r} does not import ({exc})")
             continue
-        why = _violation(cap, obj)
+        why = None if contract is None else _violation(contract, obj)
         if why:
             problems.append(f"{target.name}.{cap}: {ref} {why}")
     for module in target.backends:
@@ -188,20 +226,53 @@ def check(target: Target) -> list[str]:
     return problems
 
 
-def _violation(cap: str, obj: Any) -> str | None:
-    if cap == "hw":
+def _violation(contract: Any, obj: Any) -> str | None:
+    if contract is type:
         return None if isinstance(obj, type) and dataclasses.is_dataclass(obj) else "is not a dataclass type"
-    if cap == "isa":
-        return None if isinstance(getattr(obj, "word_bits", None), int) else "has no int word_bits"
+    if "__call__" not in vars(contract):  # a protocol of attributes and methods
+        return _missing_members(contract, obj)
     if not callable(obj):
         return "is not callable"
-    params = list(inspect.signature(CONTRACTS[cap].__call__).parameters.values())[1:]  # after self
+    return _call_mismatch(contract, obj)
+
+
+def _missing_members(contract: Any, obj: Any) -> str | None:
+    for name, kind in inspect.get_annotations(contract).items():
+        if kind == "int" and not isinstance(getattr(obj, name, None), int):
+            return f"has no int {name}"
+        if not hasattr(obj, name):
+            return f"has no {name} ({contract.__name__})"
+    for name, member in vars(contract).items():
+        if inspect.isfunction(member) and not name.startswith("_"):
+            if not callable(getattr(obj, name, None)):
+                return f"has no method {name} ({contract.__name__})"
+            why = _call_mismatch_method(contract, name, getattr(obj, name))
+            if why:
+                return why
+    return None
+
+
+def _call_mismatch_method(contract: Any, name: str, bound: Any) -> str | None:
+    params = list(inspect.signature(vars(contract)[name]).parameters.values())[1:]  # after self
+    if any(p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in params):
+        return None  # the protocol leaves the arguments open
+    try:
+        inspect.signature(bound).bind(*([None] * len(params)))
+    except TypeError as exc:
+        return f"{name} cannot be called as {contract.__name__}.{name} ({exc})"
+    except ValueError:
+        return None
+    return None
+
+
+def _call_mismatch(contract: Any, obj: Any) -> str | None:
+    params = list(inspect.signature(contract.__call__).parameters.values())[1:]  # after self
     n = sum(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in params)
     keywords = {p.name: None for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
     try:  # the call the protocol describes, with placeholder values
         inspect.signature(obj).bind(*([None] * n), **keywords)
     except TypeError as exc:
-        return f"cannot be called as {CONTRACTS[cap].__name__} ({exc})"
+        return f"cannot be called as {contract.__name__} ({exc})"
     except ValueError:  # no signature (a builtin): callable is all that can be said
         return None
     return None

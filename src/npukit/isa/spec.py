@@ -211,7 +211,8 @@ class BoundFormat:
                 self.match_mask |= bf.mask << bf.lo
                 self.match_value |= bf.const << bf.lo
         self.values = tuple(bf for bf in self.fields if bf.const is None and not bf.reserved)
-        self.cls = fmt.cls or _make_class(fmt.name, self.values)
+        consts = {bf.name: bf.const for bf in self.fields if bf.const is not None}
+        self.cls = fmt.cls or _make_class(fmt.name, self.values, consts)
         self.by_name = {bf.name: bf for bf in self.fields}
         if self.mnemonic_field is not None and self.mnemonic_field not in self.by_name:
             raise ConfigError(f"{where}: mnemonic_field {self.mnemonic_field!r} is not a field")
@@ -262,10 +263,12 @@ def _ranges_of(mask: int) -> tuple[tuple[int, int, int], ...]:
     return tuple(reversed(out))
 
 
-def _make_class(name: str, values: Sequence[BoundField]) -> type:
+def _make_class(name: str, values: Sequence[BoundField], consts: dict[str, int]) -> type:
+    """The record class of a format: its value fields, and its constant fields (the opcode bits) as
+    class attributes, so a simulator dispatches on ``ins.opcode`` rather than on the class's name."""
     cls_name = "".join(p.capitalize() for p in name.replace(".", "_").split("_")) or "Instr"
     spec = [(bf.name, bf.enum or int, dataclasses.field(default=_zero(bf))) for bf in values]
-    return dataclasses.make_dataclass(cls_name, spec, frozen=True)
+    return dataclasses.make_dataclass(cls_name, spec, frozen=True, namespace=dict(consts))
 
 
 def _zero(bf: BoundField) -> Any:

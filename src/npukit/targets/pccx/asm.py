@@ -24,26 +24,8 @@ import numpy as np
 from npukit.errors import ConfigError, FormatError
 from npukit.isa import text
 from npukit.isa.spec import BoundField, BoundFormat
-from npukit.targets.pccx.isa import PROFILES, STRICT_CVO, CvoFunc, DestCache, Instr, Op, bound, encode
-
-CVO_DOC = {
-    CvoFunc.EXP: "exp(x), or exp(x − e_max) with `sub_emax`",
-    CvoFunc.SQRT: "sqrt(x)",
-    CvoFunc.GELU: "tanh-form GELU (gelu_pytorch_tanh)",
-    CvoFunc.SIN: "sin(x)",
-    CvoFunc.COS: "cos(x)",
-    CvoFunc.REDUCE_SUM: "serial float32 sum → one word at dst (element 0); also loads S",
-    CvoFunc.SCALE: "x · S, or x / S with `recip_scale` (S = 0 gives 0)",
-    CvoFunc.RECIP: "1 / x (±0 gives ±inf)",
-    CvoFunc.TANH: "tanh(x)",
-    CvoFunc.MUL: "dst ← src · dst, elementwise",
-    CvoFunc.ADD: "dst ← src + dst, elementwise",
-    CvoFunc.RELU_BIAS: "max(x − S, 0): the bias-and-clip front end",
-    CvoFunc.RSQRT: "1 / sqrt(x)",
-    CvoFunc.SQUARE: "x²",
-    CvoFunc.REDUCE_MAX: "max(x) → one word at dst; also sets e_max",
-    CvoFunc.LOAD_SCALAR: "S ← element len − 1 of src (no dst write)",
-}
+from npukit.targets.pccx.cvo import CVO, STRICT_CVO
+from npukit.targets.pccx.isa import PROFILES, DestCache, Instr, Op, bound, encode
 
 
 def _value_text(ins: Instr, f: BoundField, v: Any) -> str | None:
@@ -141,11 +123,18 @@ _COLUMNS = [
 def isa_table_markdown() -> str:
     """The field table and the CVO function table for docs/targets/pccx.md, rendered from the spec."""
     rows = [text.markdown_table(_TEXT_SPEC, _COLUMNS, include=lambda fmt, f: f.const is None).rstrip("\n")]
-    rows += ["", "| cvo_func | mnemonic | result (BF16, one rounding unless noted) | profile |",
-             "|---|---|---|---|"]
-    for fn in CvoFunc:
+    rows += ["", "The CVO functions, rendered from `npukit.targets.pccx.cvo.CVO` (operands: what the "
+             "function reads; accm: whether the `accm` flag is legal; transcendental: the fast executor runs "
+             "the numerics module's float64 kernel):", "",
+             "| cvo_func | mnemonic | result (BF16, one rounding unless noted) | operands | reduces | accm "
+             "| transcendental | profile |",
+             "|---|---|---|---|---|---|---|---|"]
+    yes = {True: "yes", False: "no"}
+    for fn, spec in CVO.items():
         prof = "v002" if fn in STRICT_CVO else "extended (npukit)"
-        rows.append(f"| 0x{int(fn):X} | `cvo.{fn.name.lower()}` | {CVO_DOC[fn]} | {prof} |")
+        facts = " | ".join(yes[v] for v in (spec.reduction, spec.accumulate, spec.transcendental))
+        rows.append(f"| 0x{int(fn):X} | `cvo.{fn.name.lower()}` | {spec.doc} | `{spec.form.value}` "
+                    f"| {facts} | {prof} |")
     return "\n".join(rows) + "\n"
 
 

@@ -39,9 +39,10 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.compile.codegen import CodeGen, CompileStats, Program, report_extensions
 from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES, DeviceImage
 from npukit.targets.pccx.compile.ir import CapacityError
-from npukit.targets.pccx.compile.lower import eval_recipe, lower_step, span_bucket, trace_model, window_key
+from npukit.targets.pccx.compile.lower import eval_recipe, span_bucket, trace_model, window_key
 from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
 from npukit.targets.pccx.compile.progcache import ProgramCache
+from npukit.targets.pccx.compile.steps import compile_model
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
@@ -202,9 +203,8 @@ class PccxDriver:
         if v is None:
             self.model.reset()
             self.model.cache.bucket = dict(key)
-            ops = lower_step(self.model, 0)  # host input values come from the recipes per token
-            prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
-            prog.check(spans)  # the fast field patching encodes as the ISA does
+            run = compile_model(self.model, self.hw, self.profile, spans=spans)  # host inputs: per token
+            ops, prog = run["lower"], run.value
             dyn = {a for a, _ in ops.recipes}
             (out,) = ops.outputs
             v = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn], ops.recipes, out)
@@ -222,8 +222,8 @@ class PccxDriver:
         if v is None:
             with self.programs.remember_unfit(key):
                 self.model.cache.bucket = dict(key[2])
-                ops = lower_prefill(self.model, tokens)
-                prog = CodeGen(self.hw, self.profile).compile_program(ops.nodes)
+                run = compile_model(self.model, self.hw, self.profile, prefill_tokens=tokens)
+                ops, prog = run["lower"], run.value
             dyn = {a for a, _ in ops.recipes}
             (out,) = ops.outputs
             v = Variant(key, prog, [(a, b) for a, b in ops.host_inputs if a not in dyn], ops.recipes, out)

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from npukit.errors import DecodeError
 from npukit.isa.spec import AsmError, BoundField, BoundSpec, Field, Format, Spec, bits, const
+from npukit.targets.pccx.cvo import CVO, STRICT_CVO, CvoForm, CvoFunc
 
 PROFILES = ("strict", "extended")
 L2_WORDS_DEFAULT = 114_688  # 0x1C000, KV260 preset
@@ -55,26 +56,6 @@ class CvoFlag(IntFlag):
     SUB_EMAX = 0b10000
 
 
-class CvoFunc(IntEnum):
-    EXP = 0x0
-    SQRT = 0x1
-    GELU = 0x2
-    SIN = 0x3
-    COS = 0x4
-    REDUCE_SUM = 0x5
-    SCALE = 0x6
-    RECIP = 0x7
-    # extended profile (reserved codes in v002)
-    TANH = 0x8
-    MUL = 0x9
-    ADD = 0xA
-    RELU_BIAS = 0xB
-    RSQRT = 0xC
-    SQUARE = 0xD
-    REDUCE_MAX = 0xE
-    LOAD_SCALAR = 0xF
-
-
 class Device(IntEnum):
     NPU = 0
     HOST = 1
@@ -86,10 +67,10 @@ class DestCache(IntEnum):
     SREG = 2  # extended: SFU registers (0 = scalar S, 1 = e_max)
 
 
-STRICT_CVO = frozenset(CvoFunc(i) for i in range(8))
-REDUCTIONS = frozenset({CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX})
-BINARY = frozenset({CvoFunc.MUL, CvoFunc.ADD})  # dst <- src (op) dst
-NO_ACCM = BINARY | {CvoFunc.REDUCE_MAX, CvoFunc.LOAD_SCALAR}
+# the CVO family's facts, read from its table (npukit.targets.pccx.cvo.CVO)
+REDUCTIONS = frozenset(f for f, spec in CVO.items() if spec.reduction)
+BINARY = frozenset(f for f, spec in CVO.items() if spec.arity == 2)  # dst <- src (op) dst
+NO_ACCM = frozenset(f for f, spec in CVO.items() if not spec.accumulate)
 SREG_SCALAR, SREG_EMAX = 0, 1
 
 
@@ -241,9 +222,9 @@ def words_of(n_elems: int) -> int:
 
 
 def cvo_out_elems(func: CvoFunc, length: int) -> int:
-    if func == CvoFunc.LOAD_SCALAR:
+    if CVO[func].form is CvoForm.LOAD_SCALAR:
         return 0
-    return 1 if func in REDUCTIONS else length
+    return 1 if CVO[func].reduction else length
 
 
 def check(ins: Instr, profile: str = "extended", hw: Any = None) -> str | None:
@@ -290,11 +271,11 @@ def _check_cvo(ins: Cvo, ext: bool, lim: Limits) -> str | None:
         return "reserved CVO flag bits [1:0] are set"
     if ins.length == 0:
         return "CVO length is 0"
-    if ins.flags & CvoFlag.SUB_EMAX and fn != CvoFunc.EXP:
+    if ins.flags & CvoFlag.SUB_EMAX and CVO[fn].form is not CvoForm.EXP:
         return f"sub_emax applies to EXP only, not {fn.name}"
-    if ins.flags & CvoFlag.RECIP_SCALE and fn != CvoFunc.SCALE:
+    if ins.flags & CvoFlag.RECIP_SCALE and CVO[fn].form is not CvoForm.SCALE:
         return f"recip_scale applies to SCALE only, not {fn.name}"
-    if ins.flags & CvoFlag.ACCM and fn in NO_ACCM:
+    if ins.flags & CvoFlag.ACCM and not CVO[fn].accumulate:
         return f"accm is not defined for {fn.name}"
     if ins.src_addr + words_of(ins.length) > lim.l2_words:
         return f"source vector runs past L2 (0x{ins.src_addr:X} + {words_of(ins.length)} words)"

@@ -18,6 +18,8 @@ Rounding, per function:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from npukit.errors import FormatError
@@ -189,6 +191,51 @@ def findemax(e_max: float, dest: np.ndarray) -> np.float32:
 
 
 # --- SFU (CVO) functions: float64 inside, one BF16 rounding ----------------------------------------
+#
+# The transcendental functions' float64 formulas are written once, as in-place kernels on a scratch
+# array the caller owns: the cvo_* functions below round them, and the fast executor (fast/fastcvo.py)
+# runs the very same kernels before its own rounding (npukit.targets.pccx.cvo.CvoSpec.core).
+
+def exp_core(a: np.ndarray) -> np.ndarray:
+    return np.exp(a, out=a)
+
+
+def gelu_core(a: np.ndarray) -> np.ndarray:
+    """``0.5·a·(1 + tanh(√(2/π)·(a + 0.044715·a³)))`` evaluated left to right, one operation at a time."""
+    t = np.multiply(0.044715, a, out=np.empty_like(a))
+    t *= a
+    t *= a
+    t += a
+    t *= GELU_C
+    np.tanh(t, out=t)
+    t += 1.0
+    a *= 0.5
+    a *= t
+    return a
+
+
+def sin_core(a: np.ndarray) -> np.ndarray:
+    return np.sin(a, out=a)
+
+
+def cos_core(a: np.ndarray) -> np.ndarray:
+    return np.cos(a, out=a)
+
+
+def tanh_core(a: np.ndarray) -> np.ndarray:
+    return np.tanh(a, out=a)
+
+
+def sfu_unary(core: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    """The cvo_* function of a float64 ``core``: ``bf16(core(x))`` or ``bf16(dst + core(x))``."""
+
+    def cvo(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return _sfu(core(_f64(x)), dst)
+
+    cvo.__name__ = f"cvo_{core.__name__.removesuffix('_core')}"
+    return cvo
+
 
 def _sfu(y: np.ndarray, dst: np.ndarray | None) -> np.ndarray:
     """One rounding of ``y`` (float64), or of ``dst + y`` when accumulating (``accm``)."""
@@ -200,8 +247,10 @@ def _sfu(y: np.ndarray, dst: np.ndarray | None) -> np.ndarray:
 def cvo_exp(x: np.ndarray, e_max: float | None = None, dst: np.ndarray | None = None) -> np.ndarray:
     """``exp(x)``, or ``exp(x - e_max)`` with ``sub_emax`` (difference taken in float64)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        a = _f64(x) if e_max is None else _f64(x) - F64(F32(e_max))
-        return _sfu(np.exp(a), dst)
+        a = _f64(x)  # a fresh array (0-d included), so the kernel may work in place
+        if e_max is not None:
+            a -= F64(F32(e_max))
+        return _sfu(exp_core(a), dst)
 
 
 def cvo_sqrt(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
@@ -212,19 +261,18 @@ def cvo_sqrt(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
 
 def cvo_gelu(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
     """Tanh-form GELU (Gemma's gelu_pytorch_tanh): ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``."""
-    a = _f64(x)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _sfu(0.5 * a * (1.0 + np.tanh(GELU_C * (a + 0.044715 * a * a * a))), dst)
+        return _sfu(gelu_core(_f64(x)), dst)
 
 
 def cvo_sin(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
     with np.errstate(invalid="ignore"):
-        return _sfu(np.sin(_f64(x)), dst)
+        return _sfu(sin_core(_f64(x)), dst)
 
 
 def cvo_cos(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
     with np.errstate(invalid="ignore"):
-        return _sfu(np.cos(_f64(x)), dst)
+        return _sfu(cos_core(_f64(x)), dst)
 
 
 def reduce_sum(x: np.ndarray, dst: float | None = None) -> np.float32:
@@ -255,7 +303,7 @@ def cvo_recip(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
 # extended profile (npukit additions in reserved cvo_func codes 0x8-0xF)
 
 def cvo_tanh(x: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
-    return _sfu(np.tanh(_f64(x)), dst)
+    return _sfu(tanh_core(_f64(x)), dst)
 
 
 def cvo_mul(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -29,14 +29,15 @@ import numpy as np
 
 from npukit.compile.record import Recorder
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.cvo import CVO, STRICT_CVO
 from npukit.targets.pccx.memory import kv_quantize
 
-# device primitives taken verbatim from the numerics module
-DEVICE_OPS = ("gemv", "gemm", "findemax", "reduce_sum", "cvo_exp", "cvo_sqrt", "cvo_gelu", "cvo_scale",
-              "cvo_recip", "cvo_sin", "cvo_cos")
-# npukit's extended profile (reserved cvo_func codes): pccx v002 has no TANH, vector MUL/ADD,
-# relu-with-bias in the ISA, no RSQRT and no SQUARE
-EXTENDED_OPS = ("cvo_tanh", "cvo_mul", "cvo_add", "cvo_relu_bias", "cvo_rsqrt", "cvo_square")
+# device primitives taken verbatim from the numerics module: the GEMV family, then the CVO family's
+# operation names from its table (npukit.targets.pccx.cvo.CVO); pccx v002 has no TANH, vector MUL/ADD,
+# relu-with-bias, RSQRT or SQUARE: those are npukit's extended profile (reserved cvo_func codes)
+DEVICE_OPS = ("gemv", "gemm", "findemax",
+              *(s.op_name for f, s in CVO.items() if s.op_name and f in STRICT_CVO))
+EXTENDED_OPS = tuple(s.op_name for f, s in CVO.items() if s.op_name and f not in STRICT_CVO)
 MOVE_OPS = ("const", "kv_quantize", "swap_halves", "host_to_l2", "l2_to_host", "concat", "stack", "batch")
 
 
@@ -46,20 +47,6 @@ class PccxOps:
     gemv = staticmethod(nx.gemv)
     gemm = staticmethod(nx.gemm)  # one `gemv` per activation row, each with its own exponent
     findemax = staticmethod(nx.findemax)
-    reduce_sum = staticmethod(nx.reduce_sum)
-    cvo_exp = staticmethod(nx.cvo_exp)
-    cvo_sqrt = staticmethod(nx.cvo_sqrt)
-    cvo_gelu = staticmethod(nx.cvo_gelu)
-    cvo_scale = staticmethod(nx.cvo_scale)
-    cvo_recip = staticmethod(nx.cvo_recip)
-    cvo_sin = staticmethod(nx.cvo_sin)
-    cvo_cos = staticmethod(nx.cvo_cos)
-    cvo_tanh = staticmethod(nx.cvo_tanh)
-    cvo_mul = staticmethod(nx.cvo_mul)
-    cvo_add = staticmethod(nx.cvo_add)
-    cvo_relu_bias = staticmethod(nx.cvo_relu_bias)
-    cvo_rsqrt = staticmethod(nx.cvo_rsqrt)
-    cvo_square = staticmethod(nx.cvo_square)
     kv_quantize = staticmethod(kv_quantize)
 
     @staticmethod
@@ -98,6 +85,11 @@ class PccxOps:
     def l2_to_host(x: np.ndarray) -> np.ndarray:
         """BF16 values read back to the host as float32 (exact)."""
         return np.asarray(x, dtype=np.float32).copy()
+
+
+for _spec in CVO.values():  # the CVO family's operations, each the numerics function its table row names
+    if _spec.op_name:
+        setattr(PccxOps, _spec.op_name, staticmethod(_spec.numerics))
 
 
 @dataclass

@@ -29,12 +29,11 @@ from npukit.errors import DecodeError
 from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.isa import (
-    BINARY,
     ELEMS_PER_WORD,
     SREG_EMAX,
     CvoFlag,
-    CvoFunc,
     DestCache,
     Device,
     GemvFlag,
@@ -186,8 +185,7 @@ class Simulator:
         flat[: bits.size] = bits
 
     def _exec(self, idx: int, ins: Instr) -> Work:
-        return {Op.GEMV: self._matop, Op.GEMM: self._matop, Op.MEMCPY: self._memcpy,
-                Op.MEMSET: self._memset, Op.CVO: self._cvo}[ins.op](idx, ins)
+        return _EXEC[ins.op](self, idx, ins)
 
     def _slot_addr(self, slot: int, what: str, byte_off: int = 0) -> int:
         if slot >= self.limits.cc_entries:
@@ -343,44 +341,22 @@ class Simulator:
 
     def _cvo(self, idx: int, ins: Instr) -> Work:
         fn, n = ins.cvo_func, ins.length
+        spec = CVO[fn]
         src = self._range(ins.src_addr, n, "CVO source")
         x = nx.from_bits(self._get(ins.src_addr, n))
         accm = bool(ins.flags & CvoFlag.ACCM)
         reads = [src]
         out_n = cvo_out_elems(fn, n)
         dst = self._range(ins.dst_addr, out_n, "CVO destination") if out_n else None
-        reads_dst = out_n and (accm or fn in BINARY)
-        d = nx.from_bits(self._get(ins.dst_addr, out_n)) if reads_dst else None
-        if d is not None:
+        d = None
+        if out_n and (accm or spec.arity == 2):
+            d = nx.from_bits(self._get(ins.dst_addr, out_n))
             reads.append(dst)
-        dacc = d if accm else None
-        y: np.ndarray | None = None
-        if fn == CvoFunc.EXP:
-            y = nx.cvo_exp(x, self.emax if ins.flags & CvoFlag.SUB_EMAX else None, dacc)
-        elif fn == CvoFunc.SCALE:
-            y = nx.cvo_scale(x, self.scalar, bool(ins.flags & CvoFlag.RECIP_SCALE), dacc)
-        elif fn == CvoFunc.RELU_BIAS:
-            y = nx.cvo_relu_bias(x, self.scalar, dacc)
-        elif fn in _UNARY:
-            y = _UNARY[fn](x, dst=dacc)
-        elif fn == CvoFunc.MUL:
-            y = nx.cvo_mul(x, d)
-        elif fn == CvoFunc.ADD:
-            y = nx.cvo_add(x, d)
-        elif fn == CvoFunc.REDUCE_SUM:
-            s = nx.reduce_sum(x, None if dacc is None else dacc[0])
-            self.s_reg = nx.to_bits(s)[()]
-            y = np.array([s], np.float32)
-        elif fn == CvoFunc.REDUCE_MAX:
-            mx = nx.reduce_max(x)
-            self.e_max = nx.to_bits(mx)[()]
-            y = np.array([mx], np.float32)
-        else:  # LOAD_SCALAR: S <- the last element of the len-element source (element len - 1)
-            self.s_reg = self._get(ins.src_addr, n)[n - 1]
+        y = _CVO_STEP[spec.form](self, spec, ins, x, d)
         writes: tuple = ()
         if y is not None:
             bits = nx.to_bits(y)
-            if out_n == 1 and fn in (CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX):
+            if out_n == 1 and spec.reduction:
                 bits = np.concatenate([bits, np.zeros(self.elems - 1, np.uint16)])  # whole word written
             self._put(ins.dst_addr, bits)
             writes = (dst,)
@@ -389,7 +365,39 @@ class Simulator:
                     onchip_write_bytes=sum(e - b for b, e in writes) * WORD_BYTES,
                     is_async=bool(ins.async_), reads=tuple(reads), writes=writes)
 
+    # one step per operand form (cvo.CvoForm); ``d`` is the destination read (accm or a binary operand)
+    def _cvo_unary(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        return spec.numerics(x, dst=d)
 
-_UNARY = {CvoFunc.SQRT: nx.cvo_sqrt, CvoFunc.GELU: nx.cvo_gelu, CvoFunc.SIN: nx.cvo_sin,
-          CvoFunc.COS: nx.cvo_cos, CvoFunc.RECIP: nx.cvo_recip, CvoFunc.TANH: nx.cvo_tanh,
-          CvoFunc.RSQRT: nx.cvo_rsqrt, CvoFunc.SQUARE: nx.cvo_square}
+    def _cvo_exp(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        return spec.numerics(x, self.emax if ins.flags & CvoFlag.SUB_EMAX else None, d)
+
+    def _cvo_scale(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        return spec.numerics(x, self.scalar, bool(ins.flags & CvoFlag.RECIP_SCALE), d)
+
+    def _cvo_bias(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        return spec.numerics(x, self.scalar, d)
+
+    def _cvo_binary(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        return spec.numerics(x, d)
+
+    def _cvo_reduce_sum(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        s = spec.numerics(x, None if d is None else d[0])
+        self.s_reg = nx.to_bits(s)[()]
+        return np.array([s], np.float32)
+
+    def _cvo_reduce_max(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+        mx = spec.numerics(x)
+        self.e_max = nx.to_bits(mx)[()]
+        return np.array([mx], np.float32)
+
+    def _cvo_load_scalar(self, spec: CvoSpec, ins: Instr, x: np.ndarray, d: np.ndarray | None) -> None:
+        self.s_reg = self._get(ins.src_addr, ins.length)[ins.length - 1]  # S <- element len - 1
+
+
+_CVO_STEP = {CvoForm.UNARY: Simulator._cvo_unary, CvoForm.EXP: Simulator._cvo_exp,
+             CvoForm.SCALE: Simulator._cvo_scale, CvoForm.BIAS: Simulator._cvo_bias,
+             CvoForm.BINARY: Simulator._cvo_binary, CvoForm.REDUCE_SUM: Simulator._cvo_reduce_sum,
+             CvoForm.REDUCE_MAX: Simulator._cvo_reduce_max, CvoForm.LOAD_SCALAR: Simulator._cvo_load_scalar}
+_EXEC = {Op.GEMV: Simulator._matop, Op.GEMM: Simulator._matop, Op.MEMCPY: Simulator._memcpy,
+         Op.MEMSET: Simulator._memset, Op.CVO: Simulator._cvo}

@@ -26,7 +26,7 @@ import numpy as np
 
 from npukit.errors import NpukitError
 from npukit.targets.vta.hw import VtaHw
-from npukit.targets.vta.isa import ISA, UOP, AluOp, Mem
+from npukit.targets.vta.isa import ISA, UOP, AluOp, Mem, Opcode
 
 MODULES = ("load", "compute", "store")
 # module -> (queue popped by pop_prev, by pop_next, pushed by push_prev, by push_next)
@@ -52,12 +52,11 @@ class VtaDeadlock(VtaFault):
 
 
 def module_of(ins) -> str:
-    name = type(ins).__name__.upper()
-    if name == "LOAD":
+    """The module an instruction runs on: LOADs of inp/wgt on load, STORE on store, the rest on compute."""
+    op = Opcode(ins.opcode)
+    if op is Opcode.LOAD:
         return "load" if ins.memory_type in (Mem.INP, Mem.WGT) else "compute"
-    if name == "STORE":
-        return "store"
-    return "compute"
+    return "store" if op is Opcode.STORE else "compute"
 
 
 def tokens_of(ins, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -67,7 +66,7 @@ def tokens_of(ins, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for flag, q, what in ((ins.pop_prev, pp, "pop_prev"), (ins.pop_next, pn, "pop_next"),
                           (ins.push_prev, up, "push_prev"), (ins.push_next, un, "push_next")):
         if flag and q is None:
-            raise VtaFault(f"{type(ins).__name__.upper()} runs on the {module} module, which has no "
+            raise VtaFault(f"{Opcode(ins.opcode).name} runs on the {module} module, which has no "
                            f"{what[-4:]} queue ({what} set)")
     return pops, pushes
 
@@ -166,20 +165,14 @@ class Simulator:
 
     # --- instructions ------------------------------------------------------------------------
     def execute(self, index: int, ins) -> None:
-        name = type(ins).__name__.upper()
+        op = Opcode(ins.opcode)
         try:
-            if name == "LOAD":
-                self._load(ins)
-            elif name == "STORE":
-                self._store(ins)
-            elif name == "GEMM":
-                self._gemm(ins)
-            elif name == "ALU":
-                self._alu(ins)
-            else:
-                self.finished += 1
+            _EXECUTE[op](self, ins)
         except VtaFault as e:
-            raise VtaFault(f"instruction {index} ({name}): {e}") from None
+            raise VtaFault(f"instruction {index} ({op.name}): {e}") from None
+
+    def _finish(self, ins) -> None:
+        self.finished += 1
 
     def _sram(self, mem: Mem) -> tuple[np.ndarray, int]:
         h, s = self.hw, self.state
@@ -307,6 +300,10 @@ class Simulator:
         for d, r in zip(dst.tolist(), src.tolist(), strict=True):  # order matters: fsim's loop
             b = np.int64(ins.imm) if ins.use_imm else s.acc[r].astype(np.int64)
             s.acc[d] = _alu(op, s.acc[d].astype(np.int64), b)
+
+
+_EXECUTE = {Opcode.LOAD: Simulator._load, Opcode.STORE: Simulator._store, Opcode.GEMM: Simulator._gemm,
+            Opcode.ALU: Simulator._alu, Opcode.FINISH: Simulator._finish}
 
 
 def _alu(op: AluOp, a: np.ndarray, b) -> np.ndarray:

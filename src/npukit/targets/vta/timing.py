@@ -17,7 +17,7 @@ from npukit.evidence import Ledger, Tier
 from npukit.sim.timing import Machine, Resource, TimingResult, TokenOp, TokenQueue
 from npukit.sim.timing import simulate as simulate_timing
 from npukit.targets.vta.hw import VtaHw
-from npukit.targets.vta.isa import Mem
+from npukit.targets.vta.isa import Mem, Opcode
 from npukit.targets.vta.sim import Counters, module_of, tokens_of
 
 QUEUE_NAMES = ("l2g", "g2l", "g2s", "s2g")
@@ -39,30 +39,49 @@ def _mem_bytes(hw: VtaHw, ins) -> int:
 
 
 def op_of(hw: VtaHw, index: int, ins) -> TokenOp:
-    t = hw.timing
+    """The timing model's operation for one instruction, by its opcode."""
     module = module_of(ins)
     pops, pushes = tokens_of(ins, module)
-    name = type(ins).__name__.upper()
-    kw: dict = {"pop": pops, "push": pushes, "is_async": True}
-    if name in ("LOAD", "STORE"):
-        nbytes = _mem_bytes(hw, ins)
-        label = f"{name} {ins.memory_type.name if hasattr(ins.memory_type, 'name') else ins.memory_type}"
-        if nbytes == 0:
-            return TokenOp(index, module, label + " (nop)", **kw)
-        return TokenOp(index, module, label, cycles=nbytes / t.dram_bytes_per_cycle,
-                       latency=t.dram_latency_cycles, path=("dram",), xfer_bytes=float(nbytes),
-                       args={"bytes": nbytes}, **kw)
-    iters = ins.iter_out * ins.iter_in * (ins.uop_end - ins.uop_bgn) if name in ("GEMM", "ALU") else 0
-    if name == "GEMM":
-        label = "GEMM reset" if ins.reset_reg else "GEMM"
-        return TokenOp(index, module, label, cycles=iters * t.gemm_cycles_per_uop,
-                       tail=t.gemm_pipeline_cycles if iters else 0.0, args={"uop_iters": iters}, **kw)
-    if name == "ALU":
-        per = t.alu_cycles_per_uop if ins.use_imm else t.alu_tensor_cycles_per_uop
-        label = f"ALU {ins.alu_opcode.name if hasattr(ins.alu_opcode, 'name') else ins.alu_opcode}"
-        return TokenOp(index, module, label, cycles=iters * per,
-                       tail=t.alu_pipeline_cycles if iters else 0.0, args={"uop_iters": iters}, **kw)
+    return _OP_OF[Opcode(ins.opcode)](hw, index, ins, module, {"pop": pops, "push": pushes, "is_async": True})
+
+
+def _memory_op(hw: VtaHw, index: int, ins, module: str, kw: dict) -> TokenOp:
+    nbytes = _mem_bytes(hw, ins)
+    kind = ins.memory_type.name if hasattr(ins.memory_type, "name") else ins.memory_type
+    label = f"{Opcode(ins.opcode).name} {kind}"
+    if nbytes == 0:
+        return TokenOp(index, module, label + " (nop)", **kw)
+    t = hw.timing
+    return TokenOp(index, module, label, cycles=nbytes / t.dram_bytes_per_cycle,
+                   latency=t.dram_latency_cycles, path=("dram",), xfer_bytes=float(nbytes),
+                   args={"bytes": nbytes}, **kw)
+
+
+def _uop_iters(ins) -> int:
+    return ins.iter_out * ins.iter_in * (ins.uop_end - ins.uop_bgn)
+
+
+def _gemm_op(hw: VtaHw, index: int, ins, module: str, kw: dict) -> TokenOp:
+    t, iters = hw.timing, _uop_iters(ins)
+    label = "GEMM reset" if ins.reset_reg else "GEMM"
+    return TokenOp(index, module, label, cycles=iters * t.gemm_cycles_per_uop,
+                   tail=t.gemm_pipeline_cycles if iters else 0.0, args={"uop_iters": iters}, **kw)
+
+
+def _alu_op(hw: VtaHw, index: int, ins, module: str, kw: dict) -> TokenOp:
+    t, iters = hw.timing, _uop_iters(ins)
+    per = t.alu_cycles_per_uop if ins.use_imm else t.alu_tensor_cycles_per_uop
+    label = f"ALU {ins.alu_opcode.name if hasattr(ins.alu_opcode, 'name') else ins.alu_opcode}"
+    return TokenOp(index, module, label, cycles=iters * per,
+                   tail=t.alu_pipeline_cycles if iters else 0.0, args={"uop_iters": iters}, **kw)
+
+
+def _finish_op(hw: VtaHw, index: int, ins, module: str, kw: dict) -> TokenOp:
     return TokenOp(index, module, "FINISH", **kw)
+
+
+_OP_OF = {Opcode.LOAD: _memory_op, Opcode.STORE: _memory_op, Opcode.GEMM: _gemm_op, Opcode.ALU: _alu_op,
+          Opcode.FINISH: _finish_op}
 
 
 def time_program(hw: VtaHw, instrs: list) -> TimingResult:

@@ -133,7 +133,11 @@ def test_kv_staging_never_overlaps_a_host_input(monkeypatch):
             return lowered[-1]
         return lower
 
-    monkeypatch.setattr(driver, "lower_step", recording(driver.lower_step))
+    import npukit.targets.pccx.compile.steps as steps
+
+    # programs go through the compile pipeline (steps); the chunk-size probes lower in the driver
+    monkeypatch.setattr(steps, "lower_step", recording(steps.lower_step))
+    monkeypatch.setattr(steps, "lower_prefill", recording(steps.lower_prefill))
     monkeypatch.setattr(driver, "lower_prefill", recording(driver.lower_prefill))
     store = Int4Store(synthetic_weights(config(**SMALLEST), seed=0))
     drv = PccxDriver(timing=False, executor="fast").open().load(store).kv_init("int8").start()

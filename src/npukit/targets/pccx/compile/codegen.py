@@ -29,6 +29,7 @@ from typing import Any
 from npukit.compile import liveness
 from npukit.targets.pccx import isa
 from npukit.targets.pccx.compile.ir import CapacityError, CompileError, Node, Ref
+from npukit.targets.pccx.cvo import CVO, CvoForm
 from npukit.targets.pccx.isa import (
     BINARY,
     ELEMS_PER_WORD,
@@ -299,7 +300,7 @@ class CodeGen:
                     self.instrs[-1] = isa.replace(self.instrs[-1], async_=False)
                 segs[-1].marks.append((len(self.instrs), nd.label))
             else:
-                getattr(self, f"_emit_{nd.kind}")(nd)
+                _EMIT[nd.kind](self, nd)
         self._close(segs, None)
         return segs, stats
 
@@ -419,17 +420,14 @@ class CodeGen:
         fn = nd.func
         if isinstance(nd.scalar, Ref):
             self._load_s(nd.scalar)
-        if fn in BINARY:
-            src, dst = nd.srcs[0], nd.out
-        else:
-            src, dst = nd.srcs[0], nd.out
+        src, dst = nd.srcs[0], nd.out  # a binary function's second operand is dst itself
         flags = CvoFlag(nd.flags)
         sync = bool(flags & CvoFlag.SUB_EMAX)
-        if fn in (CvoFunc.REDUCE_SUM, CvoFunc.REDUCE_MAX):
+        if CVO[fn].reduction:  # one instruction: a reduction cannot be tiled
             if src.n > 65535:
                 raise CompileError(f"reduction over {src.n} elements exceeds the 16-bit CVO length")
             self.instrs.append(isa.Cvo(fn, src.word(), dst.word(), src.n, flags, async_=True))
-            if fn == CvoFunc.REDUCE_SUM:
+            if CVO[fn].form is CvoForm.REDUCE_SUM:  # it also loads S
                 self.s_key = (id(nd.out.buf), nd.out.off)
             return
         for lo in range(0, src.n, CVO_TILE):
@@ -462,6 +460,11 @@ class CodeGen:
         if r.n % ELEMS_PER_WORD and r.n != nd.out.n:
             raise CompileError(f"copy of {r.n} elements into {nd.out.n} ({nd.label}: {r.buf.name})")
         self._memcpy((Device.NPU, Device.NPU), nd.out.word(), r.word(), words_of(r.n), 0, False)
+
+
+# one emitter per IR node kind (compile/ir.Node.kind); "host" and "mark" are segment boundaries
+_EMIT = {"gemv": CodeGen._emit_gemv, "emax_reset": CodeGen._emit_emax_reset, "cvo": CodeGen._emit_cvo,
+         "load": CodeGen._emit_load, "store": CodeGen._emit_store, "copy": CodeGen._emit_copy}
 
 
 def report_extensions(stats: CompileStats) -> dict[str, dict[str, Any]]:

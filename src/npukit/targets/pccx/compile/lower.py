@@ -30,6 +30,7 @@ import numpy as np
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES, DeviceImage, align
 from npukit.targets.pccx.compile.ir import Buf, CapacityError, CompileError, Node, Ref, Weight
+from npukit.targets.pccx.cvo import CVO, Lowering
 from npukit.targets.pccx.gemma3n_quant.model import Gemma3nW4A8
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.isa import ELEMS_PER_WORD, CvoFlag, CvoFunc
@@ -180,7 +181,7 @@ class SymbolicKVCache:
 # what the reference does with the span's scores: EXP(sub_emax), REDUCE_SUM, SCALE(÷sum). Over the
 # bucket: exp(-inf - e_max) = +0, the serial sum adds +0 (unchanged), 0 / sum = 0, and the V GEMV's
 # K (the span's rows) never reads the tail, so every value equals the reference's over the span.
-_SPAN_FUNCS = frozenset({CvoFunc.EXP, CvoFunc.REDUCE_SUM, CvoFunc.SCALE})
+_SPAN_FUNCS = frozenset(f for f, spec in CVO.items() if spec.span_safe)
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -509,9 +510,9 @@ def _unary(func: CvoFunc):
     return op
 
 
-for _f in (CvoFunc.SQRT, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.RECIP, CvoFunc.TANH, CvoFunc.RSQRT,
-           CvoFunc.SQUARE):
-    setattr(LoweringOps, f"cvo_{_f.name.lower()}", _unary(_f))
+for _f, _spec in CVO.items():  # the CVO table's plain unary functions: one generated method each
+    if _spec.lowering is Lowering.UNARY:
+        setattr(LoweringOps, _spec.op_name, _unary(_f))
 
 
 def _tile_weight(t: Any) -> Weight:

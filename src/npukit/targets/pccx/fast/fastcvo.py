@@ -2,51 +2,32 @@
 
 A CVO's operands and Work depend only on the instruction (decode already checked its ranges), so the
 step is fixed when the program is loaded; per call it reads S or e_max if the function uses them and
-runs one fused kernel. Transcendental functions are evaluated by the NumPy ufuncs `numerics.py` uses
-(same float64 inputs, same expression), only the widening and the BF16 rounding are replaced.
+runs one fused kernel. Transcendental functions run the float64 kernel their `cvo.CVO` row names (the
+one `numerics.py` rounds too); only the widening and the BF16 rounding are replaced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
+from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.state import FastState
-from npukit.targets.pccx.isa import BINARY, CvoFlag, CvoFunc, Instr, cvo_out_elems, words_of
+from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 
 _E = 8
-_ARITH = {CvoFunc.SQUARE: kx.SQUARE, CvoFunc.RECIP: kx.RECIP, CvoFunc.RSQRT: kx.RSQRT,
-          CvoFunc.SQRT: kx.SQRT, CvoFunc.MUL: kx.MUL, CvoFunc.ADD: kx.ADD}
+# the fused kernel's code of each arithmetic numerics function (keyed by the function, so a table row
+# that changes its meaning no longer takes the fused kernel)
+_ARITH = {nx.cvo_square: kx.SQUARE, nx.cvo_recip: kx.RECIP, nx.cvo_rsqrt: kx.RSQRT, nx.cvo_sqrt: kx.SQRT,
+          nx.cvo_mul: kx.MUL, nx.cvo_add: kx.ADD}
 _ZEROS7 = np.zeros(_E - 1, np.uint16)
 _NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
-
-
-def _transcendental(fn: CvoFunc, a: np.ndarray) -> np.ndarray:
-    """numerics.cvo_* before rounding: the same NumPy expression on the same float64 input (``a``, a
-    scratch array the caller owns, may be overwritten); under the executor's np.errstate."""
-    if fn == CvoFunc.EXP:
-        return np.exp(a, out=a)
-    if fn == CvoFunc.GELU:  # 0.5 * a * (1.0 + tanh(C * (a + 0.044715 * a * a * a))), op by op in place
-        t = 0.044715 * a
-        t *= a
-        t *= a
-        t += a
-        t *= nx.GELU_C
-        np.tanh(t, out=t)
-        t += 1.0
-        a *= 0.5
-        a *= t
-        return a
-    if fn == CvoFunc.SIN:
-        return np.sin(a, out=a)
-    if fn == CvoFunc.COS:
-        return np.cos(a, out=a)
-    return np.tanh(a, out=a)
 
 
 def _cvo_work(idx: int, ins: Instr) -> Work:
@@ -55,114 +36,154 @@ def _cvo_work(idx: int, ins: Instr) -> Work:
     out_n = cvo_out_elems(fn, n)
     src = (ins.src_addr, ins.src_addr + words_of(n))
     dst = (ins.dst_addr, ins.dst_addr + words_of(out_n))
-    two = out_n and (accm or fn in BINARY)
+    two = out_n and (accm or CVO[fn].arity == 2)
     reads = (src, dst) if two else (src,)
-    writes = (dst,) if fn != CvoFunc.LOAD_SCALAR else ()
+    writes = (dst,) if CVO[fn].form is not CvoForm.LOAD_SCALAR else ()
     rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
     return Work(idx, "sfu", format_instr(ins), sfu_elems=n, onchip_read_bytes=rd * 16,
                 onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0,
                 is_async=bool(ins.async_), reads=reads, writes=writes)
 
 
+@dataclass
+class _Operands:
+    """One CVO's bound operands: L2 views and the backend's kernels, fixed at load time."""
+
+    sim: FastState
+    work: Work
+    flat: np.ndarray
+    n: int
+    s0: int
+    d0: int
+    out_n: int
+    x: np.ndarray
+    d: np.ndarray
+    accm: bool
+    shifted: bool  # the input overlaps the output at another offset: read it whole before writing
+    numba: bool
+    lut: tuple
+    lut32: tuple
+
+    @classmethod
+    def of(cls, sim: FastState, idx: int, ins: Instr) -> _Operands:
+        n, flat = ins.length, sim.l2.reshape(-1)
+        s0, d0 = ins.src_addr * _E, ins.dst_addr * _E
+        out_n = cvo_out_elems(ins.cvo_func, n)
+        numba = sim.backend == "numba"
+        return cls(sim, _cvo_work(idx, ins), flat, n, s0, d0, out_n, flat[s0: s0 + n],
+                   flat[d0: d0 + max(out_n, 1)], bool(ins.flags & CvoFlag.ACCM),
+                   out_n > 0 and s0 != d0 and s0 < d0 + out_n and d0 < s0 + n, numba,
+                   (kx.LUT64,) if numba else (), (kx.LUT32,) if numba else ())
+
+
 def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | None:
-    """The step for one CVO, or None where the reference path should run it."""
-    fn, n = ins.cvo_func, ins.length
-    work = _cvo_work(idx, ins)
-    flat = sim.l2.reshape(-1)
-    s0, d0 = ins.src_addr * _E, ins.dst_addr * _E
-    out_n = cvo_out_elems(fn, n)
-    x = flat[s0: s0 + n]
-    d = flat[d0: d0 + max(out_n, 1)]
-    accm = bool(ins.flags & CvoFlag.ACCM)
-    # an input that overlaps the output at another offset must be read whole before writing
-    shifted = out_n > 0 and s0 != d0 and s0 < d0 + out_n and d0 < s0 + n
-    numba = sim.backend == "numba"
-    kern = sim._k
-    lut = (kx.LUT64,) if numba else ()
-    lut32 = (kx.LUT32,) if numba else ()
+    """The step for one CVO (by its table row), or None where the reference path should run it."""
+    spec = CVO[ins.cvo_func]
+    ops = _Operands.of(sim, idx, ins)
+    if spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS):
+        return _arith(ops, spec, ins)
+    if spec.core is not None:
+        return _transcendental(ops, spec.core, bool(ins.flags & CvoFlag.SUB_EMAX))
+    build = _BY_FORM.get(spec.form)
+    return None if build is None else build(ops)  # None: a form added later runs on the reference path
 
-    def src() -> np.ndarray:
-        return x.copy() if shifted else x
 
-    if fn in _ARITH or fn in (CvoFunc.SCALE, CvoFunc.RELU_BIAS):
-        fixed = _ARITH.get(fn)
-        recip = bool(ins.flags & CvoFlag.RECIP_SCALE)
-        cvo = kern["cvo"] if numba else kx.np_cvo
+def _arith(ops: _Operands, spec: CvoSpec, ins: Instr) -> Callable[[], Work]:
+    sim, work, x, d, accm, lut, shifted = ops.sim, ops.work, ops.x, ops.d, ops.accm, ops.lut, ops.shifted
+    fixed = _ARITH.get(spec.numerics)
+    bias = spec.form is CvoForm.BIAS
+    recip = bool(ins.flags & CvoFlag.RECIP_SCALE)
+    cvo = sim._k["cvo"] if ops.numba else kx.np_cvo
 
-        def arith() -> Work:
-            s = 0.0
-            op = fixed
-            if op is None:
-                s = float(kx.LUT64[int(sim.s_reg)])
-                if fn == CvoFunc.RELU_BIAS:
-                    op = kx.RELU
-                elif recip:
-                    op = kx.ZERO if s == 0.0 else kx.DIVS
-                else:
-                    op = kx.SCALE
-            cvo(op, src(), d, d, s, accm, *lut)
-            return work
-
-        if numba and out_n == n:
-            sop = -3 if fn == CvoFunc.RELU_BIAS else (-2 if recip else -1)
-            arith.fuse = ((0, sop if fixed is None else fixed, s0, n, d0, int(accm), 0), work)
-        return arith
-    if fn in _TRANSCENDENTAL_SET:
-        sub = bool(ins.flags & CvoFlag.SUB_EMAX)
-        store = kern["round_store"] if numba else kx.np_round_store
-
-        def trans() -> Work:  # runs under the executor's np.errstate (fastsim._QUIET)
-            a = kx.LUT64[x]  # a fresh array: the subtraction may be in place
-            if sub:
-                a -= kx.LUT64[int(sim.e_max)]
-            store(_transcendental(fn, a), d, d, accm, *lut)
-            return work
-
-        return trans
-    if fn == CvoFunc.REDUCE_SUM:
-        rsum = kern["reduce_sum"] if numba else kx.np_reduce_sum
-        word = flat[d0: d0 + _E]
-
-        rbits = kern["reduce_sum_bits"] if numba else None
-
-        def red_sum() -> Work:
-            if accm:
-                s = np.float32(rsum(x, *lut32))
-                bits = kx.np_f64_bits(np.array([kx.LUT64[int(word[0])] + np.float64(s)]))[0]
-            elif rbits is not None:  # a float32 value: its BF16 rounding is the RNE on its pattern
-                bits = np.uint16(rbits(x, kx.LUT32))
+    def arith() -> Work:
+        s = 0.0
+        op = fixed
+        if op is None:
+            s = float(kx.LUT64[int(sim.s_reg)])
+            if bias:
+                op = kx.RELU
+            elif recip:
+                op = kx.ZERO if s == 0.0 else kx.DIVS
             else:
-                bits = np.uint16(kx.f32_scalar_bits(np.float32(rsum(x))))
-            sim.s_reg = bits
-            word[0] = bits
-            word[1:] = _ZEROS7
-            return work
+                op = kx.SCALE
+        cvo(op, x.copy() if shifted else x, d, d, s, accm, *lut)
+        return work
 
-        if numba:
-            red_sum.fuse = ((1, 0, s0, n, d0, int(accm), 0), work)
-        return red_sum
-    if fn == CvoFunc.REDUCE_MAX:
-        word = flat[d0: d0 + _E]
+    if ops.numba and ops.out_n == ops.n:
+        sop = -3 if bias else (-2 if recip else -1)
+        arith.fuse = ((0, sop if fixed is None else fixed, ops.s0, ops.n, ops.d0, int(accm), 0), work)
+    return arith
 
-        def red_max() -> Work:
-            mx = nx.reduce_max(kx.LUT32[x])
-            b = nx.to_bits(mx)[()]
-            sim.e_max = b
-            word[0] = b
-            word[1:] = _ZEROS7
-            return work
 
-        return red_max
-    if fn == CvoFunc.LOAD_SCALAR:  # S <- element len - 1 of the source
+def _transcendental(ops: _Operands, core: Callable[[np.ndarray], np.ndarray], sub: bool
+                    ) -> Callable[[], Work]:
+    """The numerics module's own float64 kernel (the table row's ``core``), then one rounding."""
+    sim, work, x, d, accm, lut = ops.sim, ops.work, ops.x, ops.d, ops.accm, ops.lut
+    store = sim._k["round_store"] if ops.numba else kx.np_round_store
 
-        def load_scalar() -> Work:
-            sim.s_reg = np.uint16(x[n - 1])
-            return work
+    def trans() -> Work:  # runs under the executor's np.errstate (fastsim._QUIET)
+        a = kx.LUT64[x]  # a fresh array: the subtraction may be in place
+        if sub:
+            a -= kx.LUT64[int(sim.e_max)]
+        store(core(a), d, d, accm, *lut)
+        return work
 
-        if numba:
-            load_scalar.fuse = ((2, 0, s0, n, 0, 0, 0), work)
-        return load_scalar
-    return None  # anything added to the ISA later: the reference path
+    return trans
+
+
+def _reduce_sum(ops: _Operands) -> Callable[[], Work]:
+    sim, work, x, accm, lut32 = ops.sim, ops.work, ops.x, ops.accm, ops.lut32
+    rsum = sim._k["reduce_sum"] if ops.numba else kx.np_reduce_sum
+    word = ops.flat[ops.d0: ops.d0 + _E]
+    rbits = sim._k["reduce_sum_bits"] if ops.numba else None
+
+    def red_sum() -> Work:
+        if accm:
+            s = np.float32(rsum(x, *lut32))
+            bits = kx.np_f64_bits(np.array([kx.LUT64[int(word[0])] + np.float64(s)]))[0]
+        elif rbits is not None:  # a float32 value: its BF16 rounding is the RNE on its pattern
+            bits = np.uint16(rbits(x, kx.LUT32))
+        else:
+            bits = np.uint16(kx.f32_scalar_bits(np.float32(rsum(x))))
+        sim.s_reg = bits
+        word[0] = bits
+        word[1:] = _ZEROS7
+        return work
+
+    if ops.numba:
+        red_sum.fuse = ((1, 0, ops.s0, ops.n, ops.d0, int(accm), 0), work)
+    return red_sum
+
+
+def _reduce_max(ops: _Operands) -> Callable[[], Work]:
+    sim, work, x = ops.sim, ops.work, ops.x
+    word = ops.flat[ops.d0: ops.d0 + _E]
+
+    def red_max() -> Work:
+        mx = nx.reduce_max(kx.LUT32[x])
+        b = nx.to_bits(mx)[()]
+        sim.e_max = b
+        word[0] = b
+        word[1:] = _ZEROS7
+        return work
+
+    return red_max
+
+
+def _load_scalar(ops: _Operands) -> Callable[[], Work]:  # S <- element len - 1 of the source
+    sim, work, x, n = ops.sim, ops.work, ops.x, ops.n
+
+    def load_scalar() -> Work:
+        sim.s_reg = np.uint16(x[n - 1])
+        return work
+
+    if ops.numba:
+        load_scalar.fuse = ((2, 0, ops.s0, n, 0, 0, 0), work)
+    return load_scalar
+
+
+_BY_FORM = {CvoForm.REDUCE_SUM: _reduce_sum, CvoForm.REDUCE_MAX: _reduce_max,
+            CvoForm.LOAD_SCALAR: _load_scalar}
 
 
 def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None = None,
@@ -234,5 +255,3 @@ def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list
 
     return run
 
-
-_TRANSCENDENTAL_SET = frozenset({CvoFunc.EXP, CvoFunc.GELU, CvoFunc.SIN, CvoFunc.COS, CvoFunc.TANH})
