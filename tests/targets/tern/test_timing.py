@@ -60,11 +60,12 @@ def test_phase_mapping_and_host_costs():
 
 
 def test_pinned_decode_step_is_the_reference_model():
-    """The decode step above (8 lanes), every phase: `simulate` (the compiled loop here) returns what
-    the plain reference model (`npukit.sim.timing_ref`) does, every figure by repr."""
+    """The decode step above (8 lanes), every phase: `simulate` (the compiled loop) and the readable
+    loop return what the plain reference model (`npukit.sim.timing_ref`) does, every figure by repr."""
     import json
 
     from npukit.sim.timing_ref import simulate_reference
+    from npukit.sim.timing_state import Sim
     from npukit.targets.tern.timing import machine
 
     hw = load_hw("tern-arty-a7-35t", ["engine.lanes=8"])
@@ -82,3 +83,4 @@ def test_pinned_decode_step_is_the_reference_model():
         got = simulate_work(step, hw, ph)
         assert json.dumps(got.to_json()) == json.dumps(want.to_json()), ph
         assert [list(o.stalls) for o in got.ops] == [list(o.stalls) for o in want.ops], ph
+        assert json.dumps(Sim(machine(hw), timed).run().to_json()) == json.dumps(want.to_json()), ph
