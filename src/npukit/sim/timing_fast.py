@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from npukit.sim.timing import (
+from npukit.sim.timing_tokens import check_tokens
+from npukit.sim.timing_types import (
     EngineStats,
     Fetch,
     Machine,
@@ -29,9 +30,8 @@ from npukit.sim.timing import (
     OpTiming,
     TimingError,
     TimingResult,
-    _validate,
+    validate_program,
 )
-from npukit.sim.timing_tokens import check_tokens
 from npukit.sim.trace import gc_paused
 
 try:
@@ -340,7 +340,7 @@ def try_simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult | None:
     if plan is None:
         return None
     ops = list(ops)
-    _validate(machine, ops, plan.capacity, {s.name: s for s in machine.streams}, plan.cores)
+    validate_program(machine, ops, plan.capacity, {s.name: s for s in machine.streams}, plan.cores)
     check_tokens(machine, ops)
     try:
         cols = Columns.from_ops(plan, ops)

@@ -24,12 +24,11 @@ import numba as nb
 import numpy as np
 
 from npukit.sim import compile_report
+from npukit.sim.timing_types import BYTES_EPS, FRACTION_EPS  # compile-time constants to numba
 
 compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
-_EPS = 1e-9  # npukit.sim.timing._EPS and _BEPS (a test checks they agree)
-_BEPS = 1e-6
 _INF = np.inf
 
 # iv (ints in/out): the issue window in, the counts of samples out
@@ -69,7 +68,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
         # ---- settle: issue, start and complete at t until nothing changes ---------------------------
         changed = True
         while changed:
-            while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:  # issue
+            while k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:  # issue
                 p = k
                 issue[p] = t
                 next_issue = t + ic
@@ -129,15 +128,15 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                         start[p] = t
                         unstarted -= 1
                         started_any = True
-                    elif frac[p] < 1 - _EPS and haswork[p]:
+                    elif frac[p] < 1 - FRACTION_EPS and haswork[p]:
                         break
-                    if t < start[p] + lat[p] - _EPS:
+                    if t < start[p] + lat[p] - FRACTION_EPS:
                         break
-                    if frac[p] < 1 - _EPS:
+                    if frac[p] < 1 - FRACTION_EPS:
                         if haswork[p]:
                             break
                         frac[p], prog_end[p] = 1.0, t
-                    if not t >= prog_end[p] + tail[p] - _EPS:
+                    if not t >= prog_end[p] + tail[p] - FRACTION_EPS:
                         break
                     end[p], frac[p] = t, 1.0
                     n_done += 1
@@ -152,13 +151,13 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                         break
                     p = cur[e] = q_ops[q_off[e] + h]
             changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
-                                                     and unstarted < win and t >= next_issue - _EPS)
+                                                     and unstarted < win and t >= next_issue - FRACTION_EPS)
         for si in range(nstr):  # prefetches whose bytes have all arrived
             if not fmoved[si]:
                 continue
             fmoved[si] = False
             i, ln, off = s_cur[si], s_len[si], s_off[si]
-            while i < ln and fetched[s_ops[off + i]] >= sb[s_ops[off + i]] - _BEPS:
+            while i < ln and fetched[s_ops[off + i]] >= sb[s_ops[off + i]] - BYTES_EPS:
                 p = s_ops[off + i]
                 s_fetched[si] += sb[p] - fetched[p]
                 fetched[p] = sb[p]
@@ -191,7 +190,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                 n_block += 1
                 continue
             lat_end = s0 + lat[p]
-            if lat_end > t + _EPS:
+            if lat_end > t + FRACTION_EPS:
                 c = lat_end - t
                 if c < dt:
                     dt = c
@@ -208,7 +207,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                 filling[n_fill] = p
                 n_fill += 1
             tail_end = prog_end[p] + tail[p]
-            if t + _EPS < tail_end < _INF:
+            if t + FRACTION_EPS < tail_end < _INF:
                 c = tail_end - t
                 if c < dt:
                     dt = c
@@ -260,7 +259,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
         for _ in range(12):
             for j in range(ns):
                 fcaps[nx + j] = scap_c[j]
-            # max-min fair shares (`timing._waterfill`, step for step)
+            # max-min fair shares (`timing.waterfill`, step for step)
             for r in range(nres):
                 left[r] = capacity[r]
             for i in range(nf):
@@ -301,9 +300,9 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                 for i in range(nf):
                     if frozen[i]:
                         continue
-                    stop = got[i] >= fcaps[i] * (1 - _EPS)
+                    stop = got[i] >= fcaps[i] * (1 - FRACTION_EPS)
                     for a in range(fplen[i]):
-                        if left[fpath[i, a]] <= capacity[fpath[i, a]] * _EPS:
+                        if left[fpath[i, a]] <= capacity[fpath[i, a]] * FRACTION_EPS:
                             stop = True
                     if stop:
                         frozen[i] = True
@@ -330,7 +329,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                     continue
                 b = sbr[p]
                 avail = fetched[p] - frac[p] * b
-                if avail <= _BEPS and fetched[p] < b - _BEPS:
+                if avail <= BYTES_EPS and fetched[p] < b - BYTES_EPS:
                     si = sidx[p]
                     inflow = share[si] if tg[si] == p else 0.0
                     lim = inflow / b
@@ -343,15 +342,15 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                 c_in, pr_in = rmark[c] == stamp, rmark[pr] == stamp
                 rc = rate[c] if c_in else 0.0
                 rp = rate[pr] if pr_in else 0.0
-                if gap <= _EPS and c_in and rp < rc:  # FIFO empty: the consumer follows
+                if gap <= FRACTION_EPS and c_in and rp < rc:  # FIFO empty: the consumer follows
                     rate[c], why[c] = rp, wait_code[eng[pr]]
-                if gap >= full[c] - _EPS and pr_in and rc < rp and start[c] <= t:  # full: the producer waits
+                if gap >= full[c] - FRACTION_EPS and pr_in and rc < rp and start[c] <= t:  # full: pr waits
                     rate[pr], why[pr] = rc, wait_code[eng[c]]
             stable = True
             for j in range(ns):
                 si = scap_si[j]
                 c = s_bpc[si]
-                if lvl[si] >= s_capb[si] - _BEPS:  # a full buffer fetches as fast as it is drained
+                if lvl[si] >= s_capb[si] - BYTES_EPS:  # a full buffer fetches as fast as it is drained
                     c = 0.0
                     for a in range(n_rs):
                         q = rs[a]
@@ -365,7 +364,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
             if stable:
                 break
         # ---- horizon: the first smallest non-negative time to the next event -------------------------
-        if k < n and blocker < 0 and next_issue > t + _EPS:
+        if k < n and blocker < 0 and next_issue > t + FRACTION_EPS:
             c = next_issue - t
             if c >= 0 and c < dt:
                 dt = c
@@ -381,7 +380,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                     inflow = share[si] if tg[si] == p else 0.0
                     avail = fetched[p] - frac[p] * sbr[p]
                     out = r * sbr[p]
-                    if out > inflow * (1 + 1e-12) and avail > _BEPS:
+                    if out > inflow * (1 + 1e-12) and avail > BYTES_EPS:
                         c = avail / (out - inflow)
                         if c >= 0 and c < dt:
                             dt = c
@@ -400,7 +399,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                     if sidx[q] == si:
                         cons += rate[q] * sbr[q]
                 room = s_capb[si] - lvl[si]
-                if f > cons * (1 + 1e-12) and room > _BEPS:
+                if f > cons * (1 + 1e-12) and room > BYTES_EPS:
                     c = room / (f - cons)
                     if c >= 0 and c < dt:
                         dt = c
@@ -409,11 +408,11 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
             gap = frac[pr] - frac[c]
             rc = rate[c] if rmark[c] == stamp else 0.0
             rp = rate[pr] if rmark[pr] == stamp else 0.0
-            if rc > rp and gap > _EPS:
+            if rc > rp and gap > FRACTION_EPS:
                 d = gap / (rc - rp)
                 if d >= 0 and d < dt:
                     dt = d
-            if rp > rc and full[c] - gap > _EPS and start[c] <= t:
+            if rp > rc and full[c] - gap > FRACTION_EPS and start[c] <= t:
                 d = (full[c] - gap) / (rp - rc)
                 if d >= 0 and d < dt:
                     dt = d
@@ -435,7 +434,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
             f = frac[p] + r * dt
             if not f < 1.0:
                 f = 1.0
-            if f >= 1 - _EPS:
+            if f >= 1 - FRACTION_EPS:
                 frac[p], prog_end[p] = 1.0, t + dt
             else:
                 frac[p] = f

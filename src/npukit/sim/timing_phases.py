@@ -22,8 +22,8 @@ the Sim's attributes.
 
 from __future__ import annotations
 
-from npukit.sim.timing import _BEPS, _EPS
-from npukit.sim.timing_rates import _drawing, _drawn
+from npukit.sim.timing_rates import stream_bytes_drawn, stream_draw_rate
+from npukit.sim.timing_types import BYTES_EPS, FRACTION_EPS
 
 _INF = float("inf")
 
@@ -45,7 +45,7 @@ class Phases:
             self.n_done
         changed = True
         while changed:
-            if k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
+            if k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:
                 k, blocker, next_issue, unstarted = issue(t, k, blocker, next_issue, unstarted)
             done_any = started_any = blocked_any = False  # (blocked: by a hazard or a token)
             for e in self.live:  # each head, and the next one whenever a head completes
@@ -72,15 +72,15 @@ class Phases:
                         start[p] = t
                         unstarted -= 1
                         started_any = True
-                    elif frac[p] < 1 - _EPS and haswork[p]:  # (both tests below are pure)
+                    elif frac[p] < 1 - FRACTION_EPS and haswork[p]:  # (both tests below are pure)
                         break
-                    if t < start[p] + lat[p] - _EPS:
+                    if t < start[p] + lat[p] - FRACTION_EPS:
                         break
-                    if frac[p] < 1 - _EPS:
+                    if frac[p] < 1 - FRACTION_EPS:
                         if haswork[p]:
                             break
                         frac[p], prog_end[p] = 1.0, t  # no work: only latency and tail
-                    if not t >= prog_end[p] + tail[p] - _EPS or (gated and pushes[p] and not give(p)):
+                    if not t >= prog_end[p] + tail[p] - FRACTION_EPS or (gated and pushes[p] and not give(p)):
                         break  # (tokens to push last)
                     end[p], frac[p] = t, 1.0
                     n_done += 1
@@ -103,7 +103,7 @@ class Phases:
             # only the order of the stream byte sums could depend on that, and an op that draws from
             # a stream cannot start and finish at one instant.)
             changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
-                                                     and unstarted < win and t >= next_issue - _EPS)
+                                                     and unstarted < win and t >= next_issue - FRACTION_EPS)
             if pools:  # issued pool ops to free cores
                 self.k = k
                 changed = self._dispatch() or changed
@@ -119,7 +119,7 @@ class Phases:
         queue have room, and it is time; returns the issuer's state (k, blocker, next_issue, unstarted)."""
         n, win, ic = self.n, self.win, self.ic
         ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq, eng, cur = self.b_issue
-        while k < n and blocker < 0 and unstarted < win and t >= next_issue - _EPS:
+        while k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:
             if cdepth and pending[cq[k]] >= cdepth:  # (command queues: the next one is full)
                 break
             p = k
@@ -146,7 +146,7 @@ class Phases:
         for si in self.fmoved:
             lst = s_ops[si]
             i = s_cur[si]
-            while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - _BEPS:
+            while i < len(lst) and fetched[lst[i]] >= sb[lst[i]] - BYTES_EPS:
                 p = lst[i]
                 s_fetched[si] += sb[p] - fetched[p]
                 fetched[p] = sb[p]
@@ -189,7 +189,7 @@ class Phases:
                 blocked.append(e)
                 continue
             lat_end = s0 + lat[p]
-            if lat_end > t + _EPS:
+            if lat_end > t + FRACTION_EPS:
                 c = lat_end - t
                 if c < dt:
                     dt = c
@@ -201,7 +201,7 @@ class Phases:
             else:
                 filling.append(p)
             tail_end = prog_end[p] + tail[p]
-            if t + _EPS < tail_end < inf:
+            if t + FRACTION_EPS < tail_end < inf:
                 c = tail_end - t
                 if c < dt:
                     dt = c
@@ -226,11 +226,11 @@ class Phases:
                 if 0 <= p < k and start[s_prev[si]] <= t:
                     tg[si] = p
                     fetching = True
-                    if len(rs) == 1:  # (`_drawn` inline: one term is that term exactly)
+                    if len(rs) == 1:  # (`stream_bytes_drawn` inline: one term is that term exactly)
                         q = rs[0]
                         lvl[si] = s_fetched[si] - s_consumed[si] - (frac[q] * sbr[q] if sidx[q] == si else 0)
                     else:
-                        lvl[si] = s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
+                        lvl[si] = s_fetched[si] - s_consumed[si] - stream_bytes_drawn(rs, si, frac, sbr, sidx)
         return running, rs, waiting, blocked, filling, dt, links, tg, lvl, fetching
 
     # --- 3, 4. solve rates, then the horizon: time to the next event ----------------------------
@@ -251,7 +251,7 @@ class Phases:
                     key = (tuple([self.xkey[p] for p in xops]), ())
                     got = self.wf_memo.get(key) or self._fill(key, xops, [])
                 self._share_rates(running, got, rate, why)
-        if self.k < self.n and self.blocker < 0 and self.next_issue > t + _EPS:
+        if self.k < self.n and self.blocker < 0 and self.next_issue > t + FRACTION_EPS:
             c = self.next_issue - t
             if c >= 0 and c < dt:
                 dt = c
@@ -266,7 +266,7 @@ class Phases:
                     inflow = share[si] if tg[si] == p else 0.0
                     avail = fetched[p] - frac[p] * sbr[p]
                     out = r * sbr[p]
-                    if out > inflow * (1 + 1e-12) and avail > _BEPS:
+                    if out > inflow * (1 + 1e-12) and avail > BYTES_EPS:
                         c = avail / (out - inflow)
                         if c >= 0 and c < dt:
                             dt = c
@@ -278,20 +278,20 @@ class Phases:
                 c = (sbr[p] - fetched[p]) / f
                 if c >= 0 and c < dt:
                     dt = c
-                cons = _drawing(rs, si, rate, sbr, sidx)
+                cons = stream_draw_rate(rs, si, rate, sbr, sidx)
                 room = s_capb[si] - lvl[si]
-                if f > cons * (1 + 1e-12) and room > _BEPS:
+                if f > cons * (1 + 1e-12) and room > BYTES_EPS:
                     c = room / (f - cons)
                     if c >= 0 and c < dt:
                         dt = c
         for pr, c in links:
             gap = frac[pr] - frac[c]
             rc, rp = rate.get(c, 0.0), rate.get(pr, 0.0)
-            if rc > rp and gap > _EPS:
+            if rc > rp and gap > FRACTION_EPS:
                 d = gap / (rc - rp)
                 if d >= 0 and d < dt:
                     dt = d
-            if rp > rc and full[c] - gap > _EPS and start[c] <= t:
+            if rp > rc and full[c] - gap > FRACTION_EPS and start[c] <= t:
                 d = (full[c] - gap) / (rp - rc)
                 if d >= 0 and d < dt:
                     dt = d
@@ -310,7 +310,7 @@ class Phases:
                 f = frac[p] + r * dt
                 if not f < 1.0:  # min(1.0, f)
                     f = 1.0
-                if f >= 1 - _EPS:
+                if f >= 1 - FRACTION_EPS:
                     frac[p], prog_end[p] = 1.0, t + dt
                 else:
                     frac[p] = f
@@ -341,12 +341,14 @@ class Phases:
             self.usage.append((t, used))
             self.last_used = used
         if nstr:
-            if nstr == 1:  # (`_drawn` inline for one running op)
-                drawn = (frac[rs[0]] * sbr[rs[0]] if len(rs) == 1 else _drawn(rs, 0, frac, sbr, sidx))
+            if nstr == 1:  # (`stream_bytes_drawn` inline for one running op)
+                drawn = (frac[rs[0]] * sbr[rs[0]] if len(rs) == 1
+                         else stream_bytes_drawn(rs, 0, frac, sbr, sidx))
                 self.levels.append((t, s_fetched[0] - s_consumed[0] - drawn))
             else:
-                self.levels.append((t, tuple([s_fetched[si] - s_consumed[si] - _drawn(rs, si, frac, sbr, sidx)
-                                              for si in range(nstr)])))
+                self.levels.append((t, tuple([
+                    s_fetched[si] - s_consumed[si] - stream_bytes_drawn(rs, si, frac, sbr, sidx)
+                    for si in range(nstr)])))
 
     def _attribute(self, dt: float, running: list[int], waiting: list[int], blocked: list[int],
                    filling: list[int], rate: dict[int, float], why: dict[int, str]) -> None:

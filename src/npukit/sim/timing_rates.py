@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from npukit.sim.timing import _BEPS, _EPS, _waterfill
+from npukit.sim.timing_types import BYTES_EPS, FRACTION_EPS, waterfill
 
 
-def _drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: list[int]):
+def stream_bytes_drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: list[int]):
     """Bytes the running stream ops ``rs`` have drawn from stream ``si`` so far: the sum() the model
     defines (0 for none; one term alone, never -0.0, is exactly that term: sum() is skipped for it)."""
     if len(rs) == 1:
@@ -23,8 +23,9 @@ def _drawn(rs: list[int], si: int, frac: list[float], sbr: list[float], sidx: li
     return sum(frac[p] * sbr[p] for p in rs if sidx[p] == si) if rs else 0
 
 
-def _drawing(rs: list[int], si: int, rate: dict[int, float], sbr: list[float], sidx: list[int]):
-    """Bytes per cycle the running stream ops ``rs`` draw from stream ``si`` at ``rate`` (as `_drawn`)."""
+def stream_draw_rate(rs: list[int], si: int, rate: dict[int, float], sbr: list[float], sidx: list[int]):
+    """Bytes per cycle the running stream ops ``rs`` draw from stream ``si`` at ``rate`` (summed as
+    `stream_bytes_drawn` sums)."""
     if len(rs) == 1:
         p = rs[0]
         return rate.get(p, 0.0) * sbr[p] if sidx[p] == si else 0
@@ -41,7 +42,7 @@ class Rates:
         streams = self.m.streams
         caps = [self.xcap[p] for p in xops] + [c for _, c in scap]
         paths = [self.ops[p].path for p in xops] + [streams[si].path for si, _ in scap]
-        got = self.wf_memo[key] = _waterfill(caps, paths, self.capacity) if caps else []
+        got = self.wf_memo[key] = waterfill(caps, paths, self.capacity) if caps else []
         return got
 
     def _share_rates(self, running: list[int], got: list[float], rate: dict[int, float],
@@ -91,7 +92,7 @@ class Rates:
             for p in wants:  # weights must have arrived
                 sb = sbr[p]
                 avail = fetched[p] - frac[p] * sb
-                if avail <= _BEPS and fetched[p] < sb - _BEPS:
+                if avail <= BYTES_EPS and fetched[p] < sb - BYTES_EPS:
                     si = sidx[p]
                     inflow = share[si] if tg[si] == p else 0.0
                     lim = inflow / sb
@@ -101,18 +102,18 @@ class Rates:
                 gap = frac[pr] - frac[c]
                 rc = new_rate.get(c, 0.0)
                 rp = new_rate.get(pr, 0.0)
-                if gap <= _EPS and c in new_rate and rp < rc:  # FIFO empty: consumer follows
+                if gap <= FRACTION_EPS and c in new_rate and rp < rc:  # FIFO empty: consumer follows
                     new_rate[c], new_why[c] = rp, wait_why[pr]
                 # FIFO full (only once the consumer runs): the producer waits
-                if gap >= full[c] - _EPS and pr in new_rate and rc < rp and start[c] <= t:
+                if gap >= full[c] - FRACTION_EPS and pr in new_rate and rc < rp and start[c] <= t:
                     new_rate[pr], new_why[pr] = rc, wait_why[c]
             new_scap = []
             for si in range(nstr):
                 if tg[si] is None:
                     continue
                 c = s_bpc[si]
-                if lvl[si] >= s_capb[si] - _BEPS:
-                    c = _drawing(rs, si, new_rate, sbr, sidx)
+                if lvl[si] >= s_capb[si] - BYTES_EPS:
+                    c = stream_draw_rate(rs, si, new_rate, sbr, sidx)
                 new_scap.append((si, c))
             # the rates are a function of the stream caps: equal caps, and the next round repeats this one
             stable = new_scap == scap

@@ -19,7 +19,10 @@ import math
 from collections.abc import Sequence
 from operator import attrgetter
 
-from npukit.sim.timing import (
+from npukit.sim.timing_phases import Phases
+from npukit.sim.timing_rates import Rates
+from npukit.sim.timing_tokens import Tokens, check_tokens, expand_engines
+from npukit.sim.timing_types import (
     EngineStats,
     Fetch,
     Machine,
@@ -27,12 +30,9 @@ from npukit.sim.timing import (
     OpTiming,
     TimingError,
     TimingResult,
-    _overlap,
-    _validate,
+    ranges_conflict,
+    validate_program,
 )
-from npukit.sim.timing_phases import Phases
-from npukit.sim.timing_rates import Rates
-from npukit.sim.timing_tokens import Tokens, check_tokens, expand_engines
 
 _INF = math.inf
 _MASK_SPAN = 1 << 16  # addresses below this are compared as bit sets
@@ -62,7 +62,7 @@ class Sim(Phases, Rates, Tokens):
         self.streams = {s.name: s for s in machine.streams}
         self.cores, self.pools = expand_engines(machine)
         names = {*self.cores, *self.pools} if self.pools else self.cores
-        _validate(machine, ops, capacity, self.streams, names)
+        validate_program(machine, ops, capacity, self.streams, names)
         check_tokens(machine, ops)
         self.n = len(ops)
         col = {a: list(map(attrgetter(a), ops)) for a in (
@@ -172,7 +172,7 @@ class Sim(Phases, Rates, Tokens):
             if pm is not None and qm is not None:  # bit sets meet exactly where two ranges overlap
                 if not (qm & rwm or rmask[q] & wm):
                     continue
-            elif not _overlap(ops[q], rw, wr):
+            elif not ranges_conflict(ops[q], rw, wr):
                 continue
             if not (q == fifo and isasync[q]):  # (a FIFO producer streams to p instead of via L2)
                 out.append(q)

@@ -17,7 +17,7 @@ without an `EnginePool` never dispatches, so the loop pays one local flag test w
 
 from __future__ import annotations
 
-from npukit.sim.timing import EnginePool, Machine, Op, TimingError, TokenDeadlock, TokenOp, TokenWait
+from npukit.sim.timing_types import EnginePool, Machine, Op, TimingError, TokenDeadlock, TokenOp, TokenWait
 
 _INF = float("inf")
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from npukit.sim.timing import TimingResult
+from npukit.sim.timing_types import TimingResult
 
 _DIGITS = 6  # picosecond resolution in µs; keeps per-track end/start equal after rounding
 

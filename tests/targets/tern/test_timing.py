@@ -57,3 +57,30 @@ def test_phase_mapping_and_host_costs():
     res = simulate_work([att, ffn, norm], hw, "fabric-ffn-glue")
     assert res.cycles == pytest.approx(16456 + 13974 + h.norm_cycles / 2)
     assert np.isclose(res.engines["host"].busy, h.norm_cycles / 2)
+
+
+def test_pinned_decode_step_is_the_reference_model():
+    """The decode step above (8 lanes), every phase: `simulate` (the compiled loop) and the readable
+    loop return what the plain reference model (`npukit.sim.timing_ref`) does, every figure by repr."""
+    import json
+
+    from npukit.sim.timing_ref import simulate_reference
+    from npukit.sim.timing_state import Sim
+    from npukit.targets.tern.timing import machine
+
+    hw = load_hw("tern-arty-a7-35t", ["engine.lanes=8"])
+    m = load_bitnet("bitnet-b1.58-2b-4t", overrides=SHAPES, seed=2)
+    ops = TernOps(hw, gather=False)
+    net = BitNet(m.cfg, m.w, mode="quant", ops=ops)
+    cache = net.new_cache()
+    net.forward(list(range(1, 6)), cache)
+    start = len(ops.work)
+    net.forward([11], cache)
+    step = ops.work[start:]
+    for ph in PHASES:
+        timed = [o for i, w in enumerate(step) if (o := op_for(w, hw, ph, i)) is not None]
+        want = simulate_reference(machine(hw), timed)
+        got = simulate_work(step, hw, ph)
+        assert json.dumps(got.to_json()) == json.dumps(want.to_json()), ph
+        assert [list(o.stalls) for o in got.ops] == [list(o.stalls) for o in want.ops], ph
+        assert json.dumps(Sim(machine(hw), timed).run().to_json()) == json.dumps(want.to_json()), ph
