@@ -47,6 +47,7 @@ from npukit.devices.alkali.spec import (
     encode_status,
     parse_args,
 )
+from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.registry import CommandSpec, LogPageSpec, QueueKind, Request, Result, dwords_cdw10
 from npukit.devices.nvme.spec import LBA_SIZE, NvmeError, Status
 from npukit.errors import ConfigError
@@ -155,7 +156,8 @@ class AlkaliDevice:
         acc = self.accels.get(accel_id)
         if acc is None:
             raise AlkaliError(Status.INVALID_FIELD, f"no accelerator {accel_id} (the device has "
-                              f"{len(self.accels)})", LogType.ACCELERATOR_ERROR, None, param_loc=48)
+                              f"{len(self.accels)})", LogType.ACCELERATOR_ERROR, None,
+                              param_loc=field_offset("alkali.accel_id"))
         if need_enabled and not self.enabled:
             raise AlkaliError(Status.COMMAND_SEQUENCE_ERROR, "the accelerator subsystem is disabled "
                               "(Global Accelerator Control 0 enables it)", LogType.ACCELERATOR_ERROR,
@@ -172,10 +174,12 @@ class AlkaliDevice:
         if fw_id >= self.cfg.slots:
             raise AlkaliError(Status.INVALID_FIRMWARE_SLOT,
                               f"firmware ID {fw_id} beyond the {self.cfg.slots} slots",
-                              LogType.INVALID_FIRMWARE_ID, acc.accel_id, param_loc=52)
+                              LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                              param_loc=field_offset("alkali.fw_id"))
         if filled and fw_id not in acc.slots:
             raise AlkaliError(Status.INVALID_FIRMWARE_SLOT, f"firmware slot {fw_id} is empty",
-                              LogType.INVALID_FIRMWARE_ID, acc.accel_id, param_loc=52)
+                              LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                              param_loc=field_offset("alkali.fw_id"))
 
     # ---- admin -------------------------------------------------------------------------------------
     def identify_bytes(self) -> bytes:
@@ -204,7 +208,7 @@ class AlkaliDevice:
         op = req.cmd.cdw12
         if op not in (GlobalOp.ENABLE, GlobalOp.DISABLE):
             raise AlkaliError(Status.INVALID_FIELD, f"global control operation {op} (0 enable, 1 disable)",
-                              LogType.ACCELERATOR_ERROR, None, param_loc=48)
+                              LogType.ACCELERATOR_ERROR, None, param_loc=field_offset("alkali.operation"))
         self.enabled = op == GlobalOp.ENABLE
         return Result()
 
@@ -372,7 +376,7 @@ class AlkaliDevice:
                 acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
             return False
         raise AlkaliError(Status.INVALID_FIRMWARE_IMAGE, text, LogType.INVALID_FIRMWARE_ID, acc.accel_id,
-                          param_loc=60)
+                          param_loc=field_offset("alkali.fw_check"))
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         for acc in self.accels.values():

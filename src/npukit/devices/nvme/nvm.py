@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from npukit.devices.nvme.command import Command
+from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.namespace import Namespace
 from npukit.devices.nvme.registry import CommandRegistry, CommandSpec, QueueKind, Request, Result
 from npukit.devices.nvme.spec import LBA_SIZE, NSID_ALL, IoOpcode, NvmeError, Status
@@ -17,14 +18,15 @@ DSM_DEALLOCATE = 1 << 2
 def _namespace(req: Request) -> Namespace:
     ns = req.ctrl.subsystem.namespaces.get(req.cmd.nsid)
     if ns is None:
-        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {req.cmd.nsid:#x} is not active", param_loc=4)
+        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {req.cmd.nsid:#x} is not active",
+                        param_loc=field_offset("nsid"))
     return ns
 
 
 def _range(ns: Namespace, slba: int, nlb: int) -> None:
     if not ns.in_range(slba, nlb):
         raise NvmeError(Status.LBA_OUT_OF_RANGE, f"LBAs {slba}+{nlb} beyond {ns.blocks}", lba=slba,
-                        param_loc=40)
+                        param_loc=field_offset("io.slba"))
 
 
 def _blocks_bytes(cmd: Command) -> int:
