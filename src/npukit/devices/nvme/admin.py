@@ -8,6 +8,7 @@ from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.logs import firmware_slot_page, smart_page
 from npukit.devices.nvme.registry import (
     DEFERRED,
+    CommandEffects,
     CommandRegistry,
     CommandSpec,
     LogPageSpec,
@@ -97,6 +98,12 @@ def get_log_page(req: Request) -> Result:
                         param_loc=field_offset("get_log.lpo"))
     ctrl.log_page_read(lid, rae)
     return Result(data=content[offset: offset + _log_length(cmd)])
+
+
+def _effects_log(ctrl, cmd: Command) -> bytes:
+    if ctrl.discovery:  # a discovery controller serves only discovery log pages
+        raise NvmeError(Status.INVALID_LOG_PAGE, "commands and effects on a discovery controller")
+    return ctrl.subsystem.registry.effects_log()
 
 
 def _smart_log(ctrl, cmd: Command) -> bytes:
@@ -330,7 +337,9 @@ def register_admin(registry: CommandRegistry) -> None:
         (AdminOpcode.SET_FEATURES, CommandSpec("set features", set_features)),
         (AdminOpcode.GET_FEATURES, CommandSpec("get features", get_features)),
         (AdminOpcode.ASYNC_EVENT_REQUEST, CommandSpec("asynchronous event request", async_event_request)),
-        (AdminOpcode.FIRMWARE_COMMIT, CommandSpec("firmware commit", firmware_commit)),
+        # activation changes Identify Controller's FR: the host re-reads it (CCC)
+        (AdminOpcode.FIRMWARE_COMMIT, CommandSpec("firmware commit", firmware_commit,
+                                                  effects=CommandEffects(ccc=True))),
         (AdminOpcode.FIRMWARE_DOWNLOAD, CommandSpec("firmware image download", firmware_download,
                                                     data_in=lambda c: (c.cdw10 + 1) * 4)),
         (AdminOpcode.KEEP_ALIVE, CommandSpec("keep alive", keep_alive)),
@@ -340,3 +349,5 @@ def register_admin(registry: CommandRegistry) -> None:
     registry.register_log_page(LogPage.ERROR, LogPageSpec("error information", _error_log))
     registry.register_log_page(LogPage.SMART, LogPageSpec("SMART / health information", _smart_log))
     registry.register_log_page(LogPage.FIRMWARE_SLOT, LogPageSpec("firmware slot information", _fw_slot_log))
+    registry.register_log_page(LogPage.COMMANDS_EFFECTS, LogPageSpec("commands supported and effects",
+                                                                     _effects_log))

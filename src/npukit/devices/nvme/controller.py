@@ -95,7 +95,9 @@ class Controller:
                                   firmware_revision=sub.state.active_revision(), discovery=self.discovery,
                                   fabrics=self.fabrics, io_queues=self.max_io_queues,
                                   max_queue_entries=sub.max_queue_entries, mdts=sub.mdts,
-                                  in_capsule_bytes=sub.in_capsule_bytes)
+                                  in_capsule_bytes=sub.in_capsule_bytes,
+                                  admin_opcodes=frozenset(sub.registry.opcodes(QueueKind.ADMIN)),
+                                  log_pages=frozenset(sub.registry.log_pages))
 
     def sq_exists(self, sqid: int) -> bool:
         if self.queue_manager is not None:

@@ -73,6 +73,11 @@ COMMAND_FIELDS: dict[str, tuple[str, int]] = {
     "connect.sqsize": ("cdw11", 0),
     # Alkali vendor commands: accelerator ID / operation in CDW12, firmware ID in CDW13,
     # the firmware image's verification in CDW15
+    "alkali.numd": ("cdw10", 0),
+    "alkali.offset": ("cdw11", 0),
+    "alkali.slba": ("cdw12", 0),
+    "alkali.control_op": ("cdw13", 0),
+    "alkali.nlb": ("cdw14", 0),
     "alkali.accel_id": ("cdw12", 0),
     "alkali.operation": ("cdw12", 0),
     "alkali.fw_id": ("cdw13", 0),
