@@ -26,7 +26,9 @@ SPEC_SQE_OFFSETS = {"opcode": 0, "flags": 1, "cid": 2, "nsid": 4, "cdw2": 8, "cd
 # (Fabrics 1.1 Figure 20: CNTLID byte 16, SUBNQN 256, HOSTNQN 512)
 SPEC_COMMAND_OFFSETS = {"queue.qsize": 42, "queue.cqid": 46, "features.sv": 43, "features.sel": 41,
                         "identify.csi": 47, "connect.qid": 42, "connect.sqsize": 44,
-                        "property.attrib": 40, "property.ofst": 44, "property.value": 48, "fctype": 4}
+                        "property.attrib": 40, "property.ofst": 44, "property.value": 48, "fctype": 4,
+                        # docs/devices/alkali.md: accelerator CDW12, firmware ID / control op CDW13, NLB CDW14
+                        "alkali.accel_id": 48, "alkali.fw_id": 52, "alkali.control_op": 52, "alkali.nlb": 56}
 
 
 def test_common_fields_match_the_spec_figure():
