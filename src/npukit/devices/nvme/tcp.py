@@ -472,12 +472,22 @@ def _tune_socket(writer: asyncio.StreamWriter) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when the ``fast`` extra installed it (measured faster for this target: 4 KiB reads
+    and 128 KiB writes, docs/devices/nvme.md), else asyncio's own; the target behaves the same on both."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class TargetThread:
     """A target running its own event loop in a daemon thread (tests, in-process tools)."""
 
     def __init__(self, subsystems: list[Subsystem], host: str = "127.0.0.1", port: int = 0) -> None:
         self.target = TcpTarget(subsystems)
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.port = 0
         ready = threading.Event()
 
