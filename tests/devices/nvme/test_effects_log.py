@@ -13,7 +13,7 @@ from npukit.devices.alkali.device import AlkaliDevice
 from npukit.devices.nvme.admin import get_log_page
 from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.identify import CONTROLLER_FIELDS, ControllerIdentity, controller_page
-from npukit.devices.nvme.registry import CommandEffects, QueueKind, Request
+from npukit.devices.nvme.registry import CommandEffects, CommandRegistry, CommandSpec, QueueKind, Request
 from npukit.devices.nvme.subsystem import Subsystem, default_registry
 
 
@@ -67,10 +67,11 @@ def test_identify_announces_what_the_registry_serves():
     ctrl = sub.new_controller(hostnqn="nqn.host")
     values = _identify(ctrl.identity())
     assert values["lpa"] & 0x2 and values["oacs"] == 0x4  # effects log; firmware commit/download only
-    no_fw = default_registry()
-    no_fw._commands.pop((QueueKind.ADMIN, 0x11))
-    without = Subsystem("nqn.2026-11.io.npukit:nofw", registry=no_fw).new_controller(hostnqn="h")
-    assert _identify(without.identity())["oacs"] == 0
+    # OACS bit 2 needs both Firmware Commit (10h) and Firmware Image Download (11h)
+    commit_only = CommandRegistry()
+    commit_only.register(QueueKind.ADMIN, 0x10, CommandSpec("firmware commit", lambda req: None))
+    without = Subsystem("nqn.2026-11.io.npukit:nofw", registry=commit_only).new_controller(hostnqn="h")
+    assert _identify(without.identity()) == {"oacs": 0, "lpa": 0x4}  # no effects log registered either
 
 
 def test_get_log_page_05h_through_the_controller():
