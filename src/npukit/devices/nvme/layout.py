@@ -71,8 +71,10 @@ COMMAND_FIELDS: dict[str, tuple[str, int]] = {
     "connect.recfmt": ("cdw10", 0),
     "connect.qid": ("cdw10", 2),
     "connect.sqsize": ("cdw11", 0),
-    # Alkali vendor commands: accelerator ID / operation in CDW12, firmware ID in CDW13,
-    # the firmware image's verification in CDW15
+    # Alkali vendor commands (docs/devices/alkali.md): dword count CDW10, dword offset CDW11,
+    # accelerator ID / global operation / storage SLBA CDW12, firmware ID / control op CDW13, storage
+    # NLB CDW14, the upload's verification mode CDW15. (Control's firmware ID is in CDW14, but its
+    # slot errors have always been reported at CDW13: kept, the error log is pinned bit for bit.)
     "alkali.numd": ("cdw10", 0),
     "alkali.offset": ("cdw11", 0),
     "alkali.slba": ("cdw12", 0),
