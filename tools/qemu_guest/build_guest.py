@@ -220,7 +220,33 @@ def _build_locked(cache: Path) -> dict:
     return manifest
 
 
-def script_archive(manifest: dict, files: dict[str, str], out: Path) -> Path:
+def tool_archive(tools: list[str], cache: Path | None = None) -> Path:
+    """A gzip'd cpio archive of extra guest binaries and every shared library they load (built once per
+    set of binaries, cached): tests that need a large tool (fio loads ~80 MB of libraries) append it to
+    the base initrd instead of every boot carrying it."""
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    missing = [tool for tool in tools if not Path(tool).exists()]
+    if missing:
+        raise GuestBuildError(f"{', '.join(missing)} missing: run scripts/ensure_debian_deps.sh")
+    stamp = "".join(f"{t}:{Path(t).stat().st_size}:{Path(t).stat().st_mtime_ns};" for t in tools)
+    out = cache / f"tools-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}.cpio.gz"
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.exists():
+            return out
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            staging = Path(tmp) / "root"
+            for tool in tools:
+                _copy(tool, staging)
+                for lib in shared_libraries(tool):
+                    _copy(lib, staging)
+            make_cpio(staging, Path(tmp) / "tools.cpio.gz")
+            shutil.move(Path(tmp) / "tools.cpio.gz", out)
+    return out
+
+
+def script_archive(manifest: dict, files: dict[str, str], out: Path, extra: list[Path] = ()) -> Path:
     """The base initrd followed by a gzip'd cpio archive holding ``files`` (path → text, executable):
     the kernel unpacks concatenated archives in order, so these files join the base image."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -230,9 +256,10 @@ def script_archive(manifest: dict, files: dict[str, str], out: Path) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             path.chmod(0o755)
-        extra = Path(tmp) / "extra.cpio.gz"
-        make_cpio(staging, extra)
-        out.write_bytes(Path(manifest["initrd"]).read_bytes() + extra.read_bytes())
+        archive = Path(tmp) / "extra.cpio.gz"
+        make_cpio(staging, archive)
+        parts = [Path(manifest["initrd"]), *extra, archive]
+        out.write_bytes(b"".join(part.read_bytes() for part in parts))
     return out
 
 

@@ -48,6 +48,9 @@ block flush nvme flush /dev/nvme0n1
 
 block id_ctrl nvme id-ctrl /dev/nvme0 -o json
 block id_ns nvme id-ns /dev/nvme0n1 -o json
+# --csi=0: nvme-cli 2.3 (Debian 12) reads the effects log without it only on PCIe controllers and
+# prints nothing on fabrics (linux-nvme/nvme-cli#1783, fixed after 2.3)
+block effects_log nvme effects-log /dev/nvme0 --csi=0
 block smart_after nvme smart-log /dev/nvme0 -o json
 # a vendor opcode no handler claims (0xC2 is the Alkali Accelerator Identify when accelerators are served)
 block vendor_passthru nvme admin-passthru /dev/nvme0 -o 0xca -l 16 -r -4 4

@@ -83,6 +83,17 @@ def _same_fields(ours: dict, theirs: dict) -> list[str]:
     return differ
 
 
+def _effects_entries(blocks) -> dict[tuple[str, int], int]:
+    """nvme-cli's plain effects-log listing: ``ACS<opcode> [name] <effects hex>`` / ``IOCS...``."""
+    text, rc = blocks["effects_log"]
+    assert rc == 0, text
+    entries = {}
+    for m in re.finditer(r"^(ACS|IOCS)\s*(\d+)\s*\[[^\]]*\]\s*([0-9a-fA-F]{8})", text, re.M):
+        entries[("admin" if m.group(1) == "ACS" else "io", int(m.group(2)))] = int(m.group(3), 16)
+    assert entries, text
+    return entries
+
+
 @pytest.mark.slow
 def test_linux_nvme_tcp_host_against_npukit_target(tmp_path):
     builder, manifest = built_guest()
@@ -122,6 +133,15 @@ def test_linux_nvme_tcp_host_against_npukit_target(tmp_path):
         assert int(after["host_write_commands"]) - int(before["host_write_commands"]) >= 16 + 32
         assert int(after["data_units_written"]) >= int(before["data_units_written"]) + 3  # 1.125 MiB
         assert int(after["host_read_commands"]) > int(before["host_read_commands"])
+
+        effects = _effects_entries(blocks)
+        assert effects[("admin", 0x10)] == 0x11 and effects[("io", 0x01)] == 0x3  # commit CCC, write LBCC
+        assert effects[("io", 0x02)] == 0x1 and ("admin", 0xCA) not in effects
+        for opcode in (0xC2, 0xC6):  # Alkali identify / status: supported, no effects
+            assert effects[("admin", opcode)] == 0x1
+        assert effects[("admin", 0xC0)] == 0x11  # global control: enables accelerators (CCC)
+        assert effects[("io", 0x85)] == effects[("io", 0x91)] == 0x11  # firmware upload, control: CCC
+        assert effects[("io", 0x8C)] == 0x3 and effects[("io", 0x81)] == 0x1  # storage output writes LBAs
 
         text, rc = blocks["vendor_passthru"]
         assert rc != 0 and "Invalid Command Opcode" in text and "0x4001" in text  # SC 1 with DNR

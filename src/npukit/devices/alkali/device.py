@@ -47,7 +47,17 @@ from npukit.devices.alkali.spec import (
     encode_status,
     parse_args,
 )
-from npukit.devices.nvme.registry import CommandSpec, LogPageSpec, QueueKind, Request, Result, dwords_cdw10
+from npukit.devices.nvme.layout import field_offset
+from npukit.devices.nvme.registry import (
+    NO_EFFECTS,
+    CommandEffects,
+    CommandSpec,
+    LogPageSpec,
+    QueueKind,
+    Request,
+    Result,
+    dwords_cdw10,
+)
 from npukit.devices.nvme.spec import LBA_SIZE, NvmeError, Status
 from npukit.errors import ConfigError
 from npukit.targets.ebpf.vm import default_engine
@@ -106,20 +116,23 @@ class AlkaliDevice:
     # ---- registration ------------------------------------------------------------------------------
     def install(self, subsystem) -> AlkaliDevice:
         reg = subsystem.registry
-        admin = [(ADMIN_IDENTIFY, "accelerator identify", self.identify, 0, dwords_cdw10),
-                 (ADMIN_STATUS, "get accelerator status", self.status, 0, dwords_cdw10),
-                 (ADMIN_GLOBAL_CONTROL, "global accelerator control", self.global_control, 0, 0)]
-        io = [(IO_SEND_DATA, "send data", self.send_data, dwords_cdw10, 0),
-              (IO_READ_DATA, "read data", self.read_data, 0, dwords_cdw10),
-              (IO_SEND_FIRMWARE, "send firmware", self.send_firmware, dwords_cdw10, 0),
-              (IO_READ_FIRMWARE, "read firmware", self.read_firmware, 0, dwords_cdw10),
-              (IO_STORAGE_INPUT, "local storage as input", self.storage_input, 0, 0),
-              (IO_STORAGE_OUTPUT, "local storage as output", self.storage_output, 0, 0),
-              (IO_CONTROL, "basic accelerator control", self.control, dwords_cdw10, 0)]
+        # effects (log page 05h): enabling accelerators, loading or switching firmware change what the
+        # controller offers (CCC); storage output writes the namespace's blocks (LBCC)
+        state, blocks, none = CommandEffects(ccc=True), CommandEffects(lbcc=True), NO_EFFECTS
+        admin = [(ADMIN_IDENTIFY, "accelerator identify", self.identify, 0, dwords_cdw10, none),
+                 (ADMIN_STATUS, "get accelerator status", self.status, 0, dwords_cdw10, none),
+                 (ADMIN_GLOBAL_CONTROL, "global accelerator control", self.global_control, 0, 0, state)]
+        io = [(IO_SEND_DATA, "send data", self.send_data, dwords_cdw10, 0, none),
+              (IO_READ_DATA, "read data", self.read_data, 0, dwords_cdw10, none),
+              (IO_SEND_FIRMWARE, "send firmware", self.send_firmware, dwords_cdw10, 0, state),
+              (IO_READ_FIRMWARE, "read firmware", self.read_firmware, 0, dwords_cdw10, none),
+              (IO_STORAGE_INPUT, "local storage as input", self.storage_input, 0, 0, none),
+              (IO_STORAGE_OUTPUT, "local storage as output", self.storage_output, 0, 0, blocks),
+              (IO_CONTROL, "basic accelerator control", self.control, dwords_cdw10, 0, state)]
         for kind, table in ((QueueKind.ADMIN, admin), (QueueKind.IO, io)):
-            for opcode, name, fn, n_in, n_out in table:
+            for opcode, name, fn, n_in, n_out, effects in table:
                 spec = CommandSpec(name, self._wrap(name, kind.value, fn), data_in=n_in or _none,
-                                   data_out=n_out or _none)
+                                   data_out=n_out or _none, effects=effects)
                 reg.register(kind, opcode, spec, replace=True)
         reg.register_log_page(LOG_ACCELERATOR, LogPageSpec("accelerator log", self._log_page), replace=True)
         return self
@@ -155,7 +168,8 @@ class AlkaliDevice:
         acc = self.accels.get(accel_id)
         if acc is None:
             raise AlkaliError(Status.INVALID_FIELD, f"no accelerator {accel_id} (the device has "
-                              f"{len(self.accels)})", LogType.ACCELERATOR_ERROR, None, param_loc=48)
+                              f"{len(self.accels)})", LogType.ACCELERATOR_ERROR, None,
+                              param_loc=field_offset("alkali.accel_id"))
         if need_enabled and not self.enabled:
             raise AlkaliError(Status.COMMAND_SEQUENCE_ERROR, "the accelerator subsystem is disabled "
                               "(Global Accelerator Control 0 enables it)", LogType.ACCELERATOR_ERROR,
@@ -172,10 +186,12 @@ class AlkaliDevice:
         if fw_id >= self.cfg.slots:
             raise AlkaliError(Status.INVALID_FIRMWARE_SLOT,
                               f"firmware ID {fw_id} beyond the {self.cfg.slots} slots",
-                              LogType.INVALID_FIRMWARE_ID, acc.accel_id, param_loc=52)
+                              LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                              param_loc=field_offset("alkali.fw_id"))
         if filled and fw_id not in acc.slots:
             raise AlkaliError(Status.INVALID_FIRMWARE_SLOT, f"firmware slot {fw_id} is empty",
-                              LogType.INVALID_FIRMWARE_ID, acc.accel_id, param_loc=52)
+                              LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                              param_loc=field_offset("alkali.fw_id"))
 
     # ---- admin -------------------------------------------------------------------------------------
     def identify_bytes(self) -> bytes:
@@ -204,7 +220,7 @@ class AlkaliDevice:
         op = req.cmd.cdw12
         if op not in (GlobalOp.ENABLE, GlobalOp.DISABLE):
             raise AlkaliError(Status.INVALID_FIELD, f"global control operation {op} (0 enable, 1 disable)",
-                              LogType.ACCELERATOR_ERROR, None, param_loc=48)
+                              LogType.ACCELERATOR_ERROR, None, param_loc=field_offset("alkali.operation"))
         self.enabled = op == GlobalOp.ENABLE
         return Result()
 
@@ -230,11 +246,13 @@ class AlkaliDevice:
             if offset > len(acc.input):
                 raise AlkaliError(Status.INVALID_FIELD, f"data offset {offset} leaves a gap after the "
                                   f"{len(acc.input)} bytes loaded", LogType.INVALID_INPUT_BUFFER,
-                                  acc.accel_id, 44)
+                                  acc.accel_id,
+                                  field_offset("alkali.offset"))
             if offset + n > self.cfg.input_size:
                 raise AlkaliError(Status.CAPACITY_EXCEEDED, f"{offset + n} bytes overflow the "
                                   f"{self.cfg.input_size}-byte input buffer", LogType.INVALID_INPUT_BUFFER,
-                                  acc.accel_id, 40)
+                                  acc.accel_id,
+                                  field_offset("alkali.numd"))
             del acc.input[offset:]
             acc.input += req.data
         return Result()
@@ -248,7 +266,8 @@ class AlkaliDevice:
             if offset + n > self.cfg.output_size:
                 raise AlkaliError(Status.CAPACITY_EXCEEDED, f"reading {offset + n} bytes from the "
                                   f"{self.cfg.output_size}-byte output buffer", LogType.INVALID_OUTPUT_BUFFER,
-                                  acc.accel_id, 40)
+                                  acc.accel_id,
+                                  field_offset("alkali.numd"))
             return Result(data=bytes(acc.output[offset:offset + n]))
 
     def send_firmware(self, req: Request) -> Result:
@@ -260,11 +279,13 @@ class AlkaliDevice:
             image = acc.slots.get(fw_id, bytearray()) if offset else bytearray()
             if offset > len(image):
                 raise AlkaliError(Status.INVALID_FIELD, f"firmware offset {offset} leaves a gap after "
-                                  f"{len(image)} bytes", LogType.INVALID_FIRMWARE_ID, acc.accel_id, 44)
+                                  f"{len(image)} bytes", LogType.INVALID_FIRMWARE_ID, acc.accel_id,
+                                  field_offset("alkali.offset"))
             if offset + n > self.cfg.firmware_size:
                 raise AlkaliError(Status.CAPACITY_EXCEEDED, f"a {offset + n}-byte firmware exceeds the "
                                   f"{self.cfg.firmware_size}-byte slot", LogType.INVALID_FIRMWARE_ID,
-                                  acc.accel_id, 40)
+                                  acc.accel_id,
+                                  field_offset("alkali.numd"))
             del image[offset:]
             image += req.data
             acc.slots[fw_id] = image
@@ -279,7 +300,8 @@ class AlkaliDevice:
             if offset + n > self.cfg.firmware_size:
                 raise AlkaliError(Status.CAPACITY_EXCEEDED, f"reading {offset + n} bytes of a "
                                   f"{self.cfg.firmware_size}-byte slot", LogType.INVALID_FIRMWARE_ID,
-                                  acc.accel_id, 40)
+                                  acc.accel_id,
+                                  field_offset("alkali.numd"))
             return Result(data=bytes(acc.slots[fw_id][offset:offset + n]))
 
     def _blocks(self, req: Request, log_type: LogType, limit: int) -> tuple[Accelerator, object, int, int]:
@@ -288,17 +310,20 @@ class AlkaliDevice:
         ns = req.ctrl.subsystem.namespaces.get(cmd.nsid)
         if ns is None:
             raise AlkaliError(Status.INVALID_NAMESPACE, f"namespace {cmd.nsid:#x} is not active", log_type,
-                              acc.accel_id, 4)
+                              acc.accel_id,
+                              field_offset("nsid"))
         unit = self.flavor.storage_unit
         nlb = (cmd.cdw14 & 0xFFFF) + (1 if self.flavor.storage_nlb_zero_based else 0)
         slba = cmd.cdw12 | (cmd.cdw13 << 32)
         size, lba = nlb * unit, slba * unit // LBA_SIZE
         if not nlb or not ns.in_range(lba, size // LBA_SIZE):
             raise AlkaliError(Status.LBA_OUT_OF_RANGE, f"{nlb} blocks of {unit} B at {slba} beyond the "
-                              f"{ns.blocks}-LBA namespace", log_type, acc.accel_id, 48)
+                              f"{ns.blocks}-LBA namespace", log_type, acc.accel_id,
+                              field_offset("alkali.slba"))
         if size > limit:
             raise AlkaliError(Status.CAPACITY_EXCEEDED, f"{size} bytes overflow the {limit}-byte buffer",
-                              log_type, acc.accel_id, 56)
+                              log_type, acc.accel_id,
+                              field_offset("alkali.nlb"))
         return acc, ns, lba, size
 
     def storage_input(self, req: Request) -> Result:
@@ -341,14 +366,16 @@ class AlkaliDevice:
                     parse_args(bytes(req.data))
                 except ValueError as exc:
                     raise AlkaliError(Status.INVALID_FIELD, f"argument list: {exc}",
-                                      LogType.ACCELERATOR_ERROR, acc.accel_id, 40) from None
+                                      LogType.ACCELERATOR_ERROR, acc.accel_id,
+                                      field_offset("alkali.numd")) from None
                 verified = self._check_firmware(acc, fw_id, cmd.cdw15)
                 # a proven firmware runs as native code without per-access checks (where llvmlite loads)
                 engine = "jit" if verified and default_engine() == "jit" else "fast"
                 acc.start(fw_id, bytes(req.data), engine=engine)  # the firmware reads its args with helper 4
             else:
                 raise AlkaliError(Status.INVALID_FIELD, f"control operation {op} (0 reset, 1 start, 2 stop, "
-                                  "3 set active firmware)", LogType.ACCELERATOR_ERROR, acc.accel_id, 52)
+                                  "3 set active firmware)", LogType.ACCELERATOR_ERROR, acc.accel_id,
+                                  field_offset("alkali.control_op"))
         return Result()
 
     def _check_firmware(self, acc: Accelerator, fw_id: int, cdw15: int) -> bool:
@@ -372,7 +399,7 @@ class AlkaliDevice:
                 acc.log.add(LogType.INVALID_FIRMWARE_ID, f"warning: {text}")
             return False
         raise AlkaliError(Status.INVALID_FIRMWARE_IMAGE, text, LogType.INVALID_FIRMWARE_ID, acc.accel_id,
-                          param_loc=60)
+                          param_loc=field_offset("alkali.fw_check"))
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         for acc in self.accels.values():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from npukit.devices.nvme import identify as idf
 from npukit.devices.nvme.command import Command
+from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.logs import firmware_slot_page, smart_page
 from npukit.devices.nvme.registry import (
     DEFERRED,
+    CommandEffects,
     CommandRegistry,
     CommandSpec,
     LogPageSpec,
@@ -41,7 +43,8 @@ def _log_length(cmd: Command) -> int:
 
 def _active_nsid(req: Request, nsid: int) -> None:
     if nsid not in req.ctrl.subsystem.namespaces:
-        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {nsid:#x} is not active", param_loc=4)
+        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {nsid:#x} is not active",
+                        param_loc=field_offset("nsid"))
 
 
 def identify(req: Request) -> Result:
@@ -51,7 +54,8 @@ def identify(req: Request) -> Result:
     if cns == Cns.CONTROLLER:
         return Result(data=idf.controller_page(ctrl.identity()))
     if ctrl.discovery:
-        raise NvmeError(Status.INVALID_FIELD, f"CNS {cns:#x} on a discovery controller", param_loc=40)
+        raise NvmeError(Status.INVALID_FIELD, f"CNS {cns:#x} on a discovery controller",
+                        param_loc=field_offset("identify.cns"))
     if cns == Cns.NAMESPACE:
         if cmd.nsid == NSID_ALL:
             return Result(data=idf.namespace_page(0, sub.nqn, 0))
@@ -66,14 +70,16 @@ def identify(req: Request) -> Result:
         return Result(data=idf.namespace_descriptors(sub.nqn, cmd.nsid))
     if cns in (Cns.CS_NAMESPACE, Cns.CS_CONTROLLER):
         if csi != 0:
-            raise NvmeError(Status.INVALID_FIELD, f"command set {csi} is not supported", param_loc=47)
+            raise NvmeError(Status.INVALID_FIELD, f"command set {csi} is not supported",
+                            param_loc=field_offset("identify.csi"))
         if cns == Cns.CS_NAMESPACE:
             _active_nsid(req, cmd.nsid)
         return Result(data=bytes(idf.IDENTIFY_SIZE))
     if cns == Cns.CS_INDEPENDENT_NS:
         _active_nsid(req, cmd.nsid)
         return Result(data=idf.cs_independent_namespace(True))
-    raise NvmeError(Status.INVALID_FIELD, f"CNS {cns:#x} is not supported", param_loc=40)
+    raise NvmeError(Status.INVALID_FIELD, f"CNS {cns:#x} is not supported",
+                    param_loc=field_offset("identify.cns"))
 
 
 def get_log_page(req: Request) -> Result:
@@ -82,22 +88,29 @@ def get_log_page(req: Request) -> Result:
     offset = cmd.cdw12 | (cmd.cdw13 << 32)
     spec = ctrl.subsystem.registry.log_pages.get(lid)
     if spec is None:
-        raise NvmeError(Status.INVALID_LOG_PAGE, f"log page {lid:#x}", param_loc=40)
+        raise NvmeError(Status.INVALID_LOG_PAGE, f"log page {lid:#x}", param_loc=field_offset("get_log.lid"))
     if offset % 4:
-        raise NvmeError(Status.INVALID_FIELD, "log page offset is not dword aligned", param_loc=48)
+        raise NvmeError(Status.INVALID_FIELD, "log page offset is not dword aligned",
+                        param_loc=field_offset("get_log.lpo"))
     content = spec.build(ctrl, cmd)
     if offset >= len(content):
         raise NvmeError(Status.INVALID_FIELD, f"offset {offset} is beyond the {len(content)}-byte log",
-                        param_loc=48)
+                        param_loc=field_offset("get_log.lpo"))
     ctrl.log_page_read(lid, rae)
     return Result(data=content[offset: offset + _log_length(cmd)])
+
+
+def _effects_log(ctrl, cmd: Command) -> bytes:
+    if ctrl.discovery:  # a discovery controller serves only discovery log pages
+        raise NvmeError(Status.INVALID_LOG_PAGE, "commands and effects on a discovery controller")
+    return ctrl.subsystem.registry.effects_log()
 
 
 def _smart_log(ctrl, cmd: Command) -> bytes:
     if ctrl.discovery:
         raise NvmeError(Status.INVALID_LOG_PAGE, "SMART on a discovery controller")
     if cmd.nsid not in (0, NSID_ALL, *ctrl.subsystem.namespaces):
-        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {cmd.nsid:#x}", param_loc=4)
+        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {cmd.nsid:#x}", param_loc=field_offset("nsid"))
     sub = ctrl.subsystem
     return smart_page(sub.state.counters, sub.state.power_on_hours(), sub.temperature_k,
                       _critical_warning(ctrl))
@@ -122,12 +135,14 @@ def set_features(req: Request) -> Result:
     cmd, ctrl = req.cmd, req.ctrl
     fid, value = cmd.cdw10 & 0xFF, cmd.cdw11
     if cmd.cdw10 >> 31:
-        raise NvmeError(Status.FEATURE_NOT_SAVEABLE, f"feature {fid:#x} cannot be saved", param_loc=43)
+        raise NvmeError(Status.FEATURE_NOT_SAVEABLE, f"feature {fid:#x} cannot be saved",
+                        param_loc=field_offset("features.sv"))
     feats = ctrl.features
     if fid == Feature.TEMPERATURE_THRESHOLD:
         threshold, tmpsel, thsel = value & 0xFFFF, (value >> 16) & 0xF, (value >> 20) & 0x3
         if tmpsel not in (0, 0xF) or thsel > 1:
-            raise NvmeError(Status.INVALID_FIELD, "TMPSEL/THSEL not supported", param_loc=46)
+            raise NvmeError(Status.INVALID_FIELD, "TMPSEL/THSEL not supported",
+                            param_loc=field_offset("features.tmpsel"))
         if thsel == 0:
             feats.temp_over = threshold
         else:
@@ -141,7 +156,8 @@ def set_features(req: Request) -> Result:
     if fid == Feature.NUMBER_OF_QUEUES and not ctrl.discovery:
         nsqr, ncqr = value & 0xFFFF, value >> 16
         if 0xFFFF in (nsqr, ncqr):
-            raise NvmeError(Status.INVALID_FIELD, "NSQR/NCQR of 65535", param_loc=44)
+            raise NvmeError(Status.INVALID_FIELD, "NSQR/NCQR of 65535",
+                            param_loc=field_offset("features.nsqr"))
         if ctrl.io_queues:
             raise NvmeError(Status.COMMAND_SEQUENCE_ERROR, "I/O queues already exist")
         granted = min(max(nsqr, ncqr) + 1, ctrl.max_io_queues)
@@ -156,7 +172,8 @@ def set_features(req: Request) -> Result:
         granularity = 100 * ctrl.identity().kato_granularity_100ms
         feats.kato_ms = -(-value // granularity) * granularity
         return Result()
-    raise NvmeError(Status.INVALID_FIELD, f"feature {fid:#x} is not supported", param_loc=40)
+    raise NvmeError(Status.INVALID_FIELD, f"feature {fid:#x} is not supported",
+                    param_loc=field_offset("features.fid"))
 
 
 def get_features(req: Request) -> Result:
@@ -164,16 +181,19 @@ def get_features(req: Request) -> Result:
     fid, sel = cmd.cdw10 & 0xFF, (cmd.cdw10 >> 8) & 0x7
     if sel == 3:
         if fid not in _FEATURE_IDS or (ctrl.discovery and fid not in _DISCOVERY_FEATURES):
-            raise NvmeError(Status.INVALID_FIELD, f"feature {fid:#x} is not supported", param_loc=40)
+            raise NvmeError(Status.INVALID_FIELD, f"feature {fid:#x} is not supported",
+                            param_loc=field_offset("features.fid"))
         return Result(dw0=0b100)  # changeable, not saveable, not namespace specific
     if sel not in (0, 1):
-        raise NvmeError(Status.INVALID_FIELD, "saved values are not supported (ONCS.SSS=0)", param_loc=41)
+        raise NvmeError(Status.INVALID_FIELD, "saved values are not supported (ONCS.SSS=0)",
+                        param_loc=field_offset("features.sel"))
     defaults = sel == 1
     feats = ctrl.features
     if fid == Feature.TEMPERATURE_THRESHOLD:
         tmpsel, thsel = (cmd.cdw11 >> 16) & 0xF, (cmd.cdw11 >> 20) & 0x3
         if tmpsel not in (0, 0xF) or thsel > 1:
-            raise NvmeError(Status.INVALID_FIELD, "TMPSEL/THSEL not supported", param_loc=46)
+            raise NvmeError(Status.INVALID_FIELD, "TMPSEL/THSEL not supported",
+                            param_loc=field_offset("features.tmpsel"))
         over, under = (0x157, 0) if defaults else (feats.temp_over, feats.temp_under)
         return Result(dw0=(over if thsel == 0 else under) | (tmpsel << 16) | (thsel << 20))
     if fid == Feature.VOLATILE_WRITE_CACHE and not ctrl.discovery:
@@ -185,7 +205,8 @@ def get_features(req: Request) -> Result:
         return Result(dw0=0 if defaults else feats.aen_config)
     if fid == Feature.KEEP_ALIVE_TIMER:
         return Result(dw0=0 if defaults else feats.kato_ms)
-    raise NvmeError(Status.INVALID_FIELD, f"feature {fid:#x} is not supported", param_loc=40)
+    raise NvmeError(Status.INVALID_FIELD, f"feature {fid:#x} is not supported",
+                    param_loc=field_offset("features.fid"))
 
 
 _FEATURE_IDS = {int(f) for f in Feature}
@@ -225,7 +246,8 @@ def delete_io_cq(req: Request) -> Result:
 def abort(req: Request) -> Result:
     sqid, cid = req.cmd.cdw10 & 0xFFFF, req.cmd.cdw10 >> 16
     if not req.ctrl.sq_exists(sqid):  # as QEMU's controller does; the spec names no status for it
-        raise NvmeError(Status.INVALID_FIELD, f"SQ {sqid} does not exist", param_loc=40)
+        raise NvmeError(Status.INVALID_FIELD, f"SQ {sqid} does not exist",
+                        param_loc=field_offset("abort.sqid"))
     # Only outstanding Asynchronous Event Requests can still be aborted: every other command
     # completes before the next one is fetched. DW0 bit 0 = 1 means "not aborted".
     aborted = sqid == 0 and req.ctrl.abort_event_request(cid)
@@ -279,7 +301,7 @@ def firmware_commit(req: Request) -> Result:
     state = ctrl.subsystem.state
     if bpid or ca > 3:
         raise NvmeError(Status.INVALID_FIELD, f"commit action {ca} (boot partitions are not supported)",
-                        param_loc=40)
+                        param_loc=field_offset("fw_commit.ca"))
     if ca in (0, 1, 3):
         slot = fs or READ_ONLY_SLOT + 1
         if slot > FIRMWARE_SLOTS or slot == READ_ONLY_SLOT:
@@ -315,7 +337,9 @@ def register_admin(registry: CommandRegistry) -> None:
         (AdminOpcode.SET_FEATURES, CommandSpec("set features", set_features)),
         (AdminOpcode.GET_FEATURES, CommandSpec("get features", get_features)),
         (AdminOpcode.ASYNC_EVENT_REQUEST, CommandSpec("asynchronous event request", async_event_request)),
-        (AdminOpcode.FIRMWARE_COMMIT, CommandSpec("firmware commit", firmware_commit)),
+        # activation changes Identify Controller's FR: the host re-reads it (CCC)
+        (AdminOpcode.FIRMWARE_COMMIT, CommandSpec("firmware commit", firmware_commit,
+                                                  effects=CommandEffects(ccc=True))),
         (AdminOpcode.FIRMWARE_DOWNLOAD, CommandSpec("firmware image download", firmware_download,
                                                     data_in=lambda c: (c.cdw10 + 1) * 4)),
         (AdminOpcode.KEEP_ALIVE, CommandSpec("keep alive", keep_alive)),
@@ -325,3 +349,5 @@ def register_admin(registry: CommandRegistry) -> None:
     registry.register_log_page(LogPage.ERROR, LogPageSpec("error information", _error_log))
     registry.register_log_page(LogPage.SMART, LogPageSpec("SMART / health information", _smart_log))
     registry.register_log_page(LogPage.FIRMWARE_SLOT, LogPageSpec("firmware slot information", _fw_slot_log))
+    registry.register_log_page(LogPage.COMMANDS_EFFECTS, LogPageSpec("commands supported and effects",
+                                                                     _effects_log))

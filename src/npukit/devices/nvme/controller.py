@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from npukit.devices.nvme.command import Command, Completion
 from npukit.devices.nvme.identify import ControllerIdentity
+from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.logs import ErrorEntry, ErrorLog
 from npukit.devices.nvme.registry import DEFERRED, CommandSpec, QueueKind, Request, Result, transfer_lengths
 from npukit.devices.nvme.regs import (
@@ -94,7 +95,9 @@ class Controller:
                                   firmware_revision=sub.state.active_revision(), discovery=self.discovery,
                                   fabrics=self.fabrics, io_queues=self.max_io_queues,
                                   max_queue_entries=sub.max_queue_entries, mdts=sub.mdts,
-                                  in_capsule_bytes=sub.in_capsule_bytes)
+                                  in_capsule_bytes=sub.in_capsule_bytes,
+                                  admin_opcodes=frozenset(sub.registry.opcodes(QueueKind.ADMIN)),
+                                  log_pages=frozenset(sub.registry.log_pages))
 
     def sq_exists(self, sqid: int) -> bool:
         if self.queue_manager is not None:
@@ -150,7 +153,8 @@ class Controller:
         if cmd.opcode != 0x7F and not self.ready:
             raise NvmeError(Status.COMMAND_SEQUENCE_ERROR, "controller not enabled (CC.EN=0)")
         if cmd.fuse:
-            raise NvmeError(Status.INVALID_FIELD, "fused operations are not supported", param_loc=1)
+            raise NvmeError(Status.INVALID_FIELD, "fused operations are not supported",
+                            param_loc=field_offset("fuse"))
         try:
             n_in, n_out = transfer_lengths(spec, cmd)
         except Exception as exc:  # an extension's length function failed or broke the direction rule

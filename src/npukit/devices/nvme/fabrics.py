@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from npukit.devices.nvme.command import Command, Completion
 from npukit.devices.nvme.controller import Controller
+from npukit.devices.nvme.layout import connect_data_offset, field_offset
+from npukit.devices.nvme.lifecycle import QueueEvent, QueueLifecycle, QueueState
 from npukit.devices.nvme.regs import CAP_RESET
 from npukit.devices.nvme.spec import FabricsType, NvmeError, Register, Status
 from npukit.devices.nvme.subsystem import Subsystem
@@ -22,8 +24,9 @@ DYNAMIC_CNTLID = 0xFFFF
 KATO_MAX_MS = 3_600_000
 # Connect Invalid Parameters: DW0 = IATTR (bit 16: 1 = in the data, 0 = in the SQE) | byte offset
 _IN_DATA = 1 << 16
-_OFF_CNTLID, _OFF_SUBNQN, _OFF_HOSTNQN = 16, 256, 512
-_OFF_QID, _OFF_SQSIZE = 42, 44
+_OFF_CNTLID, _OFF_SUBNQN, _OFF_HOSTNQN = (connect_data_offset(name)
+                                          for name in ("cntlid", "subnqn", "hostnqn"))
+_OFF_QID, _OFF_SQSIZE = field_offset("connect.qid"), field_offset("connect.sqsize")
 
 _PROPERTIES = {Register.CAP: 8, Register.VS: 4, Register.CC: 4, Register.CSTS: 4, Register.NSSR: 4}
 
@@ -65,13 +68,13 @@ def fabrics_data_in(cmd: Command) -> int:
 class FabricsQueue:
     """The fabrics side of one queue (connection)."""
 
-    def __init__(self, subsystems: dict[str, Subsystem]) -> None:
+    def __init__(self, subsystems: dict[str, Subsystem], lifecycle: QueueLifecycle) -> None:
         self.subsystems = subsystems
+        self.lifecycle = lifecycle  # owned by the transport connection; Connect/Disconnect advance it
         self.ctrl: Controller | None = None
         self.qid: int | None = None
         self.sqsize = 0
         self.hostid = b""
-        self.disconnect_requested = False
 
     def handle(self, cmd: Command, data: memoryview) -> Completion:
         try:
@@ -86,16 +89,17 @@ class FabricsQueue:
             if kind == FabricsType.PROPERTY_SET and self.qid == 0:
                 return self._property_set(cmd)
             if kind == FabricsType.DISCONNECT:
-                self.disconnect_requested = True
+                self.lifecycle.advance(QueueEvent.DISCONNECT)
                 return Completion(cmd.cid)
-            raise NvmeError(Status.INVALID_FIELD, f"fabrics command type {kind:#x}", param_loc=4)
+            raise NvmeError(Status.INVALID_FIELD, f"fabrics command type {kind:#x}",
+                            param_loc=field_offset("fctype"))
         except NvmeError as err:
             if self.ctrl is not None:
                 return self.ctrl.error_completion(cmd, err, self.qid or 0)
             return Completion(cmd.cid, err.field, err.dw0)
 
     def _connect(self, cmd: Command, data: memoryview) -> Completion:
-        if self.ctrl is not None:
+        if self.lifecycle.state is not QueueState.AWAIT_CONNECT:
             raise NvmeError(Status.COMMAND_SEQUENCE_ERROR, "the queue is already connected")
         recfmt, qid = cmd.cdw10 & 0xFFFF, cmd.cdw10 >> 16
         sqsize, kato = cmd.cdw11 & 0xFFFF, cmd.cdw12
@@ -118,6 +122,7 @@ class FabricsQueue:
         else:
             ctrl = self._io_connect(sub, info, qid)
         self.ctrl, self.qid, self.sqsize, self.hostid = ctrl, qid, sqsize, info.hostid
+        self.lifecycle.advance(QueueEvent.CONNECT)
         return Completion(cmd.cid, 0, ctrl.cntlid)
 
     def _admin_connect(self, sub: Subsystem, info: ConnectData, kato: int) -> Controller:
@@ -154,20 +159,23 @@ class FabricsQueue:
 
     def _property_set(self, cmd: Command) -> Completion:
         offset, _ = self._property(cmd)
-        value = struct.unpack_from("<Q", cmd.raw, 48)[0]
+        value = struct.unpack_from("<Q", cmd.raw, field_offset("property.value"))[0]
         if offset == Register.CC:
             self.ctrl.write_cc(value & 0xFFFFFFFF)
         elif offset != Register.NSSR:  # NSSR: subsystem reset is not supported (CAP.NSSRS=0), ignored
-            raise NvmeError(Status.INVALID_FIELD, f"property {offset:#x} is read-only", param_loc=44)
+            raise NvmeError(Status.INVALID_FIELD, f"property {offset:#x} is read-only",
+                            param_loc=field_offset("property.ofst"))
         return Completion(cmd.cid)
 
     def _property(self, cmd: Command) -> tuple[int, int]:
-        size = 8 if cmd.raw[40] & 0x7 == 1 else 4
-        if cmd.raw[40] & 0x7 > 1:
-            raise NvmeError(Status.INVALID_FIELD, "property size", param_loc=40)
-        offset = struct.unpack_from("<I", cmd.raw, 44)[0]
+        attrib = cmd.raw[field_offset("property.attrib")] & 0x7
+        size = 8 if attrib == 1 else 4
+        if attrib > 1:
+            raise NvmeError(Status.INVALID_FIELD, "property size", param_loc=field_offset("property.attrib"))
+        offset = struct.unpack_from("<I", cmd.raw, field_offset("property.ofst"))[0]
         if _PROPERTIES.get(offset) != size:
-            raise NvmeError(Status.INVALID_FIELD, f"property {offset:#x} of {size} bytes", param_loc=44)
+            raise NvmeError(Status.INVALID_FIELD, f"property {offset:#x} of {size} bytes",
+                            param_loc=field_offset("property.ofst"))
         return offset, size
 
     def release(self) -> None:

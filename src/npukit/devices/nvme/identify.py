@@ -93,6 +93,8 @@ class ControllerIdentity:
     mdts: int = 5
     in_capsule_bytes: int = 8192
     kato_granularity_100ms: int = 10
+    admin_opcodes: frozenset[int] = frozenset()  # what the registry serves: OACS follows from it
+    log_pages: frozenset[int] = frozenset()
     serial: str = "0123456789"
     model: str = "DEADBEEF"
 
@@ -101,6 +103,19 @@ ALKALI_VID = 0x1B96
 ALKALI_OUI = 0x0090A9  # 00-90-A9, stored least significant byte first
 NVME_1_4 = 0x00010400
 OACS_FIRMWARE = 1 << 2
+# Optional Admin Command Support bits and the opcodes each stands for (NVMe 1.4, Figure 247)
+OACS_OPCODES: dict[int, tuple[int, ...]] = {
+    1 << 0: (0x81, 0x82),  # Security Send / Receive
+    1 << 1: (0x80,),  # Format NVM
+    OACS_FIRMWARE: (0x10, 0x11),  # Firmware Commit / Image Download
+    1 << 3: (0x0D,),  # Namespace Management
+    1 << 4: (0x14,),  # Device Self-test
+    1 << 5: (0x19, 0x1A),  # Directive Send / Receive
+    1 << 6: (0x1D, 0x1E),  # NVMe-MI Send / Receive
+    1 << 7: (0x1C,),  # Virtualization Management
+    1 << 8: (0x7C,),  # Doorbell Buffer Config
+}
+LPA_EFFECTS_LOG = 1 << 1
 ONCS_COMPARE, ONCS_DSM, ONCS_WRITE_ZEROES = 1 << 0, 1 << 2, 1 << 3
 LPA_EXTENDED_DATA = 1 << 2
 OAES_FW_ACTIVATION = 1 << 9
@@ -115,8 +130,8 @@ def controller_values(ident: ControllerIdentity) -> dict[str, object]:
         "fr": ident.firmware_revision, "rab": 0, "ieee": ALKALI_OUI, "cmic": 0x2, "mdts": ident.mdts,
         "cntlid": ident.cntlid, "ver": NVME_1_4, "oaes": OAES_FW_ACTIVATION, "ctratt": CTRATT_TBKAS,
         "cntrltype": 2 if ident.discovery else 1,
-        "oacs": 0 if ident.discovery else OACS_FIRMWARE, "acl": 3, "aerl": 3,
-        "frmw": 0 if ident.discovery else FRMW, "lpa": LPA_EXTENDED_DATA, "elpe": 63, "npss": 0,
+        "oacs": 0 if ident.discovery else optional_admin_support(ident.admin_opcodes), "acl": 3, "aerl": 3,
+        "frmw": 0 if ident.discovery else FRMW, "lpa": log_page_attributes(ident), "elpe": 63, "npss": 0,
         "avscc": 1, "wctemp": 0x157, "cctemp": 0x300, "fwug": 0xFF, "kas": ident.kato_granularity_100ms,
         "sqes": 0x66, "cqes": 0x44, "maxcmd": ident.max_queue_entries,
         "nn": 0 if ident.discovery else 1,
@@ -128,6 +143,16 @@ def controller_values(ident: ControllerIdentity) -> dict[str, object]:
         values |= {"ioccsz": (64 + ident.in_capsule_bytes) // 16, "iorcsz": 1, "icdoff": 0, "fcatt": 0,
                    "msdbd": 1}
     return values
+
+
+def optional_admin_support(admin_opcodes: frozenset[int]) -> int:
+    """OACS: a bit is set when every opcode it stands for has a handler."""
+    return sum(bit for bit, ops in OACS_OPCODES.items() if all(op in admin_opcodes for op in ops))
+
+
+def log_page_attributes(ident: ControllerIdentity) -> int:
+    effects = 0x05 in ident.log_pages and not ident.discovery
+    return LPA_EXTENDED_DATA | (LPA_EFFECTS_LOG if effects else 0)
 
 
 def controller_page(ident: ControllerIdentity) -> bytes:

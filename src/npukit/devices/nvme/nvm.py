@@ -5,11 +5,20 @@ from __future__ import annotations
 import struct
 
 from npukit.devices.nvme.command import Command
+from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.namespace import Namespace
-from npukit.devices.nvme.registry import CommandRegistry, CommandSpec, QueueKind, Request, Result
+from npukit.devices.nvme.registry import (
+    CommandEffects,
+    CommandRegistry,
+    CommandSpec,
+    QueueKind,
+    Request,
+    Result,
+)
 from npukit.devices.nvme.spec import LBA_SIZE, NSID_ALL, IoOpcode, NvmeError, Status
 
 FUA = 1 << 30
+CHANGES_BLOCKS = CommandEffects(lbcc=True)
 DSM_RANGE = struct.Struct("<IIQ")
 DSM_DEALLOCATE = 1 << 2
 
@@ -17,14 +26,15 @@ DSM_DEALLOCATE = 1 << 2
 def _namespace(req: Request) -> Namespace:
     ns = req.ctrl.subsystem.namespaces.get(req.cmd.nsid)
     if ns is None:
-        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {req.cmd.nsid:#x} is not active", param_loc=4)
+        raise NvmeError(Status.INVALID_NAMESPACE, f"namespace {req.cmd.nsid:#x} is not active",
+                        param_loc=field_offset("nsid"))
     return ns
 
 
 def _range(ns: Namespace, slba: int, nlb: int) -> None:
     if not ns.in_range(slba, nlb):
         raise NvmeError(Status.LBA_OUT_OF_RANGE, f"LBAs {slba}+{nlb} beyond {ns.blocks}", lba=slba,
-                        param_loc=40)
+                        param_loc=field_offset("io.slba"))
 
 
 def _blocks_bytes(cmd: Command) -> int:
@@ -101,9 +111,12 @@ def dataset_management(req: Request) -> Result:
 def register_nvm(registry: CommandRegistry) -> None:
     io = QueueKind.IO
     registry.register(io, IoOpcode.FLUSH, CommandSpec("flush", flush))
-    registry.register(io, IoOpcode.WRITE, CommandSpec("write", write, data_in=_blocks_bytes))
+    registry.register(io, IoOpcode.WRITE, CommandSpec("write", write, data_in=_blocks_bytes,
+                                                      effects=CHANGES_BLOCKS))
     registry.register(io, IoOpcode.READ, CommandSpec("read", read, data_out=_blocks_bytes))
     registry.register(io, IoOpcode.COMPARE, CommandSpec("compare", compare, data_in=_blocks_bytes))
-    registry.register(io, IoOpcode.WRITE_ZEROES, CommandSpec("write zeroes", write_zeroes))
-    registry.register(io, IoOpcode.DATASET_MANAGEMENT, CommandSpec("dataset management", dataset_management,
-                                                                   data_in=_dsm_bytes))
+    registry.register(io, IoOpcode.WRITE_ZEROES, CommandSpec("write zeroes", write_zeroes,
+                                                             effects=CHANGES_BLOCKS))
+    # deallocated blocks read as zeroes (DLFEAT 001b): a deallocation changes their content
+    dsm = CommandSpec("dataset management", dataset_management, data_in=_dsm_bytes, effects=CHANGES_BLOCKS)
+    registry.register(io, IoOpcode.DATASET_MANAGEMENT, dsm)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from npukit.devices.nvme.command import Command, Completion, Cqe
+from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.regs import DOORBELL_PAIRS, DOORBELL_STRIDE, cq_doorbell, sq_doorbell
 from npukit.devices.nvme.spec import CQE_SIZE, PAGE_SIZE, SQE_SIZE, NvmeError, Register, Status
 from npukit.devices.nvme.subsystem import Subsystem
@@ -186,7 +187,7 @@ class PcieController:
             spec, n_in, n_out = self.ctrl.prepare(qid, cmd)
             if cmd.psdt != 0:
                 raise NvmeError(Status.INVALID_FIELD, "only PRPs (PSDT=00b) on PCIe, as the Alkali firmware",
-                                param_loc=1)
+                                param_loc=field_offset("psdt"))
             data = self._gather(cmd, n_in)
         except NvmeError as err:
             self._post(qid, self.ctrl.error_completion(cmd, err, qid))
@@ -250,12 +251,14 @@ class PcieController:
     def _check_new_queue(self, qid: int, size: int, existing: dict, contiguous: bool, base: int) -> None:
         limit = self.ctrl.features.queues_allocated or self.ctrl.max_io_queues
         if qid == 0 or qid > limit or qid in existing:
-            raise NvmeError(Status.INVALID_QUEUE_IDENTIFIER, f"QID {qid} (limit {limit})", param_loc=40)
+            raise NvmeError(Status.INVALID_QUEUE_IDENTIFIER, f"QID {qid} (limit {limit})",
+                            param_loc=field_offset("queue.qid"))
         if size < 2 or size > MQES + 1:
-            raise NvmeError(Status.INVALID_QUEUE_SIZE, f"{size} entries", param_loc=42)
+            raise NvmeError(Status.INVALID_QUEUE_SIZE, f"{size} entries",
+                            param_loc=field_offset("queue.qsize"))
         if not contiguous:
             raise NvmeError(Status.INVALID_FIELD, "CAP.CQR=1: queues must be physically contiguous",
-                            param_loc=44)
+                            param_loc=field_offset("queue.pc"))
         if base % PAGE_SIZE:
             raise NvmeError(Status.PRP_OFFSET_INVALID, "queue base is not page aligned")
 
@@ -263,25 +266,26 @@ class PcieController:
         self._check_new_queue(qid, size, self.cqs, contiguous, base)
         if vector >= 32:
             raise NvmeError(Status.INVALID_INTERRUPT_VECTOR, f"vector {vector} (32 MSI vectors)",
-                            param_loc=46)
+                            param_loc=field_offset("queue.iv"))
         self.cqs[qid] = CompletionQueue(base, size, ien, vector)
 
     def create_sq(self, qid: int, size: int, base: int, contiguous: bool, cqid: int) -> None:
         if cqid == 0 or cqid not in self.cqs:
-            raise NvmeError(Status.COMPLETION_QUEUE_INVALID, f"CQ {cqid}", param_loc=46)
+            raise NvmeError(Status.COMPLETION_QUEUE_INVALID, f"CQ {cqid}",
+                            param_loc=field_offset("queue.cqid"))
         self._check_new_queue(qid, size, self.sqs, contiguous, base)
         self.sqs[qid] = SubmissionQueue(base, size, cqid)
         self.ctrl.io_queues.add(qid)
 
     def delete_sq(self, qid: int) -> None:
         if qid == 0 or qid not in self.sqs:
-            raise NvmeError(Status.INVALID_QUEUE_IDENTIFIER, f"SQ {qid}", param_loc=40)
+            raise NvmeError(Status.INVALID_QUEUE_IDENTIFIER, f"SQ {qid}", param_loc=field_offset("queue.qid"))
         del self.sqs[qid]
         self.ctrl.io_queues.discard(qid)
 
     def delete_cq(self, qid: int) -> None:
         if qid == 0 or qid not in self.cqs:
-            raise NvmeError(Status.INVALID_QUEUE_IDENTIFIER, f"CQ {qid}", param_loc=40)
+            raise NvmeError(Status.INVALID_QUEUE_IDENTIFIER, f"CQ {qid}", param_loc=field_offset("queue.qid"))
         if any(sq.cqid == qid for q, sq in self.sqs.items() if q):
             raise NvmeError(Status.INVALID_QUEUE_DELETION, f"CQ {qid} still has submission queues")
         del self.cqs[qid]

@@ -16,6 +16,7 @@ returning ``DEFERRED`` keeps the command outstanding until ``Request.complete`` 
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,12 +63,38 @@ def dwords_cdw10(cmd: Command) -> int:
     return cmd.cdw10 * 4
 
 
+# Commands Supported and Effects data structure bits (NVMe base specification 1.4, Figure 211)
+EFFECT_CSUPP, EFFECT_LBCC, EFFECT_NCC, EFFECT_NIC, EFFECT_CCC = 1 << 0, 1 << 1, 1 << 2, 1 << 3, 1 << 4
+EFFECT_CSE_SHIFT = 16  # bits 18:16
+EFFECTS_LOG_SIZE = 4096  # ACS0..255 at bytes 0..1023, IOCS0..255 at 1024..2047, the rest reserved
+
+
+@dataclass(frozen=True)
+class CommandEffects:
+    """What executing a command may change, as the host reads it in log page 05h."""
+
+    lbcc: bool = False  # logical block content change
+    ncc: bool = False  # namespace capability change
+    nic: bool = False  # namespace inventory change
+    ccc: bool = False  # controller capability change (Identify Controller may read differently)
+    cse: int = 0  # command submission and execution: 0 none, 1 one namespace, 2 all namespaces
+
+    def encode(self) -> int:
+        """The 32-bit entry of a supported command."""
+        return (EFFECT_CSUPP | EFFECT_LBCC * self.lbcc | EFFECT_NCC * self.ncc | EFFECT_NIC * self.nic
+                | EFFECT_CCC * self.ccc | (self.cse & 0x7) << EFFECT_CSE_SHIFT)
+
+
+NO_EFFECTS = CommandEffects()
+
+
 @dataclass(frozen=True)
 class CommandSpec:
     name: str
     handler: Callable[[Request], Any]
     data_in: Callable[[Command], int] = no_data
     data_out: Callable[[Command], int] = no_data
+    effects: CommandEffects = NO_EFFECTS
 
 
 @dataclass(frozen=True)
@@ -107,6 +134,14 @@ class CommandRegistry:
 
     def opcodes(self, kind: QueueKind) -> list[int]:
         return sorted(op for k, op in self._commands if k is kind)
+
+    def effects_log(self) -> bytes:
+        """Log page 05h built from the registered handlers: one entry per admin and I/O opcode."""
+        page = bytearray(EFFECTS_LOG_SIZE)
+        for (kind, opcode), spec in self._commands.items():
+            base = 0 if kind is QueueKind.ADMIN else 1024
+            struct.pack_into("<I", page, base + 4 * opcode, spec.effects.encode())
+        return bytes(page)
 
 
 def transfer_lengths(spec: CommandSpec, cmd: Command) -> tuple[int, int]:

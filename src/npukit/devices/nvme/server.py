@@ -18,7 +18,7 @@ from npukit.devices.nvme.namespace import Namespace
 from npukit.devices.nvme.spec import DEFAULT_DISCOVERY_PORT
 from npukit.devices.nvme.state import DeviceState
 from npukit.devices.nvme.subsystem import Subsystem, discovery_subsystem
-from npukit.devices.nvme.tcp import TcpTarget
+from npukit.devices.nvme.tcp import TcpTarget, new_event_loop
 from npukit.errors import ConfigError
 
 
@@ -126,4 +126,5 @@ def exit_status(stopped_by: int) -> int:
 
 
 def serve(cfg: ServeConfig) -> int:
-    return exit_status(asyncio.run(run_target(cfg)))
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return exit_status(runner.run(run_target(cfg)))

@@ -151,6 +151,7 @@ class LogPage(enum.IntEnum):
     ERROR = 0x01
     SMART = 0x02
     FIRMWARE_SLOT = 0x03
+    COMMANDS_EFFECTS = 0x05
     DISCOVERY = 0x70
 
 
