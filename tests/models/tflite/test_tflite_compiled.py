@@ -41,10 +41,12 @@ def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
     assert np.unique(expect).size > 10
 
 
-@pytest.mark.parametrize("builder", [cases.conv2d_case, cases.depthwise_case, cases.fully_connected_case])
-def test_compiled_equals_reference_kernels(builder):
+@pytest.mark.parametrize(("builder", "args"), [(cases.conv2d_case, ()), (cases.depthwise_case, ()),
+                                               (cases.fully_connected_case, ()), (cases.softmax_case, ()),
+                                               (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",))])
+def test_compiled_equals_reference_kernels(builder, args):
     for seed in range(100, 130):
-        model, inputs, desc = builder(np.random.default_rng(seed))
+        model, inputs, desc = builder(np.random.default_rng(seed), *args)
         fast = Interpreter(model)
         slow = Interpreter(model, compiled=False)
         a, b = fast.run(inputs), slow.run(inputs)

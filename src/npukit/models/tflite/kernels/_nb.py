@@ -127,3 +127,82 @@ def requantize(acc, bias, mult, left, right, zp_out, lo, hi, out):
         for o in range(cout):
             v = _mbqm(np.int64(acc[i, o]) + bias[o], mult[o], left[o], right[o]) + zp_out
             out[i, o] = _clamp(v, lo, hi)
+
+
+_I32_MIN = -2147483648
+_I32_MAX = 2147483647
+
+
+@nb.njit(inline="always")
+def _wrap32(x: np.int64) -> np.int64:
+    return ((x + 2147483648) & 0xFFFFFFFF) - 2147483648
+
+
+@nb.njit(inline="always")
+def _srdhm(a: np.int64, b: np.int64) -> np.int64:
+    """gemmlowp's SaturatingRoundingDoublingHighMul (see `gemmlowp.mul`)."""
+    if a == _I32_MIN and b == _I32_MIN:
+        return _I32_MAX
+    return (a * b + (1 << 30)) >> 31
+
+
+@nb.njit(inline="always")
+def _sat_left(x: np.int64, exponent: int) -> np.int64:
+    threshold = (np.int64(1) << (31 - exponent)) - 1
+    return _I32_MAX if x > threshold else _I32_MIN if x < -threshold else x << exponent
+
+
+@nb.njit(inline="always")
+def _rdbpot(x: np.int64, exponent: np.int64) -> np.int64:
+    return (x + ((np.int64(1) << exponent) >> 1) - (1 if (x < 0 and exponent > 0) else 0)) >> exponent
+
+
+@nb.njit(inline="always")
+def _reciprocal(x: np.int64, x_integer_digits: int):
+    """TFLite ``GetReciprocal`` for one positive int32 (the formulas of `gemmlowp.reciprocal_scalar`)."""
+    bits = 0
+    v = x
+    while v > 0:
+        bits += 1
+        v >>= 1
+    clz = 32 - bits
+    a = _wrap32((x << clz) - (np.int64(1) << 31))
+    total = a + _I32_MAX
+    half = (total + 1) // 2 if total >= 0 else -((-total + 1) // 2)
+    r = _wrap32(1515870810 + _srdhm(half, -1010580540))
+    for _ in range(3):
+        r = _wrap32(r + _sat_left(_srdhm(r, _wrap32((1 << 29) - _srdhm(half, r))), 2))
+    return _sat_left(r, 1), x_integer_digits - clz
+
+
+@nb.njit(**_OPTS)
+def softmax(x, exp, exp_rescaled, used, out):
+    """int8 SOFTMAX over the last axis of x (rows, depth) with the prepare step's 256-entry tables
+    indexed by ``max − x`` (see `activation.prepare_softmax`); out (rows, depth) int8."""
+    rows, depth = x.shape
+    for r in range(rows):
+        top = np.int64(-128)
+        for j in range(depth):
+            top = max(top, np.int64(x[r, j]))
+        total = np.int64(0)
+        for j in range(depth):
+            total += exp_rescaled[top - x[r, j]]
+        scale, bits_over_unit = _reciprocal(total, 12)
+        for j in range(depth):
+            d = top - x[r, j]
+            if not used[d]:
+                out[r, j] = -128
+                continue
+            v = _rdbpot(_srdhm(scale, exp[d]), bits_over_unit + 31 - 8) - 128
+            out[r, j] = _clamp(v, -128, 127)
+
+
+@nb.njit(**_OPTS)
+def add_tables(a, b, table_a, table_b, sign, mult, shift, zp_out, lo, hi, out):
+    """ADD (sign 1) / SUB (sign −1) of same-shape int8 operands, flattened: each input's rescale is
+    a 256-entry table by code (`arith.prepare_add`), then one MultiplyByQuantizedMultiplier."""
+    left = max(shift, 0)
+    right = max(-shift, 0)
+    for i in range(a.size):
+        total = table_a[np.int64(a[i]) + 128] + sign * table_b[np.int64(b[i]) + 128]
+        out[i] = _clamp(_mbqm(total, mult, left, right) + zp_out, lo, hi)

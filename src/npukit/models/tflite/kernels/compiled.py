@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npukit.models.tflite.kernels import _nb
+from npukit.models.tflite.kernels import _nb, activation, arith
 from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, geometry
 from npukit.models.tflite.kernels.conv import _params
 
@@ -122,6 +122,9 @@ def prepare_fully_connected(ctx: Ctx) -> Kernel:
 
 
 COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
+    "SOFTMAX": lambda ctx: activation.prepare_softmax(ctx, compiled=True),
+    "ADD": lambda ctx: arith.prepare_add(ctx, compiled=True),
+    "SUB": lambda ctx: arith.prepare_sub(ctx, compiled=True),
     "CONV_2D": prepare_conv2d,
     "DEPTHWISE_CONV_2D": prepare_depthwise,
     "FULLY_CONNECTED": prepare_fully_connected,
