@@ -90,8 +90,12 @@ class Interpreter:
             if op.index not in self._delegated
         }
         self.hooks: list[Callable[[OpRecord], None]] = []
-        self._blas = _BlasLimit(blas_threads)
         self.compiled = compiled
+        # only BLAS-backed kernels need the limit (entering it costs ~10 µs a run): the reference
+        # kernels' matmuls, the compiled CONV_2D's GEMM, and whatever a delegate's segments call
+        blas_ops = {op.name for op in self.model.ops if op.index not in self._delegated}
+        uses_blas = not compiled or "CONV_2D" in blas_ops or bool(self._delegated)
+        self._blas = _BlasLimit(blas_threads if uses_blas else None)
         # the host-only hot path: (kernel, input indices, output indices) per op, bound once
         self._steps = [(self._kernels[op.index], tuple(op.inputs), tuple(op.outputs)) for op in self.model.ops
                        ] if not plan.segments and not self._delegated else None

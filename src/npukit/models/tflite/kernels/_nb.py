@@ -58,8 +58,13 @@ def depthwise(x, w, bias, depth_mult, zp_in, mult, left, right, zp_out, lo, hi, 
                         if ix < 0 or ix >= wd:
                             continue
                         wrow = w[ky, kx]
+                        xrow = x[n, iy, ix]
+                        if depth_mult == 1:  # one weight per channel: a straight vectorizable row
+                            for c in range(cin):
+                                acc[c] += (np.int32(xrow[c]) - zp_in) * wrow[c]
+                            continue
                         for c in range(cin):
-                            xv = np.int32(x[n, iy, ix, c]) - zp_in
+                            xv = np.int32(xrow[c]) - zp_in
                             for m in range(depth_mult):
                                 o = c * depth_mult + m
                                 acc[o] += xv * wrow[o]
@@ -95,26 +100,33 @@ def fully_connected(x, w, bias, zp_in, scale, zp_out, lo, hi, out):
 @nb.njit(**_OPTS)
 def im2col(x, zp_in, kh, kw, oh, ow, stride, dilation, pad, cols):
     """cols (N·OH·OW, KH·KW·C) float: ``x − zp_in`` under each window, 0 at padding taps (which is
-    what skipping them adds). Exact: every value is an integer of magnitude ≤ 255."""
+    what skipping them adds). Exact: every value is an integer of magnitude ≤ 255. The input is
+    first shifted into a zero-padded float canvas, so each tap is one contiguous copy of C values."""
     nb_, h, wd, cin = x.shape
     sh, sw = stride
     dh, dw = dilation
     pt, pl = pad
+    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(wd + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
+    canvas = np.zeros((hp, wp * cin), cols.dtype)
+    flat = cols.reshape(-1)  # flat indices: the copies below vectorize
+    kk = cols.shape[1]
     r = 0
     for n in range(nb_):
+        for y in range(min(h, hp - pt)):
+            for xx in range(min(wd, wp - pl)):
+                base = (xx + pl) * cin
+                for c in range(cin):
+                    canvas[y + pt, base + c] = np.int32(x[n, y, xx, c]) - zp_in
         for oy in range(oh):
             for ox in range(ow):
-                k = 0
+                k = r * kk
                 for ky in range(kh):
-                    iy = oy * sh - pt + ky * dh
+                    row = canvas[oy * sh + ky * dh]
                     for kx in range(kw):
-                        ix = ox * sw - pl + kx * dw
-                        if iy < 0 or iy >= h or ix < 0 or ix >= wd:
-                            for c in range(cin):
-                                cols[r, k + c] = 0
-                        else:
-                            for c in range(cin):
-                                cols[r, k + c] = np.int32(x[n, iy, ix, c]) - zp_in
+                        src = (ox * sw + kx * dw) * cin
+                        for c in range(cin):
+                            flat[k + c] = row[src + c]
                         k += cin
                 r += 1
 
