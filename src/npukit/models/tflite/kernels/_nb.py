@@ -218,3 +218,31 @@ def add_tables(a, b, table_a, table_b, sign, mult, shift, zp_out, lo, hi, out):
     for i in range(a.size):
         total = table_a[np.int64(a[i]) + 128] + sign * table_b[np.int64(b[i]) + 128]
         out[i] = _clamp(_mbqm(total, mult, left, right) + zp_out, lo, hi)
+
+
+@nb.njit(**_OPTS)
+def average_pool(x, kh, kw, sh, sw, pt, pl, lo, hi, out):
+    """int8 AVERAGE_POOL_2D: the sum over the window's in-bounds taps divided by their count,
+    rounded half away from zero (TFLite's reference), clamped."""
+    nb_, h, wd, c = x.shape
+    _, oh, ow, _ = out.shape
+    acc = np.empty(c, np.int32)
+    for n in range(nb_):
+        for oy in range(oh):
+            y0 = max(oy * sh - pt, 0)
+            y1 = min(oy * sh - pt + kh, h)
+            for ox in range(ow):
+                x0 = max(ox * sw - pl, 0)
+                x1 = min(ox * sw - pl + kw, wd)
+                acc[:] = 0
+                for iy in range(y0, y1):
+                    for ix in range(x0, x1):
+                        row = x[n, iy, ix]
+                        for ch in range(c):
+                            acc[ch] += row[ch]
+                count = (y1 - y0) * (x1 - x0)
+                half = count // 2
+                for ch in range(c):
+                    a = acc[ch]
+                    v = (a + half) // count if a >= 0 else -((-a + half) // count)
+                    out[n, oy, ox, ch] = _clamp(v, lo, hi)

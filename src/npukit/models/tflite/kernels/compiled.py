@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npukit.models.tflite.kernels import _nb, activation, arith
+from npukit.models.tflite.kernels import _nb, activation, arith, pool
 from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, geometry
 from npukit.models.tflite.kernels.conv import _params
 
@@ -121,7 +121,27 @@ def prepare_fully_connected(ctx: Ctx) -> Kernel:
     return run
 
 
+def prepare_average_pool(ctx: Ctx) -> Kernel:
+    reference = pool.prepare_average_pool(ctx)  # checks types and options
+    o = ctx.op.options
+    lo, hi = ctx.activation(o.fused_activation_function, ctx.out())
+    kh, kw, sh, sw = o.filter_height, o.filter_width, o.stride_h, o.stride_w
+    _, h, w, c = ctx.t(0).shape
+    g = geometry(h, w, kh, kw, sh, sw, 1, 1, o.padding)
+    if g.oh == 0 or g.ow == 0:
+        return reference
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty((x.shape[0], g.oh, g.ow, c), np.int8)
+        _nb.average_pool(x, kh, kw, sh, sw, g.pt, g.pl, lo, hi, out)
+        return [out]
+
+    return run
+
+
 COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
+    "AVERAGE_POOL_2D": prepare_average_pool,
     "SOFTMAX": lambda ctx: activation.prepare_softmax(ctx, compiled=True),
     "ADD": lambda ctx: arith.prepare_add(ctx, compiled=True),
     "SUB": lambda ctx: arith.prepare_sub(ctx, compiled=True),
