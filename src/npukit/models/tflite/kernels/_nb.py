@@ -111,6 +111,7 @@ def im2col(x, zp_in, kh, kw, oh, ow, stride, dilation, pad, cols):
     canvas = np.zeros((hp, wp * cin), cols.dtype)
     flat = cols.reshape(-1)  # flat indices: the copies below vectorize
     kk = cols.shape[1]
+    run = kw * cin
     r = 0
     for n in range(nb_):
         for y in range(min(h, hp - pt)):
@@ -123,6 +124,12 @@ def im2col(x, zp_in, kh, kw, oh, ow, stride, dilation, pad, cols):
                 k = r * kk
                 for ky in range(kh):
                     row = canvas[oy * sh + ky * dh]
+                    if dw == 1:  # the window's row is one contiguous run of KW·C values
+                        src = ox * sw * cin
+                        for j in range(run):
+                            flat[k + j] = row[src + j]
+                        k += run
+                        continue
                     for kx in range(kw):
                         src = (ox * sw + kx * dw) * cin
                         for c in range(cin):
