@@ -100,7 +100,7 @@ class TfliteResult:
 
 @dataclass
 class TfliteModel:
-    """An int8 TFLite model: `run` it on npukit's reference interpreter (bit-exact with LiteRT) or
+    """An int8 TFLite model: `run` it on npukit's interpreter (compiled kernels, bit-exact with LiteRT) or
     on a target that takes a subset of its ops (``target="vta"``)."""
 
     name: str
