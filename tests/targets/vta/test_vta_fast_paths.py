@@ -16,7 +16,6 @@ from npukit.targets.vta import delegate as vta_delegate
 from npukit.targets.vta.delegate import make_delegate
 
 
-@pytest.mark.slow  # ~3 s: one simulated ResNet-8 inference
 def test_compiled_functional_equals_the_simulator_and_is_20x_faster():
     model = read_model(zoo.fetch("resnet8-cifar10"))
     sim = Interpreter(model, delegate=make_delegate("exact", overrides=["functional=simulate"]))

@@ -17,6 +17,10 @@ import math
 import numba as nb
 import numpy as np
 
+from npukit.sim import compile_report
+
+compile_report.install()  # first-run compiles are announced, never silent
+
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
