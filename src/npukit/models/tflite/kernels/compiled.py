@@ -14,7 +14,7 @@ import numpy as np
 
 from npukit.models.tflite.kernels import _nb, activation, arith, pool
 from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, geometry
-from npukit.models.tflite.kernels.conv import _params
+from npukit.models.tflite.kernels.conv import conv_params
 
 
 def _shifts(p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -30,7 +30,7 @@ def _window(ctx: Ctx, kh: int, kw: int):
 
 
 def prepare_conv2d(ctx: Ctx) -> Kernel:
-    p = _params(ctx, 0)
+    p = conv_params(ctx.model, ctx.op.index)
     _, kh, kw, cin = p.weights.shape
     if ctx.t(0).shape[3] != cin:
         raise ctx.fail(f"grouped convolution (input {ctx.t(0).shape[3]} channels, filter {cin}) "
@@ -77,7 +77,7 @@ def _conv_gemm(ctx: Ctx, p, window, requant) -> Kernel:
 
 
 def prepare_depthwise(ctx: Ctx) -> Kernel:
-    p = _params(ctx, 3)
+    p = conv_params(ctx.model, ctx.op.index)
     _, kh, kw, n = p.weights.shape
     cin = ctx.t(0).shape[3]
     o = p.options
@@ -101,7 +101,7 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
 
 
 def prepare_fully_connected(ctx: Ctx) -> Kernel:
-    p = _params(ctx, 0)
+    p = conv_params(ctx.model, ctx.op.index)
     if p.options.weights_format != 0:
         raise ctx.fail("shuffled FULLY_CONNECTED weights are not supported")
     w = np.ascontiguousarray((p.weights.astype(np.int32) - p.weights_zero_point).T)  # (K, N)
