@@ -1,7 +1,9 @@
-"""Inference speed of npukit's int8 TFLite reference interpreter against LiteRT on the same models.
+"""Inference speed of npukit's int8 TFLite interpreter against LiteRT on the same models.
 
 Run: ``python benchmarks/tflite_interp.py [--models resnet8-cifar10,digits] [--rounds R] [--json]``.
 
+Contenders: npukit's compiled path (the interpreter's default) and its readable reference kernels
+(``Interpreter(..., compiled=False)``, the living definition the compiled path is tested against).
 Peers, measured in the same run: LiteRT (ai-edge-litert) with its reference kernels
 (``OpResolverType.BUILTIN_REF``, the resolver npukit is bit-exact with) and with its default
 resolver (optimized kernels + XNNPACK), both on one thread, as npukit runs on one BLAS thread.
@@ -9,9 +11,11 @@ Before timing, npukit's outputs are checked bit-identical with BUILTIN_REF (a fa
 is not a result); how many outputs the default resolver rounds differently is reported.
 
 Timing: ``--rounds`` rounds, each running every contender for at least ``--min-time`` seconds in
-turn (interleaved, so load from other processes hits all three alike); a contender's figure is the
+turn (interleaved, so load from other processes hits all four alike); a contender's figure is the
 median over rounds of its mean seconds per inference. Inferences/s are tier ``measured``; ratios
-(npukit / peer) are ``derived``. Zoo models are fetched into ~/.cache/npukit on first use.
+(npukit / peer) are ``derived``. The per-inference overhead on the digits model (four tiny ops)
+is npukit's whole time per inference there, µs (goal ≤ 20 µs), tier ``measured``. Zoo models are
+fetched into ~/.cache/npukit on first use.
 """
 
 from __future__ import annotations
@@ -85,17 +89,19 @@ def bench_model(spec: str, rounds: int, min_time: float) -> dict[str, Any]:
     model = read_model(path)
     feeds = _inputs(model)
     ours = Interpreter(model)
+    readable = Interpreter(model, compiled=False)
     ref, fast = _litert(path, True), _litert(path, False)
     ref_run, ref_out = _litert_runner(ref, feeds)
     fast_run, fast_out = _litert_runner(fast, feeds)
     ref_run()
     fast_run()
     mine = list(ours.run(feeds).values())
-    for a, b in zip(mine, ref_out(), strict=True):
-        if not np.array_equal(a, b):
+    for a, b, c in zip(mine, ref_out(), readable.run(feeds).values(), strict=True):
+        if not (np.array_equal(a, b) and np.array_equal(c, b)):
             raise SystemExit(f"{spec}: npukit differs from LiteRT BUILTIN_REF; refusing to time it")
     xnn_diff = sum(int((a != b).sum()) for a, b in zip(mine, fast_out(), strict=True))
-    contenders = {"npukit": lambda: ours.run(feeds), "litert_ref": ref_run, "litert_default": fast_run}
+    contenders = {"npukit": lambda: ours.run(feeds), "npukit_reference_kernels": lambda: readable.run(feeds),
+                  "litert_ref": ref_run, "litert_default": fast_run}
     samples: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
@@ -106,6 +112,7 @@ def bench_model(spec: str, rounds: int, min_time: float) -> dict[str, Any]:
     for peer in ("litert_ref", "litert_default"):
         figs[f"ratio_vs_{peer}"] = Figure(per_inf[peer] / per_inf["npukit"], "x", Tier.DERIVED,
                                           f"npukit inferences/s / {peer} inferences/s, same run")
+    figs["npukit_us_per_inference"] = Figure(per_inf["npukit"] * 1e6, "us", Tier.MEASURED, src)
     return {"model": spec, "ops": len(model.ops), "outputs_equal_ref": True,
             "default_resolver_differing_outputs": xnn_diff, "figures": figs}
 
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = [bench_model(m.strip(), args.rounds, args.min_time) for m in args.models.split(",") if m.strip()]
     env = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
-           "numpy": np.__version__}
+           "numpy": np.__version__, "cpu": machine_line()}
     if args.json:
         ui.emit_json({"rows": rows, "environment": env})
         return 0
@@ -128,13 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         f = r["figures"]
         table.append([r["model"], str(r["ops"]), f"{f['npukit_inf_per_s'].value:.1f}",
+                      f"{f['npukit_reference_kernels_inf_per_s'].value:.1f}",
                       f"{f['litert_ref_inf_per_s'].value:.1f}", f"{f['litert_default_inf_per_s'].value:.1f}",
                       f"{f['ratio_vs_litert_ref'].value:.2f}x", f"{f['ratio_vs_litert_default'].value:.2f}x",
                       str(r["default_resolver_differing_outputs"])])
-    ui.table(table, ["model", "ops", "npukit inf/s", "LiteRT ref inf/s", "LiteRT default inf/s",
-                     "vs ref", "vs default", "default≠ref outputs"], align="llrrrrrr")
-    print(f"inf/s: measured ({SOURCE}, 1 thread, interleaved); ratios: derived. "
-          f"npukit outputs bit-identical with LiteRT BUILTIN_REF on every model.")
+    ui.table(table, ["model", "ops", "npukit inf/s", "reference kernels inf/s", "LiteRT ref inf/s",
+                     "LiteRT default inf/s", "vs ref", "vs default", "default≠ref outputs"],
+             align="llrrrrrrr")
+    for r in rows:
+        if r["model"].endswith("digits"):
+            us = r["figures"]["npukit_us_per_inference"]
+            print(f"per-inference overhead on {r['model']}: {us.value:.1f} us ({us.tier}; goal <= 20 us)")
+    print(f"inf/s: measured ({SOURCE}, 1 thread, interleaved) on {machine_line()}; ratios: derived. "
+          "npukit outputs (compiled and reference kernels) bit-identical with LiteRT BUILTIN_REF "
+          "on every model.")
     return 0
 
 

@@ -47,7 +47,8 @@ def test_doctor_human_names_the_cpu_and_each_family(capsys) -> None:
 def test_doctor_warm_compiles_the_paths_users_run(capsys) -> None:
     assert main(["doctor", "--warm", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert set(rep["warmed_s"]) == {"fp8 gemm", "pccx generate (fast executor + timing loop)"}
+    assert set(rep["warmed_s"]) == {"fp8 gemm", "pccx generate (fast executor + timing loop)",
+                                    "tflite int8 (digits: FULLY_CONNECTED, SOFTMAX)"}
 
 
 def _fp8(env: dict[str, str]) -> subprocess.CompletedProcess:

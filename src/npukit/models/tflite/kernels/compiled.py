@@ -1,0 +1,151 @@
+"""Prepare steps of the compiled int8 path: the same ops as `conv`, planned once (weights reordered
+for the numba kernels in `_nb`, per-channel multipliers split into left/right shifts, padding and
+output geometry fixed from the model's shapes) and bound into a closure that only allocates the
+output and calls one compiled function. Any batch size along N runs through the same plan.
+
+`COMPILED_KERNELS` maps an op name to its prepare step; ops without one keep the reference kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from npukit.models.tflite.kernels import _nb, activation, arith, pool
+from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, geometry
+from npukit.models.tflite.kernels.conv import conv_params
+
+
+def _shifts(p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    shift = p.shifts.astype(np.int64)
+    return p.multipliers.astype(np.int64), np.maximum(shift, 0), np.maximum(-shift, 0)
+
+
+def _window(ctx: Ctx, kh: int, kw: int):
+    o = ctx.op.options
+    _, h, w, _ = ctx.t(0).shape
+    g = geometry(h, w, kh, kw, o.stride_h, o.stride_w, o.dilation_h_factor, o.dilation_w_factor, o.padding)
+    return (g.oh, g.ow, (o.stride_h, o.stride_w), (o.dilation_h_factor, o.dilation_w_factor), (g.pt, g.pl))
+
+
+def prepare_conv2d(ctx: Ctx) -> Kernel:
+    p = conv_params(ctx.model, ctx.op.index)
+    _, kh, kw, cin = p.weights.shape
+    if ctx.t(0).shape[3] != cin:
+        raise ctx.fail(f"grouped convolution (input {ctx.t(0).shape[3]} channels, filter {cin}) "
+                       "is not supported")
+    mult, left, right = _shifts(p)
+    return _conv_gemm(ctx, p, _window(ctx, kh, kw), (mult, left, right))
+
+
+def _k_chunks(k: int, w: np.ndarray) -> list[tuple[int, int]]:
+    """Splits of the K axis whose float32 partial sums stay exact: every product is an integer of
+    at most 255·max|w|, and float32 adds integers exactly while the sum stays below 2^24."""
+    wmax = max(int(np.abs(w.astype(np.int64)).max()) if w.size else 0, 1)
+    step = max((2**24 - 1) // (255 * wmax), 1)
+    return [(a, min(a + step, k)) for a in range(0, k, step)]
+
+
+def _conv_gemm(ctx: Ctx, p, window, requant) -> Kernel:
+    """CONV_2D as an exact float32 GEMM: numba im2col, one BLAS product per exact K chunk (integer
+    sums added in int32 as TFLite accumulates), numba requantization."""
+    n, kh, kw, cin = p.weights.shape
+    oh, ow, stride, dilation, pad = window
+    k = kh * kw * cin
+    wmat = np.ascontiguousarray(p.weights.transpose(1, 2, 3, 0).reshape(k, n).astype(np.float32))
+    chunks = _k_chunks(k, p.weights)
+    zp_in = p.input_zero_point
+    args = (p.bias, *requant, p.output_zero_point, p.act_min, p.act_max)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = ins[0]
+        m = x.shape[0] * oh * ow
+        cols = np.empty((m, k), np.float32)
+        _nb.im2col(x, zp_in, kh, kw, oh, ow, stride, dilation, pad, cols)
+        if len(chunks) == 1:
+            acc = cols @ wmat
+        else:
+            acc = np.zeros((m, n), np.int32)
+            for a, b in chunks:
+                acc += (cols[:, a:b] @ wmat[a:b]).astype(np.int32)
+        out = np.empty((m, n), np.int8)
+        _nb.requantize(acc, *args, out)
+        return [out.reshape(x.shape[0], oh, ow, n)]
+
+    return run
+
+
+def prepare_depthwise(ctx: Ctx) -> Kernel:
+    p = conv_params(ctx.model, ctx.op.index)
+    _, kh, kw, n = p.weights.shape
+    cin = ctx.t(0).shape[3]
+    o = p.options
+    depth_mult = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
+    if cin * depth_mult != n:
+        raise ctx.fail(f"input channels {cin} × depth multiplier {depth_mult} ≠ {n} output channels")
+    w = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh, kw, n))
+    mult, left, right = _shifts(p)
+    oh, ow, stride, dilation, pad = _window(ctx, kh, kw)
+    args = (depth_mult, p.input_zero_point, mult, left, right, p.output_zero_point, p.act_min, p.act_max,
+            stride, dilation, pad)
+    bias = p.bias
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = ins[0]
+        out = np.empty((x.shape[0], oh, ow, n), np.int8)
+        _nb.depthwise(x, w, bias, *args, out)
+        return [out]
+
+    return run
+
+
+def prepare_fully_connected(ctx: Ctx) -> Kernel:
+    p = conv_params(ctx.model, ctx.op.index)
+    if p.options.weights_format != 0:
+        raise ctx.fail("shuffled FULLY_CONNECTED weights are not supported")
+    w = np.ascontiguousarray((p.weights.astype(np.int32) - p.weights_zero_point).T)  # (K, N)
+    k, units = w.shape
+    out_shape = tuple(ctx.out().shape)
+    size = int(np.prod(out_shape))
+    scale = np.ascontiguousarray(p.real_scales, dtype=np.float64)
+    args = (p.input_zero_point, scale, p.output_zero_point, p.act_min, p.act_max)
+    bias = p.bias
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0]).reshape(-1, k)
+        out = np.empty((x.shape[0], units), np.int8)
+        _nb.fully_connected(x, w, bias, *args, out)
+        return [out.reshape(out_shape) if out.size == size else out]
+
+    return run
+
+
+def prepare_average_pool(ctx: Ctx) -> Kernel:
+    reference = pool.prepare_average_pool(ctx)  # checks types and options
+    o = ctx.op.options
+    lo, hi = ctx.activation(o.fused_activation_function, ctx.out())
+    kh, kw, sh, sw = o.filter_height, o.filter_width, o.stride_h, o.stride_w
+    _, h, w, c = ctx.t(0).shape
+    g = geometry(h, w, kh, kw, sh, sw, 1, 1, o.padding)
+    if g.oh == 0 or g.ow == 0:
+        return reference
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty((x.shape[0], g.oh, g.ow, c), np.int8)
+        _nb.average_pool(x, kh, kw, sh, sw, g.pt, g.pl, lo, hi, out)
+        return [out]
+
+    return run
+
+
+COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
+    "AVERAGE_POOL_2D": prepare_average_pool,
+    "SOFTMAX": lambda ctx: activation.prepare_softmax(ctx, compiled=True),
+    "ADD": lambda ctx: arith.prepare_add(ctx, compiled=True),
+    "SUB": lambda ctx: arith.prepare_sub(ctx, compiled=True),
+    "CONV_2D": prepare_conv2d,
+    "DEPTHWISE_CONV_2D": prepare_depthwise,
+    "FULLY_CONNECTED": prepare_fully_connected,
+}

@@ -1,0 +1,60 @@
+"""The compiled int8 path (the interpreter's default) against LiteRT BUILTIN_REF and against the
+readable reference kernels (``compiled=False``): wide convolutions whose exact float32 sums need
+the K axis split, batches along N, and the compiled kernels actually being the ones bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tflite_cases as cases
+from _litert_models import run_ref
+
+from npukit.models.tflite import Interpreter, ModelBuilder
+from npukit.models.tflite import options as O
+from npukit.models.tflite.kernels.compiled import _k_chunks
+
+
+def _wide_conv(rng: np.random.Generator, n: int, cin: int, k: int, pad: int, stride: int):
+    cout = 8
+    s_in, s_w = 0.02, (rng.uniform(0.001, 0.004, cout)).astype(np.float32)
+    w = rng.choice(np.array([-127, 127, -100, 90], np.int8), (cout, k, k, cin))  # large sums on purpose
+    b = ModelBuilder()
+    x = b.tensor("x", (n, 9, 9, cin), np.int8, s_in, int(rng.integers(-128, 128)))
+    wt = b.const("w", w, scale=s_w, zero_point=0, axis=0)
+    bias = b.const("b", rng.integers(-30000, 30000, cout).astype(np.int32),
+                   scale=(np.float32(s_in) * s_w).astype(np.float32), zero_point=0)
+    side = (9 + stride - 1) // stride if pad == O.PAD_SAME else (9 - k + stride) // stride
+    y = b.tensor("y", (n, side, side, cout), np.int8, 0.1, int(rng.integers(-128, 128)))
+    b.op("CONV_2D", [x, wt, bias], [y], O.Conv2DOptions(pad, stride, stride, O.ACT_NONE, 1, 1))
+    return b.build([x], [y]), [rng.integers(-128, 128, (n, 9, 9, cin)).astype(np.int8)], w
+
+
+@pytest.mark.parametrize(("cin", "k", "pad", "stride"), [(64, 3, O.PAD_SAME, 1), (96, 3, O.PAD_VALID, 2),
+                                                         (600, 1, O.PAD_SAME, 1)])
+def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
+    rng = np.random.default_rng(cin)
+    model, inputs, w = _wide_conv(rng, 2, cin, k, pad, stride)
+    assert len(_k_chunks(k * k * cin, w)) >= 2  # the case exercises the split
+    expect = run_ref(model, *inputs)
+    ours = next(iter(Interpreter(model).run(inputs).values()))
+    assert np.array_equal(ours, expect), f"{(ours != expect).sum()} of {ours.size} differ"
+    assert np.unique(expect).size > 10
+
+
+@pytest.mark.parametrize(("builder", "args"), [(cases.conv2d_case, ()), (cases.depthwise_case, ()),
+                                               (cases.fully_connected_case, ()), (cases.softmax_case, ()),
+                                               (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",)),
+                                               (cases.pool_case, ("AVERAGE_POOL_2D",))])
+def test_compiled_equals_reference_kernels(builder, args):
+    for seed in range(100, 130):
+        model, inputs, desc = builder(np.random.default_rng(seed), *args)
+        fast = Interpreter(model)
+        slow = Interpreter(model, compiled=False)
+        a, b = fast.run(inputs), slow.run(inputs)
+        assert all(np.array_equal(a[k], b[k]) for k in a), f"seed {seed}: {desc}"
+
+
+def test_compiled_kernels_are_bound_by_default():
+    model, _, _ = cases.conv2d_case(np.random.default_rng(1))
+    assert "compiled" in Interpreter(model)._kernels[0].__module__
+    assert "compiled" not in Interpreter(model, compiled=False)._kernels[0].__module__
