@@ -101,6 +101,9 @@ class LlmReference:
         """The values the cache keeps for fresh keys or values (fp16: rounded to half precision)."""
         return x.astype(np.float16).astype(np.float32) if self.kv == "fp16" else x
 
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        return self.w.embedding[tokens]
+
     def reset(self) -> None:
         self.cache.reset()
         self.pos = 0
@@ -122,7 +125,7 @@ class LlmReference:
         tokens = np.asarray(ids, dtype=np.int64)
         if tokens.size == 0 or tokens.min() < 0 or tokens.max() >= c.vocab_size:
             raise ModelError(f"token ids must be in [0, {c.vocab_size}) and non-empty")
-        x = self.w.embedding[tokens]
+        x = self.embed(tokens)
         if c.gemma:
             x = x * np.float32(c.hidden_size ** 0.5)
         positions = np.arange(self.pos, self.pos + tokens.size)
