@@ -34,7 +34,8 @@ class GroupedMatrix:
     scale: np.ndarray  # float32 [M, K // group]
     group: int
     fmt: str = "int4"
-    _kmajor: np.ndarray | None = field(default=None, repr=False)  # float32 [K // group, group, M]: the codes as the product reads them
+    # float32 [K // group, group, M]: the codes laid out as the product reads them
+    _kmajor: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def kmajor(self) -> np.ndarray:
