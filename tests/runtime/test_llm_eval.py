@@ -2,6 +2,7 @@
 logsumexp), golden's perplexity against transformers' loss on the same window, and bad input."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def test_golden_perplexity_equals_transformers_loss() -> None:
     window = 96
     result = perplexity(model, GPL3, "golden", None, window)
     assert result.tokens == window and result.kv == "fp32"
-    ids = model.tokenizer.encode(open(GPL3).read()).ids[:window]
+    ids = model.tokenizer.encode(Path(GPL3).read_text()).ids[:window]
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager")
     with torch.no_grad():

@@ -40,7 +40,7 @@ EXAMPLES: dict[str, str] = {
     "fp8 harness": "npukit fp8 harness --quick",
     "fp8 gpu": "npukit fp8 gpu --json",
     "fp8 models": "npukit fp8 models --json",
-    "eval": "npukit eval gemma-3-270m-q4_k_m.gguf --text /usr/share/common-licenses/GPL-3 --target quant --kv int8",
+    "eval": "npukit eval model.gguf --text /usr/share/common-licenses/GPL-3 --target quant --kv int8",
     "generate": "npukit generate --prompt \"import os\" --max-new-tokens 40 --target pccx --trace out.json",
     "hw": "npukit hw pccx-v002-kv260 --set gemv.cores_log2=3",
     "nvme": "npukit nvme serve --namespace disk.img --size 64M",
