@@ -39,7 +39,9 @@ LAYERS, INDEPENDENT, ACYCLIC = "npukit layers", "targets are independent", "no i
 
 
 @pytest.mark.parametrize(("module", "line", "contracts"), [
-    ("sim/work.py", "import npukit.models.loading", [LAYERS]),  # a lower layer imports a higher one
+    # a lower layer imports a higher one; models already reach sim (the TFLite kernels announce their
+    # compiles through sim.compile_report), so the two packages now also import each other
+    ("sim/work.py", "import npukit.models.loading", [LAYERS, ACYCLIC]),
     ("targets/tern/units.py", "import npukit.targets.pccx.numerics", [INDEPENDENT]),
     # the base imports a target: a layer violation, every target now reaches pccx through it, and the
     # registry and the targets import each other
