@@ -25,7 +25,7 @@ from npukit.targets.ebpf.absstate import UNINIT, Frame, Pointer, State, Value, c
 from npukit.targets.ebpf.absval import Scalar, replace
 from npukit.targets.ebpf.analysis_alu import alu_result
 from npukit.targets.ebpf.analysis_mem import check_access, helper_call
-from npukit.targets.ebpf.asm import branch_target
+from npukit.targets.ebpf.asm import block_leaders, branch_target
 from npukit.targets.ebpf.helpers import HelperRegistry
 from npukit.targets.ebpf.isa import Insn, JmpOp, Program
 from npukit.targets.ebpf.memory import Region
@@ -94,17 +94,6 @@ def analyze(
     return Verdict(errors, regions, opts.abi, opts.output_size)
 
 
-def _leaders(program: Program, entry: int) -> set[int]:
-    out = {entry}
-    for pc, insn in enumerate(program.insns):
-        if insn is None or insn.cls not in (isa.JMP, isa.JMP32):
-            continue
-        target = branch_target(pc, insn)
-        if target is not None:
-            out.add(target)
-        out.add(pc + 1)
-    return out
-
 
 class _Analyzer:
     def __init__(self, program: Program, helpers: HelperRegistry | None, sections: list[Region],
@@ -114,7 +103,7 @@ class _Analyzer:
         self.sections = {r.name: r for r in sections if len(r.data)}
         self.opts = opts
         self.len_reg = LENGTH_REGISTER[opts.abi]
-        self.leaders = _leaders(program, opts.entry)
+        self.leaders = block_leaders(program.insns, opts.entry)
         self.errors: dict[int, str] = {}
         self.regions: dict[int, set[str]] = {}
         self.states: dict[tuple, State] = {}

@@ -373,6 +373,20 @@ def branch_target(pc: int, insn: Insn) -> int | None:
     return pc + 1 + insn.off
 
 
+def block_leaders(insns: tuple[Insn | None, ...], entry: int) -> set[int]:
+    """The slots that start a basic block: the entry, every jump or local-call target and the slot
+    after every jump-class instruction (may include slots past the end or inside an lddw)."""
+    out = {entry}
+    for pc, insn in enumerate(insns):
+        if insn is None or insn.cls not in (isa.JMP, isa.JMP32):
+            continue
+        target = branch_target(pc, insn)
+        if target is not None:
+            out.add(target)
+        out.add(pc + 1)
+    return out
+
+
 def disassemble(program: isa.Program, labels: bool = True, notes: dict[int, str] | None = None) -> str:
     """Text that `assemble` turns back into the same bytes; ``notes`` (slot -> text) become ``#``
     comments on their instructions' lines (e.g. the names of an ELF object's helper calls)."""

@@ -482,6 +482,19 @@ def _alu_jmp(name: str, cls_bits: int, source: int, op: type, doc: str) -> Forma
 
 _SIZE = bits("size", 4, 3, enum=Size, doc="access size")
 
+
+def _memory(name: str, cls_bits: int, mode: type, mode_doc: str, doc: str) -> Format:
+    """A load or store class: size and mode fields above the class bits."""
+    return Format(
+        name,
+        (const("cls_bits", 2, 0, cls_bits, doc=name.upper()), _SIZE,
+         bits("mode", 7, 5, enum=mode, doc=mode_doc), *_REGS, _IMM),
+        cls=_slot_class(name, cls_bits),
+        check=_check,
+        doc=doc,
+    )
+
+
 FORMATS = (
     _alu_jmp("alu32_imm", ALU, 0, AluOp, "ALU: 32-bit, result zero-extended"),
     _alu_jmp("alu32_reg", ALU, 1, AluOp, "ALU: 32-bit, result zero-extended"),
@@ -491,45 +504,10 @@ FORMATS = (
     _alu_jmp("jmp_reg", JMP, 1, JmpOp, "JMP: 64-bit compares, callx"),
     _alu_jmp("jmp32_imm", JMP32, 0, JmpOp, "JMP32: 32-bit compares, ja32 (offset in imm)"),
     _alu_jmp("jmp32_reg", JMP32, 1, JmpOp, "JMP32: 32-bit compares"),
-    Format(
-        "ldx",
-        (
-            const("cls_bits", 2, 0, LDX, doc="LDX"),
-            _SIZE,
-            bits("mode", 7, 5, enum=LoadMode, doc="MEM zero-extends, MEMSX sign-extends"),
-            *_REGS,
-            _IMM,
-        ),
-        cls=_slot_class("ldx", LDX),
-        check=_check,
-        doc="dst = *(size *)(src + off)",
-    ),
-    Format(
-        "st",
-        (
-            const("cls_bits", 2, 0, ST, doc="ST"),
-            _SIZE,
-            bits("mode", 7, 5, enum=StoreMode, doc="MEM"),
-            *_REGS,
-            _IMM,
-        ),
-        cls=_slot_class("st", ST),
-        check=_check,
-        doc="*(size *)(dst + off) = imm",
-    ),
-    Format(
-        "stx",
-        (
-            const("cls_bits", 2, 0, STX, doc="STX"),
-            _SIZE,
-            bits("mode", 7, 5, enum=StoreMode, doc="MEM store, or ATOMIC (kind in imm)"),
-            *_REGS,
-            _IMM,
-        ),
-        cls=_slot_class("stx", STX),
-        check=_check,
-        doc="*(size *)(dst + off) = src, or an atomic operation",
-    ),
+    _memory("ldx", LDX, LoadMode, "MEM zero-extends, MEMSX sign-extends", "dst = *(size *)(src + off)"),
+    _memory("st", ST, StoreMode, "MEM", "*(size *)(dst + off) = imm"),
+    _memory("stx", STX, StoreMode, "MEM store, or ATOMIC (kind in imm)",
+            "*(size *)(dst + off) = src, or an atomic operation"),
     Format(
         "lddw",
         (

@@ -25,7 +25,7 @@ from typing import Any
 from llvmlite import ir
 
 from npukit.targets.ebpf import isa
-from npukit.targets.ebpf.asm import branch_target
+from npukit.targets.ebpf.asm import block_leaders, branch_target
 from npukit.targets.ebpf.isa import Insn, JmpOp
 from npukit.targets.ebpf.jit_ops import (
     CTL_BUDGET,
@@ -43,17 +43,6 @@ STATUS_HELPER = 2
 FIXED_REGIONS = ("stack", "input", "output")
 I64 = ir.IntType(64)
 
-
-def _leaders(insns: tuple[Insn | None, ...], entry: int) -> list[int]:
-    out = {entry}
-    for pc, insn in enumerate(insns):
-        if insn is None or insn.cls not in (isa.JMP, isa.JMP32):
-            continue
-        target = branch_target(pc, insn)
-        if target is not None:
-            out.add(target)
-        out.add(pc + 1)
-    return sorted(p for p in out if p < len(insns) and insns[p] is not None)
 
 
 class _Builder:
@@ -78,7 +67,8 @@ class _Builder:
         entry = fn.append_basic_block("entry")
         b = ir.IRBuilder(entry)
         em = Emitter(b, fn, self, fn.args)
-        leaders = _leaders(self.insns, self.m.entry)
+        leaders = sorted(p for p in block_leaders(self.insns, self.m.entry)
+                         if p < len(self.insns) and self.insns[p] is not None)
         ends = [*leaders[1:], len(self.insns)]
         blocks = {pc: fn.append_basic_block(f"pc{pc}") for pc in leaders}
         em.blocks = blocks
