@@ -45,25 +45,21 @@ def alu_result(az: Any, st: State, insn: Insn, pc: int) -> Value:
     return V.truncate32(scalar_op(code, insn.off, V.truncate32(d), V.truncate32(sv), 31))
 
 
+# the operations whose abstract result needs nothing but the two operands
+_BINARY = {AluOp.ADD: V.add, AluOp.SUB: V.sub, AluOp.MUL: V.mul,
+           AluOp.AND: V.bit_and, AluOp.OR: V.bit_or, AluOp.XOR: V.bit_xor}
+
+
 def scalar_op(code: AluOp, off: int, a: Scalar, b: Scalar, width_mask: int) -> Scalar:
     """``a code b`` on values of 64 bits (``width_mask`` 63) or zero-extended 32 bits (31)."""
+    exact = _BINARY.get(code)
+    if exact is not None:
+        return exact(a, b)
     shift = None if b.const is None else b.const & width_mask
-    if code == AluOp.ADD:
-        return V.add(a, b)
-    if code == AluOp.SUB:
-        return V.sub(a, b)
-    if code == AluOp.MUL:
-        return V.mul(a, b)
     if code in (AluOp.DIV, AluOp.MOD):
         if off:  # signed
             return V.unknown(64 if width_mask == 63 else 32)
         return V.udiv(a, b) if code == AluOp.DIV else V.umod(a, b)
-    if code == AluOp.AND:
-        return V.bit_and(a, b)
-    if code == AluOp.OR:
-        return V.bit_or(a, b)
-    if code == AluOp.XOR:
-        return V.bit_xor(a, b)
     if code == AluOp.LSH:
         return Scalar() if shift is None else V.lsh(a, shift)
     if code == AluOp.RSH:
