@@ -6,28 +6,8 @@
 # /alkali/cnn.args (the start command's argument list). Results go to /dev/ttyS1 between "@@BEGIN name"
 # / "@@END name rc=N" lines and as "@@VALUE name value"; the host-side test decides pass/fail.
 . /test.env
-R=/dev/ttyS1
-stty -F $R raw -echo 2>/dev/null
+. /report.sh  # block, value, connect_tries
 A=/alkali
-value() { echo "@@VALUE $1 $2" > $R; }
-# connect_tries ARGS...: `nvme connect` up to 3 times (under TCG on a busy 2-core host the first
-# Connect can time out in the kernel while the target is still warming up; each failure is printed)
-connect_tries() {
-    for try in 1 2 3; do
-        nvme connect "$@" && return 0
-        echo "connect attempt $try failed"
-        sleep 3
-    done
-    return 1
-}
-block() {
-    name=$1; shift
-    echo "@@BEGIN $name" > $R
-    "$@" > /tmp/out 2>&1
-    rc=$?
-    cat /tmp/out > $R
-    echo "@@END $name rc=$rc" > $R
-}
 u32() { od -An -t u4 -j "$2" -N 4 "$1" | tr -d ' '; }          # u32 at byte offset $2 of file $1
 hex() { od -An -t x1 -v "$1" | tr -d ' \n'; }
 # admin_read NAME OUTFILE LEN ARGS...: a controller-to-host admin command, raw data into OUTFILE
@@ -99,7 +79,7 @@ flow() {
 }
 
 : > /tmp/steps
-block connect connect_tries -t tcp -a $HOST -s $PORT -n $NQN -q $HOSTNQN -I $HOSTID
+block connect connect_tries 3 -t tcp -a $HOST -s $PORT -n $NQN -q $HOSTNQN -I $HOSTID
 i=0
 while [ ! -b /dev/nvme0n1 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 # 1: Accelerator Identify with 8 bytes (magic, length), then with the length

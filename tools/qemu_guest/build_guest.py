@@ -246,15 +246,16 @@ def tool_archive(tools: list[str], cache: Path | None = None) -> Path:
     return out
 
 
-def script_archive(manifest: dict, files: dict[str, str], out: Path, extra: list[Path] = ()) -> Path:
-    """The base initrd followed by a gzip'd cpio archive holding ``files`` (path → text, executable):
-    the kernel unpacks concatenated archives in order, so these files join the base image."""
+def script_archive(manifest: dict, files: dict[str, str | bytes], out: Path, extra: list[Path] = ()) -> Path:
+    """The base initrd followed by a gzip'd cpio archive holding ``files`` (path → text or bytes,
+    executable) and the shared reporting library ``/report.sh`` every guest script sources: the kernel
+    unpacks concatenated archives in order, so these files join the base image."""
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp) / "root"
-        for name, text in files.items():
+        for name, content in {"/report.sh": (HERE / "report.sh").read_bytes(), **files}.items():
             path = staging / name.lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
             path.chmod(0o755)
         archive = Path(tmp) / "extra.cpio.gz"
         make_cpio(staging, archive)

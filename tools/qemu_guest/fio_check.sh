@@ -8,28 +8,12 @@
 #   4. reconnect, the same SHA-256, and a verify-only pass of the fill from the saved state
 # Results go to /dev/ttyS1 between "@@BEGIN name" / "@@END name rc=N" lines; the host test decides.
 . /test.env
-R=/dev/ttyS1
-stty -F $R raw -echo 2>/dev/null
-block() {
-    name=$1; shift
-    echo "@@BEGIN $name" > $R
-    "$@" > /tmp/out 2>&1
-    rc=$?
-    cat /tmp/out > $R
-    echo "@@END $name rc=$rc" > $R
-}
-value() { echo "@@VALUE $1 $2" > $R; }
-connect_until() {  # connect_until TRIES: the target may be restarting
-    for try in $(seq 1 $1); do
-        nvme connect -t tcp -a $HOST -s $PORT -n $NQN -q $HOSTNQN -I $HOSTID && return 0
-        sleep 2
-    done
-    return 1
-}
+. /report.sh  # block, value, connect_tries
 wait_dev() { for i in $(seq 1 50); do [ -b /dev/nvme0n1 ] && return 0; sleep 0.2; done; return 1; }
 
 cd /tmp
-block connect connect_until 5
+TARGET="-t tcp -a $HOST -s $PORT -n $NQN -q $HOSTNQN -I $HOSTID"
+block connect connect_tries 5 $TARGET
 wait_dev
 JOB="--filename=/dev/nvme0n1 --ioengine=libaio --direct=1 --iodepth=16 --numjobs=4 --size=$REGION
      --offset_increment=$REGION --bsrange=4k-1m --verify=crc32c --verify_fatal=1 --group_reporting
@@ -39,7 +23,7 @@ block fill fio --name=fill $JOB --rw=randwrite --do_verify=0 --verify_state_save
 value sha_before "$(dd if=/dev/nvme0n1 bs=1M iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)"
 block disconnect nvme disconnect -n $NQN
 value waiting_for_restart 1
-block reconnect connect_until 60
+block reconnect connect_tries 60 $TARGET
 wait_dev
 value sha_after "$(dd if=/dev/nvme0n1 bs=1M iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)"
 block verify fio --name=fill $JOB --rw=randwrite --verify_only --verify_state_load=1

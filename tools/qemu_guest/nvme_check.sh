@@ -4,32 +4,11 @@
 # to the second serial port (/dev/ttyS1) between "@@BEGIN name" / "@@END name" lines, which the test
 # on the host parses. Nothing here decides pass/fail: the host-side test does.
 . /test.env
-R=/dev/ttyS1
-stty -F $R raw -echo 2>/dev/null
-
-block() {  # block NAME COMMAND...: the command's output and exit status
-    name=$1; shift
-    echo "@@BEGIN $name" > $R
-    "$@" > /tmp/out 2>&1
-    rc=$?
-    cat /tmp/out > $R
-    echo "@@END $name rc=$rc" > $R
-}
-value() { echo "@@VALUE $1 $2" > $R; }
-# connect_tries ARGS...: `nvme connect` up to 3 times (under TCG on a busy 2-core host the first
-# Connect can time out in the kernel while the target is still warming up; each failure is printed)
-connect_tries() {
-    for try in 1 2 3; do
-        nvme connect "$@" && return 0
-        echo "connect attempt $try failed"
-        sleep 3
-    done
-    return 1
-}
+. /report.sh  # block, value, connect_tries
 
 ID="-q $HOSTNQN -I $HOSTID"
 block discover nvme discover -t tcp -a $HOST -s $DISC_PORT $ID -o json
-block connect connect_tries -t tcp -a $HOST -s $PORT -n $NQN $ID -g -G
+block connect connect_tries 3 -t tcp -a $HOST -s $PORT -n $NQN $ID -g -G
 i=0
 while [ ! -b /dev/nvme0n1 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 value size_sectors "$(cat /sys/block/nvme0n1/size 2>/dev/null || echo missing)"

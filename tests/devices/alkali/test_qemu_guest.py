@@ -8,7 +8,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -39,21 +38,6 @@ def _guest_files(tmp: Path) -> dict[str, bytes]:
             "alkali/cnn.args": args}
 
 
-def _initrd(builder, manifest: dict, files: dict[str, bytes], out: Path) -> Path:
-    """The base initramfs plus a second gzip'd cpio archive holding the script and the binary inputs."""
-    with tempfile.TemporaryDirectory() as tmp:
-        staging = Path(tmp) / "root"
-        for name, data in files.items():
-            path = staging / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            path.chmod(0o755)
-        extra = Path(tmp) / "extra.cpio.gz"
-        builder.make_cpio(staging, extra)
-        out.write_bytes(Path(manifest["initrd"]).read_bytes() + extra.read_bytes())
-    return out
-
-
 @pytest.mark.slow
 def test_nvme_cli_passthru_flow_equals_npukit_client(tmp_path):
     builder, manifest = built_guest()
@@ -68,9 +52,9 @@ def test_nvme_cli_passthru_flow_equals_npukit_client(tmp_path):
         env = (f"HOST=10.0.2.2\nPORT={ready['port']}\nNQN={NQN}\nSLBA={SLBA}\n"
                f"HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:{hostid}\nHOSTID={hostid}\n")
         files = _guest_files(tmp_path)
-        initrd = _initrd(builder, manifest, {**files, "test.env": env.encode(),
-                                             "test.sh": (GUEST_TOOLS / "alkali_flow.sh").read_bytes()},
-                         tmp_path / "initrd.gz")
+        initrd = builder.script_archive(manifest, {**files, "test.env": env,
+                                                   "test.sh": (GUEST_TOOLS / "alkali_flow.sh").read_bytes()},
+                                        tmp_path / "initrd.gz")
         results = tmp_path / "results.txt"
         boot = subprocess.run(builder.qemu_command(manifest, initrd, results), capture_output=True, text=True,
                               timeout=480)
