@@ -29,6 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--no-labels", action="store_true", help="numeric jump offsets instead of labels")
     d.add_argument("--json", action="store_true", help="print one JSON object (text, helper calls)")
     d.set_defaults(func=run_disasm)
+    _add_run(bsub)
+    _add_verify(bsub)
+    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def _add_run(bsub: argparse._SubParsersAction) -> None:
     r = bsub.add_parser("run", help="run a program and print r0, the output buffer and printed strings")
     r.add_argument("program", help="ELF .o, uBPF .s, raw little-endian slots or hex text")
     r.add_argument(
@@ -75,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=run_run)
+
+
+def _add_verify(bsub: argparse._SubParsersAction) -> None:
     v = bsub.add_parser(
         "verify",
         help="prove a program safe before it loads (exit 0 accept, 1 reject with every reason, 2 bad input)",
@@ -97,7 +106,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("--json", action="store_true", help='print {"verdict", "errors": [{"pc", "message"}]}')
     v.set_defaults(func=run_verify)
-    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
 
 
 def run_asm(args: argparse.Namespace) -> int:

@@ -173,17 +173,7 @@ class Gemma3nConfig:
     # ---- parsing ---------------------------------------------------------------------------
     @classmethod
     def from_hf(cls, raw: dict[str, Any]) -> Gemma3nConfig:
-        if not isinstance(raw, dict):
-            raise ConfigError("model config: expected a JSON object")
-        mt = raw.get("model_type", "gemma3n_text")
-        if mt in MULTIMODAL_MODEL_TYPES:
-            text = raw.get("text_config")
-            if not isinstance(text, dict):
-                raise ConfigError("model config: text_config missing or not an object")
-            raw = text
-            mt = raw.get("model_type", "gemma3n_text")
-        if mt not in TEXT_MODEL_TYPES:
-            raise ConfigError(f"model config: model_type {mt!r} is not a Gemma 3n text decoder")
+        raw = _text_section(raw)
         # transformers' defaults describe one whole model (E4B): a config with no shape keys is that
         # model, but a config that gives some shape keys and lacks others would mix two models and
         # fail later on a shape that no longer agrees, so name the missing key.
@@ -193,42 +183,8 @@ class Gemma3nConfig:
         c = {**HF_TEXT_DEFAULTS, **{k: v for k, v in raw.items() if k in HF_TEXT_DEFAULTS}}
         n = _pos_int(c, "num_hidden_layers")
         hidden = _pos_int(c, "hidden_size")
-        for f in ("vocab_size", "vocab_size_per_layer_input", "hidden_size_per_layer_input",
-                  "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
-                  "sliding_window", "laurel_rank", "altup_num_inputs"):
-            _pos_int(c, f)
-        if c["num_attention_heads"] % c["num_key_value_heads"]:
-            raise ConfigError("model config: num_attention_heads must be a multiple of num_key_value_heads")
-        if c["head_dim"] % 2:
-            raise ConfigError("model config: head_dim must be even for RoPE")
-        if c["hidden_activation"] not in SUPPORTED_ACTIVATIONS:
-            raise ConfigError(f"model config: hidden_activation {c['hidden_activation']!r} unsupported "
-                              f"(supported: {', '.join(SUPPORTED_ACTIVATIONS)})")
-        if c["attention_bias"]:
-            raise ConfigError("model config: attention_bias=true is unsupported (Gemma 3n has no biases)")
-        if raw.get("use_bidirectional_attention"):
-            raise ConfigError("model config: use_bidirectional_attention is unsupported")
-        inter = c["intermediate_size"]
-        inter = [inter] * n if isinstance(inter, int) and not isinstance(inter, bool) else inter
-        if not isinstance(inter, list) or len(inter) != n or not all(_is_pos_int(v) for v in inter):
-            raise ConfigError(f"model config: intermediate_size must be a positive int or {n} of them")
-        lt = c["layer_types"]
-        if lt is None:
-            lt = [FULL if (i + 1) % 5 == 0 else SLIDING for i in range(n)]
-        if not isinstance(lt, list) or len(lt) != n:
-            raise ConfigError(f"model config: layer_types must list {n} entries")
-        for t in lt:
-            if t not in LAYER_TYPES:
-                raise ConfigError(f"model config: layer_types entry {t!r} unsupported")
-        sp = c["activation_sparsity_pattern"]
-        if sp is None:
-            k = 10 if n > 10 else 0
-            sp = [0.95] * k + [0.0] * (n - k)
-        elif isinstance(sp, int | float) and not isinstance(sp, bool):
-            sp = [float(sp)] * n
-        if not isinstance(sp, list) or len(sp) != n or not all(
-                isinstance(v, int | float) and 0.0 <= v < 1.0 for v in sp):
-            raise ConfigError(f"model config: activation_sparsity_pattern must list {n} values in [0, 1)")
+        _check_attention(c, raw)
+        inter, lt, sp = _per_layer_lists(c, n)
         shared = c["num_kv_shared_layers"]
         if not isinstance(shared, int) or not 0 <= shared < n:
             raise ConfigError(f"model config: num_kv_shared_layers must be in [0, {n})")
@@ -270,6 +226,67 @@ class Gemma3nConfig:
             laurel_rank=c["laurel_rank"],
             activation_sparsity=tuple(float(v) for v in sp),
         )
+
+
+def _text_section(raw: Any) -> dict[str, Any]:
+    """The text decoder's part of a config: a multimodal Gemma 3n config nests it in text_config."""
+    if not isinstance(raw, dict):
+        raise ConfigError("model config: expected a JSON object")
+    mt = raw.get("model_type", "gemma3n_text")
+    if mt in MULTIMODAL_MODEL_TYPES:
+        text = raw.get("text_config")
+        if not isinstance(text, dict):
+            raise ConfigError("model config: text_config missing or not an object")
+        raw = text
+        mt = raw.get("model_type", "gemma3n_text")
+    if mt not in TEXT_MODEL_TYPES:
+        raise ConfigError(f"model config: model_type {mt!r} is not a Gemma 3n text decoder")
+    return raw
+
+
+def _check_attention(c: dict[str, Any], raw: dict[str, Any]) -> None:
+    """Sizes positive, heads grouped evenly, and no feature the decoder does not implement."""
+    for f in ("vocab_size", "vocab_size_per_layer_input", "hidden_size_per_layer_input",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+              "sliding_window", "laurel_rank", "altup_num_inputs"):
+        _pos_int(c, f)
+    if c["num_attention_heads"] % c["num_key_value_heads"]:
+        raise ConfigError("model config: num_attention_heads must be a multiple of num_key_value_heads")
+    if c["head_dim"] % 2:
+        raise ConfigError("model config: head_dim must be even for RoPE")
+    if c["hidden_activation"] not in SUPPORTED_ACTIVATIONS:
+        raise ConfigError(f"model config: hidden_activation {c['hidden_activation']!r} unsupported "
+                          f"(supported: {', '.join(SUPPORTED_ACTIVATIONS)})")
+    if c["attention_bias"]:
+        raise ConfigError("model config: attention_bias=true is unsupported (Gemma 3n has no biases)")
+    if raw.get("use_bidirectional_attention"):
+        raise ConfigError("model config: use_bidirectional_attention is unsupported")
+
+
+def _per_layer_lists(c: dict[str, Any], n: int) -> tuple[list[int], list[str], list[float]]:
+    """intermediate_size, layer_types and activation_sparsity_pattern, each expanded to n layers."""
+    inter = c["intermediate_size"]
+    inter = [inter] * n if isinstance(inter, int) and not isinstance(inter, bool) else inter
+    if not isinstance(inter, list) or len(inter) != n or not all(_is_pos_int(v) for v in inter):
+        raise ConfigError(f"model config: intermediate_size must be a positive int or {n} of them")
+    lt = c["layer_types"]
+    if lt is None:
+        lt = [FULL if (i + 1) % 5 == 0 else SLIDING for i in range(n)]
+    if not isinstance(lt, list) or len(lt) != n:
+        raise ConfigError(f"model config: layer_types must list {n} entries")
+    for t in lt:
+        if t not in LAYER_TYPES:
+            raise ConfigError(f"model config: layer_types entry {t!r} unsupported")
+    sp = c["activation_sparsity_pattern"]
+    if sp is None:
+        k = 10 if n > 10 else 0
+        sp = [0.95] * k + [0.0] * (n - k)
+    elif isinstance(sp, int | float) and not isinstance(sp, bool):
+        sp = [float(sp)] * n
+    if not isinstance(sp, list) or len(sp) != n or not all(
+            isinstance(v, int | float) and 0.0 <= v < 1.0 for v in sp):
+        raise ConfigError(f"model config: activation_sparsity_pattern must list {n} values in [0, 1)")
+    return inter, lt, sp
 
 
 def _is_pos_int(v: Any) -> bool:
