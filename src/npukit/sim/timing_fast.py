@@ -316,7 +316,8 @@ def _run(plan: Plan, C: nbl.OpTable, n: int, events: int) -> tuple[int, dict[str
                          waiting=np.zeros(heads, i64), blocked=np.zeros(heads, i64),
                          filling=np.zeros(heads, i64), lk_pr=np.zeros(n + 1, i64), lk_c=np.zeros(n + 1, i64),
                          tg=np.full(nstr, -1, i64), lvl=np.zeros(nstr), rate=np.zeros(n),
-                         why=np.zeros(n, i64), rmark=np.zeros(n, i64), share=np.zeros(nstr), used=np.zeros(nres))
+                         why=np.zeros(n, i64), rmark=np.zeros(n, i64), share=np.zeros(nstr),
+                         used=np.zeros(nres))
     nf, one = heads + nstr, max(nstr, 1)
     width = max(C.path.shape[1], plan.s_path.shape[1] if nstr else 1)
     F = nbl.FlowScratch(fcaps=np.zeros(nf), fpath=np.full((nf, width), -1, i64), fplen=np.zeros(nf, i64),
