@@ -34,19 +34,16 @@ class Phases:
 
     # --- 1. settle: issue, start, complete at t ---------------------------------------------------
     def _settle(self, t: float) -> None:
-        """Issue (`_issue`), start and complete at ``t`` until nothing changes, then note completed
-        prefetches. A head starts once issued with no unfinished hazard and its tokens popped; it
-        completes when its work and tail are done and its tokens pushed; the next head follows at once."""
+        """Issue, start and complete at ``t`` until nothing changes, then note completed prefetches (a head
+        starts with no hazard left and its tokens popped, completes with its tokens pushed)."""
         n, win, issue, take, give = self.n, self.win, self._issue, self._take, self._give
-        queue, head, cur, start = self.queue, self.head, self.cur, self.start
-        end, frac, prog_end, lat = self.end, self.frac, self.prog_end, self.lat
-        tail, deps, dptr, haswork = self.tail, self.deps, self.dptr, self.haswork
-        inflight, sidx, gated, pops = self.inflight, self.sidx, self.gated, self.pops
-        pushes, cdepth = self.pushes, self.cdepth
-        pending, cq = (self.pending, self.cq) if cdepth else (None, None)  # (command queues only)
-        pools, s_consumed, sb, ic = bool(self.pools), self.s_consumed, self.sb, self.ic
-        k, blocker, next_issue, unstarted, n_done = self.k, self.blocker, self.next_issue, self.unstarted, \
-            self.n_done
+        queue, head, cur, start, end, frac = self.queue, self.head, self.cur, self.start, self.end, self.frac
+        prog_end, lat, tail, deps, dptr = self.prog_end, self.lat, self.tail, self.deps, self.dptr
+        haswork, inflight, sidx, gated, pops = self.haswork, self.inflight, self.sidx, self.gated, self.pops
+        pushes, cdepth, pools, s_consumed = self.pushes, self.cdepth, bool(self.pools), self.s_consumed
+        sb, (pending, cq) = self.sb, (self.pending, self.cq) if cdepth else (None, None)  # (queues: if any)
+        k, blocker, next_issue, unstarted, n_done, ic = self.k, self.blocker, self.next_issue, \
+            self.unstarted, self.n_done, self.ic
         changed = True
         while changed:
             if k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:
@@ -102,10 +99,9 @@ class Phases:
                     p = cur[e] = queue[e][h]
                     if cdepth and p < k:  # the engine takes its next command off its queue
                         pending[cq[p]] -= 1
-            # Another pass can change something only if a completion may have freed a blocked head, or
-            # the issuer may go on. (A new head is looked at as soon as it is one: of the effects at t
-            # only the order of the stream byte sums could depend on that, and an op that draws from
-            # a stream cannot start and finish at one instant.)
+            # Another pass can change something only if a completion may have freed a blocked head, or the
+            # issuer may go on. (A new head is looked at at once: only the order of the stream byte sums
+            # could depend on that, and an op drawing from a stream cannot start and finish at one instant.)
             changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
                                                      and unstarted < win and t >= next_issue - FRACTION_EPS)
             if pools:  # issued pool ops to free cores
