@@ -110,7 +110,7 @@ def _pad(rows: Sequence[tuple[int, ...]]) -> np.ndarray:
     return out
 
 
-def _ranges(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
+def range_columns(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
     """[n, width, 2] int64 ranges and their counts (raises TypeError/OverflowError for non-integers)."""
     n = len(seq)
     arr = np.zeros((n, max(width, 1), 2), np.int64)
@@ -158,8 +158,8 @@ class Columns:
             "fifo_from", "fifo_depth", "fifo_elems", "is_async", "reads", "writes")}
         f64 = np.float64
         reads, writes = col["reads"], col["writes"]
-        rd, nrd = _ranges(reads, max(map(len, reads), default=0))
-        wr, nwr = _ranges(writes, max(map(len, writes), default=0))
+        rd, nrd = range_columns(reads, max(map(len, reads), default=0))
+        wr, nwr = range_columns(writes, max(map(len, writes), default=0))
         return Columns(
             np.array([plan.eix[e] for e in col["engine"]], np.int64), np.array(col["cycles"], f64),
             np.array(col["latency"], f64), np.array(col["tail"], f64), np.array(col["xfer_bytes"], f64),
@@ -334,15 +334,15 @@ def _run(plan: Plan, C: nbl.OpTable, n: int, events: int) -> tuple[int, dict[str
                     l_v=np.zeros((events, nstr)))
     iv = np.zeros(nbl.IV_SIZE, i64)
     m = plan.machine
-    iv[nbl._WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
+    iv[nbl.IV_WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
     fv = np.zeros(nbl.FV_SIZE)
-    fv[nbl._IC] = m.issue_cycles
+    fv[nbl.FV_IC] = m.issue_cycles
     res_bytes = np.zeros(nres)
     status = nbl.run(C, S, E, R, W, F, K, A, O, iv, fv, plan.cap_arr, res_bytes)
     arrays = {"issue": S.issue, "start": S.start[:n], "end": S.end, "busy": S.busy, "fetch_t0": S.fetch_t0,
               "fetch_t1": S.fetch_t1, **A._asdict(), "q_len": q_len, **O._asdict(), "res_bytes": res_bytes,
-              "n_usage": int(iv[nbl._NUSAGE]), "n_level": int(iv[nbl._NLEVEL])}
-    return int(status), arrays, float(fv[nbl._T])
+              "n_usage": int(iv[nbl.IV_NUSAGE]), "n_level": int(iv[nbl.IV_NLEVEL])}
+    return int(status), arrays, float(fv[nbl.FV_T])
 
 
 def try_simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult | None:

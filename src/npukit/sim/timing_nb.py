@@ -38,10 +38,10 @@ _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _INF = np.inf
 
 # iv (ints in/out): the issue window in, the counts of samples out
-_WIN, _NUSAGE, _NLEVEL = range(3)
+IV_WIN, IV_NUSAGE, IV_NLEVEL = range(3)
 IV_SIZE = 3
 # fv (floats in/out): issue cycles in, t out
-_IC, _T = range(2)
+FV_IC, FV_T = range(2)
 FV_SIZE = 2
 # status codes (worded by the Python side)
 OK, DEADLOCK, NO_PROGRESS, NO_RATE, FULL = 0, 1, 2, 3, 4
@@ -81,7 +81,7 @@ Samples = namedtuple("Samples", "u_t u_v l_t l_v")
 def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
     """The event loop over the records `timing_fast._run` builds (C: `OpTable`, S: `OpRun`, E:
     `EngineQueues`, R: `StreamTable`, W: `EventScratch`, F: `FlowScratch`, K: `ReasonCodes`, A: `Accounts`,
-    O: `Samples`); returns a status, t in ``fv[_T]``."""
+    O: `Samples`); returns a status, t in ``fv[FV_T]``."""
     eng, cap, lat, tail, xfer, xcap, xlow = C.eng, C.cap, C.lat, C.tail, C.xfer, C.xcap, C.xlow
     nominal, path, plen, sidx, sbr, sb = C.nominal, C.path, C.plen, C.sidx, C.sbr, C.sb
     fifo, link, full, isasync, haswork = C.fifo, C.link, C.full, C.isasync, C.haswork
@@ -103,7 +103,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
     e_busy, e_idle, e_st, e_first, o_st, o_first = A.e_busy, A.e_idle, A.e_st, A.e_first, A.o_st, A.o_first
     u_t, u_v, l_t, l_v = O.u_t, O.u_v, O.l_t, O.l_v
     n, ne, nstr, nres = eng.shape[0], cur.shape[0], tg.shape[0], capacity.shape[0]
-    win, ic = iv[_WIN], fv[_IC]
+    win, ic = iv[IV_WIN], fv[FV_IC]
     k, blocker, unstarted, n_done, next_issue = 0, -1, 0, 0, 0.0
     n_infl = n_act = n_dep = 0
     stamp = event = n_usage = n_level = 0
@@ -583,6 +583,6 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
             o_st[p, reason] += dt_s
         event += 1
         t += dt
-    fv[_T] = t
-    iv[_NUSAGE], iv[_NLEVEL] = n_usage, n_level
+    fv[FV_T] = t
+    iv[IV_NUSAGE], iv[IV_NLEVEL] = n_usage, n_level
     return status
