@@ -111,18 +111,22 @@ def _pad(rows: Sequence[tuple[int, ...]]) -> np.ndarray:
 
 
 def range_columns(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n, width, 2] int64 ranges and their counts (raises TypeError/OverflowError for non-integers)."""
+    """[n, width, 2] int64 ranges and their counts (raises TypeError/OverflowError/ValueError for ranges
+    that are not pairs of integers)."""
     n = len(seq)
     arr = np.zeros((n, max(width, 1), 2), np.int64)
-    cnt = np.zeros(n, np.int64)
-    for i, rs in enumerate(seq):
-        if rs:
-            cnt[i] = len(rs)
-            for j, (a, b) in enumerate(rs):
-                if not (isinstance(a, int | np.integer) and isinstance(b, int | np.integer)) or \
-                        isinstance(a, bool) or isinstance(b, bool):
-                    raise TypeError("ranges must be integers")
-                arr[i, j, 0], arr[i, j, 1] = a, b
+    cnt = np.fromiter(map(len, seq), np.int64, n)
+    pairs = [pair for rs in seq for pair in rs]
+    if not pairs:
+        return arr, cnt
+    if set(map(len, pairs)) != {2}:
+        raise ValueError("a range is a (start, end) pair")
+    ends = [x for pair in pairs for x in pair]
+    if not all(issubclass(t, int | np.integer) and t is not bool for t in set(map(type, ends))):
+        raise TypeError("ranges must be integers")
+    row = np.repeat(np.arange(n), cnt)  # each range's op, and its place among that op's ranges
+    col = np.arange(len(pairs)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    arr[row, col] = np.array(ends, np.int64).reshape(-1, 2)
     return arr, cnt
 
 
