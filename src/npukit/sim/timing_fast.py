@@ -110,19 +110,23 @@ def _pad(rows: Sequence[tuple[int, ...]]) -> np.ndarray:
     return out
 
 
-def _ranges(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n, width, 2] int64 ranges and their counts (raises TypeError/OverflowError for non-integers)."""
+def range_columns(seq: Sequence[tuple], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n, width, 2] int64 ranges and their counts (raises TypeError/OverflowError/ValueError for ranges
+    that are not pairs of integers)."""
     n = len(seq)
     arr = np.zeros((n, max(width, 1), 2), np.int64)
-    cnt = np.zeros(n, np.int64)
-    for i, rs in enumerate(seq):
-        if rs:
-            cnt[i] = len(rs)
-            for j, (a, b) in enumerate(rs):
-                if not (isinstance(a, int | np.integer) and isinstance(b, int | np.integer)) or \
-                        isinstance(a, bool) or isinstance(b, bool):
-                    raise TypeError("ranges must be integers")
-                arr[i, j, 0], arr[i, j, 1] = a, b
+    cnt = np.fromiter(map(len, seq), np.int64, n)
+    pairs = [pair for rs in seq for pair in rs]
+    if not pairs:
+        return arr, cnt
+    if set(map(len, pairs)) != {2}:
+        raise ValueError("a range is a (start, end) pair")
+    ends = [x for pair in pairs for x in pair]
+    if not all(issubclass(t, int | np.integer) and t is not bool for t in set(map(type, ends))):
+        raise TypeError("ranges must be integers")
+    row = np.repeat(np.arange(n), cnt)  # each range's op, and its place among that op's ranges
+    col = np.arange(len(pairs)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    arr[row, col] = np.array(ends, np.int64).reshape(-1, 2)
     return arr, cnt
 
 
@@ -158,8 +162,8 @@ class Columns:
             "fifo_from", "fifo_depth", "fifo_elems", "is_async", "reads", "writes")}
         f64 = np.float64
         reads, writes = col["reads"], col["writes"]
-        rd, nrd = _ranges(reads, max(map(len, reads), default=0))
-        wr, nwr = _ranges(writes, max(map(len, writes), default=0))
+        rd, nrd = range_columns(reads, max(map(len, reads), default=0))
+        wr, nwr = range_columns(writes, max(map(len, writes), default=0))
         return Columns(
             np.array([plan.eix[e] for e in col["engine"]], np.int64), np.array(col["cycles"], f64),
             np.array(col["latency"], f64), np.array(col["tail"], f64), np.array(col["xfer_bytes"], f64),
@@ -171,7 +175,7 @@ class Columns:
             np.array(col["is_async"], np.bool_), rd, nrd, wr, nwr)
 
 
-def _static(plan: Plan, c: Columns) -> tuple:
+def _static(plan: Plan, c: Columns) -> nbl.OpTable:
     """The loop's per-op tables, derived as `Sim.__init__` derives them (same float operations)."""
     n = c.n
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -195,8 +199,10 @@ def _static(plan: Plan, c: Columns) -> tuple:
             link[p] = pr
             full[p] = c.fifo_depth[p] / c.fifo_elems[p]
     haswork = (c.cycles != 0) | (c.xfer != 0) | (sb != 0) | (link >= 0)
-    return (c.eng, cap, c.lat, c.tail, c.xfer, xcap, xlow, nominal, path, plen, c.sidx, c.sbr, sb, c.fifo,
-            link, full, c.isasync, haswork, c.rd, c.nrd, c.wr, c.nwr)
+    return nbl.OpTable(eng=c.eng, cap=cap, lat=c.lat, tail=c.tail, xfer=c.xfer, xcap=xcap, xlow=xlow,
+                       nominal=nominal, path=path, plen=plen, sidx=c.sidx, sbr=c.sbr, sb=sb, fifo=c.fifo,
+                       link=link, full=full, isasync=c.isasync, haswork=haswork, rd=c.rd, nrd=c.nrd, wr=c.wr,
+                       nwr=c.nwr)
 
 
 class Schedule:
@@ -279,57 +285,68 @@ def schedule(plan: Plan, c: Columns, label: Any = None) -> Schedule:
     return Schedule(plan, arrays, t)
 
 
-def _run(plan: Plan, C: tuple, n: int, events: int) -> tuple[int, dict[str, Any], float]:
+def _queues(ids: np.ndarray, count: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Positions grouped by ordinal ``ids`` (stable), each group's offset and length, and its first
+    position (-1: empty): an engine's or a stream's ops in program order."""
+    ops = np.argsort(ids, kind="stable").astype(np.int64)
+    length = np.bincount(ids, minlength=count).astype(np.int64) if ids.size else np.zeros(count, np.int64)
+    off = np.concatenate(([0], np.cumsum(length)[:-1])).astype(np.int64) if count else np.zeros(0, np.int64)
+    first = np.where(length > 0, ops[np.minimum(off, max(ids.size - 1, 0))] if ids.size else -1, -1)
+    return ops, off, length, first.astype(np.int64)
+
+
+def _run(plan: Plan, C: nbl.OpTable, n: int, events: int) -> tuple[int, dict[str, Any], float]:
     ne, nstr, nres = len(plan.cores), len(plan.snames), len(plan.rnames)
-    eng = C[0]
-    q_ops = np.argsort(eng, kind="stable").astype(np.int64)
-    q_len = np.bincount(eng, minlength=ne).astype(np.int64) if n else np.zeros(ne, np.int64)
-    q_off = np.concatenate(([0], np.cumsum(q_len)[:-1])).astype(np.int64)
-    cur = np.where(q_len > 0, q_ops[np.minimum(q_off, max(n - 1, 0))] if n else -1, -1).astype(np.int64)
-    E = (q_ops, q_off, q_len, np.zeros(ne, np.int64), cur)
-    sidx, sbr = C[10], C[11]
-    in_s = (sidx >= 0) & (sbr > 0)
-    s_ops = np.flatnonzero(in_s)
-    s_ops = s_ops[np.argsort(sidx[s_ops], kind="stable")].astype(np.int64)
-    s_len = np.bincount(sidx[s_ops], minlength=nstr).astype(np.int64) if nstr else np.zeros(0, np.int64)
-    s_off = np.concatenate(([0], np.cumsum(s_len)[:-1])).astype(np.int64) if nstr else np.zeros(0, np.int64)
-    s_next = np.where(s_len > 0, s_ops[np.minimum(s_off, max(len(s_ops) - 1, 0))] if len(s_ops) else -1,
-                      -1).astype(np.int64)
-    R = (s_ops, s_off, s_len, np.zeros(nstr, np.int64), s_next, np.full(nstr, n, np.int64), np.zeros(nstr),
-         np.zeros(nstr), plan.s_capb, plan.s_bpc, plan.s_path, plan.s_plen, np.ones(nstr, np.bool_))
-    inf = np.full(n, _INF)
+    q_ops, q_off, q_len, cur = _queues(C.eng, ne, n)
+    E = nbl.EngineQueues(q_ops=q_ops, q_off=q_off, q_len=q_len, head=np.zeros(ne, np.int64), cur=cur)
+    in_s = np.flatnonzero((C.sidx >= 0) & (C.sbr > 0))
+    order, s_off, s_len, first = _queues(C.sidx[in_s], nstr, n)
+    s_next = np.array([in_s[f] if f >= 0 else -1 for f in first.tolist()], np.int64)
+    R = nbl.StreamTable(s_ops=in_s[order].astype(np.int64), s_off=s_off, s_len=s_len,
+                        s_cur=np.zeros(nstr, np.int64), s_next=s_next, s_prev=np.full(nstr, n, np.int64),
+                        s_fetched=np.zeros(nstr),
+                        s_consumed=np.zeros(nstr), s_capb=plan.s_capb, s_bpc=plan.s_bpc, s_path=plan.s_path,
+                        s_plen=plan.s_plen, fmoved=np.ones(nstr, np.bool_))
     start = np.full(n + 1, _INF)
     start[n] = -_INF  # (s_prev = n: no previous op)
-    S = (inf.copy(), start, inf.copy(), np.zeros(n), inf.copy(), np.zeros(n), inf.copy(), inf.copy(),
-         np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
-         np.zeros(events, np.int64), np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64))
+    i64 = np.int64
+    S = nbl.OpRun(issue=np.full(n, _INF), start=start, end=np.full(n, _INF), frac=np.zeros(n),
+                  prog_end=np.full(n, _INF), fetched=np.zeros(n), fetch_t0=np.full(n, _INF),
+                  fetch_t1=np.full(n, _INF), busy=np.zeros(n), dep_off=np.zeros(n, i64),
+                  dep_len=np.zeros(n, i64), dptr=np.zeros(n, i64), dep_buf=np.zeros(events, i64),
+                  infl=np.zeros(n + 1, i64), act=np.zeros(n + 1, i64))
     heads = ne + 1
-    W = (np.zeros(heads, np.int64), np.zeros(heads, np.int64), np.zeros(heads, np.int64),
-         np.zeros(heads, np.int64), np.zeros(heads, np.int64), np.zeros(n + 1, np.int64),
-         np.zeros(n + 1, np.int64), np.full(nstr, -1, np.int64), np.zeros(nstr), np.zeros(n),
-         np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(nstr), np.zeros(nres))
-    nf = heads + nstr
-    width = max(C[8].shape[1], plan.s_path.shape[1] if nstr else 1)
-    F = (np.zeros(nf), np.full((nf, width), -1, np.int64), np.zeros(nf, np.int64), np.zeros(nf),
-         np.zeros(max(nstr, 1), np.int64), np.zeros(max(nstr, 1)), np.zeros(max(nstr, 1)),
-         np.zeros(nf, np.bool_), np.zeros(max(nres, 1)), np.zeros(max(nres, 1), np.int64))
-    K = (plan.s_why, plan.dep_code, plan.wait_code, plan.base)
+    W = nbl.EventScratch(running=np.zeros(heads, i64), rs=np.zeros(heads, i64),
+                         waiting=np.zeros(heads, i64), blocked=np.zeros(heads, i64),
+                         filling=np.zeros(heads, i64), lk_pr=np.zeros(n + 1, i64), lk_c=np.zeros(n + 1, i64),
+                         tg=np.full(nstr, -1, i64), lvl=np.zeros(nstr), rate=np.zeros(n),
+                         why=np.zeros(n, i64), rmark=np.zeros(n, i64), share=np.zeros(nstr),
+                         used=np.zeros(nres))
+    nf, one = heads + nstr, max(nstr, 1)
+    width = max(C.path.shape[1], plan.s_path.shape[1] if nstr else 1)
+    F = nbl.FlowScratch(fcaps=np.zeros(nf), fpath=np.full((nf, width), -1, i64), fplen=np.zeros(nf, i64),
+                        got=np.zeros(nf), scap_si=np.zeros(one, i64), scap_c=np.zeros(one),
+                        nscap_c=np.zeros(one),
+                        frozen=np.zeros(nf, np.bool_), left=np.zeros(max(nres, 1)),
+                        users=np.zeros(max(nres, 1), i64))
+    K = nbl.ReasonCodes(s_why=plan.s_why, dep_code=plan.dep_code, wait_code=plan.wait_code, base=plan.base)
     nr = len(plan.reasons)
-    A = (np.zeros(ne), np.zeros(ne), np.zeros((ne, nr)), np.full((ne, nr), -1, np.int64), np.zeros((n, nr)),
-         np.full((n, nr), -1, np.int64))
-    O = (np.zeros(events), np.zeros((events, nres)), np.zeros(events), np.zeros((events, nstr)))
-    iv = np.zeros(nbl.IV_SIZE, np.int64)
+    A = nbl.Accounts(e_busy=np.zeros(ne), e_idle=np.zeros(ne), e_st=np.zeros((ne, nr)),
+                     e_first=np.full((ne, nr), -1, i64), o_st=np.zeros((n, nr)),
+                     o_first=np.full((n, nr), -1, i64))
+    O = nbl.Samples(u_t=np.zeros(events), u_v=np.zeros((events, nres)), l_t=np.zeros(events),
+                    l_v=np.zeros((events, nstr)))
+    iv = np.zeros(nbl.IV_SIZE, i64)
     m = plan.machine
-    iv[nbl._WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
+    iv[nbl.IV_WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
     fv = np.zeros(nbl.FV_SIZE)
-    fv[nbl._IC] = m.issue_cycles
+    fv[nbl.FV_IC] = m.issue_cycles
     res_bytes = np.zeros(nres)
     status = nbl.run(C, S, E, R, W, F, K, A, O, iv, fv, plan.cap_arr, res_bytes)
-    arrays = {"issue": S[0], "start": S[1][:n], "end": S[2], "busy": S[8], "fetch_t0": S[6], "fetch_t1": S[7],
-              "e_busy": A[0], "e_idle": A[1], "e_st": A[2], "e_first": A[3], "o_st": A[4], "o_first": A[5],
-              "q_len": q_len, "u_t": O[0], "u_v": O[1], "l_t": O[2], "l_v": O[3], "res_bytes": res_bytes,
-              "n_usage": int(iv[nbl._NUSAGE]), "n_level": int(iv[nbl._NLEVEL])}
-    return int(status), arrays, float(fv[nbl._T])
+    arrays = {"issue": S.issue, "start": S.start[:n], "end": S.end, "busy": S.busy, "fetch_t0": S.fetch_t0,
+              "fetch_t1": S.fetch_t1, **A._asdict(), "q_len": q_len, **O._asdict(), "res_bytes": res_bytes,
+              "n_usage": int(iv[nbl.IV_NUSAGE]), "n_level": int(iv[nbl.IV_NLEVEL])}
+    return int(status), arrays, float(fv[nbl.FV_T])
 
 
 def try_simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult | None:

@@ -10,15 +10,21 @@ equals); its sums start from 0 and add left to right, as CPython 3.11's ``sum`` 
 hold exactly the running ops, so they become arrays plus a per-event mark (``rmark == stamp``); its
 lists of ops become index arrays with counts.
 
-Why one long function: numba reference-counts every array a call passes or a tuple unpack binds, with
-an atomic instruction each, and that counting measured 70 % of a pccx token's time (perf: NRT_incref /
-NRT_decref) when the phases were separate functions. Here every array is bound once, before the
-loop, and the loop body calls nothing that takes an array. Its sections carry the Python phases'
-names (`timing_phases`): settle (issue, heads, prefetches), survey, rates (water-filling, stream
-arrival, FIFO coupling), horizon, advance, attribute.
+Why one long function: numba reference-counts every array a call passes, a tuple unpack binds or a
+record field read yields, with an atomic instruction each. With the phases as separate functions that
+counting measured 70 % of a pccx token's time (perf: NRT_incref / NRT_decref). Split by phase into
+functions numba inlines (``inline="always"``) over these named records, schedules stayed bit-identical
+but a 2,095-op decode token took 26.3 ms instead of 1.1 ms and a 20-token prefill chunk 545 ms instead
+of 18 ms (commit "experiment: the compiled loop split by phase", reverted): each phase binds its
+record fields again on every event. Here every array is bound once, by name, before the loop, and the
+loop body calls nothing that takes an array. Its sections carry the Python phases' names
+(`timing_phases`): settle (issue, heads, prefetches), survey, rates (water-filling, stream arrival,
+FIFO coupling), horizon, advance, attribute.
 """
 
 from __future__ import annotations
+
+from collections import namedtuple
 
 import numba as nb
 import numpy as np
@@ -32,32 +38,72 @@ _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _INF = np.inf
 
 # iv (ints in/out): the issue window in, the counts of samples out
-_WIN, _NUSAGE, _NLEVEL = range(3)
+IV_WIN, IV_NUSAGE, IV_NLEVEL = range(3)
 IV_SIZE = 3
 # fv (floats in/out): issue cycles in, t out
-_IC, _T = range(2)
+FV_IC, FV_T = range(2)
 FV_SIZE = 2
 # status codes (worded by the Python side)
 OK, DEADLOCK, NO_PROGRESS, NO_RATE, FULL = 0, 1, 2, 3, 4
 
+# The loop's arrays, grouped in named records (numba compiles a namedtuple's fields to static offsets:
+# `timing_fast` builds them by keyword, `run` reads them by name, so a field's place never matters).
+# per op, static: engine ordinal, rate cap, latency, tail, transfer bytes and cap, bandwidth-bound
+# threshold, nominal rate, resource path (padded) and its length, stream ordinal, stream bytes as given
+# and as drawn, FIFO producer as given and as linked, FIFO fullness, async, has work, read/write ranges
+OpTable = namedtuple("OpTable", "eng cap lat tail xfer xcap xlow nominal path plen sidx sbr sb fifo link "
+                     "full isasync haswork rd nrd wr nwr")
+# per op, as the run goes: times, progress, prefetch, busy; the hazards found at issue (offsets into
+# dep_buf, counts, how many have finished); the in-flight list and the active FIFO consumers
+OpRun = namedtuple("OpRun", "issue start end frac prog_end fetched fetch_t0 fetch_t1 busy dep_off dep_len "
+                   "dptr dep_buf infl act")
+# per engine: its ops (q_ops[q_off[e]:q_off[e] + q_len[e]]), its head index and head op
+EngineQueues = namedtuple("EngineQueues", "q_ops q_off q_len head cur")
+# per stream: its ops (as the engines'), the op fetched for, the one before it, bytes fetched and
+# consumed, buffer capacity, rate, path, whether its bytes moved in the last interval
+StreamTable = namedtuple("StreamTable", "s_ops s_off s_len s_cur s_next s_prev s_fetched s_consumed s_capb "
+                         "s_bpc s_path s_plen fmoved")
+# one event's survey and rates: the head lists, FIFO pairs, stream targets and levels, per-op rate,
+# its limiting reason and the event stamp marking the running ops, stream inflows, resource use
+EventScratch = namedtuple("EventScratch", "running rs waiting blocked filling lk_pr lk_c tg lvl rate why "
+                          "rmark share used")
+# water-filling's flows (caps, paths) and state, the stream caps of the rate fixed point
+FlowScratch = namedtuple("FlowScratch", "fcaps fpath fplen got scap_si scap_c nscap_c frozen left users")
+# stall-name codes: per stream, per engine (dep_, wait_), and sync / issue / bandwidth
+ReasonCodes = namedtuple("ReasonCodes", "s_why dep_code wait_code base")
+# busy / idle / stall sums per engine and op, with the event that first touched each stall (key order)
+Accounts = namedtuple("Accounts", "e_busy e_idle e_st e_first o_st o_first")
+# usage samples (t, bytes/cycle per resource) and buffer-level samples (t, bytes per stream)
+Samples = namedtuple("Samples", "u_t u_v l_t l_v")
+
 
 @nb.njit(**_OPTS)
 def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
-    """The event loop over the tables `timing_fast._run` builds; returns a status, t in ``fv[_T]``."""
-    (eng, cap, lat, tail, xfer, xcap, xlow, nominal, path, plen, sidx, sbr, sb, fifo, link, full, isasync,
-     haswork, rd, nrd, wr, nwr) = C
-    (issue, start, end, frac, prog_end, fetched, fetch_t0, fetch_t1, busy, dep_off, dep_len, dptr, dep_buf,
-     infl, act) = S
-    q_ops, q_off, q_len, head, cur = E
-    s_ops, s_off, s_len, s_cur, s_next, s_prev, s_fetched, s_consumed, s_capb, s_bpc, s_path, s_plen, \
-        fmoved = R
-    running, rs, waiting, blocked, filling, lk_pr, lk_c, tg, lvl, rate, why, rmark, share, used = W
-    fcaps, fpath, fplen, got, scap_si, scap_c, nscap_c, frozen, left, users = F
-    s_why, dep_code, wait_code, base = K
-    e_busy, e_idle, e_st, e_first, o_st, o_first = A
-    u_t, u_v, l_t, l_v = O
+    """The event loop over the records `timing_fast._run` builds (C: `OpTable`, S: `OpRun`, E:
+    `EngineQueues`, R: `StreamTable`, W: `EventScratch`, F: `FlowScratch`, K: `ReasonCodes`, A: `Accounts`,
+    O: `Samples`); returns a status, t in ``fv[FV_T]``."""
+    eng, cap, lat, tail, xfer, xcap, xlow = C.eng, C.cap, C.lat, C.tail, C.xfer, C.xcap, C.xlow
+    nominal, path, plen, sidx, sbr, sb = C.nominal, C.path, C.plen, C.sidx, C.sbr, C.sb
+    fifo, link, full, isasync, haswork = C.fifo, C.link, C.full, C.isasync, C.haswork
+    rd, nrd, wr, nwr = C.rd, C.nrd, C.wr, C.nwr
+    issue, start, end, frac, prog_end, busy = S.issue, S.start, S.end, S.frac, S.prog_end, S.busy
+    fetched, fetch_t0, fetch_t1 = S.fetched, S.fetch_t0, S.fetch_t1
+    dep_off, dep_len, dptr, dep_buf, infl, act = S.dep_off, S.dep_len, S.dptr, S.dep_buf, S.infl, S.act
+    q_ops, q_off, q_len, head, cur = E.q_ops, E.q_off, E.q_len, E.head, E.cur
+    s_ops, s_off, s_len, s_cur, s_next, s_prev = R.s_ops, R.s_off, R.s_len, R.s_cur, R.s_next, R.s_prev
+    s_fetched, s_consumed, s_capb, s_bpc = R.s_fetched, R.s_consumed, R.s_capb, R.s_bpc
+    s_path, s_plen, fmoved = R.s_path, R.s_plen, R.fmoved
+    running, rs, waiting, blocked, filling = W.running, W.rs, W.waiting, W.blocked, W.filling
+    lk_pr, lk_c, tg, lvl, rate, why, rmark, share, used = W.lk_pr, W.lk_c, W.tg, W.lvl, W.rate, W.why, \
+        W.rmark, W.share, W.used
+    fcaps, fpath, fplen, got = F.fcaps, F.fpath, F.fplen, F.got
+    frozen, left, users = F.frozen, F.left, F.users
+    scap_si, scap_c, nscap_c = F.scap_si, F.scap_c, F.nscap_c
+    s_why, dep_code, wait_code, base = K.s_why, K.dep_code, K.wait_code, K.base
+    e_busy, e_idle, e_st, e_first, o_st, o_first = A.e_busy, A.e_idle, A.e_st, A.e_first, A.o_st, A.o_first
+    u_t, u_v, l_t, l_v = O.u_t, O.u_v, O.l_t, O.l_v
     n, ne, nstr, nres = eng.shape[0], cur.shape[0], tg.shape[0], capacity.shape[0]
-    win, ic = iv[_WIN], fv[_IC]
+    win, ic = iv[IV_WIN], fv[FV_IC]
     k, blocker, unstarted, n_done, next_issue = 0, -1, 0, 0, 0.0
     n_infl = n_act = n_dep = 0
     stamp = event = n_usage = n_level = 0
@@ -537,6 +583,6 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
             o_st[p, reason] += dt_s
         event += 1
         t += dt
-    fv[_T] = t
-    iv[_NUSAGE], iv[_NLEVEL] = n_usage, n_level
+    fv[FV_T] = t
+    iv[IV_NUSAGE], iv[IV_NLEVEL] = n_usage, n_level
     return status

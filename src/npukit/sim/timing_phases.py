@@ -13,11 +13,10 @@
 5. **advance** (`_advance`) — progress, fetched bytes and resource use over that time, and
    **attribute** (`_attribute`) it to every engine and op as busy, idle or a named stall.
 
-Every phase reads and writes the `Sim`'s per-op lists (indexed by program position), bound once per
-run into one tuple per phase (``b_<phase>``: one load and an unpack per call instead of an attribute
-load per list, which is most of what a phase call costs); scalars that outlive a phase (``k``,
-``blocker``, ``next_issue``, ``unstarted``, ``n_done``) and lists rebound as a whole (``live``) are
-the Sim's attributes.
+Every phase reads and writes the `Sim`'s per-op lists (indexed by program position), each bound to a
+local of the same name at the phase's top (``frac = self.frac``: by name, so adding a table is one
+slot and the lines that use it); scalars that outlive a phase (``k``, ``blocker``, ``next_issue``,
+``unstarted``, ``n_done``) and lists rebound as a whole (``live``) are the Sim's attributes.
 """
 
 from __future__ import annotations
@@ -35,14 +34,16 @@ class Phases:
 
     # --- 1. settle: issue, start, complete at t ---------------------------------------------------
     def _settle(self, t: float) -> None:
-        """Issue (`_issue`), start and complete at ``t`` until nothing changes, then note completed
-        prefetches. A head starts once issued with no unfinished hazard and its tokens popped; it
-        completes when its work and tail are done and its tokens pushed; the next head follows at once."""
+        """Issue, start and complete at ``t`` until nothing changes, then note completed prefetches (a head
+        starts with no hazard left and its tokens popped, completes with its tokens pushed)."""
         n, win, issue, take, give = self.n, self.win, self._issue, self._take, self._give
-        queue, head, cur, start, end, frac, prog_end, lat, tail, deps, dptr, haswork, inflight, sidx, \
-            gated, pops, pushes, cdepth, pending, cq, pools, s_consumed, sb, ic = self.b_heads
-        k, blocker, next_issue, unstarted, n_done = self.k, self.blocker, self.next_issue, self.unstarted, \
-            self.n_done
+        queue, head, cur, start, end, frac = self.queue, self.head, self.cur, self.start, self.end, self.frac
+        prog_end, lat, tail, deps, dptr = self.prog_end, self.lat, self.tail, self.deps, self.dptr
+        haswork, inflight, sidx, gated, pops = self.haswork, self.inflight, self.sidx, self.gated, self.pops
+        pushes, cdepth, pools, s_consumed = self.pushes, self.cdepth, bool(self.pools), self.s_consumed
+        sb, (pending, cq) = self.sb, (self.pending, self.cq) if cdepth else (None, None)  # (queues: if any)
+        k, blocker, next_issue, unstarted, n_done, ic = self.k, self.blocker, self.next_issue, \
+            self.unstarted, self.n_done, self.ic
         changed = True
         while changed:
             if k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:
@@ -98,10 +99,9 @@ class Phases:
                     p = cur[e] = queue[e][h]
                     if cdepth and p < k:  # the engine takes its next command off its queue
                         pending[cq[p]] -= 1
-            # Another pass can change something only if a completion may have freed a blocked head, or
-            # the issuer may go on. (A new head is looked at as soon as it is one: of the effects at t
-            # only the order of the stream byte sums could depend on that, and an op that draws from
-            # a stream cannot start and finish at one instant.)
+            # Another pass can change something only if a completion may have freed a blocked head, or the
+            # issuer may go on. (A new head is looked at at once: only the order of the stream byte sums
+            # could depend on that, and an op drawing from a stream cannot start and finish at one instant.)
             changed = (done_any and blocked_any) or ((done_any or started_any) and k < n and blocker < 0
                                                      and unstarted < win and t >= next_issue - FRACTION_EPS)
             if pools:  # issued pool ops to free cores
@@ -118,7 +118,11 @@ class Phases:
         """Issue ops in program order while the issuer is free, the window and the next op's command
         queue have room, and it is time; returns the issuer's state (k, blocker, next_issue, unstarted)."""
         n, win, ic = self.n, self.win, self.ic
-        ops, isasync, link, issue, deps, inflight, act, hazards, cdepth, pending, cq, eng, cur = self.b_issue
+        ops, isasync, link, issue = self.ops, self.isasync, self.link, self.issue
+        deps, inflight, act, hazards = self.deps, self.inflight, self.act, self._hazards
+        cdepth = self.cdepth
+        pending, cq = (self.pending, self.cq) if cdepth else (None, None)  # (command queues only)
+        eng, cur = self.eng, self.cur
         while k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:
             if cdepth and pending[cq[k]] >= cdepth:  # (command queues: the next one is full)
                 break
@@ -142,7 +146,9 @@ class Phases:
 
     def _fetches_done(self, t: float) -> None:
         """Prefetches whose bytes have all arrived (only `_advance` moves them, so once per instant)."""
-        s_ops, s_cur, s_next, s_prev, s_fetched, fetched, sb, fetch_t0, fetch_t1 = self.b_fetches
+        s_ops, s_cur, s_next, s_prev = self.s_ops, self.s_cur, self.s_next, self.s_prev
+        s_fetched, fetched, sb, fetch_t0 = self.s_fetched, self.fetched, self.sb, self.fetch_t0
+        fetch_t1 = self.fetch_t1
         for si in self.fmoved:
             lst = s_ops[si]
             i = s_cur[si]
@@ -175,7 +181,9 @@ class Phases:
         (a latency or tail ending), producer→consumer pairs coupled now, the op each stream fetches
         for (None: none), buffered bytes per stream and whether any stream fetches.
         """
-        cur, start, lat, tail, frac, prog_end, sidx, act, end, link, nstr = self.b_survey
+        cur, start, lat, tail = self.cur, self.start, self.lat, self.tail
+        frac, prog_end, sidx, act = self.frac, self.prog_end, self.sidx, self.act
+        end, link, nstr = self.end, self.link, self.nstr
         k, inf = self.k, _INF
         running, rs, waiting, blocked, filling = [], [], [], [], []
         dt = inf  # (the first smallest candidate, as min() over them all would pick)
@@ -220,7 +228,8 @@ class Phases:
         lvl = [0.0] * nstr  # buffered bytes (needed where a stream fetches)
         fetching = False
         if nstr:
-            s_next, s_prev, s_fetched, s_consumed, sbr = self.b_levels
+            s_next, s_prev, s_fetched, s_consumed = self.s_next, self.s_prev, self.s_fetched, self.s_consumed
+            sbr = self.sbr
             for si in range(nstr):
                 p = s_next[si]  # fetched once issued and the stream's previous op has started
                 if 0 <= p < k and start[s_prev[si]] <= t:
@@ -239,7 +248,8 @@ class Phases:
         """Rates (op → fraction/cycle), their limiting reasons (op → name), each stream's inflow, and the
         time to the next event: the first smallest non-negative candidate after ``dt`` (from `_survey`),
         as min() over them all would pick (every candidate is >= 0)."""
-        frac, sidx, sbr, fetched, s_capb, full, start, nstr = self.b_solve
+        frac, sidx, sbr, fetched = self.frac, self.sidx, self.sbr, self.fetched
+        s_capb, full, start, nstr = self.s_capb, self.full, self.start, self.nstr
         if fetching or links or rs:
             rate, why, share = self._rates(t, running, links, lvl, tg, start, frac, fetched)
         else:  # no stream, no FIFO: the fixed point is one round of water-filling (see _rates)
@@ -301,8 +311,9 @@ class Phases:
     def _advance(self, t: float, dt: float, running: list[int], rs: list[int], tg: list[int | None],
                  fetching: bool, rate: dict[int, float], share: list[float]) -> None:
         """Progress, fetched bytes, resource bytes and the usage / buffer-level samples over [t, t+dt)."""
-        nstr, frac, sbr, sidx, nres, xfer, rpath, prog_end, res_bytes, upath, s_fetched, s_consumed = \
-            self.b_advance
+        nstr, frac, sbr, sidx = self.nstr, self.frac, self.sbr, self.sidx
+        nres, xfer, rpath, prog_end = self.nres, self.xfer, self.rpath, self.prog_end
+        res_bytes, upath, s_fetched, s_consumed = self.res_bytes, self.upath, self.s_fetched, self.s_consumed
         if running or fetching:
             used = [0.0] * nres
             for p in running:
@@ -318,7 +329,7 @@ class Phases:
                     for ri in rpath[p]:
                         used[ri] += r * xfer[p]
             if fetching:
-                fetched, fetch_t0, s_rpath, fmoved = self.b_fetch_moves
+                fetched, fetch_t0, s_rpath, fmoved = self.fetched, self.fetch_t0, self.s_rpath, self.fmoved
                 for si in range(nstr):
                     p = tg[si]
                     if p is None:
@@ -354,8 +365,10 @@ class Phases:
                    filling: list[int], rate: dict[int, float], why: dict[int, str]) -> None:
         """Each engine's and op's share of [t, t+dt): busy, idle, or a named stall (each figure is its
         own: any engine order will do)."""
-        e_idle, e_busy, e_stalls, ostall, busy, eng, nominal, dead, cur, deps, dptr, end, dep_why, gated = \
-            self.b_attribute
+        e_idle, e_busy, e_stalls, ostall = self.e_idle, self.e_busy, self.e_stalls, self.ostall
+        busy, eng, nominal, dead = self.busy, self.eng, self.nominal, self.dead
+        cur, deps, dptr, end = self.cur, self.deps, self.dptr, self.end
+        dep_why, gated = self.dep_why, self.gated
         for e in dead:
             e_idle[e] += dt
         if waiting:

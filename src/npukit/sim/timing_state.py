@@ -43,8 +43,7 @@ class Sim(Phases, Rates, Tokens):
 
     # every table and piece of run state is a slot: the phases load dozens of them per event
     __slots__ = (
-        "act", "b_advance", "b_attribute", "b_fetch_moves", "b_fetches", "b_heads", "b_issue", "b_levels",
-        "b_solve", "b_survey", "blocker", "busy", "cap", "capacity", "cdepth", "cores", "cq", "cur", "dead",
+        "act", "blocker", "busy", "cap", "capacity", "cdepth", "cores", "cq", "cur", "dead",
         "dep_why", "deps", "dptr", "e_busy", "e_idle", "e_stalls", "end", "eng", "fetch_t0", "fetch_t1",
         "fetched", "fmoved", "frac", "full", "gated", "haswork", "head", "ic", "inflight", "isasync",
         "issue", "k", "last_used", "lat", "levels", "link", "live", "m", "moved", "n", "n_done",
@@ -229,30 +228,6 @@ class Sim(Phases, Rates, Tokens):
         if self.gated or self.cdepth is not None:
             self._token_state()
         self.next_issue, self.k, self.blocker, self.unstarted, self.n_done = 0.0, 0, -1, 0, 0
-        self._bind()
-
-    def _bind(self) -> None:
-        """Each phase's working set as one tuple (see `npukit.sim.timing_phases`)."""
-        tok = (self.cdepth, self.pending, self.cq) if self.cdepth else (None, None, None)
-        self.b_issue = (self.ops, self.isasync, self.link, self.issue, self.deps, self.inflight, self.act,
-                        self._hazards, *tok, self.eng, self.cur)
-        self.b_fetches = (self.s_ops, self.s_cur, self.s_next, self.s_prev, self.s_fetched, self.fetched,
-                          self.sb, self.fetch_t0, self.fetch_t1)
-        self.b_heads = (self.queue, self.head, self.cur, self.start, self.end, self.frac, self.prog_end,
-                        self.lat, self.tail, self.deps, self.dptr, self.haswork, self.inflight, self.sidx,
-                        self.gated, self.pops, self.pushes, *tok, bool(self.pools), self.s_consumed, self.sb,
-                        self.ic)
-        self.b_survey = (self.cur, self.start, self.lat, self.tail, self.frac, self.prog_end, self.sidx,
-                         self.act, self.end, self.link, self.nstr)
-        self.b_levels = (self.s_next, self.s_prev, self.s_fetched, self.s_consumed, self.sbr)
-        self.b_solve = (self.frac, self.sidx, self.sbr, self.fetched, self.s_capb, self.full, self.start,
-                          self.nstr)
-        self.b_advance = (self.nstr, self.frac, self.sbr, self.sidx, self.nres, self.xfer, self.rpath,
-                          self.prog_end, self.res_bytes, self.upath, self.s_fetched, self.s_consumed)
-        self.b_fetch_moves = (self.fetched, self.fetch_t0, self.s_rpath, self.fmoved)
-        self.b_attribute = (self.e_idle, self.e_busy, self.e_stalls, self.ostall, self.busy, self.eng,
-                            self.nominal, self.dead, self.cur, self.deps, self.dptr, self.end, self.dep_why,
-                            self.gated)
 
     def run(self) -> TimingResult:
         """Event after event: settle at t, survey, solve rates and the next event, advance to it."""

@@ -205,3 +205,21 @@ def test_pinned_decode_like_schedule():
     assert [(o.start, o.end) for o in r.ops if o.label == "gemv sync"] == [
         (26730.92, 37262.64), (63993.55999999999, 74578.17809045225),
         (101309.09809045226, 111840.81809045226)]
+
+
+def test_pinned_decode_like_schedule_is_the_reference_model():
+    """The pinned program above: `simulate` returns what the plain reference model states, by repr."""
+    import json
+
+    from npukit.sim.timing_ref import simulate_reference
+    from npukit.sim.trace import to_trace
+    from npukit.targets.pccx.timing import machine
+
+    h = hw.load_hw(PRESET, [])
+    ops = to_ops(h, decode_like_works())
+    want, got = simulate_reference(machine(h), ops), simulate_works(h, decode_like_works())
+    assert want.cycles == 111840.81809045226
+    assert json.dumps(got.to_json()) == json.dumps(want.to_json())
+    assert [f.to_json() for f in got.fetches] == [f.to_json() for f in want.fetches]
+    assert got.levels == want.levels and got.usage == want.usage
+    assert json.dumps(to_trace(got)) == json.dumps(to_trace(want))

@@ -65,3 +65,28 @@ def test_switched_off_the_timer_uses_the_readable_loop(monkeypatch):
     drv.step(4)
     want = Sim(machine(drv.hw), to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
     assert drv.records[-1].cycles == want.cycles
+
+
+@pytest.mark.slow  # (about 6 s: the driver, then the plain reference on three programs)
+def test_prefill_and_decode_programs_are_the_reference_model():
+    """The Gemma 3n prefill chunk and decode tokens before and after the sliding window fills (the span
+    buckets change): the driver's schedules (compiled loop) are what the plain reference model
+    (`npukit.sim.timing_ref`) returns for the same ops, every figure and trace event by repr."""
+    from npukit.sim.timing_ref import simulate_reference
+    from npukit.sim.trace import to_trace
+
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    m = machine(drv.hw)
+    drv.prefill([2, 3, 5, 7])
+    runs = [list(drv.last_works)]
+    for tok in (11, 13, 17, 19, 23):
+        drv.step(tok)
+        runs.append(list(drv.last_works))
+    for i in (0, 1, 4):
+        ops = to_ops(drv.hw, runs[i], _OpRecord, renumber=True)
+        want = simulate_reference(m, ops)
+        got = drv.records[i].timing
+        assert dump(got) == dump(want), f"run {i}"
+        assert json.dumps(to_trace(got)) == json.dumps(to_trace(want)), f"run {i}"
+        assert want.fetches and any(o.fifo_from is not None for o in ops)  # streams and FIFOs at work

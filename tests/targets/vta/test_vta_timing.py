@@ -62,3 +62,46 @@ def test_bounded_queues_and_command_fifos_can_deadlock_what_the_functional_order
     assert e.value.queues == ("g2s",)
     assert "op 2 (ALU ADD) on compute waits to push 'g2s' (full, 2/2)" in str(e.value)
     time_program(load_hw("vta-alkali"), prog)  # the preset's deeper queues run it
+
+
+@pytest.mark.parametrize("overrides", [[], ["timing.dep_queue_depth=2", "timing.command_depth=1"]])
+def test_compiled_gemm_programs_are_the_reference_model(overrides):
+    """A delegate GEMM program (77 instructions: dense and all-zero weight blocks, double-buffered loads,
+    int32 export) on the preset and with shallow token and command queues: `time_program` returns what
+    the plain reference model (`npukit.sim.timing_ref`) states, every figure, stall and trace event."""
+    import json
+
+    from npukit.sim.timing_ref import simulate_reference
+    from npukit.sim.trace import to_trace
+    from npukit.targets.vta.delegate.gemm import GemmProgram
+    from npukit.targets.vta.timing import machine, op_of
+
+    hw = load_hw("vta-alkali", overrides)
+    rng = np.random.default_rng(5)
+    w = rng.integers(-3, 4, (512, 256), dtype=np.int8)
+    w[:16, :16] = 0  # an all-zero block: a sparse GEMM
+    prog = GemmProgram(hw, 96, w, rng.integers(-50, 50, 256).astype(np.int32))
+    ops = [op_of(hw, i, ins) for i, ins in enumerate(prog.instrs)]
+    got, want = time_program(hw, prog.instrs), simulate_reference(machine(hw), ops)
+    assert json.dumps(got.to_json()) == json.dumps(want.to_json())
+    assert [list(o.stalls) for o in got.ops] == [list(o.stalls) for o in want.ops]
+    assert json.dumps(to_trace(got)) == json.dumps(to_trace(want))
+    assert any(k.startswith("pop_") for o in want.ops for k in o.stalls)  # tokens at work
+    assert "bandwidth" in want.engines["load"].stalls  # loads and stores share the DRAM port
+
+
+def test_a_deadlocked_program_is_worded_as_the_reference_words_it():
+    from npukit.sim.timing_ref import simulate_reference
+    from npukit.targets.vta.timing import machine, op_of
+
+    hw = load_hw("vta-alkali", ["timing.dep_queue_depth=2", "timing.command_depth=2"])
+    b = ISA.bind(hw)
+    alu = {"alu_opcode": AluOp.ADD, "use_imm": True, "imm": 1, "uop_end": 1, "iter_out": 1, "iter_in": 1}
+    prog = [b.make("ALU", push_next=True, **alu) for _ in range(3)] + [b.make("ALU", **alu) for _ in range(4)]
+    prog += [b.make("STORE", memory_type=Mem.OUT, pop_prev=True, y_size=1, x_size=1, x_stride=1)
+             for _ in range(3)]
+    with pytest.raises(TokenDeadlock) as got:
+        time_program(hw, prog)
+    with pytest.raises(TokenDeadlock) as want:
+        simulate_reference(machine(hw), [op_of(hw, i, ins) for i, ins in enumerate(prog)])
+    assert str(got.value) == str(want.value) and got.value.queues == want.value.queues == ("g2s",)

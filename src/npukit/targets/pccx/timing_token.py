@@ -148,8 +148,8 @@ class TokenTimer:
             np.array([r[6] for r in rows], np.int64), np.array([r[7] for r in rows], f64),
             np.full(n, -1, np.int64), np.array([r[9] for r in rows], f64), np.zeros(n),
             np.array([r[8] for r in rows], np.bool_),
-            *timing_fast._ranges([r[12] for r in rows], max((len(r[12]) for r in rows), default=0)),
-            *timing_fast._ranges([r[13] for r in rows], max((len(r[13]) for r in rows), default=0)))
+            *timing_fast.range_columns([r[12] for r in rows], max((len(r[12]) for r in rows), default=0)),
+            *timing_fast.range_columns([r[13] for r in rows], max((len(r[13]) for r in rows), default=0)))
         return _Program(works, cols, np.array([r[10] for r in rows], np.int64),
                         np.array([r[11] for r in rows], np.int64))
 
