@@ -11,8 +11,6 @@ EXEMPT_FUNCTIONS = {
     # the numba event loop: split into inlined phase functions it ran 24x slower (numba reference-counts
     # each record field read per event; docs/timing.md has the figures), so it stays one function
     "sim/timing_nb.py:run",
-    # the executor's DMA binder: three directions, each closing over its own views (to be split)
-    "targets/pccx/fast/fastsim.py:_compile_memcpy",
 }
 
 

@@ -391,61 +391,69 @@ class FastSimulator(Simulator):
 
         return memset
 
+    def _bind_memcpy(self, idx: int, ins: _Instr, slot: int) -> tuple[Work, Callable[[], None]] | None:
+        """The copy the shape entry at ``slot`` now describes, as its Work and a closure that moves the
+        words; None when it falls outside L2 or host memory (the reference path then reports it)."""
+        asy = bool(ins.async_)
+        words, hi, lo = (int(v) for v in self.cc[0, slot])
+        nbytes = words * WORD_BYTES
+        host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
+        label = f"{format_instr(ins)}  ; {words} words"
+        lim = self.limits.l2_words
+        if ins.from_device == Device.HOST:
+            d0 = ins.dest_addr
+            view = self.host.view(host_addr, nbytes)
+            if d0 + words > lim or view is None:
+                return None
+            src = view.view("<u2").reshape(words, _E)
+            dst = self.l2[d0: d0 + words]
+
+            def mover() -> None:
+                dst[...] = src
+
+            work = Work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
+                        onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=asy)
+        else:
+            s0 = ins.src_addr
+            if s0 + words > lim:
+                return None
+            srcl = self.l2[s0: s0 + words]
+            if ins.to_device == Device.HOST:
+                view = self.host.view(host_addr, nbytes)
+                if view is None:
+                    return None
+                hv = view.view("<u2").reshape(words, _E)
+                inval = self.invalidate
+
+                def mover() -> None:
+                    hv[...] = srcl
+                    inval(host_addr, nbytes)
+
+                work = Work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
+                            onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
+            else:
+                d0 = ins.dest_addr
+                if d0 + words > lim:
+                    return None
+                dstl = self.l2[d0: d0 + words]
+
+                def mover() -> None:
+                    dstl[...] = srcl.copy()
+
+                work = Work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
+                            reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
+        return work, mover
+
     def _compile_memcpy(self, idx: int, ins: _Instr) -> Callable[[], Work]:
         ref = self._reference(idx, ins)
         trace, slot = self.trace, ins.shape_ptr_addr
         state: list[Any] = [None, None, None]  # key, work, mover
-        asy = bool(ins.async_)
 
         def bind(key: bytes) -> bool:
-            words, hi, lo = (int(v) for v in self.cc[0, slot])
-            nbytes = words * WORD_BYTES
-            host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
-            label = f"{format_instr(ins)}  ; {words} words"
-            lim = self.limits.l2_words
-            if ins.from_device == Device.HOST:
-                d0 = ins.dest_addr
-                view = self.host.view(host_addr, nbytes)
-                if d0 + words > lim or view is None:
-                    return False
-                src = view.view("<u2").reshape(words, _E)
-                dst = self.l2[d0: d0 + words]
-
-                def mover() -> None:
-                    dst[...] = src
-
-                work = Work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
-                            onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=bool(ins.async_))
-            else:
-                s0 = ins.src_addr
-                if s0 + words > lim:
-                    return False
-                srcl = self.l2[s0: s0 + words]
-                if ins.to_device == Device.HOST:
-                    view = self.host.view(host_addr, nbytes)
-                    if view is None:
-                        return False
-                    hv = view.view("<u2").reshape(words, _E)
-                    inval = self.invalidate
-
-                    def mover() -> None:
-                        hv[...] = srcl
-                        inval(host_addr, nbytes)
-
-                    work = Work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
-                                onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
-                else:
-                    d0 = ins.dest_addr
-                    if d0 + words > lim:
-                        return False
-                    dstl = self.l2[d0: d0 + words]
-
-                    def mover() -> None:
-                        dstl[...] = srcl.copy()
-
-                    work = Work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
-                                reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
-            state[:] = [key, work, mover]
+            bound = self._bind_memcpy(idx, ins, slot)
+            if bound is None:
+                return False
+            state[:] = [key, *bound]
             return True
 
         def memcpy() -> Work:
