@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from npukit.targets.ebpf import isa
 from npukit.targets.ebpf.errors import ElfError
-from npukit.targets.ebpf.load import LoadedProgram
+from npukit.targets.ebpf.loaded import LoadedProgram
 from npukit.targets.ebpf.memory import SECTION_BASE, SECTION_STRIDE, Region
 
 EM_BPF = 247

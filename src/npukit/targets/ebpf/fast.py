@@ -12,6 +12,7 @@ hands its state to the reference interpreter, which stops at the exact instructi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from npukit.targets.ebpf import isa
 from npukit.targets.ebpf import semantics as S
@@ -19,7 +20,10 @@ from npukit.targets.ebpf.asm import branch_target
 from npukit.targets.ebpf.errors import HelperFault
 from npukit.targets.ebpf.isa import AluOp, Insn, JmpOp
 from npukit.targets.ebpf.memory import PACK, UNPACK
-from npukit.targets.ebpf.vm import Machine, State, atomic
+from npukit.targets.ebpf.state import State, atomic
+
+if TYPE_CHECKING:  # the VM hands its hot runs here; only its type is needed
+    from npukit.targets.ebpf.vm import Machine
 
 M64, M32, SB64, SB32 = S.M64, S.M32, 1 << 63, 1 << 31
 _REGS = ", ".join(f"r{i}" for i in range(11))

@@ -8,28 +8,17 @@ conformance corpus's ``-- raw`` sections write them) or assembler text in the uB
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from npukit.errors import ConfigError
 from npukit.targets.ebpf import isa
 from npukit.targets.ebpf.asm import assemble
-from npukit.targets.ebpf.memory import Region
+from npukit.targets.ebpf.elf import load_elf
+from npukit.targets.ebpf.loaded import LoadedProgram
 
 _COMMENT = re.compile(r"(#|//).*$", re.M)
 _BYTE = re.compile(r"[0-9a-fA-F]{2}")
 _WORD = re.compile(r"0[xX][0-9a-fA-F]{1,16}|\d+")
-
-
-@dataclass
-class LoadedProgram:
-    program: isa.Program
-    kind: str  # elf | raw | hex-words | hex-bytes | asm
-    sections: list[Region] = field(default_factory=list)
-    entry: int = 0
-    section_name: str = ""
-    symbols: dict[int, str] = field(default_factory=dict)
-    helper_calls: dict[int, str] = field(default_factory=dict)  # ELF: slot -> called helper's name
 
 
 def parse_hex_bytes(text: str, what: str = "hex data") -> bytes:
@@ -62,8 +51,6 @@ def program_from_bytes(
     keep_unknown_helpers: bool = False,
 ) -> LoadedProgram:
     if data[:4] == b"\x7fELF":
-        from npukit.targets.ebpf.elf import load_elf
-
         return load_elf(
             data, section=section, legacy_relocations=legacy_relocations, helper_names=helper_names,
             keep_unknown_helpers=keep_unknown_helpers,

@@ -18,8 +18,9 @@ from npukit.targets.ebpf import semantics as S
 from npukit.targets.ebpf.asm import format_insn
 from npukit.targets.ebpf.errors import BudgetExceeded, CallDepthExceeded, DivisionFault, HelperFault
 from npukit.targets.ebpf.helpers import HelperContext, HelperRegistry
-from npukit.targets.ebpf.isa import AluOp, AtomicOp, Insn, JmpOp, Program
+from npukit.targets.ebpf.isa import AluOp, Insn, JmpOp, Program
 from npukit.targets.ebpf.memory import FRAME_SIZE, INPUT_BASE, OUTPUT_BASE, STACK_BASE, Memory, Region
+from npukit.targets.ebpf.state import State, atomic
 from npukit.targets.ebpf.verify import verify
 
 M64, M32 = S.M64, S.M32
@@ -53,19 +54,6 @@ class RunResult:
             "printed": self.printed,
             "instructions": self.instructions,
         }
-
-
-@dataclass
-class State:
-    """Everything an engine needs to continue a run (the fast path hands it to the interpreter)."""
-
-    regs: list[int]
-    pc: int
-    mem: Memory
-    ctx: HelperContext
-    frames: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)  # ret, r6-r9, r10
-    count: int = 0
-    done: bool = False
 
 
 class Machine:
@@ -229,26 +217,6 @@ def memory_op(m: Machine, insn: Insn, state: State, pc: int) -> None:
         mem.store(addr, size, regs[insn.src], pc)
     else:
         atomic(insn, state, addr, size, pc)
-
-
-def atomic(insn: Insn, state: State, addr: int, size: int, pc: int) -> None:
-    regs, mem = state.regs, state.mem
-    mask = M64 if size == 8 else M32
-    old = mem.load(addr, size, pc)
-    src = regs[insn.src] & mask
-    kind = insn.imm
-    if kind == AtomicOp.CMPXCHG:  # compare with r0, r0 gets the old value
-        if old == regs[0] & mask:
-            mem.store(addr, size, src, pc)
-        regs[0] = old
-        return
-    if kind == AtomicOp.XCHG:
-        new = src
-    else:
-        new = S.BINARY64[isa.ATOMIC_ALU[AtomicOp(kind & ~isa.ATOMIC_FETCH)]](old, src) & mask
-    mem.store(addr, size, new, pc)
-    if kind & isa.ATOMIC_FETCH:
-        regs[insn.src] = old
 
 
 def jump(m: Machine, insn: Insn, state: State, pc: int) -> int | None:
