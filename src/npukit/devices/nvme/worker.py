@@ -120,8 +120,9 @@ class WorkerConnection(Connection):
         self.worker, self.conn_id, self.peer = worker, info["conn_id"], info["peer"]
 
     def release(self) -> None:
-        super().release()
+        # the main process frees the QID before the host can see the socket close (and reconnect it)
         self.worker.closed(self.conn_id)
+        super().release()
 
 
 class Worker:
@@ -138,9 +139,10 @@ class Worker:
         return ipc.call(self.rpc, message)
 
     def closed(self, conn_id: int) -> None:
-        self.connections.pop(conn_id, None)
+        if self.connections.pop(conn_id, None) is None:
+            return
         try:
-            ipc.send_frame(self.ctl, ("closed", conn_id))
+            self.call(("closed", conn_id))
         except OSError:
             self.stopped.set()
 
@@ -172,10 +174,12 @@ class Worker:
         return sub
 
     async def serve(self, info: dict, fd: int) -> None:
-        sock = socket.socket(fileno=fd)
-        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
-        if info["buffered"]:
-            reader.feed_data(info["buffered"])
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+        reader.feed_data(info["buffered"])  # what the main process had read already comes first
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         sub = self.subsystem(info)
         ctrl = WorkerController(sub, info, self)
         sub.controllers[ctrl.cntlid] = ctrl

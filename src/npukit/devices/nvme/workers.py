@@ -89,9 +89,7 @@ class WorkerProcess:
         return self.proc.pid
 
     def _on_ctl(self) -> None:
-        for message in self.ctl_frames.pump():
-            if message[0] == "closed":
-                self.pool.queue_closed(self, message[1])
+        self.ctl_frames.pump()  # nothing is sent this way yet; the end of file is what matters
         if self.ctl_frames.eof:
             self.pool.worker_died(self)
 
@@ -149,6 +147,7 @@ class WorkerPool:
         self.subsystems[sub.nqn] = sub
         slot = self._free_slots.pop()
         self.shared.clear(slot)
+        self.shared.words[self.shared.at(slot, ipc.READY)] = int(ctrl.ready)  # before the worker can run a command
         self._next_conn += 1
         record = HandedQueue(self._next_conn, fabrics, ctrl, fabrics.qid, slot, conn.peer)
         info = {"conn_id": record.conn_id, "slot": slot, "nqn": sub.nqn, "cntlid": ctrl.cntlid,
@@ -168,7 +167,6 @@ class WorkerPool:
         finally:
             os.close(fd)
         worker.queues[record.conn_id] = record
-        self.publish(ctrl, slot)
         conn.lifecycle.advance(QueueEvent.HAND_OVER)
         transport.abort()  # closes this process's descriptor only: the worker holds the connection
         log.info("%s: I/O queue %d of controller %d handed to worker %d (pid %d)", conn.peer, record.qid,
@@ -176,7 +174,7 @@ class WorkerPool:
         return True
 
     # shared words ----------------------------------------------------------------------------------
-    def publish(self, ctrl: Controller | None = None, slot: int | None = None) -> None:
+    def publish(self) -> None:
         """Tell the workers what admin commands changed: the write cache, each controller's CSTS.RDY."""
         words, shared = self.shared.words, self.shared
         if self.subsystems:
@@ -251,6 +249,10 @@ class WorkerPool:
 
     # synchronous calls (vendor commands, error log entries) ---------------------------------------
     def serve_call(self, worker: WorkerProcess, message: tuple) -> None:
+        if message[0] == "closed":
+            self.queue_closed(worker, message[1])
+            worker.reply(("ok",))
+            return
         kind, nqn, cntlid, qid = message[:4]
         sub = self.subsystems.get(nqn)
         ctrl = sub.controllers.get(cntlid) if sub is not None else None
