@@ -212,11 +212,13 @@ class Controller:
             return
         self.record_error(qid, cmd.cid, err.field, err.param_loc, err.lba, cmd.nsid)
 
-    def record_error(self, qid: int, cid: int, status_field: int, param_loc: int, lba: int, nsid: int) -> None:
+    def record_error(self, qid: int, cid: int, status_field: int, param_loc: int, lba: int,
+                     nsid: int) -> None:
         """One Error Information log entry (also for errors a worker process saw on its I/O queue)."""
         self.error_count += 1
         self.subsystem.state.counters.error_log_entries += 1
-        self.error_log.entries.append(ErrorEntry(self.error_count, qid, cid, status_field, param_loc, lba, nsid))
+        self.error_log.entries.append(ErrorEntry(self.error_count, qid, cid, status_field, param_loc, lba,
+                                                 nsid))
 
     def error_completion(self, cmd: Command, err: NvmeError, qid: int = 0) -> Completion:
         """Completion for a command refused before execution (prepare or transport checks)."""

@@ -3,8 +3,8 @@
 NVMe/TCP: the host's ICReq must come first (TCP transport 1.0, 3.6.1), then the Connect command
 binds the queue to a controller (Fabrics 1.1, 3.3); a Disconnect, or the transport going away,
 ends it. With worker processes (workers.py) a live I/O queue is handed over: the main process's
-side of it ends there, the worker's starts LIVE. Before this enum a connection kept four flags (IC done, controller bound, disconnect
-asked, closed) whose combinations were implicit.
+side of it ends there, the worker's starts LIVE. Before this enum a connection kept four flags
+(IC done, controller bound, disconnect asked, closed) whose combinations were implicit.
 """
 
 from __future__ import annotations

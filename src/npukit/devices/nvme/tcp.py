@@ -450,6 +450,7 @@ class TcpTarget:
             from npukit.devices.nvme.workers import WorkerPool
 
             self.pool = WorkerPool(self.workers, asyncio.get_running_loop(), _log_path())
+            await self.pool.wait_ready()
         server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         self.servers.append(server)
         if self._watchdog is None:

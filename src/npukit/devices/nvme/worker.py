@@ -22,7 +22,7 @@ from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.controller import Controller
 from npukit.devices.nvme.lifecycle import QueueState
 from npukit.devices.nvme.namespace import Namespace
-from npukit.devices.nvme.registry import CommandRegistry, CommandSpec, QueueKind, Request, Result
+from npukit.devices.nvme.registry import CommandRegistry, CommandSpec, Request, Result
 from npukit.devices.nvme.spec import NvmeError, Status
 from npukit.devices.nvme.state import DeviceState
 from npukit.devices.nvme.subsystem import Subsystem, default_registry
@@ -92,7 +92,8 @@ class WorkerController(Controller):
     def call(self, kind: str, qid: int, *args) -> tuple:
         return self.worker.call((kind, self.nqn, self.cntlid, qid, *args))
 
-    def record_error(self, qid: int, cid: int, status_field: int, param_loc: int, lba: int, nsid: int) -> None:
+    def record_error(self, qid: int, cid: int, status_field: int, param_loc: int, lba: int,
+                     nsid: int) -> None:
         self.call("error", qid, cid, status_field, param_loc, lba, nsid)
 
     def prepare(self, qid: int, cmd: Command) -> tuple[CommandSpec, int, int]:
@@ -188,7 +189,8 @@ class Worker:
         conn.fabrics.ctrl, conn.fabrics.qid, conn.fabrics.sqsize = ctrl, info["qid"], info["sqsize"]
         conn.fabrics.hostid = info["hostid"]
         ctrl.io_queues.add(info["qid"])
-        conn.hdgst, conn.ddgst, conn.hpda, conn.sqhd = info["hdgst"], info["ddgst"], info["hpda"], info["sqhd"]
+        conn.hdgst, conn.ddgst = info["hdgst"], info["ddgst"]
+        conn.hpda, conn.sqhd = info["hpda"], info["sqhd"]
         self.connections[info["conn_id"]] = conn
         self.target.connections.add(conn)
         await conn.run()
@@ -196,6 +198,7 @@ class Worker:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.ctl.fileno(), self.on_ctl)
+        ipc.send_frame(self.ctl, ("ready",))  # imports done: queues handed over now are served at once
         await self.stopped.wait()
         for conn in list(self.connections.values()):
             conn.close()
@@ -209,7 +212,8 @@ def main(argv: list[str]) -> int:
     ctl_fd, rpc_fd, shared_fd = (int(a) for a in argv[:3])
     if len(argv) > 3 and argv[3]:
         handler = logging.FileHandler(argv[3])
-        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s"))
+        line = f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s"  # which worker said it
+        handler.setFormatter(logging.Formatter(line))
         logging.getLogger("npukit.nvme").addHandler(handler)
         logging.getLogger("npukit.nvme").setLevel(logging.INFO)
     WorkerNamespace.shared = ipc.SharedWords(shared_fd)

@@ -80,6 +80,7 @@ class WorkerProcess:
         self.ctl_frames, self.rpc_frames = ipc.FrameReader(ctl_main), ipc.FrameReader(rpc_main)
         self.queues: dict[int, HandedQueue] = {}
         self.gone = False
+        self.ready = False  # until it says so, queues stay in the main process (a start takes seconds)
         loop = pool.loop
         loop.add_reader(ctl_main.fileno(), self._on_ctl)
         loop.add_reader(rpc_main.fileno(), self._on_rpc)
@@ -89,7 +90,8 @@ class WorkerProcess:
         return self.proc.pid
 
     def _on_ctl(self) -> None:
-        self.ctl_frames.pump()  # nothing is sent this way yet; the end of file is what matters
+        for message in self.ctl_frames.pump():
+            self.ready |= message[0] == "ready"
         if self.ctl_frames.eof:
             self.pool.worker_died(self)
 
@@ -129,11 +131,17 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]
 
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until every worker has started (or ``timeout``: then the late ones join when ready)."""
+        deadline = time.monotonic() + timeout
+        while not all(w.ready or w.gone for w in self.workers) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
     # hand-over -------------------------------------------------------------------------------------
     async def hand_over(self, conn: Connection) -> bool:
         """Give a live I/O queue's socket to a worker; False (served here) when none can take it."""
         sock = conn.writer.get_extra_info("socket")
-        live = [w for w in self.workers if not w.gone]
+        live = [w for w in self.workers if w.ready and not w.gone]
         if sock is None or self.closing or not live or not self._free_slots:
             return False
         transport = conn.writer.transport
@@ -147,7 +155,8 @@ class WorkerPool:
         self.subsystems[sub.nqn] = sub
         slot = self._free_slots.pop()
         self.shared.clear(slot)
-        self.shared.words[self.shared.at(slot, ipc.READY)] = int(ctrl.ready)  # before the worker can run a command
+        # published before the worker can run a command on it
+        self.shared.words[self.shared.at(slot, ipc.READY)] = int(ctrl.ready)
         self._next_conn += 1
         record = HandedQueue(self._next_conn, fabrics, ctrl, fabrics.qid, slot, conn.peer)
         info = {"conn_id": record.conn_id, "slot": slot, "nqn": sub.nqn, "cntlid": ctrl.cntlid,
