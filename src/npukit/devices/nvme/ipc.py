@@ -54,14 +54,55 @@ class SharedWords:
             self.words[base + i] = 0
 
 
-def send_frame(sock: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
+def send_frame(sock: socket.socket, message: tuple) -> None:
+    """A frame on a blocking socket (the worker's calls, the main process's small replies)."""
     blob = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    data = FRAME.pack(len(blob)) + blob
-    if fds:
-        sent = socket.send_fds(sock, [data], fds)
-        data = data[sent:]
-    if data:
-        sock.sendall(data)
+    sock.sendall(FRAME.pack(len(blob)) + blob)
+
+
+class Outbox:
+    """Frames to a socket that an event loop watches (libuv makes such a descriptor non-blocking): what
+    the socket does not take at once waits for it to be writable. A passed descriptor is closed here
+    once it has left (it goes with the first byte of its frame)."""
+
+    def __init__(self, sock: socket.socket, loop) -> None:
+        self.sock, self.loop = sock, loop
+        self.pending: list[tuple[memoryview, list[int]]] = []
+        self.watching = False
+
+    def send(self, message: tuple, fds: list[int] | None = None) -> None:
+        blob = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self.pending.append((memoryview(FRAME.pack(len(blob)) + blob), list(fds or [])))
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.pending:
+            data, fds = self.pending[0]
+            try:
+                sent = socket.send_fds(self.sock, [data], fds) if fds else self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                break
+            for fd in fds:
+                os.close(fd)
+            self.pending[0] = (data[sent:], [])
+            if sent == len(data):
+                self.pending.pop(0)
+        want = bool(self.pending)
+        if want != self.watching:
+            self.watching = want
+            if want:
+                self.loop.add_writer(self.sock.fileno(), self._drain)
+            else:
+                self.loop.remove_writer(self.sock.fileno())
+
+    def close(self) -> None:
+        if self.watching:
+            self.loop.remove_writer(self.sock.fileno())
+            self.watching = False
+        for _data, fds in self.pending:
+            for fd in fds:
+                os.close(fd)
+        self.pending.clear()
 
 
 class FrameReader:

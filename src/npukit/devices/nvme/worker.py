@@ -197,8 +197,8 @@ class Worker:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_reader(self.ctl.fileno(), self.on_ctl)
         ipc.send_frame(self.ctl, ("ready",))  # imports done: queues handed over now are served at once
+        loop.add_reader(self.ctl.fileno(), self.on_ctl)  # (libuv makes the socket non-blocking)
         await self.stopped.wait()
         for conn in list(self.connections.values()):
             conn.close()

@@ -77,6 +77,7 @@ class WorkerProcess:
         ctl_worker.close()
         rpc_worker.close()
         self.ctl, self.rpc = ctl_main, rpc_main
+        self.outbox = ipc.Outbox(ctl_main, pool.loop)
         self.ctl_frames, self.rpc_frames = ipc.FrameReader(ctl_main), ipc.FrameReader(rpc_main)
         self.queues: dict[int, HandedQueue] = {}
         self.gone = False
@@ -100,6 +101,8 @@ class WorkerProcess:
             self.pool.serve_call(self, message)
 
     def reply(self, message: tuple) -> None:
+        """Replies are small and the worker waits for each: the socket takes it at once."""
+        self.rpc.setblocking(True)  # the loop's watcher made it non-blocking
         with contextlib.suppress(OSError):
             ipc.send_frame(self.rpc, message)
 
@@ -107,6 +110,7 @@ class WorkerProcess:
         if self.gone:
             return
         self.gone = True
+        self.outbox.close()
         for sock in (self.ctl, self.rpc):
             with contextlib.suppress(Exception):
                 self.pool.loop.remove_reader(sock.fileno())
@@ -166,15 +170,12 @@ class WorkerPool:
                 "mdts": sub.mdts, "in_capsule_bytes": sub.in_capsule_bytes,
                 "max_queue_entries": sub.max_queue_entries, "local_opcodes": sorted(local_opcodes(sub)),
                 "buffered": bytes(getattr(conn.reader, "_buffer", b""))}
-        fd = os.dup(sock.fileno())
         try:
-            ipc.send_frame(worker.ctl, ("queue", info), [fd])
+            worker.outbox.send(("queue", info), [os.dup(sock.fileno())])  # the outbox closes the copy
         except OSError:
             self._free_slots.append(slot)
             transport.resume_reading()
             return False
-        finally:
-            os.close(fd)
         worker.queues[record.conn_id] = record
         conn.lifecycle.advance(QueueEvent.HAND_OVER)
         transport.abort()  # closes this process's descriptor only: the worker holds the connection
@@ -254,7 +255,7 @@ class WorkerPool:
             for record in list(worker.queues.values()):
                 if record.ctrl is ctrl:
                     with contextlib.suppress(OSError):
-                        ipc.send_frame(worker.ctl, ("close", record.conn_id))
+                        worker.outbox.send(("close", record.conn_id))
 
     # synchronous calls (vendor commands, error log entries) ---------------------------------------
     def serve_call(self, worker: WorkerProcess, message: tuple) -> None:
