@@ -130,7 +130,12 @@ def test_kill_9_of_a_worker_loses_no_acknowledged_write_and_is_reported(server):
         again = _raw_io_queue(server.port, h, qid=1)
         again.close()
         assert server.alive()
-        assert re.search(rf"worker \d \(pid {victim}\) died \(killed by SIGKILL\)", server.log_text())
+        died = rf"worker \d \(pid {victim}\) died \(killed by SIGKILL\); 1 I/O queue\(s\) dropped: \S+ qid 1"
+        for _ in range(100):
+            if re.search(died, server.log_text()):
+                break
+            time.sleep(0.05)
+        assert re.search(died, server.log_text())
 
 
 def _raw_io_queue(port: int, owner: NvmeTcpHost, qid: int):

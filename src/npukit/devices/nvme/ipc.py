@@ -82,6 +82,9 @@ class Outbox:
                 sent = socket.send_fds(self.sock, [data], fds) if fds else self.sock.send(data)
             except (BlockingIOError, InterruptedError):
                 break
+            except OSError:  # the peer is gone (its death is noticed on the reading side)
+                self.close()
+                return
             for fd in fds:
                 os.close(fd)
             self.pending[0] = (data[sent:], [])

@@ -99,6 +99,8 @@ class WorkerProcess:
     def _on_rpc(self) -> None:
         for message in self.rpc_frames.pump():
             self.pool.serve_call(self, message)
+        if self.rpc_frames.eof:
+            self.pool.worker_died(self)
 
     def reply(self, message: tuple) -> None:
         """Replies are small and the worker waits for each: the socket takes it at once."""
@@ -129,6 +131,7 @@ class WorkerPool:
         self._next_conn = 0
         self.closing = False
         self.subsystems: dict[str, Subsystem] = {}
+        self._local: dict[str, list[int]] = {}  # NQN -> the I/O opcodes its workers run themselves
         self.workers = [WorkerProcess(self, i) for i in range(count)]
 
     @property
@@ -168,7 +171,7 @@ class WorkerPool:
                 "hdgst": conn.hdgst, "ddgst": conn.ddgst, "hpda": conn.hpda, "sqhd": conn.sqhd,
                 "peer": conn.peer, "namespaces": {n: str(ns.path) for n, ns in sub.namespaces.items()},
                 "mdts": sub.mdts, "in_capsule_bytes": sub.in_capsule_bytes,
-                "max_queue_entries": sub.max_queue_entries, "local_opcodes": sorted(local_opcodes(sub)),
+                "max_queue_entries": sub.max_queue_entries, "local_opcodes": self._local_opcodes(sub),
                 "buffered": bytes(getattr(conn.reader, "_buffer", b""))}
         try:
             worker.outbox.send(("queue", info), [os.dup(sock.fileno())])  # the outbox closes the copy
@@ -182,6 +185,11 @@ class WorkerPool:
         log.info("%s: I/O queue %d of controller %d handed to worker %d (pid %d)", conn.peer, record.qid,
                  ctrl.cntlid, worker.index, worker.pid)
         return True
+
+    def _local_opcodes(self, sub: Subsystem) -> list[int]:
+        if sub.nqn not in self._local:
+            self._local[sub.nqn] = sorted(local_opcodes(sub))
+        return self._local[sub.nqn]
 
     # shared words ----------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -228,26 +236,27 @@ class WorkerPool:
         if worker.gone:
             return
         worker.detach()
-        status = worker.proc.poll()
         lost = list(worker.queues.values())
         worker.queues.clear()
         if self.closing:
             for record in lost:
                 self._release(record)
             return
-        log.error("worker %d (pid %d) died (%s); %d I/O queue(s) dropped: %s", worker.index, worker.pid,
-                  _exit_text(status), len(lost), ", ".join(f"{r.peer} qid {r.qid}" for r in lost) or "none")
+        dropped = ", ".join(f"{r.peer} qid {r.qid}" for r in lost) or "none"
         for record in lost:
             self._release(record)
             if record.ctrl.subsystem.controllers.get(record.ctrl.cntlid) is record.ctrl:
                 record.ctrl.record_error(record.qid, NO_COMMAND, int(Status.INTERNAL_ERROR), 0xFFFF, 0, 0)
                 record.ctrl.post_event(AEN_ERROR, AEN_TRANSIENT_INTERNAL, LOG_ERROR_INFO)
-        self.loop.create_task(self._reap(worker))
+        self.loop.create_task(self._reap(worker, len(lost), dropped))
         self.workers[self.workers.index(worker)] = WorkerProcess(self, worker.index)
 
-    async def _reap(self, worker: WorkerProcess) -> None:
+    async def _reap(self, worker: WorkerProcess, count: int, dropped: str) -> None:
+        """Log the death with the exit status (waited for off the loop: the sockets close first)."""
         with contextlib.suppress(Exception):
             await asyncio.to_thread(worker.proc.wait, STOP_GRACE_S)
+        log.error("worker %d (pid %d) died (%s); %d I/O queue(s) dropped: %s", worker.index, worker.pid,
+                  _exit_text(worker.proc.poll()), count, dropped)
 
     def close_controller(self, ctrl: Controller) -> None:
         """The controller is gone (admin queue closed, KATO expired): its I/O queues close too."""
