@@ -64,6 +64,9 @@ def _register_serve(verbs: argparse._SubParsersAction) -> None:
     s.add_argument("--allow-host", action="append", default=[], metavar="HOSTNQN",
                    help="only these host NQNs may connect (repeatable; default: any host)")
     s.add_argument("--io-queues", type=int, default=64, help="I/O queues granted per controller (default 64)")
+    s.add_argument("--workers", type=int, default=None,
+                   help="worker processes serving the I/O queues (default one per CPU on Linux; "
+                   "0 serves every queue in the main process)")
     _alkali_hook("add_serve_arguments", s)  # --accelerators, --delegate, --compat
     s.set_defaults(func=run_serve)
 
@@ -167,7 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
                       size=parse_size(args.size) if args.size else None, state_dir=args.state_dir,
                       discovery_port=None if args.no_discovery else args.discovery_port,
                       advertise=args.advertise_addr, allow_hosts=tuple(args.allow_host),
-                      io_queues=args.io_queues)
+                      io_queues=args.io_queues, workers=args.workers)
     from npukit.devices.alkali.serve import AlkaliOptions
 
     options = AlkaliOptions(args.accelerators, args.delegate, args.compat, args.verify)

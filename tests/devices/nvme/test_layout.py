@@ -91,3 +91,15 @@ def test_out_of_order_events_are_refused():
         QueueLifecycle(QueueState.LIVE).advance(QueueEvent.CONNECT)  # a second Connect
     with pytest.raises(TransitionError):
         QueueLifecycle(QueueState.AWAIT_CONNECT).advance(QueueEvent.DISCONNECT)
+
+
+def test_only_a_live_queue_is_handed_over_and_the_main_side_then_ends():
+    assert QueueLifecycle(QueueState.LIVE).advance(QueueEvent.HAND_OVER) is QueueState.HANDED_OVER
+    for state in (QueueState.AWAIT_IC_REQ, QueueState.AWAIT_CONNECT, QueueState.DISCONNECTING):
+        with pytest.raises(TransitionError):  # unconnected queues stay in the main process
+            QueueLifecycle(state).advance(QueueEvent.HAND_OVER)
+    handed = QueueLifecycle(QueueState.HANDED_OVER)
+    for event in (QueueEvent.IC_REQ, QueueEvent.CONNECT, QueueEvent.DISCONNECT, QueueEvent.HAND_OVER):
+        with pytest.raises(TransitionError):
+            handed.advance(event)
+    assert handed.advance(QueueEvent.CLOSE) is QueueState.CLOSED

@@ -60,5 +60,7 @@ def serve(cfg: ServeConfig, opts: AlkaliOptions) -> int:
     if opts.accelerators < 0:
         raise ConfigError("--accelerators must be 0 or more")
     from npukit.devices.nvme.server import exit_status
+    from npukit.devices.nvme.tcp import new_event_loop
 
-    return exit_status(asyncio.run(run_target(cfg, opts)))
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:  # uvloop when installed, as nvme serve
+        return exit_status(runner.run(run_target(cfg, opts)))

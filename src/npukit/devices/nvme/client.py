@@ -294,8 +294,11 @@ class TcpQueue:
     def run_window(self, commands: Iterator[tuple[Command, bytes, int]], depth: int) -> Iterator[Reply]:
         """Keep ``depth`` commands outstanding: a new one is sent as each completes (a sliding window,
         so the target never waits for the host to finish a whole batch). Yields replies in
-        completion order, each with ``cid`` set on its CQE."""
+        completion order, each with ``cid`` set on its CQE. New capsules wait while completions are
+        still buffered here and leave together before the next receive (one send per burst: each
+        send costs the target a wake-up)."""
         owed, received, source = {}, {}, iter(commands)
+        unsent: list[bytes | memoryview] = []
 
         def submit() -> bool:
             item = next(source, None)
@@ -305,11 +308,14 @@ class TcpQueue:
             cmd.cid = self.next_cid()
             buffers, owed[cmd.cid] = self._capsule(cmd, data, read_len)
             received[cmd.cid] = bytearray(read_len)
-            self._send(buffers)
+            unsent.extend(buffers)
             return True
 
         outstanding = sum(submit() for _ in range(depth))
         while outstanding:
+            if unsent and self._rend - self._rpos < pdu.CH.size:  # about to wait for the target
+                self._send(unsent)
+                unsent.clear()
             p = self.read_pdu(sink=received)
             if p.flags & 0x80:
                 raise ProtocolError("data digest mismatch on a PDU from the target")

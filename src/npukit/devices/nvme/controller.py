@@ -210,10 +210,15 @@ class Controller:
     def _log_error(self, qid: int, cmd: Command, err: NvmeError) -> None:
         if err.status in (Status.ABORT_REQUESTED, Status.ABORTED_SQ_DELETION):
             return
+        self.record_error(qid, cmd.cid, err.field, err.param_loc, err.lba, cmd.nsid)
+
+    def record_error(self, qid: int, cid: int, status_field: int, param_loc: int, lba: int,
+                     nsid: int) -> None:
+        """One Error Information log entry (also for errors a worker process saw on its I/O queue)."""
         self.error_count += 1
         self.subsystem.state.counters.error_log_entries += 1
-        self.error_log.entries.append(ErrorEntry(self.error_count, qid, cmd.cid, err.field,
-                                                 err.param_loc, err.lba, cmd.nsid))
+        self.error_log.entries.append(ErrorEntry(self.error_count, qid, cid, status_field, param_loc, lba,
+                                                 nsid))
 
     def error_completion(self, cmd: Command, err: NvmeError, qid: int = 0) -> Completion:
         """Completion for a command refused before execution (prepare or transport checks)."""

@@ -55,6 +55,7 @@ class ServerProcess:
             raise RuntimeError(f"npukit nvme serve did not start: {self.proc.stderr.read()[-2000:]}")
         ready = json.loads(line)
         self.port, self.discovery_port = ready["port"], ready["discovery_port"]
+        self.workers: list[int] = ready.get("workers", [])  # pids of the I/O queue worker processes
 
     @property
     def pid(self) -> int:

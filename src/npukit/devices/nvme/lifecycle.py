@@ -2,8 +2,9 @@
 
 NVMe/TCP: the host's ICReq must come first (TCP transport 1.0, 3.6.1), then the Connect command
 binds the queue to a controller (Fabrics 1.1, 3.3); a Disconnect, or the transport going away,
-ends it. Before this enum a connection kept four flags (IC done, controller bound, disconnect
-asked, closed) whose combinations were implicit.
+ends it. With worker processes (workers.py) a live I/O queue is handed over: the main process's
+side of it ends there, the worker's starts LIVE. Before this enum a connection kept four flags
+(IC done, controller bound, disconnect asked, closed) whose combinations were implicit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ class QueueState(enum.Enum):
     AWAIT_CONNECT = "await Connect"
     LIVE = "live"
     DISCONNECTING = "disconnecting"
+    HANDED_OVER = "handed over"  # a live I/O queue whose socket now belongs to a worker process
     CLOSED = "closed"
 
 
@@ -24,6 +26,7 @@ class QueueEvent(enum.Enum):
     IC_REQ = "ICReq"
     CONNECT = "Connect"
     DISCONNECT = "Disconnect"
+    HAND_OVER = "hand over"
     CLOSE = "close"
 
 
@@ -32,6 +35,7 @@ TRANSITIONS: dict[tuple[QueueState, QueueEvent], QueueState] = {
     (QueueState.AWAIT_IC_REQ, QueueEvent.IC_REQ): QueueState.AWAIT_CONNECT,
     (QueueState.AWAIT_CONNECT, QueueEvent.CONNECT): QueueState.LIVE,
     (QueueState.LIVE, QueueEvent.DISCONNECT): QueueState.DISCONNECTING,
+    (QueueState.LIVE, QueueEvent.HAND_OVER): QueueState.HANDED_OVER,
     **{(state, QueueEvent.CLOSE): QueueState.CLOSED for state in QueueState},
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -33,6 +34,20 @@ class ServeConfig:
     advertise: str | None = None  # address written into discovery log entries
     allow_hosts: tuple[str, ...] = ()
     io_queues: int = 64
+    workers: int | None = None  # I/O queue worker processes; None: one per CPU where supported, 0: none
+
+
+def worker_count(cfg: ServeConfig) -> int:
+    """How many worker processes serve I/O queues (0 where descriptors cannot be passed)."""
+    from npukit.devices.nvme.workers import workers_supported
+
+    if cfg.workers is not None:
+        if cfg.workers < 0:
+            raise ConfigError(f"--workers {cfg.workers}: 0 or more")
+        if cfg.workers and not workers_supported():
+            raise ConfigError("--workers needs descriptor passing (Linux); use --workers 0")
+        return cfg.workers
+    return (os.cpu_count() or 1) if workers_supported() else 0
 
 
 def split_hostport(text: str) -> tuple[str, int]:
@@ -96,7 +111,7 @@ async def run_target(cfg: ServeConfig, announce=print,
         check_port_free(host, cfg.discovery_port)
     sub = build_subsystem(cfg)
     extra = extend(sub) if extend is not None else {}
-    target = TcpTarget([sub])
+    target = TcpTarget([sub], workers=worker_count(cfg))
     try:
         bound = await _listen(target, host, port)
         disc_bound = None
@@ -106,7 +121,8 @@ async def run_target(cfg: ServeConfig, announce=print,
             disc_bound = await _listen(target, host, cfg.discovery_port)
         announce(json.dumps({"event": "ready", "nqn": sub.nqn, "address": host, "port": bound,
                              "discovery_port": disc_bound, "namespace": str(cfg.namespace),
-                             "blocks": sub.namespaces[1].blocks, **extra}))
+                             "blocks": sub.namespaces[1].blocks,
+                             "workers": target.pool.pids if target.pool is not None else [], **extra}))
         sys.stdout.flush()
         stop = asyncio.Event()
         stopped_by: list[int] = []

@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from npukit.devices.nvme import pdu
 from npukit.devices.nvme.command import SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK, Command, Completion
@@ -29,6 +30,9 @@ from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
 from npukit.devices.nvme.subsystem import Subsystem
+
+if TYPE_CHECKING:
+    from npukit.devices.nvme.workers import WorkerPool
 
 log = logging.getLogger("npukit.nvme.tcp")
 _BEFORE_CONNECT = (QueueState.AWAIT_IC_REQ, QueueState.AWAIT_CONNECT)
@@ -47,6 +51,7 @@ CONN_R2T_BYTES = 2 << 20
 TARGET_R2T_BYTES = 128 << 20
 MAX_CONNECTIONS = 1024
 SEND_BUFFER = 2 << 20
+ARENA_BYTES = BATCH_LIMIT + C2H_CHUNK + 4096  # a batch flushes past BATCH_LIMIT: one more Read always fits
 _HOST_TO_TARGET = {PduType.IC_REQ, PduType.H2C_TERM_REQ, PduType.CAPSULE_CMD, PduType.H2C_DATA}
 
 
@@ -81,7 +86,9 @@ class Connection:
         self._batching = False
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
-        self._read_buf: bytearray | None = None  # C2HData header + data + CapsuleResp of one Read
+        self._arena: bytearray | None = None  # the Reads of a batch: C2HData header + data + CapsuleResp each
+        self._arena_used = 0
+        self._offer = target.pool is not None  # a live I/O queue goes to a worker process
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -115,6 +122,8 @@ class Connection:
             self.writer.writelines(self._out)
         self._out, self._out_bytes = [], 0
         await self.writer.drain()
+        if not self.writer.transport.get_write_buffer_size():
+            self._arena_used = 0  # all sent: the arena is free again
 
     def close(self) -> None:
         if not self.closed:
@@ -153,6 +162,11 @@ class Connection:
                 if self.lifecycle.state is QueueState.DISCONNECTING:
                     await self._flush()
                     break
+                if self._offer and self.fabrics.qid and self.lifecycle.state is QueueState.LIVE:
+                    self._offer = False  # once, right after Connect
+                    await self._flush()
+                    if await self.target.pool.hand_over(self):
+                        break
         except FatalPduError as exc:
             log.info("%s: fatal PDU error: %s", self.peer, exc)
             self._out.extend(pdu.term_req(PduType.C2H_TERM_REQ, exc.fes, exc.fei, exc.header))
@@ -165,9 +179,12 @@ class Connection:
         except Exception:  # the last line of defence: log it, drop this connection only
             log.exception("%s: connection handler failed", self.peer)
         finally:
-            with contextlib.suppress(Exception):
-                await self._flush()
-            self.release()
+            if self.lifecycle.state is QueueState.HANDED_OVER:
+                self.target.connections.discard(self)  # the worker has the queue now
+            else:
+                with contextlib.suppress(Exception):
+                    await self._flush()
+                self.release()
 
     def release(self) -> None:
         ctrl, qid = self.ctrl, self.fabrics.qid
@@ -324,9 +341,20 @@ class Connection:
             err = NvmeError(Status.TRANSIENT_TRANSPORT_ERROR, "data digest", dnr=False)
             self._respond(self._error(cmd, err))
             return
+        pool = self.target.pool
         if spec is None:
             self._respond(self.fabrics.handle(cmd, data))
+            if pool is not None and not self.fabrics.qid:
+                pool.publish()  # Property Set may have enabled or reset the controller
             return
+        if pool is not None and not self.fabrics.qid:  # admin: see what the workers counted, then publish
+            pool.sync()
+            self._execute(cmd, spec, data, n_out)
+            pool.publish()
+        else:
+            self._execute(cmd, spec, data, n_out)
+
+    def _execute(self, cmd: Command, spec: CommandSpec, data: memoryview, n_out: int) -> None:
         if cmd.opcode == 0x02 and self.fabrics.qid and not self.ddgst:
             with lazy_reads():  # the data is read in _complete, straight into the send buffer
                 result = self.ctrl.execute(self.fabrics.qid, cmd, spec, data, n_out, complete=self._complete)
@@ -355,27 +383,34 @@ class Connection:
         self._respond(completion)
 
     def _send_read(self, completion: Completion, region: FileRegion) -> None:
-        """C2HData + CapsuleResp of a Read assembled in one reused buffer: the file is read behind the
-        PDU header, and one write hands it to the transport (no per-read allocation, no join; the
-        transport copies only what the socket did not take at once)."""
+        """C2HData + CapsuleResp of a Read assembled behind each other in the connection's arena: the
+        file is read (preadv) straight behind the PDU header, and the reads of one batch leave in one
+        send (one syscall per batch, not per read: the profile's largest cost)."""
         head = b"".join(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, 0, region, last=True,
                                      hdgst=self.hdgst, alignment=(self.hpda + 1) * 4)[:-1])
         resp = b"".join(pdu.capsule_resp(completion.encode(self.sqhd, self.fabrics.qid or 0, 0),
                                          hdgst=self.hdgst))
         total = len(head) + region.length + len(resp)
-        if self._read_buf is None or len(self._read_buf) < total:
-            self._read_buf = bytearray(total)
-        view = memoryview(self._read_buf)
+        view = self._arena_take(total)
         view[:len(head)] = head
         region.read_into(view[len(head):len(head) + region.length])
         view[total - len(resp):total] = resp
         if self.closed:
             return
-        if self._out:  # what was queued before leaves first
-            self.writer.writelines(self._out)
-            self._out = []
-        self.writer.write(view[:total])
-        self._out_bytes += total  # counts towards the flush (drain) of this batch
+        if self._batching:
+            self._out.append(view)
+            self._out_bytes += total
+        else:
+            self.writer.write(view)
+
+    def _arena_take(self, n: int) -> memoryview:
+        """``n`` bytes of the arena. A transport may keep views of what it has not sent yet (uvloop
+        does), so an arena is reused only once the transport's buffer is empty (``_flush``)."""
+        if self._arena is None or self._arena_used + n > len(self._arena):
+            self._arena, self._arena_used = bytearray(max(ARENA_BYTES, n)), 0
+        start = self._arena_used
+        self._arena_used += n
+        return memoryview(self._arena)[start:start + n]
 
     def _error(self, cmd: Command, err: NvmeError) -> Completion:
         if self.ctrl is not None:
@@ -390,7 +425,7 @@ class Connection:
 class TcpTarget:
     """Serves one or more subsystems (the NVM subsystem, the discovery subsystem) on its listeners."""
 
-    def __init__(self, subsystems: list[Subsystem]) -> None:
+    def __init__(self, subsystems: list[Subsystem], workers: int = 0) -> None:
         self.subsystems = {s.nqn: s for s in subsystems}
         self.connections: set[Connection] = set()
         self.servers: list[asyncio.base_events.Server] = []
@@ -398,6 +433,8 @@ class TcpTarget:
         self.connect_timeout = 30.0
         self.max_connections = MAX_CONNECTIONS
         self.r2t_outstanding = 0  # bytes requested by R2T on all connections, not yet received
+        self.workers = workers  # worker processes for I/O queues (0: every queue in this process)
+        self.pool: WorkerPool | None = None
 
     @property
     def max_transfer(self) -> int:
@@ -409,6 +446,11 @@ class TcpTarget:
         return max(s.in_capsule_bytes for s in self.subsystems.values())
 
     async def listen(self, host: str, port: int) -> int:
+        if self.workers and self.pool is None:
+            from npukit.devices.nvme.workers import WorkerPool
+
+            self.pool = WorkerPool(self.workers, asyncio.get_running_loop(), _log_path())
+            await self.pool.wait_ready()
         server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         self.servers.append(server)
         if self._watchdog is None:
@@ -428,6 +470,8 @@ class TcpTarget:
     def drop_controller(self, ctrl: Controller) -> None:
         """Close every connection of a controller (its admin queue went away or KATO expired)."""
         ctrl.subsystem.remove_controller(ctrl.cntlid)
+        if self.pool is not None:
+            self.pool.close_controller(ctrl)
         for conn in list(self.connections):
             if conn.ctrl is ctrl:
                 conn.fabrics.release()
@@ -436,6 +480,8 @@ class TcpTarget:
     async def _keep_alive_watchdog(self) -> None:
         while True:
             await asyncio.sleep(0.25)
+            if self.pool is not None:
+                self.pool.sync()  # I/O on the workers' queues counts as activity (TBKAS)
             now = time.monotonic()
             for sub in self.subsystems.values():
                 for ctrl in list(sub.controllers.values()):
@@ -451,6 +497,8 @@ class TcpTarget:
             conn.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self.pool is not None:
+            await self.pool.close()
         for server in self.servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
@@ -470,6 +518,14 @@ def _tune_socket(writer: asyncio.StreamWriter) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 60)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+def _log_path() -> str | None:
+    """The file the target logs to, for its worker processes to log there too."""
+    for handler in logging.getLogger("npukit.nvme").handlers:
+        if isinstance(handler, logging.FileHandler):
+            return handler.baseFilename
+    return None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
