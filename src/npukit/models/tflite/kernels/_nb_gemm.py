@@ -1,0 +1,340 @@
+"""The int8 convolution kernel family ``int8-conv``: CONV_2D (any window, stride, dilation, padding)
+as one fused numba kernel per build — im2col of a few output pixels at a time into an L1-sized
+buffer, an int8 GEMM against weights packed once at plan time, and the requantization in the
+epilogue — so no full-size column matrix or int32 accumulator array exists.
+
+Builds (`npukit.sim.cpu` chooses before compiling; each is a separate compiled function):
+
+* ``avx512-vnni``: ``vpdpbusd`` multiplies 64 *unsigned* activation bytes by 64 *signed* weight
+  bytes into 16 int32 lanes (4 products per lane, no saturation). The activation code ``x`` is
+  flipped to ``u = x ^ 0x80 = x + 128`` on the fly, so ``Σ (x − zp)·w = Σ u·w − (zp + 128)·Σ w``:
+  the column-sum correction is folded into the bias at plan time. Exact in int32: every lane sum
+  is at most 255·128·K < 2^31 for K ≤ 65,536 (larger K keeps the float32 BLAS path).
+* ``portable``: the same packed layout and the same sums in plain loops (LLVM vectorises them for
+  whatever the target has); bit-identical by construction, tested against the readable kernels.
+
+Padding taps hold the input zero point, which is what skipping them adds (``x − zp = 0``); the
+K axis is padded to a multiple of 4 with zero weights. Weights are packed in blocks of 16 output
+channels: ``pack[j, q, l, b] = w[16j + l, 4q + b]`` (64 bytes per K quad, one zmm).
+
+The requantization is TFLite's ``MultiplyByQuantizedMultiplier`` (per channel, the floor form
+`common.Requantizer` proves equal to gemmlowp's) written without branches so it vectorises:
+``x = int32(acc << left)``, ``h = (x·m + 2^30) >> 31``, then round-half-away division by
+``2^right``.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from npukit.sim import compile_report, cpu
+
+compile_report.install()  # first-run compiles are announced, never silent
+
+_OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
+MR = 8  # output pixels per micro-tile (8 rows × 2 vectors = 16 accumulators: enough to hide latency)
+LANES = 16  # int32 lanes of one vpdpbusd
+TILE_W = 2 * LANES  # int32 columns of the accumulator tile
+MAX_K = 65536  # exactness bound of the int32 lane sums (module docstring)
+_I32X16 = ir.VectorType(ir.IntType(32), 16)
+
+
+def _make_dot(mr: int, nv: int):
+    """Intrinsic ``dot(a, a_stride, b, b_stride, quads, out)``: out[i·32 + 16v + l] (int32) +=
+    Σ over ``quads`` of the 4 activation bytes at ``a + i·a_stride + 4q`` (flipped to unsigned)
+    times the 4 weight bytes of lane l at ``b + v·b_stride + 64q``; mr rows × nv vectors."""
+
+    @intrinsic
+    def dot(typingctx, a_addr, a_stride, b_addr, b_stride, quads, out_addr):
+        sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            a, sa, b, sb, n, out = args
+            i32 = ir.IntType(32)
+            dpbusd = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(_I32X16, [_I32X16, _I32X16, _I32X16]),
+                "llvm.x86.avx512.vpdpbusd.512")
+            vec_p, i32_p = _I32X16.as_pointer(), i32.as_pointer()
+            slots = [builder.inttoptr(builder.add(out, ir.Constant(out.type, 4 * (i * TILE_W + v * LANES))),
+                                      vec_p) for i in range(mr) for v in range(nv)]
+            accs = [cgutils.alloca_once_value(builder, builder.load(slot, align=1)) for slot in slots]
+            flip = ir.Constant(i32, 0x80808080 - 2**32)
+            splat_mask = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
+            rows = [builder.add(a, builder.mul(sa, ir.Constant(sa.type, i))) for i in range(mr)]
+            cols = [builder.add(b, builder.mul(sb, ir.Constant(sb.type, v))) for v in range(nv)]
+            with cgutils.for_range(builder, n) as loop:
+                q = loop.index
+                boff = builder.mul(q, ir.Constant(n.type, 64))
+                aoff = builder.mul(q, ir.Constant(n.type, 4))
+                bv = [builder.load(builder.inttoptr(builder.add(c, boff), vec_p), align=1) for c in cols]
+                for i in range(mr):
+                    word = builder.load(builder.inttoptr(builder.add(rows[i], aoff), i32_p), align=1)
+                    one = builder.insert_element(ir.Constant(_I32X16, None), builder.xor(word, flip),
+                                                 ir.Constant(i32, 0))
+                    splat = builder.shuffle_vector(one, ir.Constant(_I32X16, None), splat_mask)
+                    for v in range(nv):
+                        acc = accs[i * nv + v]
+                        builder.store(builder.call(dpbusd, [builder.load(acc), splat, bv[v]]), acc)
+            for acc, slot in zip(accs, slots, strict=True):
+                builder.store(builder.load(acc), slot, align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot
+
+
+_dot_1v = _make_dot(MR, 1)
+_dot_2v = _make_dot(MR, 2)
+
+
+@nb.njit(inline="always")
+def _tile_vnni(a, a_off, a_stride, b, b_off, b_stride, quads, nv, tile):
+    """tile (MR × 16·nv int32) += the products of one K range, by vpdpbusd."""
+    pa = a.ctypes.data + a_off
+    pb = b.ctypes.data + b_off
+    if nv == 2:
+        _dot_2v(pa, a_stride, pb, b_stride, quads, tile.ctypes.data)
+    else:
+        _dot_1v(pa, a_stride, pb, b_stride, quads, tile.ctypes.data)
+
+
+@nb.njit(inline="always")
+def _tile_portable(a, a_off, a_stride, b, b_off, b_stride, quads, nv, tile):
+    """The same sums as `_tile_vnni` in plain loops: tile += Σ (x + 128)·w over the packed layout."""
+    for i in range(MR):
+        row = tile[i * TILE_W:(i + 1) * TILE_W]
+        base = a_off + i * a_stride
+        for q in range(quads):
+            for byte in range(4):
+                u = np.int32(a[base + 4 * q + byte]) + 128
+                for v in range(nv):
+                    w0 = b_off + v * b_stride + 64 * q + byte
+                    for lane in range(LANES):
+                        row[v * LANES + lane] += u * np.int32(b[w0 + 4 * lane])
+
+
+# the names `conv_kernel` and `_block_row` call; each build binds its own (see `build`)
+_tile = _tile_portable
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """(N, K) int8 weights → the packed layout (blocks of 16 channels × K quads × 16 lanes × 4 bytes),
+    flat; channels and K padded with zero weights."""
+    n, k = w.shape
+    npad, kpad = -(-n // LANES) * LANES, -(-k // 4) * 4
+    full = np.zeros((npad, kpad), np.int8)
+    full[:n, :k] = w
+    blocks = full.reshape(npad // LANES, LANES, kpad // 4, 4).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(blocks).ravel()
+
+
+@intrinsic
+def _requant16(typingctx, tile_addr, params_addr, row_bytes, zp_out, lo, hi, dst_addr):
+    """16 channels of one tile row requantized into 16 int8 at ``dst``: params holds six int32 rows
+    (bias, multiplier, left shift, right shift, remainder mask, half mask) ``row_bytes`` apart.
+    int32 lanes except the doubling high multiply (int32 × int32 → int64); the rounding division
+    by 2^right is gemmlowp's remainder-and-threshold form, which cannot overflow. Plain LLVM vector
+    IR (no target intrinsic), so every build may use it."""
+    sig = types.void(types.intp, types.intp, types.intp, types.int64, types.int64, types.int64, types.intp)
+
+    def codegen(context, builder, signature, args):
+        tile, par, rb, zp, lo_, hi_, dst = args
+        v32, v64 = _I32X16, ir.VectorType(ir.IntType(64), 16)
+        zero = ir.Constant(v32, None)
+
+        def splat(value):
+            first = ir.Constant(ir.IntType(32), 0)
+            one = builder.insert_element(zero, builder.trunc(value, ir.IntType(32)), first)
+            return builder.shuffle_vector(one, zero, ir.Constant(v32, [0] * 16))
+
+        def row(r):
+            addr = builder.add(par, builder.mul(rb, ir.Constant(rb.type, r)))
+            return builder.load(builder.inttoptr(addr, v32.as_pointer()), align=1)
+
+        bias, mult, left, right, mask, half = (row(r) for r in range(6))
+        acc = builder.load(builder.inttoptr(tile, v32.as_pointer()), align=1)
+        x = builder.shl(builder.add(acc, bias), left)  # int32 wrap-around, as C's x * (1 << left)
+        prod = builder.mul(builder.sext(x, v64), builder.sext(mult, v64))
+        h = builder.ashr(builder.add(prod, ir.Constant(v64, [1 << 30] * 16)), ir.Constant(v64, [31] * 16))
+        h = builder.trunc(h, v32)
+        negative = builder.zext(builder.icmp_signed("<", h, zero), v32)
+        up = builder.icmp_signed(">", builder.and_(h, mask), builder.add(half, negative))
+        v = builder.add(builder.add(builder.ashr(h, right), builder.zext(up, v32)), splat(zp))
+        lo_v, hi_v = splat(lo_), splat(hi_)
+        v = builder.select(builder.icmp_signed("<", v, lo_v), lo_v, v)
+        v = builder.select(builder.icmp_signed(">", v, hi_v), hi_v, v)
+        out_t = ir.VectorType(ir.IntType(8), 16)
+        builder.store(builder.trunc(v, out_t), builder.inttoptr(dst, out_t.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(inline="always")
+def _epilogue(tile, i, j0, width, params, zp_out, lo, hi, dst, dst_off):
+    """Requantize row i of the tile (channels j0 .. j0 + width) into dst[dst_off:] (int8)."""
+    o = 0
+    t0 = tile.ctypes.data + 4 * i * TILE_W
+    while o + LANES <= width:
+        _requant16(t0 + 4 * o, params.ctypes.data + 4 * (j0 + o), 4 * params.shape[1], zp_out, lo, hi,
+                   dst.ctypes.data + dst_off + o)
+        o += LANES
+    for o in range(width - width % LANES, width):  # a channel count not a multiple of 16: the last few
+        c = j0 + o
+        x = np.int64(np.int32(np.int32(tile[i * TILE_W + o] + params[0, c]) << params[2, c]))
+        h = (x * np.int64(params[1, c]) + (1 << 30)) >> 31
+        up = 1 if (h & params[4, c]) > params[5, c] + (1 if h < 0 else 0) else 0
+        v = (h >> params[3, c]) + up + zp_out
+        dst[dst_off + o] = lo if v < lo else hi if v > hi else v
+
+
+def requant_params(bias, mult, left, right) -> np.ndarray:
+    """The six int32 rows `_requant16` reads, channels padded to a multiple of 16. The bias is kept
+    modulo 2^32: the requantization wraps ``(acc + bias) << left`` to int32 anyway."""
+    n = bias.shape[0]
+    out = np.zeros((6, -(-n // LANES) * LANES), np.int32)
+    right = np.asarray(right, np.int64)
+    mask = (np.int64(1) << right) - 1
+    wrapped = ((np.asarray(bias, np.int64) + 2**31) & 0xFFFFFFFF) - 2**31
+    for r, row in enumerate((wrapped, mult, left, right, mask, mask >> 1)):
+        out[r, :n] = row
+    return out
+
+
+@nb.njit(inline="always")
+def _canvas(x, n, zp_in, wp, c4, pt, pl, canvas):
+    """Image n of x into canvas (HP·WP·C4 int8, flat): the input zero point at padding taps, the
+    channels padded to C4 (those bytes meet zero weights)."""
+    _, h, wd, cin = x.shape
+    canvas[:] = zp_in
+    xf = x.reshape(-1)
+    for y in range(h):
+        base = ((y + pt) * wp + pl) * c4
+        src = (n * h + y) * wd * cin
+        if c4 == cin:
+            canvas[base:base + wd * cin] = xf[src:src + wd * cin]
+            continue
+        for xx in range(wd):
+            for c in range(cin):
+                canvas[base + xx * c4 + c] = xf[src + xx * cin + c]
+
+
+def _block_row(a, a_base, a_stride, wpack, taps, tap_step, row_step, quads, b_stride, cout, params,
+               zp_out, lo, hi, rows, tile, dst, dst_off):
+    """Up to MR output pixels: for every 16/32-channel block, the taps' products accumulated into
+    the tile (tap t reads ``a_base + a_off[t]``), then requantized into dst."""
+    blocks = (cout + LANES - 1) // LANES
+    j = 0
+    while j < blocks:
+        nv = 2 if blocks - j >= 2 else 1
+        tile[:] = 0
+        for t in range(taps.shape[0]):
+            b_off = j * b_stride + t * tap_step
+            _tile(a, a_base + taps[t], a_stride, wpack, b_off, b_stride, quads, nv, tile)
+        width = min(nv * LANES, cout - j * LANES)
+        for i in range(rows):
+            _epilogue(tile, i, j * LANES, width, params, zp_out, lo, hi, dst,
+                      dst_off + i * row_step + j * LANES)
+        j += nv
+
+
+def conv_kernel(x, wpack, c4, cout, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
+    """CONV_2D int8: x (N,H,W,C); out (N,OH,OW,cout) int8, as an implicit GEMM: ``taps`` holds each
+    window tap's byte offset in a zero-point-padded canvas of the input (channels padded to C4, a
+    multiple of 4), whose MR pixels of one output row are MR rows ``stride·C4`` bytes apart, so
+    no im2col copy is made. A 1×1, stride-1 unpadded convolution (canvas (0, 0)) reads x itself."""
+    sh, sw = stride
+    pt, pl = pad
+    nbatch = x.shape[0]
+    quads = c4 // 4
+    b_stride = taps.shape[0] * c4 * LANES
+    tile = np.zeros(MR * TILE_W + 16, np.int32)
+    of = out.reshape(-1)
+    if canvas_hw[0] == 0:  # the input rows are the GEMM's A
+        xf = x.reshape(-1)
+        total = nbatch * oh * ow
+        full = total - total % MR
+        for r0 in range(0, full, MR):
+            _block_row(xf, r0 * c4, c4, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
+                       MR, tile, of, r0 * cout)
+        if full < total:  # the last rows, copied so that the tile reads nothing past the input
+            abuf = np.zeros(MR * c4 + 64, np.int8)
+            abuf[:(total - full) * c4] = xf[full * c4:]
+            _block_row(abuf, 0, c4, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
+                       total - full, tile, of, full * cout)
+        return
+    hp, wp = canvas_hw
+    canvas = np.empty(hp * wp * c4 + 64, np.int8)
+    for n in range(nbatch):
+        _canvas(x, n, zp_in, wp, c4, pt, pl, canvas)
+        for oy in range(oh):
+            for ox0 in range(0, ow, MR):
+                base = (oy * sh * wp + ox0 * sw) * c4
+                first = ((n * oh + oy) * ow + ox0) * cout
+                _block_row(canvas, base, sw * c4, wpack, taps, quads * 64, cout, quads, b_stride, cout,
+                           params, zp_out, lo, hi, min(MR, ow - ox0), tile, of, first)
+
+
+def canvas_plan(h: int, w: int, cin: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
+                ) -> tuple[int, tuple[int, int], np.ndarray]:
+    """(C4: channels padded to a multiple of 4, canvas rows and columns, byte offset of each window
+    tap (row-major (ky, kx))) for the implicit GEMM. The canvas is wide enough for the padding, the
+    last window and the tail tile's rows read past the last output pixel; (0, 0) for a 1×1,
+    stride-1 unpadded convolution with C % 4 == 0, which reads the input directly."""
+    (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
+    c4 = -(-cin // 4) * 4
+    if kh == kw == 1 and (sh, sw) == (1, 1) and (pt, pl) == (0, 0) and (oh, ow) == (h, w) and cin == c4:
+        return c4, (0, 0), np.zeros(1, np.int64)
+    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1) + MR * sw
+    taps = [(ky * dh * wp + kx * dw) * c4 for ky in range(kh) for kx in range(kw)]
+    return c4, (hp, wp), np.array(taps, np.int64)
+
+
+def _trial_ok() -> bool:
+    """The VNNI build's trial: one packed tile against NumPy's integer product."""
+    rng = np.random.default_rng(11)
+    kpad, cout = 40, 32
+    a = rng.integers(-128, 128, MR * kpad + 64).astype(np.int8)
+    w = rng.integers(-128, 128, (cout, kpad)).astype(np.int8)
+    tile = np.zeros(MR * TILE_W + 16, np.int32)
+    run = cpu.njit_variant(_trial_kernel, "_trial_tile_vnni", _OPTS)
+    run(a, pack_weights(w), kpad, tile)
+    want = (a[:MR * kpad].reshape(MR, kpad).astype(np.int64) + 128) @ w.T.astype(np.int64)
+    return bool(np.array_equal(tile[:MR * TILE_W].reshape(MR, TILE_W), want))
+
+
+FAMILY = cpu.register(cpu.Family(
+    name="int8-conv", fast="avx512-vnni", intrinsics=("vpdpbusd",),
+    trial="npukit.models.tflite.kernels._nb_gemm:_trial_ok",
+    doc="TFLite int8 CONV_2D: fused im2col + GEMM + requantization"))
+
+
+def probe() -> tuple[str, str]:
+    """(path, reason): the build `npukit.sim.cpu.choose` picks for this family here."""
+    chosen = cpu.choose(FAMILY)
+    return chosen.path, chosen.reason
+
+
+_BUILDS: dict[str, object] = {}
+
+
+def build(path: str | None = None):
+    """The compiled CONV_2D kernel of ``path`` (default: the one chosen for this CPU and target)."""
+    path = path or probe()[0]
+    if path not in _BUILDS:
+        name = path.replace("-", "_")
+        tile = _tile_vnni if path == FAMILY.fast else _tile_portable
+        block = cpu.njit_variant(_block_row, f"block_row_{name}", {"inline": "always"}, _tile=tile)
+        _BUILDS[path] = cpu.njit_variant(conv_kernel, f"conv_kernel_{name}", _OPTS, _block_row=block)
+    return _BUILDS[path]
+
+
+def _trial_kernel(a, wpack, kpad, tile):
+    _tile_vnni(a, 0, kpad, wpack, 0, kpad * LANES, kpad // 4, 2, tile)
