@@ -44,7 +44,8 @@ def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
 @pytest.mark.parametrize(("builder", "args"), [(cases.conv2d_case, ()), (cases.depthwise_case, ()),
                                                (cases.fully_connected_case, ()), (cases.softmax_case, ()),
                                                (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",)),
-                                               (cases.pool_case, ("AVERAGE_POOL_2D",))])
+                                               (cases.pool_case, ("AVERAGE_POOL_2D",)),
+                                               (cases.quantize_case, ())])
 def test_compiled_equals_reference_kernels(builder, args):
     for seed in range(100, 130):
         model, inputs, desc = builder(np.random.default_rng(seed), *args)

@@ -112,7 +112,8 @@ def test_epilogue_equals_multiply_by_quantized_multiplier(width):
         dst = np.zeros(rows * width, np.int8)
         _requantize_rows(acc.astype(np.int32).ravel(), rows, width, params, zp_out, lo, hi, dst)
         total = ((acc[:, :width] + bias + 2**31) & 0xFFFFFFFF) - 2**31  # int32 accumulator + bias
-        want = np.clip(fp.multiply_by_quantized_multiplier(total, mult, shift).astype(np.int64) + zp_out, lo, hi)
+        scaled = fp.multiply_by_quantized_multiplier(total, mult, shift).astype(np.int64)
+        want = np.clip(scaled + zp_out, lo, hi)
         assert np.array_equal(dst.reshape(rows, width), want), trial
 
 

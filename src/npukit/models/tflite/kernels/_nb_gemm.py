@@ -338,3 +338,89 @@ def build(path: str | None = None):
 
 def _trial_kernel(a, wpack, kpad, tile):
     _tile_vnni(a, 0, kpad, wpack, 0, kpad * LANES, kpad // 4, 2, tile)
+
+
+# ------------------------------------------------------------------------------ DEPTHWISE_CONV_2D
+@intrinsic
+def _mac16(typingctx, acc_addr, x_addr, w_addr, vectors):
+    """acc[i] += x[i] · w[i] (int32) for 16·vectors lanes; plain LLVM vector IR (every build)."""
+    sig = types.void(types.intp, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        acc, xa, wa, n = args
+        vec_p = _I32X16.as_pointer()
+        with cgutils.for_range(builder, n) as loop:
+            off = builder.mul(loop.index, ir.Constant(n.type, 64))
+
+            def at(base):
+                return builder.inttoptr(builder.add(base, off), vec_p)
+
+            prod = builder.mul(builder.load(at(xa), align=1), builder.load(at(wa), align=1))
+            builder.store(builder.add(builder.load(at(acc), align=1), prod), at(acc), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(**_OPTS)
+def depthwise_kernel(x, w, dm, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
+    """DEPTHWISE_CONV_2D int8, one build (int32 loops LLVM vectorises): x (N,H,W,C); w (taps, C·dm)
+    int32; out (N,OH,OW,C·dm). The canvas holds ``x − zp_in`` per *output* channel (input channel
+    o // dm), 0 at padding taps (what skipping them adds), so every tap is one straight row of
+    multiply-adds; the sums are requantized by the conv family's vectorised epilogue."""
+    nbatch, h, wd, cin = x.shape
+    cout = cin * dm
+    sh, sw = stride
+    pt, pl = pad
+    hp, wp = canvas_hw
+    canvas = np.zeros(hp * wp * cout, np.int32)
+    acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
+    vectors = cout // LANES
+    of = out.reshape(-1)
+    for n in range(nbatch):
+        for y in range(h):
+            for xx in range(wd):
+                base = ((y + pt) * wp + xx + pl) * cout
+                src = x[n, y, xx]
+                if dm == 1:
+                    for o in range(cout):
+                        canvas[base + o] = np.int32(src[o]) - zp_in
+                    continue
+                for c in range(cin):
+                    for m in range(dm):
+                        canvas[base + c * dm + m] = np.int32(src[c]) - zp_in
+        for oy in range(oh):
+            for ox in range(ow):
+                base = (oy * sh * wp + ox * sw) * cout
+                acc[:] = 0
+                for t in range(taps.shape[0]):
+                    at = base + taps[t]
+                    wt = w.ctypes.data + 4 * t * cout
+                    _mac16(acc.ctypes.data, canvas.ctypes.data + 4 * at, wt, vectors)
+                    for o in range(vectors * LANES, cout):
+                        acc[o] += canvas[at + o] * w[t, o]
+                _epilogue(acc, 0, 0, cout, params, zp_out, lo, hi, of, ((n * oh + oy) * ow + ox) * cout)
+
+
+def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
+                   ) -> tuple[tuple[int, int], np.ndarray]:
+    """(canvas rows and columns, element offset of each window tap) for `depthwise_kernel`."""
+    (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
+    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
+    taps = [(ky * dh * wp + kx * dw) * cout for ky in range(kh) for kx in range(kw)]
+    return (hp, wp), np.array(taps, np.int64)
+
+
+@nb.njit(**_OPTS)
+def quantize_kernel(x, scale, zp, lo, hi, out):
+    """QUANTIZE float32 → int8/uint8 as LiteRT's reference: ``round(x / scale)`` (float32 division,
+    ties away from zero) ``+ zp``, clamped; x and out flat."""
+    for i in range(x.size):
+        v = np.float64(np.float32(x[i] / scale))
+        a = abs(v)
+        f = np.floor(a)
+        if a - f >= 0.5:
+            f += 1.0
+        q = np.int64(np.copysign(f, v)) + zp if v == v else zp
+        out[i] = lo if q < lo else hi if q > hi else q

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from npukit.models.tflite.kernels import _nb, _nb_gemm, activation, arith, pool
-from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, geometry
+from npukit.models.tflite.kernels.common import QRANGE, Arrays, Ctx, Kernel, geometry
 from npukit.models.tflite.kernels.conv import conv_params
 
 
@@ -107,22 +107,40 @@ def _conv_gemm(ctx: Ctx, p, window, requant) -> Kernel:
 def prepare_depthwise(ctx: Ctx) -> Kernel:
     p = conv_params(ctx.model, ctx.op.index)
     _, kh, kw, n = p.weights.shape
-    cin = ctx.t(0).shape[3]
+    _, h, w, cin = ctx.t(0).shape
     o = p.options
     depth_mult = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
     if cin * depth_mult != n:
         raise ctx.fail(f"input channels {cin} × depth multiplier {depth_mult} ≠ {n} output channels")
-    w = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh, kw, n))
+    wt = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh * kw, n))
     mult, left, right = _shifts(p)
+    params = _nb_gemm.requant_params(p.bias, mult, left, right)
     oh, ow, stride, dilation, pad = _window(ctx, kh, kw)
-    args = (depth_mult, p.input_zero_point, mult, left, right, p.output_zero_point, p.act_min, p.act_max,
-            stride, dilation, pad)
-    bias = p.bias
+    canvas_hw, taps = _nb_gemm.depthwise_plan(h, w, n, kh, kw, oh, ow, stride, dilation, pad)
+    args = (wt, depth_mult, p.input_zero_point, oh, ow, stride, pad, canvas_hw, taps, params,
+            p.output_zero_point, p.act_min, p.act_max)
 
     def run(ins: Arrays) -> list[np.ndarray]:
-        x = ins[0]
+        x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], oh, ow, n), np.int8)
-        _nb.depthwise(x, w, bias, *args, out)
+        _nb_gemm.depthwise_kernel(x, *args, out)
+        return [out]
+
+    return run
+
+
+def prepare_quantize(ctx: Ctx) -> Kernel:
+    reference = activation.prepare_quantize(ctx)  # checks types; requantizing int8 stays a table
+    x_t, y_t = ctx.t(0), ctx.out()
+    if x_t.dtype != np.float32:
+        return reference
+    lo, hi = QRANGE[np.dtype(y_t.dtype)]
+    scale, zp, dtype = np.float32(ctx.q(y_t).s), ctx.q(y_t).zp, y_t.dtype
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0], dtype=np.float32)
+        out = np.empty(x.shape, dtype)
+        _nb_gemm.quantize_kernel(x.reshape(-1), scale, zp, lo, hi, out.reshape(-1))
         return [out]
 
     return run
@@ -175,5 +193,6 @@ COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "SUB": lambda ctx: arith.prepare_sub(ctx, compiled=True),
     "CONV_2D": prepare_conv2d,
     "DEPTHWISE_CONV_2D": prepare_depthwise,
+    "QUANTIZE": prepare_quantize,
     "FULLY_CONNECTED": prepare_fully_connected,
 }
