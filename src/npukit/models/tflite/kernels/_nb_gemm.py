@@ -209,16 +209,17 @@ def requant_params(bias, mult, left, right) -> np.ndarray:
 
 @nb.njit(inline="always")
 def _canvas(x, n, zp_in, wp, c4, pt, pl, canvas):
-    """Image n of x into canvas (HP·WP·C4 int8, flat): the input zero point at padding taps, the
-    channels padded to C4 (those bytes meet zero weights)."""
+    """Image n of x into canvas (HP·WP·C4 int8, flat) with the input zero point at padding taps
+    and in the channels past C (those bytes meet zero weights)."""
     _, h, wd, cin = x.shape
     canvas[:] = zp_in
     xf = x.reshape(-1)
+    run = wd * cin
     for y in range(h):
         base = ((y + pt) * wp + pl) * c4
-        src = (n * h + y) * wd * cin
+        src = (n * h + y) * run
         if c4 == cin:
-            canvas[base:base + wd * cin] = xf[src:src + wd * cin]
+            canvas[base:base + run] = xf[src:src + run]
             continue
         for xx in range(wd):
             for c in range(cin):
@@ -244,57 +245,81 @@ def _block_row(a, a_base, a_stride, wpack, taps, tap_step, row_step, quads, b_st
         j += nv
 
 
-def conv_kernel(x, wpack, c4, cout, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
-    """CONV_2D int8: x (N,H,W,C); out (N,OH,OW,cout) int8, as an implicit GEMM: ``taps`` holds each
-    window tap's byte offset in a zero-point-padded canvas of the input (channels padded to C4, a
-    multiple of 4), whose MR pixels of one output row are MR rows ``stride·C4`` bytes apart, so
-    no im2col copy is made. A 1×1, stride-1 unpadded convolution (canvas (0, 0)) reads x itself."""
+def conv_kernel(x, wpack, kpad, cout, zp_in, oh, ow, stride, pad, canvas_hw, c4, taps, runs, run_len, params,
+                zp_out, lo, hi, out):
+    """CONV_2D int8: x (N,H,W,C); out (N,OH,OW,cout) int8, from a zero-point-padded canvas of the
+    input whose channels are padded to C4. C4 % 4 == 0 (``run_len`` 0): an implicit GEMM — ``taps``
+    holds each window tap's byte offset in the canvas, and MR pixels of one output row are MR rows
+    ``stride·C4`` bytes apart, so nothing is copied (a 1×1, stride-1 unpadded convolution, canvas
+    (0, 0), reads x itself). Otherwise (first layers, C = 1 or 2): each pixel's window is copied as
+    ``runs`` (canvas byte offsets) of ``run_len`` contiguous bytes into an im2col tile of MR rows,
+    K padded to ``kpad``."""
     sh, sw = stride
     pt, pl = pad
-    nbatch = x.shape[0]
-    quads = c4 // 4
-    b_stride = taps.shape[0] * c4 * LANES
+    nbatch, _, _, cin = x.shape
+    b_stride = kpad * LANES
     tile = np.zeros(MR * TILE_W + 16, np.int32)
     of = out.reshape(-1)
+    quads = c4 // 4
     if canvas_hw[0] == 0:  # the input rows are the GEMM's A
         xf = x.reshape(-1)
         total = nbatch * oh * ow
         full = total - total % MR
         for r0 in range(0, full, MR):
-            _block_row(xf, r0 * c4, c4, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
+            _block_row(xf, r0 * cin, cin, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
                        MR, tile, of, r0 * cout)
         if full < total:  # the last rows, copied so that the tile reads nothing past the input
-            abuf = np.zeros(MR * c4 + 64, np.int8)
-            abuf[:(total - full) * c4] = xf[full * c4:]
-            _block_row(abuf, 0, c4, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
+            abuf = np.zeros(MR * cin + 64, np.int8)
+            abuf[:(total - full) * cin] = xf[full * cin:]
+            _block_row(abuf, 0, cin, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
                        total - full, tile, of, full * cout)
         return
     hp, wp = canvas_hw
     canvas = np.empty(hp * wp * c4 + 64, np.int8)
+    abuf = np.zeros(MR * kpad + 64, np.int8)  # K padding stays 0 (it meets zero weights)
+    one_tap = np.zeros(1, np.int64)
     for n in range(nbatch):
         _canvas(x, n, zp_in, wp, c4, pt, pl, canvas)
         for oy in range(oh):
             for ox0 in range(0, ow, MR):
                 base = (oy * sh * wp + ox0 * sw) * c4
+                rows = min(MR, ow - ox0)
                 first = ((n * oh + oy) * ow + ox0) * cout
-                _block_row(canvas, base, sw * c4, wpack, taps, quads * 64, cout, quads, b_stride, cout,
-                           params, zp_out, lo, hi, min(MR, ow - ox0), tile, of, first)
+                if run_len == 0:
+                    _block_row(canvas, base, sw * c4, wpack, taps, quads * 64, cout, quads, b_stride, cout,
+                               params, zp_out, lo, hi, rows, tile, of, first)
+                    continue
+                for i in range(rows):
+                    for r in range(runs.shape[0]):
+                        src = base + i * sw * c4 + runs[r]
+                        dst = i * kpad + r * run_len
+                        for j in range(run_len):  # a few bytes: a plain loop beats a slice copy
+                            abuf[dst + j] = canvas[src + j]
+                _block_row(abuf, 0, kpad, wpack, one_tap, 0, cout, kpad // 4, b_stride, cout,
+                           params, zp_out, lo, hi, rows, tile, of, first)
 
 
 def canvas_plan(h: int, w: int, cin: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
-                ) -> tuple[int, tuple[int, int], np.ndarray]:
-    """(C4: channels padded to a multiple of 4, canvas rows and columns, byte offset of each window
-    tap (row-major (ky, kx))) for the implicit GEMM. The canvas is wide enough for the padding, the
-    last window and the tail tile's rows read past the last output pixel; (0, 0) for a 1×1,
-    stride-1 unpadded convolution with C % 4 == 0, which reads the input directly."""
+                ) -> tuple[tuple[int, int], int, np.ndarray, np.ndarray, int]:
+    """(canvas rows and columns, canvas channels C4, tap offsets, run offsets, run length) for
+    `conv_kernel`. Three channels are padded to four (a third more work beats copying windows);
+    one or two channels are copied as im2col runs. The canvas
+    is wide enough for the padding, the last window and the tail tile's rows read past the last
+    output pixel; (0, 0) for a 1×1, stride-1 unpadded convolution with C % 4 == 0, which reads the
+    input directly. Offsets are bytes in the canvas, row-major over the window."""
     (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
-    c4 = -(-cin // 4) * 4
-    if kh == kw == 1 and (sh, sw) == (1, 1) and (pt, pl) == (0, 0) and (oh, ow) == (h, w) and cin == c4:
-        return c4, (0, 0), np.zeros(1, np.int64)
+    none = np.zeros(0, np.int64)
+    if kh == kw == 1 and (sh, sw) == (1, 1) and (pt, pl) == (0, 0) and (oh, ow) == (h, w) and cin % 4 == 0:
+        return (0, 0), cin, np.zeros(1, np.int64), none, 0
     hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
     wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1) + MR * sw
-    taps = [(ky * dh * wp + kx * dw) * c4 for ky in range(kh) for kx in range(kw)]
-    return c4, (hp, wp), np.array(taps, np.int64)
+    c4 = cin + 1 if cin % 4 == 3 else cin
+    taps = np.array([(ky * dh * wp + kx * dw) * c4 for ky in range(kh) for kx in range(kw)], np.int64)
+    if c4 % 4 == 0:
+        return (hp, wp), c4, taps, none, 0
+    if dw == 1:  # a window row is one contiguous run of KW·C bytes
+        return (hp, wp), c4, none, np.array([ky * dh * wp * cin for ky in range(kh)], np.int64), kw * cin
+    return (hp, wp), c4, none, taps, cin
 
 
 def _trial_ok() -> bool:

@@ -36,32 +36,34 @@ def prepare_conv2d(ctx: Ctx) -> Kernel:
         raise ctx.fail(f"grouped convolution (input {ctx.t(0).shape[3]} channels, filter {cin}) "
                        "is not supported")
     mult, left, right = _shifts(p)
-    if kh * kw * (-(-cin // 4) * 4) > _nb_gemm.MAX_K:  # beyond the int32 bound of the packed int8 GEMM
+    if kh * kw * cin > _nb_gemm.MAX_K:  # beyond the int32 bound of the packed int8 GEMM
         return _conv_gemm(ctx, p, _window(ctx, kh, kw), (mult, left, right))
     return _conv_int8(ctx, p, _window(ctx, kh, kw), (mult, left, right))
 
 
 def _conv_int8(ctx: Ctx, p, window, requant) -> Kernel:
-    """CONV_2D on the fused int8 kernel family (`_nb_gemm`): weights packed (channels padded to a
-    multiple of 4 with zeros) and the column-sum correction folded into the bias here, once."""
+    """CONV_2D on the fused int8 kernel family (`_nb_gemm`): weights packed and the column-sum
+    correction folded into the bias here, once."""
     n, kh, kw, cin = p.weights.shape
     oh, ow, stride, dilation, pad = window
     _, h, w, _ = ctx.t(0).shape
-    c4, canvas_hw, taps = _nb_gemm.canvas_plan(h, w, cin, kh, kw, oh, ow, stride, dilation, pad)
-    wide = np.zeros((n, kh, kw, c4), np.int8)
+    plan = _nb_gemm.canvas_plan(h, w, cin, kh, kw, oh, ow, stride, dilation, pad)
+    canvas_hw, c4, taps, runs, run_len = plan
+    wide = np.zeros((n, kh, kw, c4), np.int8)  # channels padded like the canvas, with zero weights
     wide[..., :cin] = p.weights
+    wmat = p.weights.reshape(n, -1)
     pack = _nb_gemm.pack_weights(wide.reshape(n, -1))
     zp_in = p.input_zero_point
-    bias = p.bias.astype(np.int64) - (zp_in + 128) * p.weights.astype(np.int64).reshape(n, -1).sum(axis=1)
+    bias = p.bias.astype(np.int64) - (zp_in + 128) * wmat.astype(np.int64).sum(axis=1)
     params = _nb_gemm.requant_params(bias, *requant)
     kernel = _nb_gemm.build()
-    args = (pack, c4, n, zp_in, oh, ow, stride, pad, canvas_hw, taps, params,
-            p.output_zero_point, p.act_min, p.act_max)
+    args = (-(-kh * kw * c4 // 4) * 4, n, zp_in, oh, ow, stride, pad, canvas_hw, c4, taps, runs, run_len,
+            params, p.output_zero_point, p.act_min, p.act_max)
 
     def run(ins: Arrays) -> list[np.ndarray]:
         x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], oh, ow, n), np.int8)
-        kernel(x, *args, out)
+        kernel(x, pack, *args, out)
         return [out]
 
     return run
