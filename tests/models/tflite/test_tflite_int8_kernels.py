@@ -123,3 +123,17 @@ def test_vnni_trial_and_family_are_registered():
     assert "int8-conv" in cpu.describe("npukit.models.tflite.kernels._nb_gemm")
     path, reason = _nb_gemm.probe()
     assert path in ("portable", "avx512-vnni") and reason
+
+
+def test_warm_up_model_reaches_every_compiled_kernel_and_is_exact():
+    """``npukit doctor --warm`` runs `warmup.warm_model`: it must use every op with a compiled
+    kernel, and its output must be LiteRT BUILTIN_REF's (a wrong warm-up model warms nothing)."""
+    from npukit.models.tflite import read_model, warmup
+    from npukit.models.tflite.kernels.compiled import COMPILED_KERNELS
+
+    model = warmup.warm_model()
+    assert {op.name for op in read_model(model).ops} >= set(COMPILED_KERNELS)
+    x = np.random.default_rng(1).normal(size=(1, 8, 8, 3)).astype(np.float32)
+    got = warmup.warm()
+    assert np.array_equal(got, run_ref(model, x))
+    assert np.unique(got).size >= 3  # not a saturated, constant output

@@ -47,7 +47,7 @@ def warm_model() -> bytes:
     b.op("RESHAPE", [pool, b.const("shape", np.array([1, 20], np.int32))], [flat], O.ReshapeOptions((1, 20)))
     fc_w = b.const("fc_w", rng.integers(-127, 128, (10, 20)).astype(np.int8), scale=0.02, zero_point=0)
     fc_b = b.const("fc_b", rng.integers(-500, 500, 10).astype(np.int32), scale=0.05 * 0.02, zero_point=0)
-    logits = b.tensor("logits", (1, 10), np.int8, 0.1, 0)
+    logits = b.tensor("logits", (1, 10), np.int8, 0.02, 0)
     b.op("FULLY_CONNECTED", [flat, fc_w, fc_b], [logits], O.FullyConnectedOptions(O.ACT_NONE))
     probs = b.tensor("probs", (1, 10), np.int8, 1 / 256, -128)
     b.op("SOFTMAX", [logits], [probs], O.SoftmaxOptions(1.0))
