@@ -134,43 +134,59 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks).ravel()
 
 
+def splat_ir(builder, value):
+    """An int64 scalar as 16 int32 lanes."""
+    zero = ir.Constant(_I32X16, None)
+    one = builder.insert_element(zero, builder.trunc(value, ir.IntType(32)), ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, zero, ir.Constant(_I32X16, [0] * 16))
+
+
+def params_ir(builder, params, row_bytes, first: int):
+    """Rows first .. first + 5 of a requantization parameter block (see `requant_params`)."""
+    def row(r):
+        addr = builder.add(params, builder.mul(row_bytes, ir.Constant(row_bytes.type, first + r)))
+        return builder.load(builder.inttoptr(addr, _I32X16.as_pointer()), align=1)
+
+    return [row(r) for r in range(6)]
+
+
+def mbqm_ir(builder, acc, rows):
+    """16 lanes of ``MultiplyByQuantizedMultiplier(acc + bias)`` (rows: bias, multiplier, left and
+    right shift, remainder mask, half mask): int32 lanes except the doubling high multiply
+    (int32 × int32 → int64); the rounding division by 2^right is gemmlowp's remainder-and-
+    threshold form, which cannot overflow."""
+    bias, mult, left, right, mask, half = rows
+    v32, v64 = _I32X16, ir.VectorType(ir.IntType(64), 16)
+    x = builder.shl(builder.add(acc, bias), left)  # int32 wrap-around, as C's x * (1 << left)
+    prod = builder.mul(builder.sext(x, v64), builder.sext(mult, v64))
+    h = builder.ashr(builder.add(prod, ir.Constant(v64, [1 << 30] * 16)), ir.Constant(v64, [31] * 16))
+    h = builder.trunc(h, v32)
+    negative = builder.zext(builder.icmp_signed("<", h, ir.Constant(v32, None)), v32)
+    up = builder.icmp_signed(">", builder.and_(h, mask), builder.add(half, negative))
+    return builder.add(builder.ashr(h, right), builder.zext(up, v32))
+
+
+def store_int8_ir(builder, v, zp, lo, hi, dst):
+    """``clamp(v + zp, lo, hi)`` stored as 16 int8 at ``dst``."""
+    v = builder.add(v, splat_ir(builder, zp))
+    lo_v, hi_v = splat_ir(builder, lo), splat_ir(builder, hi)
+    v = builder.select(builder.icmp_signed("<", v, lo_v), lo_v, v)
+    v = builder.select(builder.icmp_signed(">", v, hi_v), hi_v, v)
+    out_t = ir.VectorType(ir.IntType(8), 16)
+    builder.store(builder.trunc(v, out_t), builder.inttoptr(dst, out_t.as_pointer()), align=1)
+
+
 @intrinsic
 def _requant16(typingctx, tile_addr, params_addr, row_bytes, zp_out, lo, hi, dst_addr):
-    """16 channels of one tile row requantized into 16 int8 at ``dst``: params holds six int32 rows
-    (bias, multiplier, left shift, right shift, remainder mask, half mask) ``row_bytes`` apart.
-    int32 lanes except the doubling high multiply (int32 × int32 → int64); the rounding division
-    by 2^right is gemmlowp's remainder-and-threshold form, which cannot overflow. Plain LLVM vector
-    IR (no target intrinsic), so every build may use it."""
+    """16 channels of one tile row requantized into 16 int8 at ``dst`` (params: six int32 rows
+    ``row_bytes`` apart, `requant_params`). Plain LLVM vector IR (no target intrinsic), so every
+    build may use it."""
     sig = types.void(types.intp, types.intp, types.intp, types.int64, types.int64, types.int64, types.intp)
 
     def codegen(context, builder, signature, args):
         tile, par, rb, zp, lo_, hi_, dst = args
-        v32, v64 = _I32X16, ir.VectorType(ir.IntType(64), 16)
-        zero = ir.Constant(v32, None)
-
-        def splat(value):
-            first = ir.Constant(ir.IntType(32), 0)
-            one = builder.insert_element(zero, builder.trunc(value, ir.IntType(32)), first)
-            return builder.shuffle_vector(one, zero, ir.Constant(v32, [0] * 16))
-
-        def row(r):
-            addr = builder.add(par, builder.mul(rb, ir.Constant(rb.type, r)))
-            return builder.load(builder.inttoptr(addr, v32.as_pointer()), align=1)
-
-        bias, mult, left, right, mask, half = (row(r) for r in range(6))
-        acc = builder.load(builder.inttoptr(tile, v32.as_pointer()), align=1)
-        x = builder.shl(builder.add(acc, bias), left)  # int32 wrap-around, as C's x * (1 << left)
-        prod = builder.mul(builder.sext(x, v64), builder.sext(mult, v64))
-        h = builder.ashr(builder.add(prod, ir.Constant(v64, [1 << 30] * 16)), ir.Constant(v64, [31] * 16))
-        h = builder.trunc(h, v32)
-        negative = builder.zext(builder.icmp_signed("<", h, zero), v32)
-        up = builder.icmp_signed(">", builder.and_(h, mask), builder.add(half, negative))
-        v = builder.add(builder.add(builder.ashr(h, right), builder.zext(up, v32)), splat(zp))
-        lo_v, hi_v = splat(lo_), splat(hi_)
-        v = builder.select(builder.icmp_signed("<", v, lo_v), lo_v, v)
-        v = builder.select(builder.icmp_signed(">", v, hi_v), hi_v, v)
-        out_t = ir.VectorType(ir.IntType(8), 16)
-        builder.store(builder.trunc(v, out_t), builder.inttoptr(dst, out_t.as_pointer()), align=1)
+        acc = builder.load(builder.inttoptr(tile, _I32X16.as_pointer()), align=1)
+        store_int8_ir(builder, mbqm_ir(builder, acc, params_ir(builder, par, rb, 0)), zp, lo_, hi_, dst)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -363,89 +379,3 @@ def build(path: str | None = None):
 
 def _trial_kernel(a, wpack, kpad, tile):
     _tile_vnni(a, 0, kpad, wpack, 0, kpad * LANES, kpad // 4, 2, tile)
-
-
-# ------------------------------------------------------------------------------ DEPTHWISE_CONV_2D
-@intrinsic
-def _mac16(typingctx, acc_addr, x_addr, w_addr, vectors):
-    """acc[i] += x[i] · w[i] (int32) for 16·vectors lanes; plain LLVM vector IR (every build)."""
-    sig = types.void(types.intp, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        acc, xa, wa, n = args
-        vec_p = _I32X16.as_pointer()
-        with cgutils.for_range(builder, n) as loop:
-            off = builder.mul(loop.index, ir.Constant(n.type, 64))
-
-            def at(base):
-                return builder.inttoptr(builder.add(base, off), vec_p)
-
-            prod = builder.mul(builder.load(at(xa), align=1), builder.load(at(wa), align=1))
-            builder.store(builder.add(builder.load(at(acc), align=1), prod), at(acc), align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@nb.njit(**_OPTS)
-def depthwise_kernel(x, w, dm, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
-    """DEPTHWISE_CONV_2D int8, one build (int32 loops LLVM vectorises): x (N,H,W,C); w (taps, C·dm)
-    int32; out (N,OH,OW,C·dm). The canvas holds ``x − zp_in`` per *output* channel (input channel
-    o // dm), 0 at padding taps (what skipping them adds), so every tap is one straight row of
-    multiply-adds; the sums are requantized by the conv family's vectorised epilogue."""
-    nbatch, h, wd, cin = x.shape
-    cout = cin * dm
-    sh, sw = stride
-    pt, pl = pad
-    hp, wp = canvas_hw
-    canvas = np.zeros(hp * wp * cout, np.int32)
-    acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
-    vectors = cout // LANES
-    of = out.reshape(-1)
-    for n in range(nbatch):
-        for y in range(h):
-            for xx in range(wd):
-                base = ((y + pt) * wp + xx + pl) * cout
-                src = x[n, y, xx]
-                if dm == 1:
-                    for o in range(cout):
-                        canvas[base + o] = np.int32(src[o]) - zp_in
-                    continue
-                for c in range(cin):
-                    for m in range(dm):
-                        canvas[base + c * dm + m] = np.int32(src[c]) - zp_in
-        for oy in range(oh):
-            for ox in range(ow):
-                base = (oy * sh * wp + ox * sw) * cout
-                acc[:] = 0
-                for t in range(taps.shape[0]):
-                    at = base + taps[t]
-                    wt = w.ctypes.data + 4 * t * cout
-                    _mac16(acc.ctypes.data, canvas.ctypes.data + 4 * at, wt, vectors)
-                    for o in range(vectors * LANES, cout):
-                        acc[o] += canvas[at + o] * w[t, o]
-                _epilogue(acc, 0, 0, cout, params, zp_out, lo, hi, of, ((n * oh + oy) * ow + ox) * cout)
-
-
-def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
-                   ) -> tuple[tuple[int, int], np.ndarray]:
-    """(canvas rows and columns, element offset of each window tap) for `depthwise_kernel`."""
-    (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
-    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
-    taps = [(ky * dh * wp + kx * dw) * cout for ky in range(kh) for kx in range(kw)]
-    return (hp, wp), np.array(taps, np.int64)
-
-
-@nb.njit(**_OPTS)
-def quantize_kernel(x, scale, zp, lo, hi, out):
-    """QUANTIZE float32 → int8/uint8 as LiteRT's reference: ``round(x / scale)`` (float32 division,
-    ties away from zero) ``+ zp``, clamped; x and out flat."""
-    for i in range(x.size):
-        v = np.float64(np.float32(x[i] / scale))
-        a = abs(v)
-        f = np.floor(a)
-        if a - f >= 0.5:
-            f += 1.0
-        q = np.int64(np.copysign(f, v)) + zp if v == v else zp
-        out[i] = lo if q < lo else hi if q > hi else q

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npukit.models.tflite.kernels import _nb, _nb_gemm, activation, arith, pool
+from npukit.models.tflite.kernels import _nb, _nb_gemm, _nb_ops, activation, arith, pool
 from npukit.models.tflite.kernels.common import QRANGE, Arrays, Ctx, Kernel, geometry
 from npukit.models.tflite.kernels.conv import conv_params
 
@@ -118,14 +118,14 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
     mult, left, right = _shifts(p)
     params = _nb_gemm.requant_params(p.bias, mult, left, right)
     oh, ow, stride, dilation, pad = _window(ctx, kh, kw)
-    canvas_hw, taps = _nb_gemm.depthwise_plan(h, w, n, kh, kw, oh, ow, stride, dilation, pad)
+    canvas_hw, taps = _nb_ops.depthwise_plan(h, w, n, kh, kw, oh, ow, stride, dilation, pad)
     args = (wt, depth_mult, p.input_zero_point, oh, ow, stride, pad, canvas_hw, taps, params,
             p.output_zero_point, p.act_min, p.act_max)
 
     def run(ins: Arrays) -> list[np.ndarray]:
         x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], oh, ow, n), np.int8)
-        _nb_gemm.depthwise_kernel(x, *args, out)
+        _nb_ops.depthwise_kernel(x, *args, out)
         return [out]
 
     return run
@@ -142,7 +142,7 @@ def prepare_quantize(ctx: Ctx) -> Kernel:
     def run(ins: Arrays) -> list[np.ndarray]:
         x = np.ascontiguousarray(ins[0], dtype=np.float32)
         out = np.empty(x.shape, dtype)
-        _nb_gemm.quantize_kernel(x.reshape(-1), scale, zp, lo, hi, out.reshape(-1))
+        _nb_ops.quantize_kernel(x.reshape(-1), scale, zp, lo, hi, out.reshape(-1))
         return [out]
 
     return run

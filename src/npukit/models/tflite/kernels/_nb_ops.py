@@ -1,0 +1,170 @@
+"""Portable numba kernels of the compiled int8 path beside CONV_2D: DEPTHWISE_CONV_2D, ADD/SUB of
+same-shape operands and QUANTIZE from float. One build each (plain LLVM vector IR and loops, no
+target intrinsic: exact on every CPU); their requantization is the conv family's vectorised
+epilogue (`_nb_gemm._requant16`, TFLite's ``MultiplyByQuantizedMultiplier``), so both paths round
+the same way by construction and are tested against the readable kernels and LiteRT.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from npukit.models.tflite.kernels._nb_gemm import (
+    LANES,
+    _epilogue,
+    mbqm_ir,
+    params_ir,
+    splat_ir,
+    store_int8_ir,
+)
+from npukit.sim import compile_report
+
+compile_report.install()  # first-run compiles are announced, never silent
+
+_OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
+_I32X16 = ir.VectorType(ir.IntType(32), 16)
+
+
+@intrinsic
+def _taps16(typingctx, x_addr, taps_addr, ntaps, w_addr, w_row_bytes, acc_addr):
+    """acc (16 int32) = Σ over taps t of x[taps[t] + lane] · w[t][lane]: the 16-channel sum of one
+    depthwise window, kept in a register across the taps. x: int32 at ``x_addr`` (element offsets
+    ``taps`` are int64); w: int32 rows ``w_row_bytes`` apart."""
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        xa, ta, n, wa, wrb, acc_addr = args
+        vec_p, i64 = _I32X16.as_pointer(), ir.IntType(64)
+        acc = cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None))
+        with cgutils.for_range(builder, n) as loop:
+            t = loop.index
+            tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
+                                                i64.as_pointer()))
+            x = builder.load(builder.inttoptr(builder.add(xa, builder.mul(tap, ir.Constant(i64, 4))), vec_p),
+                             align=1)
+            w = builder.load(builder.inttoptr(builder.add(wa, builder.mul(t, wrb)), vec_p), align=1)
+            builder.store(builder.add(builder.load(acc), builder.mul(x, w)), acc)
+        builder.store(builder.load(acc), builder.inttoptr(acc_addr, vec_p), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(inline="always")
+def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
+    """Image n of x as ``x − zp_in`` per output channel (input channel o // dm) into the int32
+    canvas; padding taps stay 0, which is what skipping them adds."""
+    _, h, wd, cin = x.shape
+    cout = cin * dm
+    for y in range(h):
+        for xx in range(wd):
+            base = ((y + pt) * wp + xx + pl) * cout
+            src = x[n, y, xx]
+            if dm == 1:
+                for o in range(cout):
+                    canvas[base + o] = np.int32(src[o]) - zp_in
+                continue
+            for c in range(cin):
+                for m in range(dm):
+                    canvas[base + c * dm + m] = np.int32(src[c]) - zp_in
+
+
+@nb.njit(**_OPTS)
+def depthwise_kernel(x, w, dm, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
+    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). Every tap is
+    a straight row of int32 multiply-adds over the canvas (`_fill_canvas`), 16 channels at a time
+    in a register; a channel count that is not a multiple of 16 ends in scalar loops."""
+    nbatch, _, _, cin = x.shape
+    cout = cin * dm
+    sh, sw = stride
+    pt, pl = pad
+    hp, wp = canvas_hw
+    canvas = np.zeros(hp * wp * cout, np.int32)
+    acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
+    vectors = cout // LANES
+    ntaps = taps.shape[0]
+    of = out.reshape(-1)
+    for n in range(nbatch):
+        _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas)
+        for oy in range(oh):
+            for ox in range(ow):
+                base = (oy * sh * wp + ox * sw) * cout
+                for v in range(vectors):
+                    _taps16(canvas.ctypes.data + 4 * (base + v * LANES), taps.ctypes.data, ntaps,
+                            w.ctypes.data + 4 * v * LANES, 4 * cout, acc.ctypes.data + 4 * v * LANES)
+                for o in range(vectors * LANES, cout):
+                    total = np.int32(0)
+                    for t in range(ntaps):
+                        total += canvas[base + taps[t] + o] * w[t, o]
+                    acc[o] = total
+                _epilogue(acc, 0, 0, cout, params, zp_out, lo, hi, of, ((n * oh + oy) * ow + ox) * cout)
+
+
+def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
+                   ) -> tuple[tuple[int, int], np.ndarray]:
+    """(canvas rows and columns, element offset of each window tap) for `depthwise_kernel`."""
+    (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
+    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
+    taps = [(ky * dh * wp + kx * dw) * cout for ky in range(kh) for kx in range(kw)]
+    return (hp, wp), np.array(taps, np.int64)
+
+
+@intrinsic
+def _add16(typingctx, a_addr, b_addr, sign, params_addr, row_bytes, zp_out, lo, hi, dst_addr):
+    """16 int8 ADD (sign 1) / SUB (sign −1) outputs at ``dst``: each input rescaled as TFLite does
+    (``((code + offset) << 20)`` through its multiplier: parameter rows 0–5 and 6–11), the sum
+    (difference) through the output multiplier (rows 12–17), clamped. Plain LLVM vector IR."""
+    sig = types.void(types.intp, types.intp, types.int64, types.intp, types.intp, types.int64, types.int64,
+                     types.int64, types.intp)
+
+    def codegen(context, builder, signature, args):
+        pa, pb, sgn, par, rb, zp, lo_, hi_, dst = args
+        i8x16 = ir.VectorType(ir.IntType(8), 16).as_pointer()
+
+        def scaled(addr, first):
+            codes = builder.sext(builder.load(builder.inttoptr(addr, i8x16), align=1), _I32X16)
+            return mbqm_ir(builder, codes, params_ir(builder, par, rb, first))
+
+        total = builder.add(scaled(pa, 0), builder.mul(scaled(pb, 6), splat_ir(builder, sgn)))
+        store_int8_ir(builder, mbqm_ir(builder, total, params_ir(builder, par, rb, 12)), zp, lo_, hi_, dst)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(**_OPTS)
+def add_kernel(a, b, table_a, table_b, sign, params, zp_out, lo, hi, out):
+    """ADD (sign 1) / SUB (sign −1) of same-shape int8 operands, flat: 16 at a time in vector
+    arithmetic (`_add16`), the last few through the 256-entry tables of each input's rescale (the
+    same values) and the scalar epilogue (output parameters: ``params[12:]``)."""
+    size = a.size
+    full = size - size % LANES
+    rb = 4 * params.shape[1]
+    for i0 in range(0, full, LANES):
+        _add16(a.ctypes.data + i0, b.ctypes.data + i0, sign, params.ctypes.data, rb, zp_out, lo, hi,
+               out.ctypes.data + i0)
+    total = np.zeros(LANES, np.int32)
+    for j in range(size - full):
+        i = full + j
+        total[j] = table_a[np.int64(a[i]) + 128] + sign * table_b[np.int64(b[i]) + 128]
+    _epilogue(total, 0, 0, size - full, params[12:], zp_out, lo, hi, out, full)
+
+
+@nb.njit(**_OPTS)
+def quantize_kernel(x, scale, zp, lo, hi, out):
+    """QUANTIZE float32 → int8/uint8 as LiteRT's reference: ``round(x / scale)`` (float32 division,
+    ties away from zero) ``+ zp``, clamped; x and out flat."""
+    for i in range(x.size):
+        v = np.float64(np.float32(x[i] / scale))
+        a = abs(v)
+        f = np.floor(a)
+        if a - f >= 0.5:
+            f += 1.0
+        q = np.int64(np.copysign(f, v)) + zp if v == v else zp
+        out[i] = lo if q < lo else hi if q > hi else q
