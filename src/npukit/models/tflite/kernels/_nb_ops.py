@@ -30,61 +30,79 @@ _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
 _I32X16 = ir.VectorType(ir.IntType(32), 16)
 
 
-@intrinsic
-def _taps16(typingctx, x_addr, taps_addr, ntaps, w_addr, w_row_bytes, acc_addr):
-    """acc (16 int32) = Σ over taps t of x[taps[t] + lane] · w[t][lane]: the 16-channel sum of one
-    depthwise window, kept in a register across the taps. x: int32 at ``x_addr`` (element offsets
-    ``taps`` are int64); w: int32 rows ``w_row_bytes`` apart."""
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+def _make_taps(nv: int):
+    """Intrinsic ``taps(x, taps, ntaps, w, w_row_bytes, acc)``: for nv × 16 channels, acc (int32)
+    = Σ over taps t of x[taps[t] + lane] (int8 codes, sign-extended) · w[t][lane] (int32 rows
+    ``w_row_bytes`` apart); the sums stay in registers across the taps, each tap offset is read
+    once for all nv vectors. Plain LLVM vector IR (every build)."""
 
-    def codegen(context, builder, signature, args):
-        xa, ta, n, wa, wrb, acc_addr = args
-        vec_p, i64 = _I32X16.as_pointer(), ir.IntType(64)
-        acc = cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None))
-        with cgutils.for_range(builder, n) as loop:
-            t = loop.index
-            tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
-                                                i64.as_pointer()))
-            x = builder.load(builder.inttoptr(builder.add(xa, builder.mul(tap, ir.Constant(i64, 4))), vec_p),
-                             align=1)
-            w = builder.load(builder.inttoptr(builder.add(wa, builder.mul(t, wrb)), vec_p), align=1)
-            builder.store(builder.add(builder.load(acc), builder.mul(x, w)), acc)
-        builder.store(builder.load(acc), builder.inttoptr(acc_addr, vec_p), align=1)
-        return context.get_dummy_value()
+    @intrinsic
+    def taps(typingctx, x_addr, taps_addr, ntaps, w_addr, w_row_bytes, acc_addr):
+        sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            xa, ta, n, wa, wrb, acc_addr = args
+            vec_p, i64 = _I32X16.as_pointer(), ir.IntType(64)
+            i8x16_p = ir.VectorType(ir.IntType(8), 16).as_pointer()
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None)) for _ in range(nv)]
+            with cgutils.for_range(builder, n) as loop:
+                t = loop.index
+                tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
+                                                    i64.as_pointer()))
+                xt = builder.add(xa, tap)
+                wt = builder.add(wa, builder.mul(t, wrb))
+                for v, acc in enumerate(accs):
+                    x = builder.inttoptr(builder.add(xt, ir.Constant(i64, 16 * v)), i8x16_p)
+                    w = builder.inttoptr(builder.add(wt, ir.Constant(i64, 64 * v)), vec_p)
+                    codes = builder.sext(builder.load(x, align=1), _I32X16)
+                    prod = builder.mul(codes, builder.load(w, align=1))
+                    builder.store(builder.add(builder.load(acc), prod), acc)
+            for v, acc in enumerate(accs):
+                dst = builder.inttoptr(builder.add(acc_addr, ir.Constant(i64, 64 * v)), vec_p)
+                builder.store(builder.load(acc), dst, align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return taps
+
+
+_taps_4v = _make_taps(4)
+_taps_1v = _make_taps(1)
 
 
 @nb.njit(inline="always")
 def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
-    """Image n of x as ``x − zp_in`` per output channel (input channel o // dm) into the int32
-    canvas; padding taps stay 0, which is what skipping them adds."""
+    """Image n of x per output channel (input channel o // dm) into the int8 canvas; padding taps
+    hold the input zero point (``x − zp = 0``: what skipping them adds)."""
     _, h, wd, cin = x.shape
     cout = cin * dm
+    canvas[:] = zp_in
+    xf = x.reshape(-1)
     for y in range(h):
-        for xx in range(wd):
-            base = ((y + pt) * wp + xx + pl) * cout
-            src = x[n, y, xx]
-            if dm == 1:
-                for o in range(cout):
-                    canvas[base + o] = np.int32(src[o]) - zp_in
-                continue
-            for c in range(cin):
-                for m in range(dm):
-                    canvas[base + c * dm + m] = np.int32(src[c]) - zp_in
+        src = (n * h + y) * wd * cin
+        base = ((y + pt) * wp + pl) * cout
+        if dm == 1:
+            canvas[base:base + wd * cin] = xf[src:src + wd * cin]
+            continue
+        for k in range(wd * cin):
+            for m in range(dm):
+                canvas[base + k * dm + m] = xf[src + k]
 
 
 @nb.njit(**_OPTS)
 def depthwise_kernel(x, w, dm, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
-    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). Every tap is
-    a straight row of int32 multiply-adds over the canvas (`_fill_canvas`), 16 channels at a time
-    in a register; a channel count that is not a multiple of 16 ends in scalar loops."""
+    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). The canvas
+    (`_fill_canvas`) holds the int8 codes with the zero point at padding taps, so every tap is a
+    straight row of multiply-adds; ``Σ x·w`` differs from ``Σ (x − zp)·w`` by ``zp · Σ_t w``, which
+    the prepare step folds into the bias (``params``). 64 or 16 channels at a time in registers; a
+    channel count that is not a multiple of 16 ends in scalar loops."""
     nbatch, _, _, cin = x.shape
     cout = cin * dm
     sh, sw = stride
     pt, pl = pad
     hp, wp = canvas_hw
-    canvas = np.zeros(hp * wp * cout, np.int32)
+    canvas = np.empty(hp * wp * cout + 64, np.int8)
     acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
     vectors = cout // LANES
     ntaps = taps.shape[0]
@@ -94,20 +112,27 @@ def depthwise_kernel(x, w, dm, zp_in, oh, ow, stride, pad, canvas_hw, taps, para
         for oy in range(oh):
             for ox in range(ow):
                 base = (oy * sh * wp + ox * sw) * cout
-                for v in range(vectors):
-                    _taps16(canvas.ctypes.data + 4 * (base + v * LANES), taps.ctypes.data, ntaps,
-                            w.ctypes.data + 4 * v * LANES, 4 * cout, acc.ctypes.data + 4 * v * LANES)
+                v = 0
+                while v < vectors:
+                    xa = canvas.ctypes.data + base + v * LANES
+                    wa, aa = w.ctypes.data + 4 * v * LANES, acc.ctypes.data + 4 * v * LANES
+                    if vectors - v >= 4:
+                        _taps_4v(xa, taps.ctypes.data, ntaps, wa, 4 * cout, aa)
+                        v += 4
+                    else:
+                        _taps_1v(xa, taps.ctypes.data, ntaps, wa, 4 * cout, aa)
+                        v += 1
                 for o in range(vectors * LANES, cout):
                     total = np.int32(0)
                     for t in range(ntaps):
-                        total += canvas[base + taps[t] + o] * w[t, o]
+                        total += np.int32(canvas[base + taps[t] + o]) * w[t, o]
                     acc[o] = total
                 _epilogue(acc, 0, 0, cout, params, zp_out, lo, hi, of, ((n * oh + oy) * ow + ox) * cout)
 
 
 def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
                    ) -> tuple[tuple[int, int], np.ndarray]:
-    """(canvas rows and columns, element offset of each window tap) for `depthwise_kernel`."""
+    """(canvas rows and columns, byte offset of each window tap) for `depthwise_kernel`."""
     (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
     hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
     wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1)

@@ -116,7 +116,9 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
         raise ctx.fail(f"input channels {cin} × depth multiplier {depth_mult} ≠ {n} output channels")
     wt = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh * kw, n))
     mult, left, right = _shifts(p)
-    params = _nb_gemm.requant_params(p.bias, mult, left, right)
+    # the kernel sums x·w over every tap (padding taps hold zp_in): Σ (x − zp)·w = Σ x·w − zp·Σ_t w
+    bias = p.bias.astype(np.int64) - p.input_zero_point * wt.astype(np.int64).sum(axis=0)
+    params = _nb_gemm.requant_params(bias, mult, left, right)
     oh, ow, stride, dilation, pad = _window(ctx, kh, kw)
     canvas_hw, taps = _nb_ops.depthwise_plan(h, w, n, kh, kw, oh, ow, stride, dilation, pad)
     args = (wt, depth_mult, p.input_zero_point, oh, ow, stride, pad, canvas_hw, taps, params,
