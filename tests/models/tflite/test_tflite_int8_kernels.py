@@ -51,9 +51,8 @@ def conv_case(rng: np.random.Generator):
 
 @pytest.fixture(params=BUILDS)
 def build(request, monkeypatch):
-    """Bind the compiled CONV_2D to one build of the family."""
-    kernel = _nb_gemm.build(request.param)
-    monkeypatch.setattr(_nb_gemm, "build", lambda path=None: kernel)
+    """Plan CONV_2D for one build of the family (its weight packing and its kernel)."""
+    monkeypatch.setattr(_nb_gemm, "chosen_path", lambda: request.param)
     return request.param
 
 

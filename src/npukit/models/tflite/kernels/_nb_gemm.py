@@ -104,32 +104,89 @@ def _tile_vnni(a, a_off, a_stride, b, b_off, b_stride, quads, nv, tile):
         _dot_1v(pa, a_stride, pb, b_stride, quads, tile.ctypes.data)
 
 
+def _make_fdot(nv: int):
+    """Intrinsic ``fdot(a, a_stride, b, b_stride, quads, out)``, the portable twin of `_make_dot`:
+    out[i·32 + 16v + l] (int32) += Σ over 4·quads K steps of ``(a byte ^ 0x80)`` times the float32
+    weight of lane l (``b + v·b_stride + 64k``), in float32 multiply-adds, two rows at a time. Exact:
+    every product is an integer of magnitude ≤ 255·128 and float32 adds integers exactly below 2^24,
+    so at most `FLOAT_QUADS` quads per call (512·255·128 < 2^24), converted to int32 at the end.
+    Plain LLVM vector IR: LLVM lowers it for any CPU (8 or 16 float lanes per instruction)."""
+
+    @intrinsic
+    def fdot(typingctx, a_addr, a_stride, b_addr, b_stride, quads, out_addr):
+        sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            a, sa, b, sb, n, out = args
+            f32, i32 = ir.FloatType(), ir.IntType(32)
+            vf, vec_p = ir.VectorType(f32, 16), _I32X16.as_pointer()
+            zero = ir.Constant(vf, None)
+            for group in range(0, MR, 2):
+                accs = [cgutils.alloca_once_value(builder, zero) for _ in range(2 * nv)]
+                with cgutils.for_range(builder, builder.mul(n, ir.Constant(n.type, 4))) as loop:
+                    k = loop.index
+                    koff = builder.mul(k, ir.Constant(n.type, 64))
+                    cols = [builder.add(b, builder.mul(sb, ir.Constant(sb.type, v))) for v in range(nv)]
+                    ws = [builder.load(builder.inttoptr(builder.add(c, koff), vf.as_pointer()), align=1)
+                          for c in cols]
+                    for r in range(2):
+                        row = builder.add(a, builder.mul(sa, ir.Constant(sa.type, group + r)))
+                        byte = builder.load(builder.inttoptr(builder.add(row, k), ir.IntType(8).as_pointer()))
+                        u = builder.uitofp(builder.zext(builder.xor(byte, ir.Constant(ir.IntType(8), 0x80)),
+                                                        i32), f32)
+                        one = builder.insert_element(zero, u, ir.Constant(i32, 0))
+                        splat = builder.shuffle_vector(one, zero, ir.Constant(_I32X16, [0] * 16))
+                        for v in range(nv):
+                            acc = accs[r * nv + v]
+                            builder.store(builder.fadd(builder.load(acc), builder.fmul(splat, ws[v])), acc)
+                for r in range(2):
+                    for v in range(nv):
+                        slot = builder.inttoptr(builder.add(out, ir.Constant(
+                            out.type, 4 * ((group + r) * TILE_W + v * LANES))), vec_p)
+                        sums = builder.fptosi(builder.load(accs[r * nv + v]), _I32X16)
+                        builder.store(builder.add(builder.load(slot, align=1), sums), slot, align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return fdot
+
+
+FLOAT_QUADS = 128  # K quads per float32 pass of the portable build (its exactness bound)
+_fdot_1v = _make_fdot(1)
+_fdot_2v = _make_fdot(2)
+
+
 @nb.njit(inline="always")
 def _tile_portable(a, a_off, a_stride, b, b_off, b_stride, quads, nv, tile):
-    """The same sums as `_tile_vnni` in plain loops: tile += Σ (x + 128)·w over the packed layout."""
-    for i in range(MR):
-        row = tile[i * TILE_W:(i + 1) * TILE_W]
-        base = a_off + i * a_stride
-        for q in range(quads):
-            for byte in range(4):
-                u = np.int32(a[base + 4 * q + byte]) + 128
-                for v in range(nv):
-                    w0 = b_off + v * b_stride + 64 * q + byte
-                    for lane in range(LANES):
-                        row[v * LANES + lane] += u * np.int32(b[w0 + 4 * lane])
+    """The same sums as `_tile_vnni` from float32 weights (`pack_weights` for the portable build),
+    K split into exact float32 passes."""
+    for q0 in range(0, quads, FLOAT_QUADS):
+        qn = min(FLOAT_QUADS, quads - q0)
+        pa = a.ctypes.data + a_off + 4 * q0
+        pb = b.ctypes.data + b_off + 4 * 64 * q0
+        if nv == 2:
+            _fdot_2v(pa, a_stride, pb, b_stride, qn, tile.ctypes.data)
+        else:
+            _fdot_1v(pa, a_stride, pb, b_stride, qn, tile.ctypes.data)
 
 
-# the names `conv_kernel` and `_block_row` call; each build binds its own (see `build`)
+# the names `conv_kernel` and `_block_row` use; each build binds its own (see `build`)
 _tile = _tile_portable
+WEIGHT_BYTES = 4  # bytes per packed weight: 1 (int8, VNNI) or 4 (float32, portable)
 
 
-def pack_weights(w: np.ndarray) -> np.ndarray:
-    """(N, K) int8 weights → the packed layout (blocks of 16 channels × K quads × 16 lanes × 4 bytes),
-    flat; channels and K padded with zero weights."""
+def pack_weights(w: np.ndarray, path: str | None = None) -> np.ndarray:
+    """(N, K) int8 weights → the packed layout of ``path``'s build (default: this CPU's), flat;
+    channels and K padded with zero weights. VNNI: blocks of 16 channels × K quads × 16 lanes × 4
+    bytes (int8). Portable: blocks of 16 channels × K × 16 lanes, float32."""
     n, k = w.shape
     npad, kpad = -(-n // LANES) * LANES, -(-k // 4) * 4
     full = np.zeros((npad, kpad), np.int8)
     full[:n, :k] = w
+    if (path or chosen_path()) != FAMILY.fast:
+        blocks = full.reshape(npad // LANES, LANES, kpad).transpose(0, 2, 1)
+        return np.ascontiguousarray(blocks, np.float32).ravel()
     blocks = full.reshape(npad // LANES, LANES, kpad // 4, 4).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(blocks).ravel()
 
@@ -273,7 +330,8 @@ def conv_kernel(x, wpack, kpad, cout, zp_in, oh, ow, stride, pad, canvas_hw, c4,
     sh, sw = stride
     pt, pl = pad
     nbatch, _, _, cin = x.shape
-    b_stride = kpad * LANES
+    b_stride = kpad * LANES * WEIGHT_BYTES  # bytes per block of 16 output channels
+    tap_step = (c4 // 4) * 64 * WEIGHT_BYTES  # bytes per window tap in a block
     tile = np.zeros(MR * TILE_W + 16, np.int32)
     of = out.reshape(-1)
     quads = c4 // 4
@@ -302,7 +360,7 @@ def conv_kernel(x, wpack, kpad, cout, zp_in, oh, ow, stride, pad, canvas_hw, c4,
                 rows = min(MR, ow - ox0)
                 first = ((n * oh + oy) * ow + ox0) * cout
                 if run_len == 0:
-                    _block_row(canvas, base, sw * c4, wpack, taps, quads * 64, cout, quads, b_stride, cout,
+                    _block_row(canvas, base, sw * c4, wpack, taps, tap_step, cout, quads, b_stride, cout,
                                params, zp_out, lo, hi, rows, tile, of, first)
                     continue
                 for i in range(rows):
@@ -346,7 +404,7 @@ def _trial_ok() -> bool:
     w = rng.integers(-128, 128, (cout, kpad)).astype(np.int8)
     tile = np.zeros(MR * TILE_W + 16, np.int32)
     run = cpu.njit_variant(_trial_kernel, "_trial_tile_vnni", _OPTS)
-    run(a, pack_weights(w), kpad, tile)
+    run(a, pack_weights(w, FAMILY.fast), kpad, tile)
     want = (a[:MR * kpad].reshape(MR, kpad).astype(np.int64) + 128) @ w.T.astype(np.int64)
     return bool(np.array_equal(tile[:MR * TILE_W].reshape(MR, TILE_W), want))
 
@@ -366,14 +424,21 @@ def probe() -> tuple[str, str]:
 _BUILDS: dict[str, object] = {}
 
 
+def chosen_path() -> str:
+    """The build this CPU and compile target take (`probe`); plan steps pack weights for it."""
+    return probe()[0]
+
+
 def build(path: str | None = None):
     """The compiled CONV_2D kernel of ``path`` (default: the one chosen for this CPU and target)."""
-    path = path or probe()[0]
+    path = path or chosen_path()
     if path not in _BUILDS:
         name = path.replace("-", "_")
-        tile = _tile_vnni if path == FAMILY.fast else _tile_portable
-        block = cpu.njit_variant(_block_row, f"block_row_{name}", {"inline": "always"}, _tile=tile)
-        _BUILDS[path] = cpu.njit_variant(conv_kernel, f"conv_kernel_{name}", _OPTS, _block_row=block)
+        fast = path == FAMILY.fast
+        block = cpu.njit_variant(_block_row, f"block_row_{name}", {"inline": "always"},
+                                 _tile=_tile_vnni if fast else _tile_portable)
+        _BUILDS[path] = cpu.njit_variant(conv_kernel, f"conv_kernel_{name}", _OPTS, _block_row=block,
+                                         WEIGHT_BYTES=1 if fast else 4)
     return _BUILDS[path]
 
 

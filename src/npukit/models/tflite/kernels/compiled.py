@@ -52,11 +52,12 @@ def _conv_int8(ctx: Ctx, p, window, requant) -> Kernel:
     wide = np.zeros((n, kh, kw, c4), np.int8)  # channels padded like the canvas, with zero weights
     wide[..., :cin] = p.weights
     wmat = p.weights.reshape(n, -1)
-    pack = _nb_gemm.pack_weights(wide.reshape(n, -1))
+    path = _nb_gemm.chosen_path()
+    pack = _nb_gemm.pack_weights(wide.reshape(n, -1), path)
     zp_in = p.input_zero_point
     bias = p.bias.astype(np.int64) - (zp_in + 128) * wmat.astype(np.int64).sum(axis=1)
     params = _nb_gemm.requant_params(bias, *requant)
-    kernel = _nb_gemm.build()
+    kernel = _nb_gemm.build(path)
     args = (-(-kh * kw * c4 // 4) * 4, n, zp_in, oh, ow, stride, pad, canvas_hw, c4, taps, runs, run_len,
             params, p.output_zero_point, p.act_min, p.act_max)
 
