@@ -141,6 +141,27 @@ class Interpreter:
             result[t.name] = values[t.index]
         return result
 
+    def run_batch(self, batch: np.ndarray) -> dict[str, np.ndarray]:
+        """Outputs by tensor name for a batch along N: ``batch`` holds B inputs of a one-input model
+        declared with batch 1 (shape ``(B, *input_shape[1:])``); every output's axis 0 is B. The
+        same plan runs once for all B (the host kernels read N from their input), so the per-op
+        overhead is paid once per batch; each sample's outputs equal what `run` gives it."""
+        ins = self.model.input_tensors()
+        if len(ins) != 1 or tuple(ins[0].shape[:1]) != (1,):
+            raise ModelError("run_batch needs a model with one input whose batch axis is 1")
+        if self.plan.segments or self._delegated:
+            raise ModelError("run_batch runs the host kernels only (no delegate)")
+        t = ins[0]
+        a = np.asarray(batch)
+        if a.ndim != len(t.shape) or tuple(a.shape[1:]) != tuple(t.shape[1:]) or a.shape[0] < 1:
+            rest = ", ".join(map(str, t.shape[1:]))
+            raise ModelError(f"run_batch: shape {list(a.shape)} is not (B, {rest})")
+        values: list[np.ndarray | None] = [x.data for x in self.model.tensors]
+        values[t.index] = np.ascontiguousarray(_coerce_values(t, a))
+        with self._blas:
+            self._walk(values)
+        return {o.name: values[o.index] for o in self.model.output_tensors()}
+
     def run_all(self, feeds: Feeds) -> list[np.ndarray | None]:
         """Every tensor's value after the run, by tensor index (None for tensors never produced)."""
         values = self.bind(feeds)
@@ -190,6 +211,11 @@ def _coerce(t: Tensor, v: object) -> np.ndarray:
             a = a.reshape(t.shape)
         else:
             raise ModelError(f"input {t.name}: shape {list(a.shape)} ≠ expected {list(t.shape)}")
+    return _coerce_values(t, a)
+
+
+def _coerce_values(t: Tensor, a: np.ndarray) -> np.ndarray:
+    """``a`` in the tensor's dtype: integer values range-checked, floats cast."""
     if a.dtype == t.dtype:
         return a
     if t.dtype.kind in "iu" and a.dtype.kind in "iu":
