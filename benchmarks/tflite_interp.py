@@ -108,7 +108,7 @@ def bench_model(spec: str, rounds: int, min_time: float) -> dict[str, Any]:
                   "litert_ref": ref_run, "litert_default": fast_run}
     if batch is not None:  # per inference: the batch's time / BATCH
         batched = ours.run_batch(batch).values()
-        if not all(np.array_equal(a[0], b) for a, b in zip(batched, mine, strict=True)):
+        if not all(np.array_equal(a[:1], b) for a, b in zip(batched, mine, strict=True)):
             raise SystemExit(f"{spec}: npukit's batched run differs from its single run")
         contenders["npukit_batch"] = lambda: ours.run_batch(batch)
     samples: dict[str, list[float]] = {k: [] for k in contenders}
