@@ -318,24 +318,29 @@ def _block_row(a, a_base, a_stride, wpack, taps, tap_step, row_step, quads, b_st
         j += nv
 
 
-def conv_kernel(x, wpack, kpad, cout, zp_in, oh, ow, stride, pad, canvas_hw, c4, taps, runs, run_len, params,
-                zp_out, lo, hi, out):
+CONV_META = ("kpad", "cout", "zp_in", "oh", "ow", "sh", "sw", "pt", "pl", "hp", "wp", "c4", "run_len",
+             "zp_out", "lo", "hi")  # the int64 ``meta`` of `conv_kernel`, in order
+
+
+def conv_kernel(x, wpack, meta, taps, runs, params, out):
     """CONV_2D int8: x (N,H,W,C); out (N,OH,OW,cout) int8, from a zero-point-padded canvas of the
     input whose channels are padded to C4. C4 % 4 == 0 (``run_len`` 0): an implicit GEMM — ``taps``
     holds each window tap's byte offset in the canvas, and MR pixels of one output row are MR rows
     ``stride·C4`` bytes apart, so nothing is copied (a 1×1, stride-1 unpadded convolution, canvas
     (0, 0), reads x itself). Otherwise (first layers, C = 1 or 2): each pixel's window is copied as
     ``runs`` (canvas byte offsets) of ``run_len`` contiguous bytes into an im2col tile of MR rows,
-    K padded to ``kpad``."""
-    sh, sw = stride
-    pt, pl = pad
+    K padded to ``kpad``. The scalars come as one int64 array (`CONV_META`): a call with a few
+    arrays costs numba's dispatcher about half what twenty scalars and tuples do."""
+    kpad, cout, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, c4, run_len, zp_out, lo, hi = (
+        meta[0], meta[1], meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[8], meta[9], meta[10],
+        meta[11], meta[12], meta[13], meta[14], meta[15])
     nbatch, _, _, cin = x.shape
     b_stride = kpad * LANES * WEIGHT_BYTES  # bytes per block of 16 output channels
     tap_step = (c4 // 4) * 64 * WEIGHT_BYTES  # bytes per window tap in a block
     tile = np.zeros(MR * TILE_W + 16, np.int32)
     of = out.reshape(-1)
     quads = c4 // 4
-    if canvas_hw[0] == 0:  # the input rows are the GEMM's A
+    if hp == 0:  # the input rows are the GEMM's A
         xf = x.reshape(-1)
         total = nbatch * oh * ow
         full = total - total % MR
@@ -348,7 +353,6 @@ def conv_kernel(x, wpack, kpad, cout, zp_in, oh, ow, stride, pad, canvas_hw, c4,
             _block_row(abuf, 0, cin, wpack, taps, 0, cout, quads, b_stride, cout, params, zp_out, lo, hi,
                        total - full, tile, of, full * cout)
         return
-    hp, wp = canvas_hw
     canvas = np.empty(hp * wp * c4 + 64, np.int8)
     abuf = np.zeros(MR * kpad + 64, np.int8)  # K padding stays 0 (it meets zero weights)
     one_tap = np.zeros(1, np.int64)

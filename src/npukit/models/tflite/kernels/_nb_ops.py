@@ -91,17 +91,18 @@ def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
 
 
 @nb.njit(**_OPTS)
-def depthwise_kernel(x, w, dm, zp_in, oh, ow, stride, pad, canvas_hw, taps, params, zp_out, lo, hi, out):
+def depthwise_kernel(x, w, meta, taps, params, out):
     """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). The canvas
     (`_fill_canvas`) holds the int8 codes with the zero point at padding taps, so every tap is a
     straight row of multiply-adds; ``Σ x·w`` differs from ``Σ (x − zp)·w`` by ``zp · Σ_t w``, which
     the prepare step folds into the bias (``params``). 64 or 16 channels at a time in registers; a
-    channel count that is not a multiple of 16 ends in scalar loops."""
+    channel count that is not a multiple of 16 ends in scalar loops. Scalars: ``meta`` =
+    (dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi), int64."""
+    dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi = (
+        meta[0], meta[1], meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[8], meta[9], meta[10],
+        meta[11], meta[12])
     nbatch, _, _, cin = x.shape
     cout = cin * dm
-    sh, sw = stride
-    pt, pl = pad
-    hp, wp = canvas_hw
     canvas = np.empty(hp * wp * cout + 64, np.int8)
     acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
     vectors = cout // LANES

@@ -58,13 +58,13 @@ def _conv_int8(ctx: Ctx, p, window, requant) -> Kernel:
     bias = p.bias.astype(np.int64) - (zp_in + 128) * wmat.astype(np.int64).sum(axis=1)
     params = _nb_gemm.requant_params(bias, *requant)
     kernel = _nb_gemm.build(path)
-    args = (-(-kh * kw * c4 // 4) * 4, n, zp_in, oh, ow, stride, pad, canvas_hw, c4, taps, runs, run_len,
-            params, p.output_zero_point, p.act_min, p.act_max)
+    meta = np.array([-(-kh * kw * c4 // 4) * 4, n, zp_in, oh, ow, *stride, *pad, *canvas_hw, c4, run_len,
+                     p.output_zero_point, p.act_min, p.act_max], np.int64)
 
     def run(ins: Arrays) -> list[np.ndarray]:
         x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], oh, ow, n), np.int8)
-        kernel(x, pack, *args, out)
+        kernel(x, pack, meta, taps, runs, params, out)
         return [out]
 
     return run
@@ -122,13 +122,13 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
     params = _nb_gemm.requant_params(bias, mult, left, right)
     oh, ow, stride, dilation, pad = _window(ctx, kh, kw)
     canvas_hw, taps = _nb_ops.depthwise_plan(h, w, n, kh, kw, oh, ow, stride, dilation, pad)
-    args = (wt, depth_mult, p.input_zero_point, oh, ow, stride, pad, canvas_hw, taps, params,
-            p.output_zero_point, p.act_min, p.act_max)
+    meta = np.array([depth_mult, p.input_zero_point, oh, ow, *stride, *pad, *canvas_hw, p.output_zero_point,
+                     p.act_min, p.act_max], np.int64)
 
     def run(ins: Arrays) -> list[np.ndarray]:
         x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], oh, ow, n), np.int8)
-        _nb_ops.depthwise_kernel(x, *args, out)
+        _nb_ops.depthwise_kernel(x, wt, meta, taps, params, out)
         return [out]
 
     return run
