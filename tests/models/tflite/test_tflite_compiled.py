@@ -45,7 +45,7 @@ def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
                                                (cases.fully_connected_case, ()), (cases.softmax_case, ()),
                                                (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",)),
                                                (cases.pool_case, ("AVERAGE_POOL_2D",)),
-                                               (cases.quantize_case, ())])
+                                               (cases.quantize_case, ()), (cases.dequantize_case, ())])
 def test_compiled_equals_reference_kernels(builder, args):
     for seed in range(100, 130):
         model, inputs, desc = builder(np.random.default_rng(seed), *args)

@@ -1,7 +1,7 @@
 """A small int8 model that reaches every compiled TFLite kernel once (``npukit doctor --warm``):
 QUANTIZE from float, CONV_2D on each of its paths (channels padded in the canvas, a 1×1
 convolution read in place, channel counts that are and are not multiples of 16),
-DEPTHWISE_CONV_2D, ADD, SUB, AVERAGE_POOL_2D, FULLY_CONNECTED and SOFTMAX. Running it through the
+DEPTHWISE_CONV_2D, ADD, SUB, AVERAGE_POOL_2D, FULLY_CONNECTED, SOFTMAX and DEQUANTIZE. Running it through the
 compiled interpreter compiles (or loads from numba's cache) the same builds a real model uses."""
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def warm_model() -> bytes:
     b.op("FULLY_CONNECTED", [flat, fc_w, fc_b], [logits], O.FullyConnectedOptions(O.ACT_NONE))
     probs = b.tensor("probs", (1, 10), np.int8, 1 / 256, -128)
     b.op("SOFTMAX", [logits], [probs], O.SoftmaxOptions(1.0))
-    return b.build([x], [probs])
+    real = b.tensor("real", (1, 10), np.float32)
+    b.op("DEQUANTIZE", [probs], [real])
+    return b.build([x], [real])
 
 
 def warm() -> np.ndarray:

@@ -191,6 +191,22 @@ def pack_weights(w: np.ndarray, path: str | None = None) -> np.ndarray:
     return np.ascontiguousarray(blocks).ravel()
 
 
+@intrinsic
+def _copy_bytes(typingctx, dst_addr, src_addr, count):
+    """dst[0:count] = src[0:count] for a few bytes (an im2col run): a bare IR loop, no call."""
+    sig = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, src, n = args
+        byte_p = ir.IntType(8).as_pointer()
+        with cgutils.for_range(builder, n) as loop:
+            value = builder.load(builder.inttoptr(builder.add(src, loop.index), byte_p))
+            builder.store(value, builder.inttoptr(builder.add(dst, loop.index), byte_p))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def splat_ir(builder, value):
     """An int64 scalar as 16 int32 lanes."""
     zero = ir.Constant(_I32X16, None)
@@ -367,12 +383,10 @@ def conv_kernel(x, wpack, meta, taps, runs, params, out):
                     _block_row(canvas, base, sw * c4, wpack, taps, tap_step, cout, quads, b_stride, cout,
                                params, zp_out, lo, hi, rows, tile, of, first)
                     continue
+                pc, pa = canvas.ctypes.data, abuf.ctypes.data
                 for i in range(rows):
                     for r in range(runs.shape[0]):
-                        src = base + i * sw * c4 + runs[r]
-                        dst = i * kpad + r * run_len
-                        for j in range(run_len):  # a few bytes: a plain loop beats a slice copy
-                            abuf[dst + j] = canvas[src + j]
+                        _copy_bytes(pa + i * kpad + r * run_len, pc + base + i * sw * c4 + runs[r], run_len)
                 _block_row(abuf, 0, kpad, wpack, one_tap, 0, cout, kpad // 4, b_stride, cout,
                            params, zp_out, lo, hi, rows, tile, of, first)
 

@@ -194,3 +194,10 @@ def quantize_kernel(x, scale, zp, lo, hi, out):
             f += 1.0
         q = np.int64(np.copysign(f, v)) + zp if v == v else zp
         out[i] = lo if q < lo else hi if q > hi else q
+
+
+@nb.njit(**_OPTS)
+def dequantize_kernel(x, scale, zp, out):
+    """DEQUANTIZE int8 → float32 as LiteRT's reference: ``float32(double(scale) · (x − zp))``."""
+    for i in range(x.size):
+        out[i] = np.float32(scale * (np.float64(x[i]) - zp))

@@ -191,6 +191,23 @@ def prepare_average_pool(ctx: Ctx) -> Kernel:
     return run
 
 
+def prepare_dequantize(ctx: Ctx) -> Kernel:
+    reference = activation.prepare_dequantize(ctx)  # checks types
+    x_t = ctx.t(0)
+    if x_t.dtype != np.int8:
+        return reference
+    qx = ctx.q(x_t)
+    scale, zp = np.float64(np.float32(qx.s)), qx.zp
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty(x.shape, np.float32)
+        _nb_ops.dequantize_kernel(x.reshape(-1), scale, zp, out.reshape(-1))
+        return [out]
+
+    return run
+
+
 COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "AVERAGE_POOL_2D": prepare_average_pool,
     "SOFTMAX": lambda ctx: activation.prepare_softmax(ctx, compiled=True),
@@ -199,5 +216,6 @@ COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "CONV_2D": prepare_conv2d,
     "DEPTHWISE_CONV_2D": prepare_depthwise,
     "QUANTIZE": prepare_quantize,
+    "DEQUANTIZE": prepare_dequantize,
     "FULLY_CONNECTED": prepare_fully_connected,
 }
