@@ -16,6 +16,7 @@ from numba.extending import intrinsic
 
 from npukit.models.tflite.kernels._nb_gemm import (
     LANES,
+    _copy_bytes,
     _epilogue,
     mbqm_ir,
     params_ir,
@@ -82,8 +83,8 @@ def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
     for y in range(h):
         src = (n * h + y) * wd * cin
         base = ((y + pt) * wp + pl) * cout
-        if dm == 1:
-            canvas[base:base + wd * cin] = xf[src:src + wd * cin]
+        if dm == 1:  # numba's slice assignment costs ~1 ns a byte; the IR loop is vectorised
+            _copy_bytes(canvas.ctypes.data + base, xf.ctypes.data + src, wd * cin)
             continue
         for k in range(wd * cin):
             for m in range(dm):
