@@ -143,23 +143,28 @@ def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int
 
 
 @intrinsic
-def _add16(typingctx, a_addr, b_addr, sign, params_addr, row_bytes, zp_out, lo, hi, dst_addr):
-    """16 int8 ADD (sign 1) / SUB (sign −1) outputs at ``dst``: each input rescaled as TFLite does
-    (``((code + offset) << 20)`` through its multiplier: parameter rows 0–5 and 6–11), the sum
-    (difference) through the output multiplier (rows 12–17), clamped. Plain LLVM vector IR."""
+def _add_blocks(typingctx, a_addr, b_addr, sign, params_addr, row_bytes, zp_out, lo, hi, dst_addr, blocks):
+    """``blocks`` × 16 int8 ADD (sign 1) / SUB (sign −1) outputs at ``dst``: each input rescaled as
+    TFLite does (``((code + offset) << 20)`` through its multiplier: parameter rows 0–5 and 6–11),
+    the sum (difference) through the output multiplier (rows 12–17), clamped. The parameters are
+    loaded once for all blocks. Plain LLVM vector IR."""
     sig = types.void(types.intp, types.intp, types.int64, types.intp, types.intp, types.int64, types.int64,
-                     types.int64, types.intp)
+                     types.int64, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
-        pa, pb, sgn, par, rb, zp, lo_, hi_, dst = args
+        pa, pb, sgn, par, rb, zp, lo_, hi_, dst, n = args
         i8x16 = ir.VectorType(ir.IntType(8), 16).as_pointer()
+        rows_a, rows_b, rows_out = (params_ir(builder, par, rb, first) for first in (0, 6, 12))
+        signs = splat_ir(builder, sgn)
+        with cgutils.for_range(builder, n) as loop:
+            off = builder.mul(loop.index, ir.Constant(n.type, LANES))
 
-        def scaled(addr, first):
-            codes = builder.sext(builder.load(builder.inttoptr(addr, i8x16), align=1), _I32X16)
-            return mbqm_ir(builder, codes, params_ir(builder, par, rb, first))
+            def scaled(addr, rows):
+                codes = builder.load(builder.inttoptr(builder.add(addr, off), i8x16), align=1)
+                return mbqm_ir(builder, builder.sext(codes, _I32X16), rows)
 
-        total = builder.add(scaled(pa, 0), builder.mul(scaled(pb, 6), splat_ir(builder, sgn)))
-        store_int8_ir(builder, mbqm_ir(builder, total, params_ir(builder, par, rb, 12)), zp, lo_, hi_, dst)
+            total = builder.add(scaled(pa, rows_a), builder.mul(scaled(pb, rows_b), signs))
+            store_int8_ir(builder, mbqm_ir(builder, total, rows_out), zp, lo_, hi_, builder.add(dst, off))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -168,14 +173,13 @@ def _add16(typingctx, a_addr, b_addr, sign, params_addr, row_bytes, zp_out, lo, 
 @nb.njit(**_OPTS)
 def add_kernel(a, b, table_a, table_b, sign, params, zp_out, lo, hi, out):
     """ADD (sign 1) / SUB (sign −1) of same-shape int8 operands, flat: 16 at a time in vector
-    arithmetic (`_add16`), the last few through the 256-entry tables of each input's rescale (the
+    arithmetic (`_add_blocks`), the last few through the 256-entry tables of each input's rescale (the
     same values) and the scalar epilogue (output parameters: ``params[12:]``)."""
     size = a.size
     full = size - size % LANES
     rb = 4 * params.shape[1]
-    for i0 in range(0, full, LANES):
-        _add16(a.ctypes.data + i0, b.ctypes.data + i0, sign, params.ctypes.data, rb, zp_out, lo, hi,
-               out.ctypes.data + i0)
+    _add_blocks(a.ctypes.data, b.ctypes.data, sign, params.ctypes.data, rb, zp_out, lo, hi, out.ctypes.data,
+                full // LANES)
     total = np.zeros(LANES, np.int32)
     for j in range(size - full):
         i = full + j
