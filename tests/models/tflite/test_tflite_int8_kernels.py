@@ -56,6 +56,7 @@ def build(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.slow  # compiles both builds on a fresh cache (~20 s each on a loaded 2-core machine)
 def test_each_build_equals_the_reference_kernels(build):
     shapes = set()
     for seed in range(60):
@@ -124,6 +125,7 @@ def test_vnni_trial_and_family_are_registered():
     assert path in ("portable", "avx512-vnni") and reason
 
 
+@pytest.mark.slow  # compiles every compiled TFLite kernel on a fresh cache
 def test_warm_up_model_reaches_every_compiled_kernel_and_is_exact():
     """``npukit doctor --warm`` runs `warmup.warm_model`: it must use every op with a compiled
     kernel, and its output must be LiteRT BUILTIN_REF's (a wrong warm-up model warms nothing)."""
