@@ -91,10 +91,14 @@ class Interpreter:
         }
         self.hooks: list[Callable[[OpRecord], None]] = []
         self.compiled = compiled
+        # bound once: a run copies the constants list and reads the graph's inputs and outputs
+        self._constants = [t.data for t in self.model.tensors]
+        self._inputs, self._outputs = self.model.input_tensors(), self.model.output_tensors()
         # only BLAS-backed kernels need the limit (entering it costs ~10 µs a run): the reference
-        # kernels' matmuls, the compiled CONV_2D's GEMM, and whatever a delegate's segments call
-        blas_ops = {op.name for op in self.model.ops if op.index not in self._delegated}
-        uses_blas = not compiled or "CONV_2D" in blas_ops or bool(self._delegated)
+        # kernels' matmuls, a compiled kernel that says so (the float32 GEMM CONV_2D past the int8
+        # kernels' K bound), and whatever a delegate's segments call
+        uses_blas = (not compiled or bool(self._delegated)
+                     or any(getattr(k, "uses_blas", False) for k in self._kernels.values()))
         self._blas = _BlasLimit(blas_threads if uses_blas else None)
         # the host-only hot path: (kernel, input indices, output indices) per op, bound once
         self._steps = [(self._kernels[op.index], tuple(op.inputs), tuple(op.outputs)) for op in self.model.ops
@@ -110,8 +114,8 @@ class Interpreter:
 
     def bind(self, feeds: Feeds) -> list[np.ndarray | None]:
         """Tensor values before the first op: constants plus the graph inputs from ``feeds``."""
-        values: list[np.ndarray | None] = [t.data for t in self.model.tensors]
-        ins = self.model.input_tensors()
+        values: list[np.ndarray | None] = list(self._constants)
+        ins = self._inputs
         if isinstance(feeds, Mapping):
             by_name = {t.name: t for t in ins}
             unknown = sorted(set(feeds) - set(by_name))
@@ -135,7 +139,7 @@ class Interpreter:
         """Outputs by tensor name."""
         values = self.run_all(feeds)
         result = {}
-        for t in self.model.output_tensors():
+        for t in self._outputs:
             if values[t.index] is None:
                 raise ModelError(f"output {t.name} was never computed")
             result[t.name] = values[t.index]

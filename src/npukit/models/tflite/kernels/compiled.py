@@ -104,6 +104,7 @@ def _conv_gemm(ctx: Ctx, p, window, requant) -> Kernel:
         _nb.requantize(acc, *args, out)
         return [out.reshape(x.shape[0], oh, ow, n)]
 
+    run.uses_blas = True  # the interpreter limits BLAS to one thread around runs that call it
     return run
 
 
