@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/tflite_interp.py [--models resnet8-cifar10,digits] [--rounds R] [--json]``.
 
-Contenders: npukit's compiled path (the interpreter's default) and its readable reference kernels
+Contenders: npukit's compiled path (the interpreter's default), the same on a batch of 32 along N
+(``Interpreter.run_batch``; its figure is per inference), and its readable reference kernels
 (``Interpreter(..., compiled=False)``, the living definition the compiled path is tested against).
 Peers, measured in the same run: LiteRT (ai-edge-litert) with its reference kernels
 (``OpResolverType.BUILTIN_REF``, the resolver npukit is bit-exact with) and with its default
@@ -38,6 +39,8 @@ from npukit.sim.cpu import describe as machine_line
 
 SOURCE = "benchmarks/tflite_interp.py"
 DEFAULT_MODELS = "resnet8-cifar10,ds-cnn-kws,zoo:digits"
+KERNELS = "npukit.models.tflite.kernels._nb_gemm"  # the kernel family whose path the CPU line names
+BATCH = 32  # samples per `Interpreter.run_batch` call in the batched figure
 
 
 def _inputs(model, seed: int = 0) -> list[np.ndarray]:
@@ -100,13 +103,19 @@ def bench_model(spec: str, rounds: int, min_time: float) -> dict[str, Any]:
         if not (np.array_equal(a, b) and np.array_equal(c, b)):
             raise SystemExit(f"{spec}: npukit differs from LiteRT BUILTIN_REF; refusing to time it")
     xnn_diff = sum(int((a != b).sum()) for a, b in zip(mine, fast_out(), strict=True))
+    batch = np.concatenate([feeds[0]] * BATCH) if len(feeds) == 1 else None
     contenders = {"npukit": lambda: ours.run(feeds), "npukit_reference_kernels": lambda: readable.run(feeds),
                   "litert_ref": ref_run, "litert_default": fast_run}
+    if batch is not None:  # per inference: the batch's time / BATCH
+        batched = ours.run_batch(batch).values()
+        if not all(np.array_equal(a[:1], b) for a, b in zip(batched, mine, strict=True)):
+            raise SystemExit(f"{spec}: npukit's batched run differs from its single run")
+        contenders["npukit_batch"] = lambda: ours.run_batch(batch)
     samples: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
             samples[name].append(_time(fn, min_time))
-    per_inf = {k: statistics.median(v) for k, v in samples.items()}
+    per_inf = {k: statistics.median(v) / (BATCH if k == "npukit_batch" else 1) for k, v in samples.items()}
     src = f"{SOURCE}: median of {rounds} interleaved rounds, ≥{min_time}s each, 1 thread"
     figs = {f"{k}_inf_per_s": Figure(1.0 / v, "inferences/s", Tier.MEASURED, src) for k, v in per_inf.items()}
     for peer in ("litert_ref", "litert_default"):
@@ -118,7 +127,7 @@ def bench_model(spec: str, rounds: int, min_time: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(machine_line(), file=sys.stderr)  # the CPU and kernel paths measured
+    print(machine_line(KERNELS), file=sys.stderr)  # the CPU and kernel paths measured
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated (default {DEFAULT_MODELS})")
     p.add_argument("--rounds", type=int, default=5)
@@ -127,26 +136,29 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = [bench_model(m.strip(), args.rounds, args.min_time) for m in args.models.split(",") if m.strip()]
     env = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
-           "numpy": np.__version__, "cpu": machine_line()}
+           "numpy": np.__version__, "cpu": machine_line(KERNELS)}
     if args.json:
         ui.emit_json({"rows": rows, "environment": env})
         return 0
     table = []
     for r in rows:
         f = r["figures"]
+        batched = f.get("npukit_batch_inf_per_s")
         table.append([r["model"], str(r["ops"]), f"{f['npukit_inf_per_s'].value:.1f}",
+                      f"{batched.value:.1f}" if batched else "-",
                       f"{f['npukit_reference_kernels_inf_per_s'].value:.1f}",
                       f"{f['litert_ref_inf_per_s'].value:.1f}", f"{f['litert_default_inf_per_s'].value:.1f}",
                       f"{f['ratio_vs_litert_ref'].value:.2f}x", f"{f['ratio_vs_litert_default'].value:.2f}x",
                       str(r["default_resolver_differing_outputs"])])
-    ui.table(table, ["model", "ops", "npukit inf/s", "reference kernels inf/s", "LiteRT ref inf/s",
-                     "LiteRT default inf/s", "vs ref", "vs default", "default≠ref outputs"],
-             align="llrrrrrrr")
+    ui.table(table, ["model", "ops", "npukit inf/s", f"batch of {BATCH} inf/s", "reference kernels inf/s",
+                     "LiteRT ref inf/s", "LiteRT default inf/s", "vs ref", "vs default",
+                     "default≠ref outputs"],
+             align="llrrrrrrrr")
     for r in rows:
         if r["model"].endswith("digits"):
             us = r["figures"]["npukit_us_per_inference"]
             print(f"per-inference overhead on {r['model']}: {us.value:.1f} us ({us.tier}; goal <= 20 us)")
-    print(f"inf/s: measured ({SOURCE}, 1 thread, interleaved) on {machine_line()}; ratios: derived. "
+    print(f"inf/s: measured ({SOURCE}, 1 thread, interleaved) on {machine_line(KERNELS)}; ratios: derived. "
           "npukit outputs (compiled and reference kernels) bit-identical with LiteRT BUILTIN_REF "
           "on every model.")
     return 0

@@ -7,8 +7,9 @@ VBMI), baseline x86-64 and x86-64-v2, and this host's own CPU with VBMI switched
 Lake-class machine where the FP8 kernel used to abort every run). Each runs in its own process with
 its own numba cache: the FP8
 GEMM against the contract's NumPy reference, a pccx and a tern generate (tokens, logits, cycles), the
-SIMD and FP8 kernel tests; every result must equal this host's bit for bit, and no kernel family may
-take a path whose instructions the target lacks (the vendors' ISA tables, as in tests/sim/test_cpu.py).
+SIMD, FP8 and TFLite int8 kernel tests (each int8-conv build against the readable kernels and
+LiteRT); every result must equal this host's bit for bit, and no kernel family may take a path
+whose instructions the target lacks (the vendors' ISA tables, as in tests/sim/test_cpu.py).
 The code runs on this host's silicon: what is checked is what LLVM generates for each CPU.
 """
 
@@ -34,12 +35,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.skipif(cpu.compile_target().arch not in ("x86_64", "amd64"),
                                  reason="x86-64 CPU names; aarch64 has its own smoke test")]
 
-# the fast paths each target may take (int4 GEMV, FP8 GEMM), from the vendors' ISA tables
+# the fast paths each target may take (int4 GEMV, FP8 GEMM, TFLite int8 conv), from the vendors' ISA tables
 ALLOWED = {
-    "generic": ("portable", "portable"), "x86-64-v2": ("portable", "portable"),
-    "haswell": ("portable", "portable"), "znver3": ("portable", "portable"),
-    "skylake-avx512": ("portable", "portable"), "cascadelake": ("avx512-vnni", "portable"),
-    "host-without-vbmi": ("avx512-vnni", "portable"),
+    "generic": ("portable", "portable", "portable"), "x86-64-v2": ("portable", "portable", "portable"),
+    "haswell": ("portable", "portable", "portable"), "znver3": ("portable", "portable", "portable"),
+    "skylake-avx512": ("portable", "portable", "portable"),
+    "cascadelake": ("avx512-vnni", "portable", "avx512-vnni"),
+    "host-without-vbmi": ("avx512-vnni", "portable", "avx512-vnni"),
 }
 # instructions LLVM may emit for each CPU when it vectorises (vendor tables): a CPU whose set this host
 # lacks is not run here (its code would fault), it is reported as skipped with what is missing
@@ -47,7 +49,8 @@ _HASWELL = ("sse4.2", "popcnt", "avx", "avx2", "fma", "bmi", "bmi2", "lzcnt", "f
 _SKX = (*_HASWELL, "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
 NEEDS = {"generic": (), "x86-64-v2": ("sse4.2", "popcnt", "ssse3"), "haswell": _HASWELL, "znver3": _HASWELL,
          "skylake-avx512": _SKX, "cascadelake": (*_SKX, "avx512vnni"), "host-without-vbmi": ()}
-KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/kernels/test_fp8_contract.py"]
+KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/kernels/test_fp8_contract.py",
+                "tests/models/tflite/test_tflite_int8_kernels.py"]
 
 
 def cpu_env(name: str) -> dict[str, str]:
@@ -131,9 +134,10 @@ def test_cpu_target_is_exact_and_takes_only_its_paths(name: str, host: dict, bit
     res = run_jobs(name, bitnet_dir)
     assert res["target"] == cpu_env(name)["NUMBA_CPU_NAME"]
     _check_alone(res)
-    int4_max, fp8_max = ALLOWED[name]
+    int4_max, fp8_max, conv_max = ALLOWED[name]
     assert res["paths"]["int4-gemv"] in {"portable", int4_max}
     assert res["paths"]["fp8-gemm"] in {"portable", fp8_max}
+    assert res["paths"]["int8-conv"] in {"portable", conv_max}
     assert res["fp8"]["simd"] == res["paths"]["fp8-gemm"]
     for job in ("pccx", "tern"):
         assert res[job] == host[job], f"{job} on {name} differs from the host's"

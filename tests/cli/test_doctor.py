@@ -26,10 +26,12 @@ def test_doctor_json_reports_cpu_paths_and_peers(capsys) -> None:
     assert rep["cpu"]["compile_target"] == t.cpu and rep["cpu"]["arch"] == t.arch
     paths = {k["family"]: k for k in rep["kernels"]}
     from npukit.kernels.fp8 import _nb
+    from npukit.models.tflite.kernels import _nb_gemm
     from npukit.sim import nb_simd
 
     assert paths["int4-gemv"]["path"] == nb_simd.probe()[0]
     assert paths["fp8-gemm"]["path"] == _nb.probe()[0]
+    assert paths["int8-conv"]["path"] == _nb_gemm.probe()[0]
     assert all(k["reason"] for k in rep["kernels"])
     assert rep["python_peers"]["ml_dtypes"]  # a dev extra: installed wherever this suite runs
     assert set(rep["tools"]) >= {"qemu-system-x86_64", "clang-14"}
@@ -48,7 +50,7 @@ def test_doctor_warm_compiles_the_paths_users_run(capsys) -> None:
     assert main(["doctor", "--warm", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert set(rep["warmed_s"]) == {"fp8 gemm", "pccx generate (fast executor + timing loop)",
-                                    "tflite int8 (digits: FULLY_CONNECTED, SOFTMAX)"}
+                                    "tflite int8 (every compiled kernel)"}
 
 
 def _fp8(env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -27,7 +27,7 @@ def test_json_rows_carry_tiers_and_same_run_ratios(bench, capsys):
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     f = row["figures"]
     assert row["outputs_equal_ref"] is True
-    for k in ("npukit", "litert_ref", "litert_default"):
+    for k in ("npukit", "npukit_batch", "litert_ref", "litert_default"):
         assert f[f"{k}_inf_per_s"]["tier"] == "measured" and f[f"{k}_inf_per_s"]["value"] > 0
     for peer in ("litert_ref", "litert_default"):
         r = f[f"ratio_vs_{peer}"]

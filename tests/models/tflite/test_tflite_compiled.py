@@ -1,6 +1,7 @@
 """The compiled int8 path (the interpreter's default) against LiteRT BUILTIN_REF and against the
-readable reference kernels (``compiled=False``): wide convolutions whose exact float32 sums need
-the K axis split, batches along N, and the compiled kernels actually being the ones bound."""
+readable reference kernels (``compiled=False``): wide convolutions with large sums, the float32
+BLAS path past the int8 kernels' K bound (with its K split), batches along N, and the compiled
+kernels actually being the ones bound."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _wide_conv(rng: np.random.Generator, n: int, cin: int, k: int, pad: int, str
 def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
     rng = np.random.default_rng(cin)
     model, inputs, w = _wide_conv(rng, 2, cin, k, pad, stride)
-    assert len(_k_chunks(k * k * cin, w)) >= 2  # the case exercises the split
+    assert len(_k_chunks(k * k * cin, w)) >= 2  # sums past float32's exact range (the BLAS path would split)
     expect = run_ref(model, *inputs)
     ours = next(iter(Interpreter(model).run(inputs).values()))
     assert np.array_equal(ours, expect), f"{(ours != expect).sum()} of {ours.size} differ"
@@ -44,7 +45,8 @@ def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
 @pytest.mark.parametrize(("builder", "args"), [(cases.conv2d_case, ()), (cases.depthwise_case, ()),
                                                (cases.fully_connected_case, ()), (cases.softmax_case, ()),
                                                (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",)),
-                                               (cases.pool_case, ("AVERAGE_POOL_2D",))])
+                                               (cases.pool_case, ("AVERAGE_POOL_2D",)),
+                                               (cases.quantize_case, ()), (cases.dequantize_case, ())])
 def test_compiled_equals_reference_kernels(builder, args):
     for seed in range(100, 130):
         model, inputs, desc = builder(np.random.default_rng(seed), *args)
@@ -58,3 +60,28 @@ def test_compiled_kernels_are_bound_by_default():
     model, _, _ = cases.conv2d_case(np.random.default_rng(1))
     assert "compiled" in Interpreter(model)._kernels[0].__module__
     assert "compiled" not in Interpreter(model, compiled=False)._kernels[0].__module__
+
+
+def test_beyond_the_int8_kernels_bound_the_exact_blas_path_runs():
+    """K > 65,536 (past the int32 bound of the packed int8 sums) keeps the K-split float32 BLAS
+    CONV_2D; it must still equal LiteRT."""
+    from npukit.models.tflite.kernels import _nb_gemm
+
+    rng = np.random.default_rng(3)
+    cin, cout = _nb_gemm.MAX_K + 500, 4
+    b = ModelBuilder()
+    x = b.tensor("x", (1, 2, 2, cin), np.int8, 0.02, 5)
+    w = rng.integers(-127, 128, (cout, 1, 1, cin)).astype(np.int8)
+    s_w = np.full(cout, 0.001, np.float32)
+    wt = b.const("w", w, scale=s_w, zero_point=0, axis=0)
+    bias = b.const("b", rng.integers(-3000, 3000, cout).astype(np.int32),
+                   scale=(np.float32(0.02) * s_w).astype(np.float32), zero_point=0)
+    y = b.tensor("y", (1, 2, 2, cout), np.int8, 2.0, -3)
+    b.op("CONV_2D", [x, wt, bias], [y], O.Conv2DOptions(O.PAD_VALID, 1, 1, O.ACT_NONE, 1, 1))
+    model = b.build([x], [y])
+    inputs = [rng.integers(-128, 128, (1, 2, 2, cin)).astype(np.int8)]
+    interp = Interpreter(model)
+    assert "_conv_gemm" in interp._kernels[0].__qualname__
+    ours = next(iter(interp.run(inputs).values()))
+    assert np.array_equal(ours, run_ref(model, *inputs))
+    assert np.unique(ours).size > 3

@@ -91,10 +91,14 @@ class Interpreter:
         }
         self.hooks: list[Callable[[OpRecord], None]] = []
         self.compiled = compiled
+        # bound once: a run copies the constants list and reads the graph's inputs and outputs
+        self._constants = [t.data for t in self.model.tensors]
+        self._inputs, self._outputs = self.model.input_tensors(), self.model.output_tensors()
         # only BLAS-backed kernels need the limit (entering it costs ~10 µs a run): the reference
-        # kernels' matmuls, the compiled CONV_2D's GEMM, and whatever a delegate's segments call
-        blas_ops = {op.name for op in self.model.ops if op.index not in self._delegated}
-        uses_blas = not compiled or "CONV_2D" in blas_ops or bool(self._delegated)
+        # kernels' matmuls, a compiled kernel that says so (the float32 GEMM CONV_2D past the int8
+        # kernels' K bound), and whatever a delegate's segments call
+        uses_blas = (not compiled or bool(self._delegated)
+                     or any(getattr(k, "uses_blas", False) for k in self._kernels.values()))
         self._blas = _BlasLimit(blas_threads if uses_blas else None)
         # the host-only hot path: (kernel, input indices, output indices) per op, bound once
         self._steps = [(self._kernels[op.index], tuple(op.inputs), tuple(op.outputs)) for op in self.model.ops
@@ -110,8 +114,8 @@ class Interpreter:
 
     def bind(self, feeds: Feeds) -> list[np.ndarray | None]:
         """Tensor values before the first op: constants plus the graph inputs from ``feeds``."""
-        values: list[np.ndarray | None] = [t.data for t in self.model.tensors]
-        ins = self.model.input_tensors()
+        values: list[np.ndarray | None] = list(self._constants)
+        ins = self._inputs
         if isinstance(feeds, Mapping):
             by_name = {t.name: t for t in ins}
             unknown = sorted(set(feeds) - set(by_name))
@@ -135,11 +139,32 @@ class Interpreter:
         """Outputs by tensor name."""
         values = self.run_all(feeds)
         result = {}
-        for t in self.model.output_tensors():
+        for t in self._outputs:
             if values[t.index] is None:
                 raise ModelError(f"output {t.name} was never computed")
             result[t.name] = values[t.index]
         return result
+
+    def run_batch(self, batch: np.ndarray) -> dict[str, np.ndarray]:
+        """Outputs by tensor name for a batch along N: ``batch`` holds B inputs of a one-input model
+        declared with batch 1 (shape ``(B, *input_shape[1:])``); every output's axis 0 is B. The
+        same plan runs once for all B (the host kernels read N from their input), so the per-op
+        overhead is paid once per batch; each sample's outputs equal what `run` gives it."""
+        ins = self.model.input_tensors()
+        if len(ins) != 1 or tuple(ins[0].shape[:1]) != (1,):
+            raise ModelError("run_batch needs a model with one input whose batch axis is 1")
+        if self.plan.segments or self._delegated:
+            raise ModelError("run_batch runs the host kernels only (no delegate)")
+        t = ins[0]
+        a = np.asarray(batch)
+        if a.ndim != len(t.shape) or tuple(a.shape[1:]) != tuple(t.shape[1:]) or a.shape[0] < 1:
+            rest = ", ".join(map(str, t.shape[1:]))
+            raise ModelError(f"run_batch: shape {list(a.shape)} is not (B, {rest})")
+        values: list[np.ndarray | None] = [x.data for x in self.model.tensors]
+        values[t.index] = np.ascontiguousarray(_coerce_values(t, a))
+        with self._blas:
+            self._walk(values)
+        return {o.name: values[o.index] for o in self.model.output_tensors()}
 
     def run_all(self, feeds: Feeds) -> list[np.ndarray | None]:
         """Every tensor's value after the run, by tensor index (None for tensors never produced)."""
@@ -190,6 +215,11 @@ def _coerce(t: Tensor, v: object) -> np.ndarray:
             a = a.reshape(t.shape)
         else:
             raise ModelError(f"input {t.name}: shape {list(a.shape)} ≠ expected {list(t.shape)}")
+    return _coerce_values(t, a)
+
+
+def _coerce_values(t: Tensor, a: np.ndarray) -> np.ndarray:
+    """``a`` in the tensor's dtype: integer values range-checked, floats cast."""
     if a.dtype == t.dtype:
         return a
     if t.dtype.kind in "iu" and a.dtype.kind in "iu":

@@ -1,7 +1,8 @@
-"""numba kernels of the compiled int8 path: CONV_2D's im2col and requantization (its sums are an
-exact float32 BLAS product, see `compiled`), DEPTHWISE_CONV_2D and FULLY_CONNECTED with the
-requantization fused, all in portable integer code (exact on every CPU; LLVM vectorizes the
-output-channel loops for whatever the host offers, no intrinsics).
+"""numba kernels of the compiled int8 path beside `_nb_gemm` and `_nb_ops`: the float32 BLAS
+CONV_2D's im2col and requantization (kept for K past the int8 kernels' bound, see `compiled`),
+FULLY_CONNECTED with the requantization fused, SOFTMAX and AVERAGE_POOL_2D, all in portable
+integer code (exact on every CPU; LLVM vectorizes the loops for whatever the host offers, no
+intrinsics).
 
 The arithmetic is that of the reference kernels in `conv` (the living definition, which the tests
 compare these against, and both against LiteRT BUILTIN_REF): int32 sums of ``(x − zp_in) · w``
@@ -37,44 +38,6 @@ def _mbqm(acc: np.int64, mult: np.int64, left: np.int64, right: np.int64) -> np.
 @nb.njit(inline="always")
 def _clamp(v: np.int64, lo: np.int64, hi: np.int64) -> np.int64:
     return lo if v < lo else hi if v > hi else v
-
-
-@nb.njit(**_OPTS)
-def depthwise(x, w, bias, depth_mult, zp_in, mult, left, right, zp_out, lo, hi, stride, dilation, pad, out):
-    """x (N,H,W,C) int8; w (KH,KW,C·mul) int32; output channel c·mul + m."""
-    nb_, h, wd, cin = x.shape
-    kh, kw, cout = w.shape
-    _, oh, ow, _ = out.shape
-    sh, sw = stride
-    dh, dw = dilation
-    pt, pl = pad
-    acc = np.empty(cout, np.int32)
-    for n in range(nb_):
-        for oy in range(oh):
-            for ox in range(ow):
-                acc[:] = 0
-                for ky in range(kh):
-                    iy = oy * sh - pt + ky * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    for kx in range(kw):
-                        ix = ox * sw - pl + kx * dw
-                        if ix < 0 or ix >= wd:
-                            continue
-                        wrow = w[ky, kx]
-                        xrow = x[n, iy, ix]
-                        if depth_mult == 1:  # one weight per channel: a straight vectorizable row
-                            for c in range(cin):
-                                acc[c] += (np.int32(xrow[c]) - zp_in) * wrow[c]
-                            continue
-                        for c in range(cin):
-                            xv = np.int32(xrow[c]) - zp_in
-                            for m in range(depth_mult):
-                                o = c * depth_mult + m
-                                acc[o] += xv * wrow[o]
-                for o in range(cout):
-                    v = _mbqm(np.int64(acc[o]) + bias[o], mult[o], left[o], right[o]) + zp_out
-                    out[n, oy, ox, o] = _clamp(v, lo, hi)
 
 
 @nb.njit(**_OPTS)
@@ -218,17 +181,6 @@ def softmax(x, exp, exp_rescaled, used, out):
                 continue
             v = _rdbpot(_srdhm(scale, exp[d]), bits_over_unit + 31 - 8) - 128
             out[r, j] = _clamp(v, -128, 127)
-
-
-@nb.njit(**_OPTS)
-def add_tables(a, b, table_a, table_b, sign, mult, shift, zp_out, lo, hi, out):
-    """ADD (sign 1) / SUB (sign −1) of same-shape int8 operands, flattened: each input's rescale is
-    a 256-entry table by code (`arith.prepare_add`), then one MultiplyByQuantizedMultiplier."""
-    left = max(shift, 0)
-    right = max(-shift, 0)
-    for i in range(a.size):
-        total = table_a[np.int64(a[i]) + 128] + sign * table_b[np.int64(b[i]) + 128]
-        out[i] = _clamp(_mbqm(total, mult, left, right) + zp_out, lo, hi)
 
 
 @nb.njit(**_OPTS)

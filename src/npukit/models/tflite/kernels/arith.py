@@ -22,21 +22,26 @@ def _operands(ctx: Ctx):
     return a_t, b_t, y_t, ctx.q(a_t), ctx.q(b_t), ctx.q(y_t)
 
 
-def _tabled(table_a, table_b, sign: int, mult: int, shift: int, zp: int, lo: int, hi: int,
-            fallback: Kernel) -> Kernel:
-    """The compiled form of ADD/SUB: same-shape operands through `_nb.add_tables`, broadcasting ones
-    through ``fallback`` (the NumPy kernel)."""
-    from npukit.models.tflite.kernels import _nb
+def _tabled(table_a, table_b, sign: int, stages, zp: int, lo: int, hi: int, fallback: Kernel) -> Kernel:
+    """The compiled form of ADD/SUB: same-shape operands through `_nb_ops.add_kernel` (vector
+    arithmetic; the tables for a tail shorter than 16), broadcasting ones through ``fallback`` (the
+    NumPy kernel). ``stages``: (offset, multiplier, shift, pre-shift) of input 1, input 2 and the
+    output, each one `MultiplyByQuantizedMultiplier` of ``(x + offset) << pre-shift``."""
+    from npukit.models.tflite.kernels import _nb_gemm, _nb_ops
 
-    ta, tb = np.ascontiguousarray(table_a, np.int64), np.ascontiguousarray(table_b, np.int64)
+    # every table entry is an input rescaled below 2^28 in magnitude: int32 sums cannot overflow
+    ta, tb = np.ascontiguousarray(table_a, np.int32), np.ascontiguousarray(table_b, np.int32)
+    lanes = _nb_gemm.LANES
+    rows = [(off, m, pre + max(e, 0), max(-e, 0)) for off, m, e, pre in stages]
+    params = np.vstack([_nb_gemm.requant_params(*(np.full(lanes, v) for v in row)) for row in rows])
 
     def run(ins: Arrays) -> list[np.ndarray]:
         a, b = ins[0], ins[1]
         if a.shape != b.shape:
             return fallback(ins)
         out = np.empty(a.shape, np.int8)
-        _nb.add_tables(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), ta, tb, sign,
-                       mult, shift, zp, lo, hi, out.reshape(-1))
+        _nb_ops.add_kernel(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), ta, tb,
+                           sign, params, zp, lo, hi, out.reshape(-1))
         return [out]
 
     return run
@@ -59,8 +64,10 @@ def prepare_add(ctx: Ctx, compiled: bool = False) -> Kernel:
         return [finish(requant(total, inplace=True), p.output_offset, lo, hi)]
 
     if compiled:
-        return _tabled(table_a, table_b, 1, int(p.output_multiplier), int(p.output_shift),
-                       int(p.output_offset), lo, hi, run)
+        stages = ((p.input1_offset, p.input1_multiplier, p.input1_shift, p.left_shift),
+                  (p.input2_offset, p.input2_multiplier, p.input2_shift, p.left_shift),
+                  (0, p.output_multiplier, p.output_shift, 0))
+        return _tabled(table_a, table_b, 1, stages, int(p.output_offset), lo, hi, run)
     return run
 
 
@@ -83,7 +90,8 @@ def prepare_sub(ctx: Ctx, compiled: bool = False) -> Kernel:
         return [finish(requant(diff, inplace=True), zy, lo, hi)]
 
     if compiled:
-        return _tabled(table_a, table_b, -1, int(mo), int(eo), int(zy), lo, hi, run)
+        stages = ((-qa.zp, m1, e1, left_shift), (-qb.zp, m2, e2, left_shift), (0, mo, eo, 0))
+        return _tabled(table_a, table_b, -1, stages, int(zy), lo, hi, run)
     return run
 
 

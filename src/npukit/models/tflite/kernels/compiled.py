@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npukit.models.tflite.kernels import _nb, activation, arith, pool
-from npukit.models.tflite.kernels.common import Arrays, Ctx, Kernel, geometry
+from npukit.models.tflite.kernels import _nb, _nb_gemm, _nb_ops, activation, arith, pool
+from npukit.models.tflite.kernels.common import QRANGE, Arrays, Ctx, Kernel, geometry
 from npukit.models.tflite.kernels.conv import conv_params
 
 
@@ -36,7 +36,38 @@ def prepare_conv2d(ctx: Ctx) -> Kernel:
         raise ctx.fail(f"grouped convolution (input {ctx.t(0).shape[3]} channels, filter {cin}) "
                        "is not supported")
     mult, left, right = _shifts(p)
-    return _conv_gemm(ctx, p, _window(ctx, kh, kw), (mult, left, right))
+    if kh * kw * cin > _nb_gemm.MAX_K:  # beyond the int32 bound of the packed int8 GEMM
+        return _conv_gemm(ctx, p, _window(ctx, kh, kw), (mult, left, right))
+    return _conv_int8(ctx, p, _window(ctx, kh, kw), (mult, left, right))
+
+
+def _conv_int8(ctx: Ctx, p, window, requant) -> Kernel:
+    """CONV_2D on the fused int8 kernel family (`_nb_gemm`): weights packed and the column-sum
+    correction folded into the bias here, once."""
+    n, kh, kw, cin = p.weights.shape
+    oh, ow, stride, dilation, pad = window
+    _, h, w, _ = ctx.t(0).shape
+    plan = _nb_gemm.canvas_plan(h, w, cin, kh, kw, oh, ow, stride, dilation, pad)
+    canvas_hw, c4, taps, runs, run_len = plan
+    wide = np.zeros((n, kh, kw, c4), np.int8)  # channels padded like the canvas, with zero weights
+    wide[..., :cin] = p.weights
+    wmat = p.weights.reshape(n, -1)
+    path = _nb_gemm.chosen_path()
+    pack = _nb_gemm.pack_weights(wide.reshape(n, -1), path)
+    zp_in = p.input_zero_point
+    bias = p.bias.astype(np.int64) - (zp_in + 128) * wmat.astype(np.int64).sum(axis=1)
+    params = _nb_gemm.requant_params(bias, *requant)
+    kernel = _nb_gemm.build(path)
+    meta = np.array([-(-kh * kw * c4 // 4) * 4, n, zp_in, oh, ow, *stride, *pad, *canvas_hw, c4, run_len,
+                     p.output_zero_point, p.act_min, p.act_max], np.int64)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty((x.shape[0], oh, ow, n), np.int8)
+        kernel(x, pack, meta, taps, runs, params, out)
+        return [out]
+
+    return run
 
 
 def _k_chunks(k: int, w: np.ndarray) -> list[tuple[int, int]]:
@@ -73,28 +104,49 @@ def _conv_gemm(ctx: Ctx, p, window, requant) -> Kernel:
         _nb.requantize(acc, *args, out)
         return [out.reshape(x.shape[0], oh, ow, n)]
 
+    run.uses_blas = True  # the interpreter limits BLAS to one thread around runs that call it
     return run
 
 
 def prepare_depthwise(ctx: Ctx) -> Kernel:
     p = conv_params(ctx.model, ctx.op.index)
     _, kh, kw, n = p.weights.shape
-    cin = ctx.t(0).shape[3]
+    _, h, w, cin = ctx.t(0).shape
     o = p.options
     depth_mult = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
     if cin * depth_mult != n:
         raise ctx.fail(f"input channels {cin} × depth multiplier {depth_mult} ≠ {n} output channels")
-    w = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh, kw, n))
+    wt = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh * kw, n))
     mult, left, right = _shifts(p)
+    # the kernel sums x·w over every tap (padding taps hold zp_in): Σ (x − zp)·w = Σ x·w − zp·Σ_t w
+    bias = p.bias.astype(np.int64) - p.input_zero_point * wt.astype(np.int64).sum(axis=0)
+    params = _nb_gemm.requant_params(bias, mult, left, right)
     oh, ow, stride, dilation, pad = _window(ctx, kh, kw)
-    args = (depth_mult, p.input_zero_point, mult, left, right, p.output_zero_point, p.act_min, p.act_max,
-            stride, dilation, pad)
-    bias = p.bias
+    canvas_hw, taps = _nb_ops.depthwise_plan(h, w, n, kh, kw, oh, ow, stride, dilation, pad)
+    meta = np.array([depth_mult, p.input_zero_point, oh, ow, *stride, *pad, *canvas_hw, p.output_zero_point,
+                     p.act_min, p.act_max], np.int64)
 
     def run(ins: Arrays) -> list[np.ndarray]:
-        x = ins[0]
+        x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], oh, ow, n), np.int8)
-        _nb.depthwise(x, w, bias, *args, out)
+        _nb_ops.depthwise_kernel(x, wt, meta, taps, params, out)
+        return [out]
+
+    return run
+
+
+def prepare_quantize(ctx: Ctx) -> Kernel:
+    reference = activation.prepare_quantize(ctx)  # checks types; requantizing int8 stays a table
+    x_t, y_t = ctx.t(0), ctx.out()
+    if x_t.dtype != np.float32:
+        return reference
+    lo, hi = QRANGE[np.dtype(y_t.dtype)]
+    scale, zp, dtype = np.float32(ctx.q(y_t).s), ctx.q(y_t).zp, y_t.dtype
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0], dtype=np.float32)
+        out = np.empty(x.shape, dtype)
+        _nb_ops.quantize_kernel(x.reshape(-1), scale, zp, lo, hi, out.reshape(-1))
         return [out]
 
     return run
@@ -140,6 +192,23 @@ def prepare_average_pool(ctx: Ctx) -> Kernel:
     return run
 
 
+def prepare_dequantize(ctx: Ctx) -> Kernel:
+    reference = activation.prepare_dequantize(ctx)  # checks types
+    x_t = ctx.t(0)
+    if x_t.dtype != np.int8:
+        return reference
+    qx = ctx.q(x_t)
+    scale, zp = np.float64(np.float32(qx.s)), qx.zp
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty(x.shape, np.float32)
+        _nb_ops.dequantize_kernel(x.reshape(-1), scale, zp, out.reshape(-1))
+        return [out]
+
+    return run
+
+
 COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "AVERAGE_POOL_2D": prepare_average_pool,
     "SOFTMAX": lambda ctx: activation.prepare_softmax(ctx, compiled=True),
@@ -147,5 +216,7 @@ COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "SUB": lambda ctx: arith.prepare_sub(ctx, compiled=True),
     "CONV_2D": prepare_conv2d,
     "DEPTHWISE_CONV_2D": prepare_depthwise,
+    "QUANTIZE": prepare_quantize,
+    "DEQUANTIZE": prepare_dequantize,
     "FULLY_CONNECTED": prepare_fully_connected,
 }

@@ -27,9 +27,13 @@ def prepare_reshape(ctx: Ctx) -> Kernel:
     if x_t.dtype != y_t.dtype:
         raise ctx.fail(f"input {x_t.dtype} and output {y_t.dtype} differ")
     target = _target_shape(ctx)
+    declared = tuple(x_t.shape)
 
     def run(ins: Arrays) -> list[np.ndarray]:
-        return [ins[0].reshape(target)]
+        x = ins[0]
+        if x.shape[:1] != declared[:1] and declared[:1] == (1,) and target[:1] == (1,):
+            return [x.reshape((x.shape[0], *target[1:]))]  # a batch along N (`Interpreter.run_batch`)
+        return [x.reshape(target)]
 
     return run
 

@@ -1,0 +1,208 @@
+"""Portable numba kernels of the compiled int8 path beside CONV_2D: DEPTHWISE_CONV_2D, ADD/SUB of
+same-shape operands and QUANTIZE from float. One build each (plain LLVM vector IR and loops, no
+target intrinsic: exact on every CPU); their requantization is the conv family's vectorised
+epilogue (`_nb_gemm._requant16`, TFLite's ``MultiplyByQuantizedMultiplier``), so both paths round
+the same way by construction and are tested against the readable kernels and LiteRT.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from npukit.models.tflite.kernels._nb_gemm import (
+    LANES,
+    _copy_bytes,
+    _epilogue,
+    mbqm_ir,
+    params_ir,
+    splat_ir,
+    store_int8_ir,
+)
+from npukit.sim import compile_report
+
+compile_report.install()  # first-run compiles are announced, never silent
+
+_OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
+_I32X16 = ir.VectorType(ir.IntType(32), 16)
+
+
+def _make_taps(nv: int):
+    """Intrinsic ``taps(x, taps, ntaps, w, w_row_bytes, acc)``: for nv × 16 channels, acc (int32)
+    = Σ over taps t of x[taps[t] + lane] (int8 codes, sign-extended) · w[t][lane] (int32 rows
+    ``w_row_bytes`` apart); the sums stay in registers across the taps, each tap offset is read
+    once for all nv vectors. Plain LLVM vector IR (every build)."""
+
+    @intrinsic
+    def taps(typingctx, x_addr, taps_addr, ntaps, w_addr, w_row_bytes, acc_addr):
+        sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            xa, ta, n, wa, wrb, acc_addr = args
+            vec_p, i64 = _I32X16.as_pointer(), ir.IntType(64)
+            i8x16_p = ir.VectorType(ir.IntType(8), 16).as_pointer()
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None)) for _ in range(nv)]
+            with cgutils.for_range(builder, n) as loop:
+                t = loop.index
+                tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
+                                                    i64.as_pointer()))
+                xt = builder.add(xa, tap)
+                wt = builder.add(wa, builder.mul(t, wrb))
+                for v, acc in enumerate(accs):
+                    x = builder.inttoptr(builder.add(xt, ir.Constant(i64, 16 * v)), i8x16_p)
+                    w = builder.inttoptr(builder.add(wt, ir.Constant(i64, 64 * v)), vec_p)
+                    codes = builder.sext(builder.load(x, align=1), _I32X16)
+                    prod = builder.mul(codes, builder.load(w, align=1))
+                    builder.store(builder.add(builder.load(acc), prod), acc)
+            for v, acc in enumerate(accs):
+                dst = builder.inttoptr(builder.add(acc_addr, ir.Constant(i64, 64 * v)), vec_p)
+                builder.store(builder.load(acc), dst, align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return taps
+
+
+_taps_4v = _make_taps(4)
+_taps_1v = _make_taps(1)
+
+
+@nb.njit(inline="always")
+def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
+    """Image n of x per output channel (input channel o // dm) into the int8 canvas; padding taps
+    hold the input zero point (``x − zp = 0``: what skipping them adds)."""
+    _, h, wd, cin = x.shape
+    cout = cin * dm
+    canvas[:] = zp_in
+    xf = x.reshape(-1)
+    for y in range(h):
+        src = (n * h + y) * wd * cin
+        base = ((y + pt) * wp + pl) * cout
+        if dm == 1:  # numba's slice assignment costs ~1 ns a byte; the IR loop is vectorised
+            _copy_bytes(canvas.ctypes.data + base, xf.ctypes.data + src, wd * cin)
+            continue
+        for k in range(wd * cin):
+            for m in range(dm):
+                canvas[base + k * dm + m] = xf[src + k]
+
+
+@nb.njit(**_OPTS)
+def depthwise_kernel(x, w, meta, taps, params, out):
+    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). The canvas
+    (`_fill_canvas`) holds the int8 codes with the zero point at padding taps, so every tap is a
+    straight row of multiply-adds; ``Σ x·w`` differs from ``Σ (x − zp)·w`` by ``zp · Σ_t w``, which
+    the prepare step folds into the bias (``params``). 64 or 16 channels at a time in registers; a
+    channel count that is not a multiple of 16 ends in scalar loops. Scalars: ``meta`` =
+    (dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi), int64."""
+    dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi = (
+        meta[0], meta[1], meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[8], meta[9], meta[10],
+        meta[11], meta[12])
+    nbatch, _, _, cin = x.shape
+    cout = cin * dm
+    canvas = np.empty(hp * wp * cout + 64, np.int8)
+    acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
+    vectors = cout // LANES
+    ntaps = taps.shape[0]
+    of = out.reshape(-1)
+    for n in range(nbatch):
+        _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas)
+        for oy in range(oh):
+            for ox in range(ow):
+                base = (oy * sh * wp + ox * sw) * cout
+                v = 0
+                while v < vectors:
+                    xa = canvas.ctypes.data + base + v * LANES
+                    wa, aa = w.ctypes.data + 4 * v * LANES, acc.ctypes.data + 4 * v * LANES
+                    if vectors - v >= 4:
+                        _taps_4v(xa, taps.ctypes.data, ntaps, wa, 4 * cout, aa)
+                        v += 4
+                    else:
+                        _taps_1v(xa, taps.ctypes.data, ntaps, wa, 4 * cout, aa)
+                        v += 1
+                for o in range(vectors * LANES, cout):
+                    total = np.int32(0)
+                    for t in range(ntaps):
+                        total += np.int32(canvas[base + taps[t] + o]) * w[t, o]
+                    acc[o] = total
+                _epilogue(acc, 0, 0, cout, params, zp_out, lo, hi, of, ((n * oh + oy) * ow + ox) * cout)
+
+
+def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad
+                   ) -> tuple[tuple[int, int], np.ndarray]:
+    """(canvas rows and columns, byte offset of each window tap) for `depthwise_kernel`."""
+    (sh, sw), (dh, dw), (pt, pl) = stride, dilation, pad
+    hp = max(h + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(w + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
+    taps = [(ky * dh * wp + kx * dw) * cout for ky in range(kh) for kx in range(kw)]
+    return (hp, wp), np.array(taps, np.int64)
+
+
+@intrinsic
+def _add_blocks(typingctx, a_addr, b_addr, sign, params_addr, row_bytes, zp_out, lo, hi, dst_addr, blocks):
+    """``blocks`` × 16 int8 ADD (sign 1) / SUB (sign −1) outputs at ``dst``: each input rescaled as
+    TFLite does (``((code + offset) << 20)`` through its multiplier: parameter rows 0–5 and 6–11),
+    the sum (difference) through the output multiplier (rows 12–17), clamped. The parameters are
+    loaded once for all blocks. Plain LLVM vector IR."""
+    sig = types.void(types.intp, types.intp, types.int64, types.intp, types.intp, types.int64, types.int64,
+                     types.int64, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        pa, pb, sgn, par, rb, zp, lo_, hi_, dst, n = args
+        i8x16 = ir.VectorType(ir.IntType(8), 16).as_pointer()
+        rows_a, rows_b, rows_out = (params_ir(builder, par, rb, first) for first in (0, 6, 12))
+        signs = splat_ir(builder, sgn)
+        with cgutils.for_range(builder, n) as loop:
+            off = builder.mul(loop.index, ir.Constant(n.type, LANES))
+
+            def scaled(addr, rows):
+                codes = builder.load(builder.inttoptr(builder.add(addr, off), i8x16), align=1)
+                return mbqm_ir(builder, builder.sext(codes, _I32X16), rows)
+
+            total = builder.add(scaled(pa, rows_a), builder.mul(scaled(pb, rows_b), signs))
+            store_int8_ir(builder, mbqm_ir(builder, total, rows_out), zp, lo_, hi_, builder.add(dst, off))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(**_OPTS)
+def add_kernel(a, b, table_a, table_b, sign, params, zp_out, lo, hi, out):
+    """ADD (sign 1) / SUB (sign −1) of same-shape int8 operands, flat: 16 at a time in vector
+    arithmetic (`_add_blocks`), the last few through the 256-entry tables of each input's rescale (the
+    same values) and the scalar epilogue (output parameters: ``params[12:]``)."""
+    size = a.size
+    full = size - size % LANES
+    rb = 4 * params.shape[1]
+    _add_blocks(a.ctypes.data, b.ctypes.data, sign, params.ctypes.data, rb, zp_out, lo, hi, out.ctypes.data,
+                full // LANES)
+    total = np.zeros(LANES, np.int32)
+    for j in range(size - full):
+        i = full + j
+        total[j] = table_a[np.int64(a[i]) + 128] + sign * table_b[np.int64(b[i]) + 128]
+    _epilogue(total, 0, 0, size - full, params[12:], zp_out, lo, hi, out, full)
+
+
+@nb.njit(**_OPTS)
+def quantize_kernel(x, scale, zp, lo, hi, out):
+    """QUANTIZE float32 → int8/uint8 as LiteRT's reference: ``round(x / scale)`` (float32 division,
+    ties away from zero) ``+ zp``, clamped; x and out flat."""
+    for i in range(x.size):
+        v = np.float64(np.float32(x[i] / scale))
+        a = abs(v)
+        f = np.floor(a)
+        if a - f >= 0.5:
+            f += 1.0
+        q = np.int64(np.copysign(f, v)) + zp if v == v else zp
+        out[i] = lo if q < lo else hi if q > hi else q
+
+
+@nb.njit(**_OPTS)
+def dequantize_kernel(x, scale, zp, out):
+    """DEQUANTIZE int8 → float32 as LiteRT's reference: ``float32(double(scale) · (x − zp))``."""
+    for i in range(x.size):
+        out[i] = np.float32(scale * (np.float64(x[i]) - zp))
