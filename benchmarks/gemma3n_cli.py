@@ -68,9 +68,9 @@ def save_model(hidden: int, layers: int, vocab: int, out: Path) -> Any:
     return model
 
 
-def prompt_of(n: int) -> list[int]:
-    """A prompt of ``n`` token ids: the decode prompt, then ids spread over a 32 k vocabulary."""
-    return [*PROMPT[:n], *((101 + 7919 * i) % 32000 for i in range(max(0, n - len(PROMPT))))]
+def prompt_of(n: int, vocab: int) -> list[int]:
+    """A prompt of ``n`` token ids: the decode prompt, then ids spread over the vocabulary."""
+    return [*PROMPT[:n], *((101 + 7919 * i) % vocab for i in range(max(0, n - len(PROMPT))))]
 
 
 def cli_run(model_dir: Path, tokens: int, prompt: list[int] | None = None,
@@ -144,10 +144,10 @@ def decode_rounds(model: Any, mdir: Path, n: int, repeats: int) -> dict[str, lis
     return got
 
 
-def prefill_rounds(model: Any, mdir: Path, tokens: int, repeats: int) -> dict[str, Any]:
+def prefill_rounds(model: Any, mdir: Path, tokens: int, repeats: int, vocab: int) -> dict[str, Any]:
     """The CLI's prefill_s for a ``tokens``-token prompt (one new token) against transformers' forward
     pass over it, as prompt tokens/s (a warm-up CLI run first: its chunk programs are compiled once)."""
-    ids = prompt_of(tokens)
+    ids = prompt_of(tokens, vocab)
     try:
         cli_run(mdir, 1, ids)
     except RuntimeError as exc:
@@ -250,7 +250,7 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
     res["switch_ms"] = statistics.median(ms) if ms else None
     res["switch_ms_by_position"] = probes[-1]["switch_ms_by_position"]
     if args.prefill:
-        res["prefill"] = prefill_rounds(model, mdir, args.prefill, args.repeats)
+        res["prefill"] = prefill_rounds(model, mdir, args.prefill, args.repeats, args.vocab)
     if args.trace_overhead:
         res["trace_overhead"] = trace_rounds(mdir, n, args.repeats)  # whole command, --trace / without
     return res
@@ -270,8 +270,8 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
     if pf and "error" in pf:
         lines.append(f"  prefill: failed ({pf['error']})")
     elif pf:
-        lines.append(f"  prefill {pf['prompt_tokens']} tokens: CLI {pf['cli_tok_per_s']:.1f} tok/s, "
-                     f"transformers {pf['transformers_tok_per_s']:.1f} tok/s -> {pf['cli_vs_transformers']:.2f}x")
+        rates = f"CLI {pf['cli_tok_per_s']:.1f} tok/s, transformers {pf['transformers_tok_per_s']:.1f} tok/s"
+        lines.append(f"  prefill {pf['prompt_tokens']} tokens: {rates} -> {pf['cli_vs_transformers']:.2f}x")
     if "trace_overhead" in res:
         lines.append(f"  --trace costs {res['trace_overhead']:.2f}x")
     return "\n".join(lines)
