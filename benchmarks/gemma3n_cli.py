@@ -244,7 +244,8 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
         "host_floor_note": ("device weight image bytes (every GEMV tile; sparse W_down streams less) / "
                             "host memory bandwidth measured here"),
         "cli_over_floor": med["cli"] / floor, "cli_decode_over_floor": med["cli_decode"] / floor,
-        "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"]}
+        "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"],
+        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "transformers")}}
     probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
     ms = [p["switch_ms"] for p in probes if p["switch_ms"] is not None]
     res["switch_ms"] = statistics.median(ms) if ms else None
