@@ -1,25 +1,34 @@
-"""The user path: `npukit generate --target pccx` as a subprocess vs transformers fp32 eager, same run.
+"""The user path: `npukit generate --target pccx` as a fresh process per run vs transformers fp32 eager.
 
 A random Gemma 3n (transformers' initialiser) is saved as a Hugging Face directory: hidden
 ``--hidden`` (1024: 8 heads × 128; 2048: 8 × 256), 2 KV heads, FFN 4 × hidden, ``--layers`` layers
-(two of them Gaussian top-k), 2 KV-shared, vocab ``--vocab``. Then, interleaved ``--repeats`` times:
+(two of them Gaussian top-k), 2 KV-shared, vocab ``--vocab``. After a warm-up run (a user's second
+run: the INT4 image and the compiled programs come from the disk caches), interleaved ``--repeats``
+times, each figure the median:
 
 * **CLI**: ``npukit generate DIR --target pccx --json --ignore-eos`` with default options (timing
-  model on, per-token cycles reported) for ``--tokens`` and ``2·--tokens`` new tokens; marginal
-  s/token = (wall(2N) − wall(N)) / N, so start-up, loading, quantization and compiling cancel
-  (but their run-to-run spread, ~±0.3 s here, does not: hence N = 32 by default);
-* **CLI decode loop**: the same difference of the CLI's own ``decode_s`` (its generation loop,
-  sampling and the end-of-run work included, process start-up excluded): the steadier figure;
+  model on, per-token cycles reported), a 4-token prompt, ``--tokens`` and ``2·--tokens`` new
+  tokens; marginal s/token = (wall(2N) − wall(N)) / N, so start-up, loading and setup cancel (their
+  run-to-run spread does not: hence N = 32 by default);
+* **CLI decode loop**: the same difference of the CLI's own ``decode_s`` (its generation loop, sampling
+  and the end-of-run work included, process start-up excluded): the steadier figure;
 * **driver**: ``decode_s`` of the 2N run per decode step (every program switch included);
-* **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode, marginal s/token the same way.
+* **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode from the same 4-token
+  prompt, marginal s/token the same way;
+* **INT4 floor**: the device weight image's bytes over the host memory bandwidth measured here
+  (`gemma3n_decode.host_bandwidth`): the least time one token can take streaming its weights;
+* **prefill** (``--prefill`` tokens, 0 skips): the CLI's ``prefill_s`` for a prompt of that many
+  tokens (GEMM chunks, default options) against one transformers forward pass over the same prompt,
+  as prompt tokens/s;
+* **switch**: in a fresh process (``--probe-switch``), the wall time of each decode step that enters a
+  new attention-span bucket (a power of two) less the median step around it;
+* **setup**: per CLI run, the backend's ``setup_seconds`` and everything outside generation (process
+  start, imports, loading, setup: wall − prefill_s − decode_s).
 
-Medians are reported, with the host-bandwidth floor of `benchmarks/gemma3n_decode.py` (INT4 bytes
-per token / host memory bandwidth measured here). Timings are ``measured``; ratios ``derived``.
-A warm-up run first (a user's second run: the INT4 image and compiled programs come from the disk
-caches). Span buckets are powers of two, so the 2N-token run meets one more bucket than the N-token
-run: its program switch is inside the marginal figure, as it is for a user generating on.
+The CPU model, numba's target and each kernel family's path (`npukit.sim.cpu.describe`) head the
+output. Timings are ``measured``; ratios ``derived``; compare only figures from the same run.
 Usage: ``python benchmarks/gemma3n_cli.py [--hidden 1024] [--layers 6] [--vocab 32768] [--tokens 32]
-[--repeats 3] [--threads 2] [--json] [--trace-overhead]``.
+[--prefill 512] [--repeats 3] [--threads 2] [--json] [--trace-overhead]``.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from typing import Any
 from npukit.sim.cpu import describe as machine_line
 
 SL, FU = "sliding_attention", "full_attention"
+PROMPT = (2, 651, 7, 9)  # the 4-token prompt of every decode run
 
 
 def save_model(hidden: int, layers: int, vocab: int, out: Path) -> Any:
@@ -58,26 +68,42 @@ def save_model(hidden: int, layers: int, vocab: int, out: Path) -> Any:
     return model
 
 
-def cli_run(model_dir: Path, tokens: int, trace: Path | None = None) -> tuple[float, dict]:
+def prompt_of(n: int, vocab: int) -> list[int]:
+    """A prompt of ``n`` token ids: the decode prompt, then ids spread over the vocabulary."""
+    return [*PROMPT[:n], *((101 + 7919 * i) % vocab for i in range(max(0, n - len(PROMPT))))]
+
+
+def cli_run(model_dir: Path, tokens: int, prompt: list[int] | None = None,
+            trace: Path | None = None) -> tuple[float, dict]:
+    ids = ",".join(str(t) for t in (prompt or PROMPT))
     cmd = [sys.executable, "-m", "npukit.cli.main", "generate", str(model_dir), "--target", "pccx",
-           "--prompt-ids", "2,651", "--max-new-tokens", str(tokens), "--ignore-eos", "--json"]
+           "--prompt-ids", ids, "--max-new-tokens", str(tokens), "--ignore-eos", "--json"]
     if trace is not None:
         cmd += ["--trace", str(trace)]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return time.perf_counter() - t0, json.loads(out.stdout)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        raise RuntimeError(f"npukit generate exited {out.returncode}: "
+                           f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
+    return wall, json.loads(out.stdout)
 
 
-def decode_s(out: dict) -> float:
-    return out["stats"]["figures"]["decode_s"]["value"]
+def figure(out: dict, name: str) -> float:
+    return out["stats"]["figures"][name]["value"]
 
 
-def hf_wall(model: Any, tokens: int) -> float:
+def outside_generation(wall: float, out: dict) -> float:
+    """Process start, imports, loading and setup: what a run spends before and after generating."""
+    return wall - figure(out, "prefill_s") - figure(out, "decode_s")
+
+
+def hf_decode_wall(model: Any, tokens: int) -> float:
     import torch
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    tok = torch.tensor([[2, 651]])
+    tok = torch.tensor([list(PROMPT)])
     t0 = time.perf_counter()
     with torch.no_grad():
         for _ in range(tokens):
@@ -86,69 +112,188 @@ def hf_wall(model: Any, tokens: int) -> float:
     return time.perf_counter() - t0
 
 
-def main(argv: list[str] | None = None) -> int:
-    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
+def hf_prefill_wall(model: Any, ids: list[int]) -> float:
+    import torch
+    from transformers import DynamicCache
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(config=model.config),
+              use_cache=True)
+    return time.perf_counter() - t0
+
+
+def decode_rounds(model: Any, mdir: Path, n: int, repeats: int) -> dict[str, list[float]]:
+    """Interleaved rounds (the machine's load hits every peer alike); the order of the two CLI runs
+    alternates, since the first process after the transformers runs starts slower."""
+    got: dict[str, list[float]] = {k: [] for k in ("cli", "cli_decode", "driver", "transformers",
+                                                     "setup_s", "outside_generation_s")}
+    for r in range(repeats):
+        if r % 2:
+            (w2, j2), (w1, j1) = cli_run(mdir, 2 * n), cli_run(mdir, n)
+        else:
+            (w1, j1), (w2, j2) = cli_run(mdir, n), cli_run(mdir, 2 * n)
+        got["cli"].append((w2 - w1) / n)
+        got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
+        got["driver"].append(figure(j2, "decode_s") / max(j2["stats"]["generated_tokens"] - 1, 1))
+        got["transformers"].append((hf_decode_wall(model, 2 * n) - hf_decode_wall(model, n)) / n)
+        for w, j in ((w1, j1), (w2, j2)):
+            got["setup_s"].append(j["stats"]["backend"]["setup_seconds"])
+            got["outside_generation_s"].append(outside_generation(w, j))
+    got["_image_bytes"] = [j2["stats"]["backend"]["compile"]["host_ddr"]["weights_bytes"]]
+    return got
+
+
+def prefill_rounds(model: Any, mdir: Path, tokens: int, repeats: int, vocab: int) -> dict[str, Any]:
+    """The CLI's prefill_s for a ``tokens``-token prompt (one new token) against transformers' forward
+    pass over it, as prompt tokens/s (a warm-up CLI run first: its chunk programs are compiled once)."""
+    ids = prompt_of(tokens, vocab)
+    try:
+        cli_run(mdir, 1, ids)
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    px, hf = [], []
+    for _ in range(repeats):
+        _, j = cli_run(mdir, 1, ids)
+        px.append(tokens / figure(j, "prefill_s"))
+        hf.append(tokens / hf_prefill_wall(model, ids))
+    p, h = statistics.median(px), statistics.median(hf)
+    return {"prompt_tokens": tokens, "cli_tok_per_s": p, "transformers_tok_per_s": h,
+            "cli_vs_transformers": p / h}
+
+
+def probe_switch(model_dir: str, last: int) -> dict[str, Any]:
+    """(Run in a fresh process.) Step walls of the decode steps from the 4-token prompt to position
+    ``last``: each switch into a new span bucket less the median of the 8 steps after it."""
+    import numpy as np
+
+    from npukit.api.models import Model
+    from npukit.cli.cmd_generate import resolve_model
+    from npukit.runtime import backends
+    from npukit.runtime.generate import long_lived_frozen
+
+    with long_lived_frozen():  # as the CLI runs
+        backend = backends.create_backend(Model(resolve_model(model_dir)).loaded, "pccx", kv="fp16")
+        backend.reset()
+        tok = int(np.argmax(backend.prefill(list(PROMPT))))
+        walls: dict[int, float] = {}
+        while backend.drv.position < last:
+            pos, t0 = backend.drv.position, time.perf_counter()
+            tok = int(np.argmax(backend.step(tok)))
+            walls[pos] = time.perf_counter() - t0
+    out = {}
+    for pos in sorted(walls):
+        if pos > len(PROMPT) and pos & (pos - 1) == 0:  # pos + 1 keys: a span past a power of two
+            after = [walls[p] for p in range(pos + 1, pos + 9) if p in walls]
+            if after:
+                out[str(pos)] = (walls[pos] - statistics.median(after)) * 1e3
+    return {"switch_ms_by_position": out, "switch_ms": max(out.values()) if out else None}
+
+
+def switch_run(mdir: Path, last: int) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--probe-switch", str(mdir), "--tokens", str(last)],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill figure (0: skip)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--trace-overhead", action="store_true",
                     help="also time the whole command with --trace against without (2N tokens)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--probe-switch", metavar="DIR", help=argparse.SUPPRESS)  # the fresh switch process
+    return ap.parse_args(argv)
+
+
+def trace_rounds(mdir: Path, n: int, repeats: int) -> float:
+    """The whole command's wall with --trace over without (2N tokens), interleaved; the median."""
+    ratios = []
+    for _ in range(repeats):
+        plain, _ = cli_run(mdir, 2 * n)
+        with_trace, _ = cli_run(mdir, 2 * n, trace=mdir.parent / "t.json")
+        json.loads((mdir.parent / "t.json").read_text())  # valid JSON, or this raises
+        ratios.append(with_trace / plain)
+    return statistics.median(ratios)
+
+
+def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
+    model = save_model(args.hidden, args.layers, args.vocab, mdir)
+    n = args.tokens
+    cli_run(mdir, 2 * n)  # warm-up: INT4 image and programs cached, as for a user's second run
+    got = decode_rounds(model, mdir, n, args.repeats)
+    image = got.pop("_image_bytes")[0]
+    med = {k: statistics.median(v) for k, v in got.items()}
+    sys.path.insert(0, str(Path(__file__).parent))
+    from gemma3n_decode import host_bandwidth  # the same host-bandwidth probe
+
+    floor = image / host_bandwidth()
+    res: dict[str, Any] = {
+        "shape": {k: v for k, v in vars(args).items() if k != "probe_switch"},
+        "marginal_s_per_token": {k: med[k] for k in ("cli", "cli_decode", "driver", "transformers")},
+        "cli_vs_transformers": med["transformers"] / med["cli"],
+        "cli_decode_vs_transformers": med["transformers"] / med["cli_decode"],
+        "driver_vs_transformers": med["transformers"] / med["driver"],
+        "host_floor_s_per_token": floor,
+        "host_floor_note": ("device weight image bytes (every GEMV tile; sparse W_down streams less) / "
+                            "host memory bandwidth measured here"),
+        "cli_over_floor": med["cli"] / floor, "cli_decode_over_floor": med["cli_decode"] / floor,
+        "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"],
+        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "transformers")}}
+    probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
+    ms = [p["switch_ms"] for p in probes if p["switch_ms"] is not None]
+    res["switch_ms"] = statistics.median(ms) if ms else None
+    res["switch_ms_by_position"] = probes[-1]["switch_ms_by_position"]
+    if args.prefill:
+        res["prefill"] = prefill_rounds(model, mdir, args.prefill, args.repeats, args.vocab)
+    if args.trace_overhead:
+        res["trace_overhead"] = trace_rounds(mdir, n, args.repeats)  # whole command, --trace / without
+    return res
+
+
+def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
+    m = {k: v * 1e3 for k, v in res["marginal_s_per_token"].items()}
+    lines = [f"hidden {args.hidden}: CLI {m['cli']:.1f} ms/tok (its decode loop {m['cli_decode']:.1f}), "
+             f"driver {m['driver']:.1f}, transformers fp32 eager {m['transformers']:.1f} -> "
+             f"CLI {res['cli_vs_transformers']:.2f}x, decode loop {res['cli_decode_vs_transformers']:.2f}x, "
+             f"driver {res['driver_vs_transformers']:.2f}x transformers",
+             f"  INT4 host floor {res['host_floor_s_per_token'] * 1e3:.1f} ms/tok: "
+             f"CLI {res['cli_over_floor']:.2f}x the floor, decode loop {res['cli_decode_over_floor']:.2f}x",
+             f"  setup {res['setup_s']:.3f} s (outside generation {res['outside_generation_s']:.2f} s); "
+             f"program switch at a new span bucket {res['switch_ms'] or float('nan'):.0f} ms"]
+    pf = res.get("prefill")
+    if pf and "error" in pf:
+        lines.append(f"  prefill: failed ({pf['error']})")
+    elif pf:
+        rates = f"CLI {pf['cli_tok_per_s']:.1f} tok/s, transformers {pf['transformers_tok_per_s']:.1f} tok/s"
+        lines.append(f"  prefill {pf['prompt_tokens']} tokens: {rates} -> {pf['cli_vs_transformers']:.2f}x")
+    if "trace_overhead" in res:
+        lines.append(f"  --trace costs {res['trace_overhead']:.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.probe_switch:
+        print(json.dumps(probe_switch(args.probe_switch, args.tokens)))
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
-    n = args.tokens
-    cli, dec, drv, hf = [], [], [], []
+    machine = machine_line("npukit.sim.nb_simd")  # the CPU and kernel paths measured
+    print(machine, file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        model = save_model(args.hidden, args.layers, args.vocab, Path(tmp) / "m")
-        cli_run(Path(tmp) / "m", 2 * n)  # warm-up: INT4 image and programs cached, as for a user's 2nd run
-        for r in range(args.repeats):  # interleaved: the machine's load hits every peer alike
-            # the order alternates: the first process after the transformers runs starts slower
-            # (measured: it made the wall marginal look better than the decode loop's)
-            if r % 2:
-                (w2, j2), (w1, j1) = cli_run(Path(tmp) / "m", 2 * n), cli_run(Path(tmp) / "m", n)
-            else:
-                (w1, j1), (w2, j2) = cli_run(Path(tmp) / "m", n), cli_run(Path(tmp) / "m", 2 * n)
-            cli.append((w2 - w1) / n)
-            dec.append((decode_s(j2) - decode_s(j1)) / n)
-            st = j2["stats"]
-            drv.append(st["figures"]["decode_s"]["value"] / max(st["generated_tokens"] - 1, 1))
-            hf.append((hf_wall(model, 2 * n) - hf_wall(model, n)) / n)
-        traced = []
-        for _ in range(args.repeats if args.trace_overhead else 0):  # with --trace and without, interleaved
-            plain, _ = cli_run(Path(tmp) / "m", 2 * n)
-            with_trace, _ = cli_run(Path(tmp) / "m", 2 * n, Path(tmp) / "t.json")
-            json.loads((Path(tmp) / "t.json").read_text())  # valid JSON, or this raises
-            traced.append(with_trace / plain)
-    med = {k: statistics.median(v) for k, v in (("cli", cli), ("cli_decode", dec), ("driver", drv),
-                                                ("transformers", hf))}
-    res: dict[str, Any] = {"shape": vars(args), "marginal_s_per_token": med,
-           "cli_vs_transformers": med["transformers"] / med["cli"],
-           "cli_decode_vs_transformers": med["transformers"] / med["cli_decode"],
-           "driver_vs_transformers": med["transformers"] / med["driver"],
-           "tier": "measured (s/token, medians of interleaved runs); ratios derived"}
-    if traced:
-        res["trace_overhead"] = statistics.median(traced)  # wall with --trace / without, whole command
-    sys.path.insert(0, str(Path(__file__).parent))
-    from gemma3n_decode import host_bandwidth  # the same host-bandwidth probe
-
-    image = j2["stats"]["backend"]["compile"]["host_ddr"]["weights_bytes"]
-    res["host_floor_s_per_token"] = image / host_bandwidth()
-    res["host_floor_note"] = ("device weight image bytes (every GEMV tile; sparse W_down streams less) / "
-                              "host memory bandwidth measured here")
-    print(json.dumps(res, indent=2) if args.json else
-          f"hidden {args.hidden}: CLI {med['cli']:.3f} s/tok (its decode loop {med['cli_decode']:.3f}), "
-          f"driver {med['driver']:.3f} s/tok, transformers {med['transformers']:.3f} s/tok -> "
-          f"CLI {res['cli_vs_transformers']:.2f}x (decode loop {res['cli_decode_vs_transformers']:.2f}x), "
-          f"driver {res['driver_vs_transformers']:.2f}x transformers fp32 eager; "
-          f"host floor {res['host_floor_s_per_token']:.4f} s/tok"
-          + (f"; --trace costs {res['trace_overhead']:.2f}x" if traced else ""))
+        res = measure(args, Path(tmp) / "m")
+    res["machine"] = machine
+    res["tier"] = "measured (s/token, tok/s, ms: medians of interleaved runs); ratios derived"
+    print(json.dumps(res, indent=2) if args.json else summary(args, res))
     return 0
 
 

@@ -116,10 +116,11 @@ def gemv_i8(x, w, scale, dst, accm, q, lut32, lut64):
     if e == 999:
         return 1
     accs = np.empty(w.shape[0], np.int32)  # the int32 store lets LLVM keep 32-bit lanes (2x faster)
+    q16 = q[: w.shape[1]].astype(np.int16)
     for m in nb.prange(w.shape[0]):
-        acc = 0
-        for j in range(w.shape[1]):
-            acc += np.int32(w[m, j]) * np.int32(q[j])
+        acc = np.int32(0)
+        for j in range(w.shape[1]):  # 16-bit products (|w·q| <= 128 · 127 < 2^15, exact): LLVM's
+            acc += np.int32(np.int16(w[m, j]) * q16[j])  # multiply-add of 16-bit pairs, 1.3-2x here
         accs[m] = acc  # exact: |acc| <= 65535 * 128 * 127 < 2^31
     _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
     return 0

@@ -166,10 +166,7 @@ def bind_mat(sim: FastState, site: MatSite, key: bytes) -> MatBinding | None:
     if body is None or (w_scale and sbytes is None):
         return None
     flat = sim.flat
-    codes = None
-    if fmt == "int4" and (sim.backend == "numpy" or sim.weights == "int8" or (
-            sim.weights == "auto" and m * k < kx.PARALLEL_MIN_MACS and not (sim.vnni and k >= 128))):
-        codes = sim.int4_codes(addr, m, k, w_scale)
+    codes = sim.int4_codes(addr, m, k, w_scale) if fmt == "int4" and _unpacked(sim, m, n, k) else None
     work = _mat_work(site, m, n, k, fmt)
     if n > 1 and fmt == "int4" and codes is None and sim.backend == "numba":
         ds = [flat[(d0 + j * mw) * _E: (d0 + j * mw) * _E + m] for j in range(n)]
@@ -204,6 +201,28 @@ def bind_mat(sim: FastState, site: MatSite, key: bytes) -> MatBinding | None:
             update_emax(sim, ds)
 
     return MatBinding(key, work, run, codes)
+
+
+# Unpacked int8 codes of large matrices on the portable path: at most this many bytes in all (they are
+# twice the packed image's bytes; past this the packed kernel reads the image in place)
+PORTABLE_CODES_BYTES = 2 << 30
+
+
+def _unpacked(sim: FastState, m: int, n: int, k: int) -> bool:
+    """Whether an INT4 GEMV/GEMM reads cached int8 codes rather than the packed image in place.
+    ``weights="auto"``: small matrices (< PARALLEL_MIN_MACS weights, they stay in cache) always, except
+    on VNNI from K = 128 on (two 64-byte runs per row beat int8 codes). Without VNNI also every GEMV
+    (N = 1): the portable packed loop sign-extends nibbles and measured 1-2 GB/s of packed weights
+    from DRAM here, the int8 loop about twice that in weight bytes (a decode token measured ~5x faster
+    on the Haswell build); a prefill GEMM keeps the packed kernel, which reads each row once for all N
+    vectors."""
+    if sim.backend == "numpy" or sim.weights == "int8":
+        return True
+    if sim.weights != "auto":
+        return False
+    if m * k < kx.PARALLEL_MIN_MACS:
+        return not (sim.vnni and k >= 128)
+    return not sim.vnni and n == 1 and sim._cached_bytes + m * k <= PORTABLE_CODES_BYTES
 
 
 def _gemm_kernel(sim: FastState, flat: np.ndarray, s0: int, d0: int, kw: int, mw: int, n: int, k: int,

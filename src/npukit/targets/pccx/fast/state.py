@@ -55,6 +55,7 @@ class FastState(Protocol):
     trace: list
     _k: dict[str, Any]  # numba kernels by name
     _qbuf: np.ndarray
+    _cached_bytes: int  # bytes of unpacked INT4 codes held
 
     @property
     def emax(self) -> np.float32: ...

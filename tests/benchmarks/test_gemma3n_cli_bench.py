@@ -1,0 +1,37 @@
+"""benchmarks/gemma3n_cli.py runs end to end on tiny settings and reports every figure the issue asks
+for: CLI, decode-loop and driver marginals, transformers, the INT4 floor, prefill, the program switch
+and setup, with the CPU line (model, numba target, kernel paths)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gemma3n_cli.py"
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_reports_every_figure_with_the_machine(capsys):
+    spec = importlib.util.spec_from_file_location("bench_gemma3n_cli", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gemma3n_cli"] = mod
+    spec.loader.exec_module(mod)
+    assert mod.main(["--hidden", "256", "--layers", "5", "--vocab", "2048", "--tokens", "4",
+                     "--prefill", "12", "--repeats", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["machine"].startswith("CPU ") and "int4-gemv" in res["machine"]
+    m = res["marginal_s_per_token"]
+    assert m["transformers"] > 0 and m["driver"] > 0
+    assert res["driver_vs_transformers"] == pytest.approx(m["transformers"] / m["driver"])
+    assert res["cli_vs_transformers"] == pytest.approx(m["transformers"] / m["cli"])
+    assert res["host_floor_s_per_token"] > 0
+    assert res["cli_decode_over_floor"] == pytest.approx(m["cli_decode"] / res["host_floor_s_per_token"])
+    assert 0 < res["setup_s"] < res["outside_generation_s"]
+    assert "8" in res["switch_ms_by_position"]  # the step at position 8 enters span bucket 16
+    pf = res["prefill"]
+    assert pf["prompt_tokens"] == 12 and pf["cli_tok_per_s"] > 0 and pf["transformers_tok_per_s"] > 0
+    assert pf["cli_vs_transformers"] == pytest.approx(pf["cli_tok_per_s"] / pf["transformers_tok_per_s"])
+    assert "measured" in res["tier"] and "derived" in res["tier"]
