@@ -56,6 +56,22 @@ def test_token_timer_equals_the_readable_model_run_after_run():
     assert 0 < changed < len(raw[-1]) // 4  # the cache was exercised: some rows patched, most kept
 
 
+def test_a_full_row_cache_starts_over_between_batches_not_inside_one(monkeypatch):
+    """A prompt whose Works outgrow the row cache (a 512-token prefill did) still times exactly: the
+    cache is cleared before a batch, never part-way through the rows that batch looks up next."""
+    from npukit.targets.pccx import timing_token
+
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.prefill([2, 3])
+    monkeypatch.setattr(timing_token, "_MAX_ROWS", len(drv.last_works) + 5)
+    for tok in (4, 9, 4):
+        drv.step(tok)
+        want = Sim(machine(drv.hw), to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
+        assert drv.records[-1].cycles == want.cycles
+        assert len(drv.timer._rows_by_id) <= 2 * (len(drv.last_works) + 5)
+
+
 def test_switched_off_the_timer_uses_the_readable_loop(monkeypatch):
     monkeypatch.setenv("NPUKIT_TIMING", "python")
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))

@@ -123,8 +123,6 @@ class TokenTimer:
         row = (plan.eix[o.engine], o.cycles, o.latency, o.tail, plan.path_id(o.path), o.xfer_bytes,
                -1 if o.stream is None else plan.six[o.stream], o.stream_bytes, o.is_async,
                self._sfu_depth if kind == _SFU else 0.0, kind, w.sfu_elems, o.reads, o.writes)
-        if len(self._rows_by_id) >= _MAX_ROWS:
-            self._rows_by_id.clear()
         self._rows_by_id[id(w)] = (w, row)  # (the Work is kept alive with its row: its id stays its own)
         return row
 
@@ -132,6 +130,10 @@ class TokenTimer:
         """Cache the rows of the Works not seen yet (by identity), with one `to_ops` over them all."""
         rows = self._rows_by_id
         new = [w for w in works if (hit := rows.get(id(w))) is None or hit[0] is not w]
+        if new and len(rows) + len(new) > _MAX_ROWS:
+            # full: start over with this batch, never part-way through it (its rows are looked up next)
+            rows.clear()
+            new = works
         if new:
             for w, o in zip(new, to_ops(self.hw, new, _OpRecord), strict=True):
                 self._remember(w, o)
