@@ -4,8 +4,9 @@ and the ablation that keeps one tensor class at 8 bits at a time (docs/models.md
     python scripts/llm_ablation.py gemma3 --text /usr/share/common-licenses/GPL-3 --window 256 \\
         [--runs float,absmax,absmax+embed,...,gguf,gguf-kv:int4] [--json out.json]
 
-A run is ``float``, ``<policy>`` or ``<policy>+<class>`` (that class at 8 bits; ``gguf`` alone keeps the
-embedding at 8 bits, ``gguf-none`` keeps nothing), with ``-kv:<fmt>`` for a KV format other than fp16.
+A run is ``float``, ``<policy>`` or ``<policy>+<class>[+<class>...]`` (those classes at 8 bits; ``gguf``
+also keeps its default, the embedding, at 8 bits, ``gguf-none`` nothing else), with ``-kv:<fmt>`` for a
+KV format other than fp16.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ def build(weights, run: str):
     if run.startswith("float"):
         return LlmReference(weights, kv="fp32")
     run, _, kv = run.partition("-kv:")
-    policy, _, cls = run.partition("+")
+    policy, *classes = run.split("+")
+    keep = set(classes)
     if policy == "gguf-none":
-        policy, keep = "gguf", ()
-    elif policy == "gguf" and not cls:
-        keep = DEFAULT_KEEP_INT8
-    else:
-        keep = (cls,) if cls else ()
+        policy = "gguf"
+    elif policy == "gguf":
+        keep |= set(DEFAULT_KEEP_INT8)
     return LlmW4A8(weights, kv=kv or "fp16", keep_int8=keep, policy=policy)
 
 
