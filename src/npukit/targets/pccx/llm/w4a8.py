@@ -12,8 +12,10 @@ A grouped product is, in pccx instructions (`grouped_gemv_reference` spells it a
    quantises its slice of the BF16 activation to INT8 with its own exponent (emax alignment) and adds
    its scaled, BF16-rounded partial to the previous one;
 2. with offsets: one REDUCE_SUM per group (the group sums ``s_g`` of the BF16 activation, serial
-   float32, BF16-rounded), then one FP16 GEMV of the offsets [M, G] on ``s`` with ``accm`` — since
-   ``Σ_k (c_k·d_g + o_g)·x_k = d_g·Σ c_k x_k + o_g·s_g``.
+   float32, BF16-rounded; each lands in element 0 of its own L2 word, the word's other 7 elements
+   zero), then one FP16 GEMV with ``accm`` of the offsets on those G words (the image [M, 8·G] holds
+   each offset followed by 7 zeros, which add exactly nothing) — since
+   ``Σ_k (c_k·d_g + o_g)·x_k = d_g·Σ c_k x_k + o_g·s_g``. All of it is pccx v002 (no extension).
 
 `grouped_gemm` is the same arithmetic vectorised over rows and tokens: INT4/INT8 × INT8 sums over one
 group stay below 2**24, so the float32 matrix product is exact, and the FP16 offset product is exact in
@@ -28,6 +30,7 @@ import numpy as np
 
 from npukit.errors import FormatError
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.isa import ELEMS_PER_WORD
 
 F32 = np.float32
 QMAX = {"int4": 7, "int8": 127}
@@ -146,8 +149,13 @@ def grouped_gemv_reference(x: np.ndarray, w: GroupedMatrix) -> np.ndarray:
         out = nx.gemv(w.codes[:, lo:lo + w.group], x[lo:lo + w.group], w.scale[:, j], out, w.fmt)
     assert out is not None
     if w.offset is not None:
-        sums = np.array([nx.reduce_sum(x[lo:lo + w.group]) for lo in range(0, len(x), w.group)], F32)
-        out = nx.gemv(w.offset, sums, None, out, "fp16")
+        # each REDUCE_SUM writes a whole L2 word: its sum in element 0, zeros after it, so the G sums
+        # sit in G consecutive words and the FP16 image has each offset column followed by 7 zero ones
+        sums = np.zeros((w.offset.shape[1], ELEMS_PER_WORD), F32)
+        sums[:, 0] = [nx.reduce_sum(x[lo:lo + w.group]) for lo in range(0, len(x), w.group)]
+        image = np.zeros((w.offset.shape[0], sums.size), np.float16)
+        image[:, ::ELEMS_PER_WORD] = w.offset
+        out = nx.gemv(image, sums.reshape(-1), None, out, "fp16")
     return out
 
 
