@@ -1,6 +1,7 @@
 """The weight policy against gguf-py (an independent decoder of the same bytes): Q4_0 maps to pccx INT4
 bit for bit, Q4_1 / Q4_K to INT4 codes with their own scales plus FP16 offsets (off by at most that
-one FP16 rounding), Q8_0 to INT8 exactly; re-quantisation beats the absmax rule it replaced."""
+one FP16 rounding), Q8_0 and Q5_0 to INT8 exactly (Q5_1 with an FP16 offset); re-quantisation beats
+the absmax rule it replaced."""
 
 import numpy as np
 import pytest
@@ -26,17 +27,18 @@ def _k_quant_bytes(seed: int, nbytes: int) -> np.ndarray:
     return raw.reshape(-1)
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q4_K", "Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1"])
 def test_source_formats_map_onto_pccx_without_requantising(kind: str) -> None:
     qt = T[kind]
     raw = _k_quant_bytes(1, 144) if kind == "Q4_K" else quantize(_weights(0), qt).reshape(-1)
     ref = dequantize(raw.reshape(ROWS, -1), qt).astype(np.float32)  # gguf-py's float values
-    got = policy_matrix(kind, raw, ref, keep8=kind == "Q8_0")
-    assert got.fmt == ("int8" if kind == "Q8_0" else "int4") and got.source == f"{kind} lossless"
-    lo, hi = (-128, 127) if kind == "Q8_0" else (-8, 7)
+    eight = kind in ("Q8_0", "Q5_0", "Q5_1")
+    got = policy_matrix(kind, raw, ref, keep8=eight)
+    assert got.fmt == ("int8" if eight else "int4") and got.source == f"{kind} lossless"
+    lo, hi = {"Q8_0": (-128, 127), "Q5_0": (-16, 15), "Q5_1": (-16, 15)}.get(kind, (-8, 7))
     assert got.codes.min() >= lo and got.codes.max() <= hi
     deq = got.dequantize()
-    if kind in ("Q4_0", "Q8_0"):
+    if kind in ("Q4_0", "Q8_0", "Q5_0"):
         assert np.array_equal(deq, ref)
     else:  # the only loss: the offset low + 8·d rounded to FP16 (half an FP16 ulp of it)
         assert got.offset is not None

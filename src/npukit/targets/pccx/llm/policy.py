@@ -8,11 +8,13 @@ activation adds an offset per (row, group) (`npukit.targets.pccx.llm.w4a8`). So:
 * **Q4_1** (``d·q + m``) and **Q4_K** (``(d·sc)·q − dmin·m``, sub-blocks of 32): INT4 codes ``q−8``,
   scale ``d`` (``d·sc``, the float32 product the reference rounds), offset ``m + 8·d`` rounded to FP16
   — lossless but for that one FP16 rounding per 32 weights.
-* **Q8_0** (``d·q``) kept at 8 bits (a class in ``keep8``): INT8 codes ``q``, scale ``d`` — lossless.
+* kept at 8 bits (a class in ``keep8``): **Q8_0** (``d·q``) INT8 codes ``q``, scale ``d``; **Q5_0**
+  (``d·(q−16)``) INT8 codes ``q−16``, scale ``d``; **Q5_1** the same plus the FP16 offset ``m + 16·d``
+  — lossless (Q5_1 but for the offset's rounding).
 * everything else (Q5_0/Q5_1/Q5_K/Q6_K/Q8_0 at 4 bits, Q2_K/Q3_K, floats): re-quantised to INT4 per
   group of 32, affine: start from the group's min/max, then alternate rounding the codes with a
   least-squares fit of (scale, offset) (`affine_fit`), the offset rounded to FP16 before the last
-  rounding; kept at 8 bits: INT8 absmax per group.
+  rounding; kept at 8 bits (Q4_*, K-quants, floats): INT8 absmax per group.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from npukit.formats.int4 import absmax_quantize
-from npukit.models.gguf.quants import _f16, _k_scale_min, _nibbles
+from npukit.models.gguf.quants import _f16, _k_scale_min, _low5, _nibbles
 from npukit.targets.pccx.llm.w4a8 import QMAX, GroupedMatrix
 
 F32 = np.float32
 GROUP = 32
 LOSSLESS_INT4 = ("Q4_0", "Q4_1", "Q4_K")
+LOSSLESS_INT8 = ("Q8_0", "Q5_0", "Q5_1")
 FIT_ROUNDS = 4
 POLICIES = ("gguf", "absmax")
 ROW_SLICE = 1 << 21  # weights re-quantised at a time (float64 temporaries stay ~100 MB)
@@ -64,11 +67,24 @@ def from_q4(kind: str, raw: np.ndarray, shape: tuple[int, int]) -> GroupedMatrix
     return GroupedMatrix(codes, scale, GROUP, "int4", offset, f"{kind} lossless")
 
 
-def from_q8_0(raw: np.ndarray, shape: tuple[int, int]) -> GroupedMatrix:
+def from_8bit_source(kind: str, raw: np.ndarray, shape: tuple[int, int]) -> GroupedMatrix:
+    """Q8_0 (``d·q``), Q5_0 (``d·(q−16)``) and Q5_1 (``d·q + m``) bytes -> INT8 codes with the source's
+    scales (Q5_1: codes ``q − 16`` and the FP16 offset ``m + 16·d``)."""
     m, k = shape
-    b = _blocks(raw, 34)
-    codes = np.ascontiguousarray(b[:, 2:]).view(np.int8).reshape(m, k)
-    return GroupedMatrix(codes, _f16(b, 0).reshape(m, k // GROUP), GROUP, "int8", None, "Q8_0 lossless")
+    offset = None
+    if kind == "Q8_0":
+        b = _blocks(raw, 34)
+        codes, step = np.ascontiguousarray(b[:, 2:]).view(np.int8), _f16(b, 0)
+    elif kind == "Q5_0":
+        b = _blocks(raw, 22)
+        codes, step = _low5(b, 2).astype(np.int8) - np.int8(16), _f16(b, 0)
+    else:
+        b = _blocks(raw, 24)
+        codes, step = _low5(b, 4).astype(np.int8) - np.int8(16), _f16(b, 0)
+        offset = (_f16(b, 2).astype(np.float64) + 16.0 * step.astype(np.float64)).astype(np.float16)
+        offset = offset.reshape(m, k // GROUP)
+    return GroupedMatrix(codes.reshape(m, k), step.reshape(m, k // GROUP), GROUP, "int8", offset,
+                         f"{kind} lossless")
 
 
 def affine_fit(w: np.ndarray, rounds: int = FIT_ROUNDS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -121,8 +137,8 @@ def policy_matrix(kind: str, raw: np.ndarray, w: np.ndarray, keep8: bool, policy
         return requantize(w, "int8" if keep8 else "int4", kind, affine=False)
     if kind in LOSSLESS_INT4 and not keep8:
         return from_q4(kind, raw, shape)
-    if kind == "Q8_0" and keep8:
-        return from_q8_0(raw, shape)
+    if kind in LOSSLESS_INT8 and keep8:
+        return from_8bit_source(kind, raw, shape)
     return requantize(w, "int8" if keep8 else "int4", kind)
 
 
