@@ -45,15 +45,17 @@ def _align(n: int) -> int:
     return -(-n // WORD_BYTES) * WORD_BYTES
 
 
-def product_program(w: GroupedMatrix, x_word: int, y_word: int, sums_word: int) -> ProductProgram:
-    """The pccx program computing y = W x (see the module docstring) and its host images."""
+def product_program(w: GroupedMatrix, x_word: int, y_word: int, sums_word: int,
+                    host_base: int = HOST_BASE) -> ProductProgram:
+    """The pccx program computing y = W x (see the module docstring) and its host images, placed from
+    host byte ``host_base`` on (16-byte aligned)."""
     m, k = w.codes.shape
     g = w.group
     if g % ELEMS_PER_WORD or k % g:
         raise ConfigError(f"group {g} must be whole L2 words and divide K = {k}")
     lines: list[str] = []
     images: list[tuple[int, bytes]] = []
-    addr = HOST_BASE
+    addr = _align(host_base)
 
     def place(image: bytes) -> int:
         nonlocal addr
