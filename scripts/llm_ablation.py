@@ -24,9 +24,28 @@ from npukit.models.llm.reference import LlmReference
 from npukit.models.loading import load_model
 from npukit.runtime.llm_eval import mean_nll
 from npukit.sim.cpu import host_cpu_model
-from npukit.targets.pccx.llm.model import CLASSES, DEFAULT_KEEP_INT8, LlmW4A8
+from npukit.targets.pccx.llm.model import CLASSES, DEFAULT_KEEP_INT8, LlmW4A8, tensor_class
 
 ALL_CLASSES = sorted(set(CLASSES.values()))
+
+
+class SharedMatrices(LlmW4A8):
+    """Runs of one process share the matrices they have in common (quantising Gemma takes minutes)."""
+
+    made: dict[tuple[str, bool, str], tuple[object, float, int]] = {}
+
+    def matrix(self, name: str):
+        key = (name, tensor_class(name) in self.keep_int8, self.policy)
+        if key not in self.made:
+            got = super().matrix(name)
+            err, size = self.errors[tensor_class(name)][-1]
+            self.made[key] = (got, err, size)
+            return got
+        got, err, size = self.made[key]
+        if name not in self.matrices:
+            self.matrices[name] = got
+            self.errors.setdefault(tensor_class(name), []).append((err, size))
+        return got
 
 
 def build(weights, run: str):
@@ -39,7 +58,7 @@ def build(weights, run: str):
         policy = "gguf"
     elif policy == "gguf":
         keep |= set(DEFAULT_KEEP_INT8)
-    return LlmW4A8(weights, kv=kv or "fp16", keep_int8=keep, policy=policy)
+    return SharedMatrices(weights, kv=kv or "fp16", keep_int8=keep, policy=policy)
 
 
 def main() -> None:
