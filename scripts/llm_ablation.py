@@ -16,6 +16,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,7 +33,7 @@ ALL_CLASSES = sorted(set(CLASSES.values()))
 class SharedMatrices(LlmW4A8):
     """Runs of one process share the matrices they have in common (quantising Gemma takes minutes)."""
 
-    made: dict[tuple[str, bool, str], tuple[object, float, int]] = {}
+    made: ClassVar[dict[tuple[str, bool, str], tuple[object, float, int]]] = {}
 
     def matrix(self, name: str):
         key = (name, tensor_class(name) in self.keep_int8, self.policy)
