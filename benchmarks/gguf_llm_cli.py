@@ -31,7 +31,7 @@ def cli_decode_s(path: Path, target: str, tokens: int) -> float:
     argv = [sys.executable, "-m", "npukit", "--quiet", "generate", str(path), "--target", target, "--json",
             "--ignore-eos", "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", str(tokens)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout)["figures"]["decode_s"]["value"])
+    return float(json.loads(out.stdout)["stats"]["figures"]["decode_s"]["value"])
 
 
 def transformers_s(path: Path, tokens: int, threads: int) -> tuple[float, float]:
