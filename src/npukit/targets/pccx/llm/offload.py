@@ -7,8 +7,8 @@ INT4/INT8 groups and FP16 offsets — are programs on the simulated NPU; everyth
 RoPE, attention over the KV cache, GELU / SiLU, the embedding lookup) is the quant target's float32 host
 code. So the logits are bit-identical to the ``quant`` target by construction of the same arithmetic,
 and tests compare them. Each matrix's program and host images are built once, on first use, and its
-weight images stay in the simulator's host DDR; the product's cycles are the timing model's for that
-program (products do not overlap: the per-token figure is their sum).
+weight images stay in the simulator's host DDR; a token's cycles are the timing model's schedule of all
+its product runs as one instruction stream.
 """
 
 from __future__ import annotations
@@ -88,16 +88,19 @@ class LlmPccxOffload(LlmW4A8):
             if self.sim.error is not None:
                 raise NpukitError(f"pccx device error in {name}: {self.sim.error}")
             out[t] = self.sim.read_l2(prog.y_word, prog.rows)
-            # the LM head may run on the last row only: its cycles belong to the last token
-            self._cycles[len(self._cycles) - len(xs) + t] += simulate_works(self.hw, works).cycles
+            # the LM head may run on the last row only: its work belongs to the last token
+            self._works[len(self._works) - len(xs) + t].extend(works)
             self.instructions += len(works)
         return out
 
     def forward(self, ids: Any, all_logits: bool = True) -> np.ndarray:
         n = len(np.atleast_1d(ids))
-        self._cycles = np.zeros(n)
+        self._works: list[list[Any]] = [[] for _ in range(n)]
         logits = super().forward(ids, all_logits)
-        self.token_cycles.extend(self._cycles.tolist())
+        # one schedule per token: its products' runs in order, numbered as one stream (weight fetches
+        # of the next product may overlap the current one; L2 hazards keep the order)
+        self.token_cycles.extend(simulate_works(self.hw, w, renumber=True).cycles for w in self._works)
+        self._works = []
         return logits
 
     def prefill(self, ids: Any) -> np.ndarray:
