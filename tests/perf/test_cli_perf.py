@@ -4,6 +4,7 @@ import csv
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 
 from npukit.cli.main import main
@@ -141,3 +142,23 @@ def test_fp8_storage_weights_are_one_byte_plus_a_column_scale(capsys):
     int4, fp8, fp16 = weight_bytes("int4"), weight_bytes("fp8-e4m3"), weight_bytes("fp16")
     assert int4 < fp8 < fp16
     assert weight_bytes("fp8-e5m2") == fp8
+
+
+def test_perf_takes_the_shape_from_a_gguf_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """`npukit perf FILE.gguf`: KV260 by default, the parameter count of the file's own matrices."""
+    from npukit.models.gguf import GGUFFile
+    from npukit.models.gguf.installed import installed_gguf
+
+    path = installed_gguf("smollm2")
+    g = GGUFFile(path)
+    params = sum(int(np.prod(g.shape(n))) for n in g.tensors if len(g.shape(n)) == 2)
+    rc, out, _ = _run(capsys, ["perf", str(path), "--json"])
+    assert rc == 0
+    data = json.loads(out)
+    figs = data["figures"]
+    assert data["inputs"]["hw"] == "pccx-v002-kv260"
+    assert figs["model_bytes"]["value"] == pytest.approx(params / 2, rel=1e-9)  # INT4: half a byte each
+    assert figs["tokens_per_second"]["tier"] in ("derived", "projected")
+    assert figs["tokens_per_second"]["value"] > 0
+    rc, _, err = _run(capsys, ["perf", str(path), "--model", str(path)])
+    assert rc == 2 and "give the model once" in err

@@ -1,7 +1,7 @@
 """``npukit eval``: a model's quality on a target, dispatched on the model file's kind.
 
     npukit eval MODEL.tflite --target ref|vta --dataset DIR|zoo:digits [--limit N] [--hw PRESET] [--json]
-    npukit eval MODEL.gguf --text FILE --target golden|quant [--kv FMT] [--window N] [--json]
+    npukit eval MODEL.gguf --text FILE --target golden|quant|pccx [--kv FMT] [--window N] [--json]
 
 A ``.tflite`` model (or ``zoo:NAME``) is an int8 classifier: top-1 accuracy, per-sample agreement
 with LiteRT BUILTIN_REF and, on VTA, cycles and energy per inference (`npukit.models.tflite.evaluate`).
@@ -19,7 +19,7 @@ from pathlib import Path
 from npukit.cli import ui
 from npukit.errors import ConfigError
 
-_TARGETS = {"tflite": ("ref", "vta"), "gguf": ("golden", "quant")}
+_TARGETS = {"tflite": ("ref", "vta"), "gguf": ("golden", "quant", "pccx")}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL", help="MODEL.tflite, zoo:NAME or a .gguf LLM (Gemma 3, Llama)")
     p.add_argument("--target", default=None,
                    help=".tflite: ref (host, bit-exact with LiteRT BUILTIN_REF, default) or vta; "
-                        ".gguf: golden (float, default) or quant (pccx W4A8)")
+                        ".gguf: golden (float, default), quant (pccx W4A8) or pccx (its products on the "
+                        "simulated NPU)")
     p.add_argument("--dataset", default=None, metavar="DIR|zoo:NAME",
                    help=".tflite: zoo:digits (scikit-learn's held-out digits) or a folder with x.npy, y.npy")
     p.add_argument("--limit", type=int, default=None, metavar="N", help=".tflite: the first N samples only")

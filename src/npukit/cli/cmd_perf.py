@@ -8,12 +8,19 @@ from typing import Any
 
 from npukit.cli import ui
 
+DEFAULT_HW = "pccx-v002-kv260"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perf", help="analytic per-op roofline, energy and evidence ledger "
                        "for one decode token")
-    p.add_argument("--hw", required=True, help="hardware preset name or TOML path")
-    p.add_argument("--model", required=True, help="model preset name or path to a HF config.json")
+    p.add_argument("model_file", nargs="?", default=None, metavar="MODEL",
+                   help="the model, as --model (e.g. a Gemma 3 / Llama .gguf file)")
+    p.add_argument("--hw", default=DEFAULT_HW,
+                   help=f"hardware preset name or TOML path (default {DEFAULT_HW})")
+    p.add_argument("--model", default=None,
+                   help="model preset name, path to a HF config.json, or a Gemma 3 / Llama .gguf file "
+                   "(its shape from the GGUF metadata)")
     p.add_argument("--weights", default=None,
                    help="weight format: int4|int8|fp16|bf16|fp8-e4m3|fp8-e4m3fn|fp8-e5m2|ternary|ternary-i2s "
                    "(default int4; ternary for bitnet)")
@@ -42,6 +49,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     from npukit.api.perf import estimate
     from npukit.errors import ConfigError
 
+    if (args.model is None) == (args.model_file is None):
+        raise ConfigError("give the model once: MODEL or --model (a preset, config.json or .gguf file)")
+    args.model = args.model or args.model_file
     try:
         report = estimate(args.model, args.hw, weights=args.weights, kv=args.kv, context=args.context,
                           sparsity=args.sparsity, overrides=args.overrides, basis=args.basis,

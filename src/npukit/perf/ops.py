@@ -98,10 +98,17 @@ class OpTable:
 
 
 def load_config(model: str | Path | dict[str, Any]) -> dict[str, Any]:
-    """A preset name, a path to ``config.json`` (or its directory), or a dict already loaded."""
+    """A preset name, a path to ``config.json`` (or its directory), a Gemma 3 / Llama ``.gguf`` file, or a
+    dict already loaded."""
     if isinstance(model, dict):
         return model
     path = Path(model)
+    if path.suffix == ".gguf":  # a Gemma 3 / Llama GGUF file: the shape from its metadata
+        if not path.is_file():
+            raise ConfigError(f"--model {model}: no such file")
+        from npukit.models.llm.config import gguf_llm_config
+
+        return gguf_llm_config(str(path)).to_hf_config()
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():

@@ -54,6 +54,18 @@ def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return log_norm - z[np.arange(len(targets)), targets]
 
 
+def mean_nll(ref: Any, ids: np.ndarray, on_chunk: Callable[[int], None] | None = None) -> float:
+    """Mean next-token NLL of ``ids`` under a forward pass with a KV cache (``reset``/``forward``)."""
+    ref.reset()
+    nll = []
+    for lo in range(0, ids.size - 1, CHUNK):
+        chunk = ids[lo:min(lo + CHUNK, ids.size - 1)]
+        nll.append(token_nll(ref.forward(chunk), ids[lo + 1:lo + 1 + chunk.size]))
+        if on_chunk is not None:
+            on_chunk(int(chunk.size))
+    return float(np.concatenate(nll).mean())
+
+
 def perplexity(model: Any, text_path: str | Path, target: str = "golden", kv: str | None = None,
                window: int = 512, on_chunk: Callable[[int], None] | None = None) -> PerplexityResult:
     """Perplexity of ``model`` (a GGUF `LoadedModel`) over the first ``window`` tokens of a text file."""
@@ -73,14 +85,7 @@ def perplexity(model: Any, text_path: str | Path, target: str = "golden", kv: st
     if not hasattr(ref, "forward"):
         raise ConfigError(f"target {target!r} has no whole-sequence forward pass for perplexity")
     t0 = time.perf_counter()
-    ref.reset()
-    nll = []
-    for lo in range(0, ids.size - 1, CHUNK):
-        chunk = ids[lo:min(lo + CHUNK, ids.size - 1)]
-        nll.append(token_nll(ref.forward(chunk), ids[lo + 1:lo + 1 + chunk.size]))
-        if on_chunk is not None:
-            on_chunk(int(chunk.size))
-    mean = float(np.concatenate(nll).mean())
+    mean = mean_nll(ref, ids, on_chunk)
     stats = backend.stats()
     extra = {"weight_error": stats["weight_error"]} if "weight_error" in stats else {}
     return PerplexityResult(str(model.name), target, kv or backends.get_spec(model.family, target).default_kv,

@@ -79,3 +79,20 @@ class LlmConfig:
             context_length=int(m("context_length", 2048)),
             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=() if eos is None else (int(eos),))
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """The transformers-style ``config.json`` fields of this shape (what `npukit.perf` reads)."""
+        return {"model_type": "gemma3_text" if self.gemma else "llama", "hidden_size": self.hidden_size,
+                "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
+                "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+                "head_dim": self.head_dim, "vocab_size": self.vocab_size,
+                "max_position_embeddings": self.context_length, "sliding_window": self.sliding_window,
+                "tie_word_embeddings": self.tied_embeddings}
+
+
+def gguf_llm_config(path: str) -> LlmConfig:
+    """The `LlmConfig` of a Gemma 3 / Llama GGUF file from its metadata (no tensor is read)."""
+    from npukit.models.gguf import GGUFFile
+
+    g = GGUFFile(path)
+    return LlmConfig.from_gguf(g.meta, {n: g.shape(n) for n in g.tensors}, str(path))

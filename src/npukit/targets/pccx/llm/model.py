@@ -1,10 +1,12 @@
 """`LlmW4A8`: a GGUF Gemma 3 / Llama decoder with pccx's W4A8 matrix arithmetic and KV formats.
 
 Every matrix product (q, k, v, o, gate, up, down and the tied LM head) is the grouped pccx GEMV of
-`npukit.targets.pccx.llm.w4a8` on BF16 activations, with the weights quantised once by its policy;
-the embedding rows are read from the same INT4 table (one copy serves lookup and LM head). Keys and
-values enter the cache through pccx's KV write path (`npukit.targets.pccx.memory.kv_quantize`: fp16,
-or int8 / int4 absmax per token and head). The vector operations between the products (norms, RoPE,
+`npukit.targets.pccx.llm.w4a8` on BF16 activations, with the weights made once by the policy of
+`npukit.targets.pccx.llm.policy` (per GGUF type; the classes in ``keep_int8`` at 8 bits, by default
+the tied embedding / LM head); the embedding rows are read from the same table (one copy serves lookup
+and LM head). Keys and values enter the cache through pccx's KV write path
+(`npukit.targets.pccx.memory.kv_quantize`: fp16, or int8 / int4 absmax per token, head and group of
+``kv_group`` elements of the head vector). The vector operations between the products (norms, RoPE,
 softmax, SiLU / GELU) are the float32 reference's.
 """
 
@@ -17,13 +19,14 @@ import numpy as np
 
 from npukit.errors import ConfigError
 from npukit.models.llm.reference import LlmReference
-from npukit.models.llm.weights import LlmWeights
-from npukit.targets.pccx import numerics as nx
-from npukit.targets.pccx.llm.w4a8 import GroupedMatrix, grouped_gemm, relative_error
+from npukit.models.llm.weights import LlmWeights, unpermute_rows
+from npukit.targets.pccx.llm.policy import POLICIES, permute_rows, policy_matrix
+from npukit.targets.pccx.llm.w4a8 import GroupedMatrix, bf16_f32, grouped_gemm, relative_error
 from npukit.targets.pccx.memory import kv_quantize
 
 KV_MODES = ("fp16", "int8", "int4")
-DEFAULT_GROUP = 32
+DEFAULT_KEEP_INT8 = ("embed",)  # the ablation's costliest class (docs/models.md)
+DEFAULT_KV_GROUP = 32
 # GGUF tensor name part -> tensor class (the unit of the error report and of the INT8 ablation)
 CLASSES = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate",
            "ffn_up": "up", "ffn_down": "down", "token_embd": "embed", "output": "embed"}
@@ -35,10 +38,12 @@ def tensor_class(name: str) -> str:
 
 
 class LlmW4A8(LlmReference):
-    """``keep_int8``: tensor classes held in INT8 instead of INT4 (the ablation)."""
+    """``keep_int8``: tensor classes held at 8 bits instead of INT4 (the policy's choice, and the
+    ablation); ``policy``: "gguf" (per GGUF type) or "absmax" (the first policy, for comparison);
+    ``kv_group``: elements of a head vector sharing one KV scale (``head_dim``: one per head)."""
 
-    def __init__(self, weights: LlmWeights, kv: str = "fp16", group: int = DEFAULT_GROUP,
-                 keep_int8: Iterable[str] = ()) -> None:
+    def __init__(self, weights: LlmWeights, kv: str = "fp16", keep_int8: Iterable[str] = DEFAULT_KEEP_INT8,
+                 policy: str = "gguf", kv_group: int = DEFAULT_KV_GROUP) -> None:
         if kv not in KV_MODES:
             raise ConfigError(f"kv mode {kv!r} unsupported on quant (use one of {', '.join(KV_MODES)})")
         keep = set(keep_int8)
@@ -46,35 +51,46 @@ class LlmW4A8(LlmReference):
         if unknown:
             raise ConfigError(f"unknown tensor class(es) {sorted(unknown)} (known: "
                               f"{', '.join(sorted(set(CLASSES.values())))})")
+        if policy not in POLICIES:
+            raise ConfigError(f"unknown weight policy {policy!r} (known: {', '.join(POLICIES)})")
+        if kv_group <= 0 or weights.cfg.head_dim % kv_group:
+            raise ConfigError(f"kv group {kv_group} does not divide head_dim {weights.cfg.head_dim}")
         super().__init__(weights, kv="fp32", linear=self._linear)
-        self.kv, self.group, self.keep_int8 = kv, group, keep
+        self.kv, self.keep_int8, self.policy, self.kv_group = kv, keep, policy, kv_group
         self.matrices: dict[str, GroupedMatrix] = {}
         self.errors: dict[str, list[tuple[float, int]]] = {}
+        self.sources: dict[str, set[str]] = {}
 
     def matrix(self, name: str) -> GroupedMatrix:
         got = self.matrices.get(name)
         if got is None:
             w = self.w.tensor(name)
             cls = tensor_class(name)
-            got = GroupedMatrix.quantize(w, self.group, "int8" if cls in self.keep_int8 else "int4")
+            g = self.w.gguf
+            got = policy_matrix(g.type_name(name), g.raw(name), w, cls in self.keep_int8, self.policy)
+            if got.source.endswith("lossless") and cls in ("q", "k") and not self.cfg.gemma:
+                heads = self.cfg.num_heads if cls == "q" else self.cfg.num_kv_heads
+                got = permute_rows(got, unpermute_rows(np.arange(w.shape[0])[:, None], heads)[:, 0])
+            self.sources.setdefault(cls, set()).add(got.source)
             self.errors.setdefault(cls, []).append((relative_error(w, got), w.size))
             self.matrices[name] = got
         return got
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        return grouped_gemm(nx.bf16(x), self.matrix(name))
+        return grouped_gemm(bf16_f32(x), self.matrix(name))
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
-        table = self.matrix("token_embd.weight")
-        rows = table.codes[tokens].astype(np.float32)
-        m, k = rows.shape
-        return (rows.reshape(m, k // table.group, table.group) * table.scale[tokens][..., None]).reshape(m, k)
+        return self.matrix("token_embd.weight").rows(tokens)
 
     def kv_store(self, x: np.ndarray) -> np.ndarray:
-        codes, scale = kv_quantize(nx.bf16(x), self.kv)
-        if scale is None:
-            return codes.astype(np.float32)
-        return codes.astype(np.float32) * scale[..., None]
+        """x (heads, T, head_dim) -> the values the cache holds (fp16, or codes · scale per group)."""
+        v = bf16_f32(x)
+        if self.kv == "fp16":
+            return kv_quantize(v, "fp16")[0].astype(np.float32)
+        groups = v.reshape(*v.shape[:-1], v.shape[-1] // self.kv_group, self.kv_group)
+        codes, scale = kv_quantize(groups, self.kv)
+        assert scale is not None
+        return (codes.astype(np.float32) * scale[..., None]).reshape(v.shape)
 
     def class_errors(self) -> dict[str, float]:
         """Weighted mean relative Frobenius error of each tensor class quantised so far."""
@@ -83,6 +99,8 @@ class LlmW4A8(LlmReference):
     def stats(self) -> dict[str, Any]:
         c = self.cfg
         bits = {"fp16": 16, "int8": 8, "int4": 4}[self.kv]
-        per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * bits // 8
+        scales = 0 if self.kv == "fp16" else 4 * c.head_dim // self.kv_group
+        per_token = 2 * c.num_layers * c.num_kv_heads * (c.head_dim * bits // 8 + scales)
         return {"positions": self.pos, "kv_bytes": per_token * self.pos, "kv": self.kv,
-                "weight_error": self.class_errors()}
+                "weight_error": self.class_errors(),
+                "weight_policy": {c: sorted(s) for c, s in sorted(self.sources.items())}}
