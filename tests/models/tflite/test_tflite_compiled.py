@@ -46,7 +46,9 @@ def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
                                                (cases.fully_connected_case, ()), (cases.softmax_case, ()),
                                                (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",)),
                                                (cases.pool_case, ("AVERAGE_POOL_2D",)),
-                                               (cases.quantize_case, ()), (cases.dequantize_case, ())])
+                                               (cases.quantize_case, ()), (cases.dequantize_case, ()),
+                                               (cases.pool_case, ("MAX_POOL_2D",)),
+                                               (cases.binary_case, ("MUL",)), (cases.mean_case, ())])
 def test_compiled_equals_reference_kernels(builder, args):
     for seed in range(100, 130):
         model, inputs, desc = builder(np.random.default_rng(seed), *args)
@@ -85,3 +87,16 @@ def test_beyond_the_int8_kernels_bound_the_exact_blas_path_runs():
     ours = next(iter(interp.run(inputs).values()))
     assert np.array_equal(ours, run_ref(model, *inputs))
     assert np.unique(ours).size > 3
+
+
+@pytest.mark.parametrize(("builder", "args"), [(cases.pool_case, ("MAX_POOL_2D",)),
+                                               (cases.binary_case, ("MUL",)), (cases.mean_case, ()),
+                                               (cases.quantize_case, ())])
+def test_pooling_mean_mul_and_requantize_bind_compiled_kernels(builder, args):
+    """MAX_POOL_2D, MEAN, MUL and QUANTIZE int8 → int8 run numba kernels on the compiled path (the
+    equality tests above and the LiteRT ones then check those kernels, not the NumPy fallbacks)."""
+    for seed in range(4):
+        model, _, desc = builder(np.random.default_rng(seed), *args)
+        kernel = Interpreter(model)._kernels[0]
+        assert kernel.__module__.endswith("kernels.compiled"), desc
+        assert kernel.__qualname__ != "prepare_quantize.<locals>.run" or "float" in desc, desc
