@@ -207,6 +207,36 @@ def _copy_bytes(typingctx, dst_addr, src_addr, count):
     return sig, codegen
 
 
+@intrinsic
+def _fill_bytes(typingctx, dst_addr, value, count):
+    """dst[0:count] = value (one byte): LLVM's generic memset, where numba's ``a[:] = v`` on int8
+    loops element by element (~1 ns a byte)."""
+    sig = types.void(types.intp, types.int64, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, value, n = args
+        byte = builder.trunc(value, ir.IntType(8))
+        cgutils.memset(builder, builder.inttoptr(dst, ir.IntType(8).as_pointer()), n, byte)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _copy_row(typingctx, dst_addr, src_addr, count):
+    """dst[0:count] = src[0:count] for a whole image row: LLVM's generic memcpy (the byte loop of
+    `_copy_bytes` is not vectorised; a memcpy call pays off past a few dozen bytes)."""
+    sig = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, src, n = args
+        byte_p = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(dst, byte_p), builder.inttoptr(src, byte_p), n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def splat_ir(builder, value):
     """An int64 scalar as 16 int32 lanes."""
     zero = ir.Constant(_I32X16, None)
@@ -301,14 +331,14 @@ def _canvas(x, n, zp_in, wp, c4, pt, pl, canvas):
     """Image n of x into canvas (HP·WP·C4 int8, flat) with the input zero point at padding taps
     and in the channels past C (those bytes meet zero weights)."""
     _, h, wd, cin = x.shape
-    canvas[:] = zp_in
+    _fill_bytes(canvas.ctypes.data, zp_in, canvas.size)
     xf = x.reshape(-1)
     run = wd * cin
     for y in range(h):
         base = ((y + pt) * wp + pl) * c4
         src = (n * h + y) * run
-        if c4 == cin:  # numba's slice assignment costs ~1 ns a byte; the IR loop is vectorised
-            _copy_bytes(canvas.ctypes.data + base, xf.ctypes.data + src, run)
+        if c4 == cin:  # numba's slice assignment costs ~1 ns a byte
+            _copy_row(canvas.ctypes.data + base, xf.ctypes.data + src, run)
             continue
         for xx in range(wd):
             for c in range(cin):
