@@ -1,6 +1,7 @@
 """numba kernels of the compiled int8 path beside `_nb_gemm` and `_nb_ops`: the float32 BLAS
 CONV_2D's im2col and requantization (kept for K past the int8 kernels' bound, see `compiled`),
-FULLY_CONNECTED with the requantization fused, SOFTMAX and AVERAGE_POOL_2D, all in portable
+FULLY_CONNECTED with the requantization fused, SOFTMAX, AVERAGE_POOL_2D, MAX_POOL_2D, MEAN, MUL
+and the table lookup of an int8 → int8 QUANTIZE, all in portable
 integer code (exact on every CPU; LLVM vectorizes the loops for whatever the host offers, no
 intrinsics).
 
