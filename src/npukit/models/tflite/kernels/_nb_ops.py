@@ -52,31 +52,44 @@ def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
 
 
 @intrinsic
-def _dw_pixels(typingctx, x_addr, x_step, taps_addr, ntaps, w_addr, w_row_bytes, params_addr, params_rb,
-               zp_out, lo, hi, dst_addr, dst_step, count):
+def _dw_pixels(typingctx, x_addr, x_step, taps_addr, ntaps, pairs, w_addr, w_row_bytes, params_addr,
+               params_rb, zp_out, lo, hi, dst_addr, dst_step, count):
     """``count`` output pixels (``x_step`` canvas bytes and ``dst_step`` output bytes apart) of one
-    block of 16 depthwise channels: Σ over taps t of x[taps[t] + lane] · w[t][lane] in int32 lanes,
+    block of 16 depthwise channels: Σ over taps t of x[taps[t] + lane] · w[t][lane] (int16 weights,
+    products and pair sums in int16 lanes — exact, see `product` — accumulated in int32 lanes),
     requantized (`mbqm_ir`) and stored as int8. The block's requantization rows are loaded once for
-    the whole run of pixels and the sums never leave registers. Plain LLVM vector IR (every build)."""
+    the whole run of pixels and the sums never leave registers. The first ``2·pairs`` taps go two at a
+    time (their int16 sum is exact while no weight is −128, which the caller checks: two −128·−128
+    products make 32,768); the rest one at a time. Plain LLVM vector IR (every build)."""
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
-                     types.intp, types.int64, types.int64, types.int64, types.intp, types.intp, types.intp)
+                     types.intp, types.intp, types.int64, types.int64, types.int64, types.intp, types.intp,
+                     types.intp)
 
     def codegen(context, builder, signature, args):
-        xa, xs, ta, n, wa, wrb, par, prb, zp, lo_, hi_, dst, ds, count = args
-        vec_p, i64 = _I32X16.as_pointer(), ir.IntType(64)
+        xa, xs, ta, n, pairs, wa, wrb, par, prb, zp, lo_, hi_, dst, ds, count = args
+        i64, i16x16 = ir.IntType(64), ir.VectorType(ir.IntType(16), 16)
         i8x16_p = ir.VectorType(ir.IntType(8), 16).as_pointer()
         rows = params_ir(builder, par, prb, 0)
+
+        def product(x0, t):  # x·w of tap t in int16 lanes: |x·w| ≤ 128·128 = 16,384
+            tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
+                                                i64.as_pointer()))
+            codes = builder.load(builder.inttoptr(builder.add(x0, tap), i8x16_p), align=1)
+            w_at = builder.inttoptr(builder.add(wa, builder.mul(t, wrb)), i16x16.as_pointer())
+            w = builder.load(w_at, align=1)
+            return builder.mul(builder.sext(codes, i16x16), w)
+
         with cgutils.for_range(builder, count) as pixels:
             x0 = builder.add(xa, builder.mul(pixels.index, xs))
             acc = cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None))
-            with cgutils.for_range(builder, n) as loop:
-                t = loop.index
-                tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
-                                                    i64.as_pointer()))
-                codes = builder.load(builder.inttoptr(builder.add(x0, tap), i8x16_p), align=1)
-                w = builder.load(builder.inttoptr(builder.add(wa, builder.mul(t, wrb)), vec_p), align=1)
-                prod = builder.mul(builder.sext(codes, _I32X16), w)
-                builder.store(builder.add(builder.load(acc), prod), acc)
+            with cgutils.for_range(builder, pairs) as loop:  # two taps summed in int16: ≤ 32,512, exact
+                t = builder.shl(loop.index, ir.Constant(n.type, 1))
+                pair = builder.add(product(x0, t), product(x0, builder.add(t, ir.Constant(n.type, 1))))
+                builder.store(builder.add(builder.load(acc), builder.sext(pair, _I32X16)), acc)
+            paired = builder.shl(pairs, ir.Constant(n.type, 1))
+            with cgutils.for_range(builder, builder.sub(n, paired)) as loop:  # the taps left, one by one
+                single = product(x0, builder.add(paired, loop.index))
+                builder.store(builder.add(builder.load(acc), builder.sext(single, _I32X16)), acc)
             out = builder.add(dst, builder.mul(pixels.index, ds))
             store_int8_ir(builder, mbqm_ir(builder, builder.load(acc), rows), zp, lo_, hi_, out)
         return context.get_dummy_value()
@@ -86,7 +99,7 @@ def _dw_pixels(typingctx, x_addr, x_step, taps_addr, ntaps, w_addr, w_row_bytes,
 
 @nb.njit(**_OPTS)
 def depthwise_kernel(x, w, meta, taps, params, out):
-    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). The canvas
+    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int16; out (N,OH,OW,C·dm). The canvas
     (`_fill_canvas`) holds the int8 codes with the zero point at padding taps, so every tap is a
     straight row of multiply-adds; ``Σ x·w`` differs from ``Σ (x − zp)·w`` by ``zp · Σ_t w``, which
     the prepare step folds into the bias (``params``). Each block of 16 channels runs a whole
@@ -104,14 +117,15 @@ def depthwise_kernel(x, w, meta, taps, params, out):
     ntaps = taps.shape[0]
     of = out.reshape(-1)
     rb = 4 * params.shape[1]
+    pairs = ntaps // 2 if w.size == 0 or w.min() >= -127 else 0  # −128·−128 twice overflows int16
     for n in range(nbatch):
         _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas)
         for oy in range(oh):
             row = oy * sh * wp * cout
             first = (n * oh + oy) * ow * cout
             for v in range(vectors):
-                _dw_pixels(canvas.ctypes.data + row + v * LANES, sw * cout, taps.ctypes.data, ntaps,
-                           w.ctypes.data + 4 * v * LANES, 4 * cout, params.ctypes.data + 4 * v * LANES, rb,
+                _dw_pixels(canvas.ctypes.data + row + v * LANES, sw * cout, taps.ctypes.data, ntaps, pairs,
+                           w.ctypes.data + 2 * v * LANES, 2 * cout, params.ctypes.data + 4 * v * LANES, rb,
                            zp_out, lo, hi, of.ctypes.data + first + v * LANES, cout, ow)
             if vectors * LANES == cout:
                 continue

@@ -117,7 +117,7 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
     depth_mult = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
     if cin * depth_mult != n:
         raise ctx.fail(f"input channels {cin} × depth multiplier {depth_mult} ≠ {n} output channels")
-    wt = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh * kw, n))
+    wt = np.ascontiguousarray(p.weights.astype(np.int16).reshape(kh * kw, n))  # int16 lanes in the kernel
     mult, left, right = _shifts(p)
     # the kernel sums x·w over every tap (padding taps hold zp_in): Σ (x − zp)·w = Σ x·w − zp·Σ_t w
     bias = p.bias.astype(np.int64) - p.input_zero_point * wt.astype(np.int64).sum(axis=0)
