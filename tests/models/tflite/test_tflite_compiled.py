@@ -46,7 +46,9 @@ def test_wide_convolution_splits_k_and_stays_exact(cin, k, pad, stride):
                                                (cases.fully_connected_case, ()), (cases.softmax_case, ()),
                                                (cases.binary_case, ("ADD",)), (cases.binary_case, ("SUB",)),
                                                (cases.pool_case, ("AVERAGE_POOL_2D",)),
-                                               (cases.quantize_case, ()), (cases.dequantize_case, ())])
+                                               (cases.quantize_case, ()), (cases.dequantize_case, ()),
+                                               (cases.pool_case, ("MAX_POOL_2D",)),
+                                               (cases.binary_case, ("MUL",)), (cases.mean_case, ())])
 def test_compiled_equals_reference_kernels(builder, args):
     for seed in range(100, 130):
         model, inputs, desc = builder(np.random.default_rng(seed), *args)
@@ -85,3 +87,48 @@ def test_beyond_the_int8_kernels_bound_the_exact_blas_path_runs():
     ours = next(iter(interp.run(inputs).values()))
     assert np.array_equal(ours, run_ref(model, *inputs))
     assert np.unique(ours).size > 3
+
+
+@pytest.mark.parametrize(("builder", "args"), [(cases.pool_case, ("MAX_POOL_2D",)),
+                                               (cases.binary_case, ("MUL",)), (cases.mean_case, ()),
+                                               (cases.quantize_case, ())])
+def test_pooling_mean_mul_and_requantize_bind_compiled_kernels(builder, args):
+    """MAX_POOL_2D, MEAN, MUL and QUANTIZE int8 → int8 run numba kernels on the compiled path (the
+    equality tests above and the LiteRT ones then check those kernels, not the NumPy fallbacks)."""
+    for seed in range(4):
+        model, _, desc = builder(np.random.default_rng(seed), *args)
+        kernel = Interpreter(model)._kernels[0]
+        assert kernel.__module__.endswith("kernels.compiled"), desc
+        assert kernel.__qualname__ != "prepare_quantize.<locals>.run" or "float" in desc, desc
+
+
+@pytest.mark.parametrize(("cin", "mult", "stride", "extreme"), [(40, 1, 1, False), (20, 2, 2, False),
+                                                                  (64, 1, 2, False), (32, 1, 1, True)])
+def test_wide_depthwise_rows_and_channel_tail_equal_litert(cin, mult, stride, extreme):
+    """DEPTHWISE_CONV_2D with several 16-channel blocks run a whole output row at a time, plus a
+    tail of 8 channels (40 outputs), a depth multiplier and strides: LiteRT BUILTIN_REF's bits.
+    ``extreme``: weights and inputs at −128 (two such products overflow an int16 pair sum, so the
+    kernel must take its one-tap-at-a-time path) and at ±127 (the largest pair sums)."""
+    rng = np.random.default_rng(cin * 10 + mult)
+    cout, n, h, w = cin * mult, 2, 11, 7
+    s_w = rng.uniform(0.002, 0.02, cout).astype(np.float32)
+    b = ModelBuilder()
+    x = b.tensor("x", (n, h, w, cin), np.int8, 0.03, int(rng.integers(-128, 128)))
+    weights = rng.integers(-127, 128, (1, 3, 3, cout)).astype(np.int8)
+    if extreme:
+        weights = rng.choice(np.array([-128, -127, 127], np.int8), weights.shape)
+    wt = b.const("w", weights, scale=s_w, zero_point=0, axis=3)
+    bias = b.const("b", rng.integers(-20000, 20000, cout).astype(np.int32),
+                   scale=(np.float32(0.03) * s_w).astype(np.float32), zero_point=0)
+    side = (-(-h // stride), -(-w // stride))
+    y = b.tensor("y", (n, *side, cout), np.int8, 0.05, int(rng.integers(-128, 128)))
+    b.op("DEPTHWISE_CONV_2D", [x, wt, bias], [y],
+         O.DepthwiseConv2DOptions(O.PAD_SAME, stride, stride, mult, O.ACT_NONE, 1, 1))
+    model = b.build([x], [y])
+    inputs = [rng.integers(-128, 128, (n, h, w, cin)).astype(np.int8)]
+    if extreme:
+        inputs[0][:, :6] = rng.choice(np.array([-128, 127], np.int8), inputs[0][:, :6].shape)
+    ours = next(iter(Interpreter(model).run(inputs).values()))
+    expect = run_ref(model, *inputs)
+    assert np.array_equal(ours, expect), f"{(ours != expect).sum()} of {ours.size} differ"
+    assert np.unique(expect).size > 50

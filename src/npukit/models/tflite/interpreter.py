@@ -11,6 +11,7 @@ segments of ops by index; those run through the delegate and the rest on the hos
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -103,6 +104,13 @@ class Interpreter:
         # the host-only hot path: (kernel, input indices, output indices) per op, bound once
         self._steps = [(self._kernels[op.index], tuple(op.inputs), tuple(op.outputs)) for op in self.model.ops
                        ] if not plan.segments and not self._delegated else None
+        # the same with each op's inputs gathered by one C call (an absent optional input, index −1,
+        # reads a None slot appended past the tensors during a walk) and its one output stored
+        # directly: the Python left between the kernels is ~0.3 µs an op less (digits: 4 ops)
+        single = self._steps is not None and all(len(outs) == 1 for _, _, outs in self._steps)
+        none_slot = len(self.model.tensors)
+        self._fast_steps = [(k, _gatherer(ins, none_slot), outs[0]) for k, ins, outs in self._steps
+                            ] if single else None
 
     @property
     def host_ops(self) -> int:
@@ -174,6 +182,14 @@ class Interpreter:
         return values
 
     def _walk(self, values: list[np.ndarray | None]) -> None:
+        if self._fast_steps is not None and not self.hooks:
+            values.append(None)  # the slot absent inputs read
+            try:
+                for kernel, gather, out in self._fast_steps:
+                    values[out] = kernel(gather(values))[0]
+            finally:
+                values.pop()
+            return
         if self._steps is not None and not self.hooks:
             for kernel, ins, outs in self._steps:
                 produced = kernel([values[i] if i >= 0 else None for i in ins])
@@ -206,6 +222,17 @@ class Interpreter:
     def _emit(self, rec: OpRecord) -> None:
         for hook in self.hooks:
             hook(rec)
+
+
+def _gatherer(ins: tuple[int, ...], none_slot: int) -> Callable[[list], tuple]:
+    """A function that picks an op's inputs out of the tensor values as one tuple."""
+    slots = [i if i >= 0 else none_slot for i in ins]
+    if len(slots) >= 2:
+        return operator.itemgetter(*slots)
+    if len(slots) == 1:
+        only = slots[0]
+        return lambda values: (values[only],)
+    return lambda values: ()
 
 
 def _coerce(t: Tensor, v: object) -> np.ndarray:

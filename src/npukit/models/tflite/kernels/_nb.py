@@ -1,6 +1,7 @@
 """numba kernels of the compiled int8 path beside `_nb_gemm` and `_nb_ops`: the float32 BLAS
 CONV_2D's im2col and requantization (kept for K past the int8 kernels' bound, see `compiled`),
-FULLY_CONNECTED with the requantization fused, SOFTMAX and AVERAGE_POOL_2D, all in portable
+FULLY_CONNECTED with the requantization fused, SOFTMAX, AVERAGE_POOL_2D, MAX_POOL_2D, MEAN, MUL
+and the table lookup of an int8 → int8 QUANTIZE, all in portable
 integer code (exact on every CPU; LLVM vectorizes the loops for whatever the host offers, no
 intrinsics).
 
@@ -209,3 +210,61 @@ def average_pool(x, kh, kw, sh, sw, pt, pl, lo, hi, out):
                     a = acc[ch]
                     v = (a + half) // count if a >= 0 else -((-a + half) // count)
                     out[n, oy, ox, ch] = _clamp(v, lo, hi)
+
+
+@nb.njit(**_OPTS)
+def max_pool(x, kh, kw, sh, sw, pt, pl, lo, hi, out):
+    """int8 MAX_POOL_2D: the largest in-bounds tap of each window (padding taps never win),
+    clamped to the activation range."""
+    nb_, h, wd, c = x.shape
+    _, oh, ow, _ = out.shape
+    best = np.empty(c, np.int8)
+    for n in range(nb_):
+        for oy in range(oh):
+            y0 = max(oy * sh - pt, 0)
+            y1 = min(oy * sh - pt + kh, h)
+            for ox in range(ow):
+                x0 = max(ox * sw - pl, 0)
+                x1 = min(ox * sw - pl + kw, wd)
+                best[:] = -128
+                for iy in range(y0, y1):
+                    for ix in range(x0, x1):
+                        row = x[n, iy, ix]
+                        for ch in range(c):
+                            best[ch] = max(best[ch], row[ch])
+                for ch in range(c):
+                    out[n, oy, ox, ch] = _clamp(np.int64(best[ch]), lo, hi)
+
+
+@nb.njit(**_OPTS)
+def mean(x, zp_in, mult, left, right, zp_out, out):
+    """int8 MEAN over the middle axis of x (outer, count, inner) → out (outer, inner): the int32
+    sum less ``zp_in · count``, one `_mbqm` with the multiplier that folds in 1/count, clamped to
+    int8 (the prepare step derives the multiplier as `pool.prepare_mean` does)."""
+    outer, count, inner = x.shape
+    acc = np.empty(inner, np.int64)
+    for o in range(outer):
+        acc[:] = 0
+        for k in range(count):
+            row = x[o, k]
+            for i in range(inner):
+                acc[i] += row[i]
+        for i in range(inner):
+            v = _mbqm(acc[i] - zp_in * count, mult, left, right) + zp_out
+            out[o, i] = _clamp(v, -128, 127)
+
+
+@nb.njit(**_OPTS)
+def mul(a, b, za, zb, mult, left, right, zp_out, lo, hi, out):
+    """int8 MUL of same-size flat operands: ``(a − za)·(b − zb)`` through one `_mbqm`, plus the
+    output zero point, clamped."""
+    for i in range(a.size):
+        prod = (np.int64(a[i]) - za) * (np.int64(b[i]) - zb)
+        out[i] = _clamp(_mbqm(prod, mult, left, right) + zp_out, lo, hi)
+
+
+@nb.njit(**_OPTS)
+def lookup(x, table, base, out):
+    """out[i] = table[x[i] + base]: a per-code table (int8/uint8 → int8/uint8 requantization)."""
+    for i in range(x.size):
+        out[i] = table[np.int64(x[i]) + base]

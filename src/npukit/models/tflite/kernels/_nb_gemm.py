@@ -193,15 +193,53 @@ def pack_weights(w: np.ndarray, path: str | None = None) -> np.ndarray:
 
 @intrinsic
 def _copy_bytes(typingctx, dst_addr, src_addr, count):
-    """dst[0:count] = src[0:count] for a few bytes (an im2col run): a bare IR loop, no call."""
+    """dst[0:count] = src[0:count] for a few bytes (an im2col run): a bare IR loop, no call, four
+    bytes a step (unaligned int32 moves) and the last count % 4 one by one."""
+    sig = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, src, n = args
+        byte_p, word_p = ir.IntType(8).as_pointer(), ir.IntType(32).as_pointer()
+        words = builder.lshr(n, ir.Constant(n.type, 2))
+        with cgutils.for_range(builder, words) as loop:
+            off = builder.shl(loop.index, ir.Constant(n.type, 2))
+            value = builder.load(builder.inttoptr(builder.add(src, off), word_p), align=1)
+            builder.store(value, builder.inttoptr(builder.add(dst, off), word_p), align=1)
+        done = builder.shl(words, ir.Constant(n.type, 2))
+        with cgutils.for_range(builder, builder.sub(n, done)) as loop:
+            off = builder.add(done, loop.index)
+            value = builder.load(builder.inttoptr(builder.add(src, off), byte_p))
+            builder.store(value, builder.inttoptr(builder.add(dst, off), byte_p))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _fill_bytes(typingctx, dst_addr, value, count):
+    """dst[0:count] = value (one byte): LLVM's generic memset, where numba's ``a[:] = v`` on int8
+    loops element by element (~1 ns a byte)."""
+    sig = types.void(types.intp, types.int64, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, value, n = args
+        byte = builder.trunc(value, ir.IntType(8))
+        cgutils.memset(builder, builder.inttoptr(dst, ir.IntType(8).as_pointer()), n, byte)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _copy_row(typingctx, dst_addr, src_addr, count):
+    """dst[0:count] = src[0:count] for a whole image row: LLVM's generic memcpy (the byte loop of
+    `_copy_bytes` is not vectorised; a memcpy call pays off past a few dozen bytes)."""
     sig = types.void(types.intp, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
         dst, src, n = args
         byte_p = ir.IntType(8).as_pointer()
-        with cgutils.for_range(builder, n) as loop:
-            value = builder.load(builder.inttoptr(builder.add(src, loop.index), byte_p))
-            builder.store(value, builder.inttoptr(builder.add(dst, loop.index), byte_p))
+        cgutils.raw_memcpy(builder, builder.inttoptr(dst, byte_p), builder.inttoptr(src, byte_p), n, 1)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -301,14 +339,14 @@ def _canvas(x, n, zp_in, wp, c4, pt, pl, canvas):
     """Image n of x into canvas (HP·WP·C4 int8, flat) with the input zero point at padding taps
     and in the channels past C (those bytes meet zero weights)."""
     _, h, wd, cin = x.shape
-    canvas[:] = zp_in
+    _fill_bytes(canvas.ctypes.data, zp_in, canvas.size)
     xf = x.reshape(-1)
     run = wd * cin
     for y in range(h):
         base = ((y + pt) * wp + pl) * c4
         src = (n * h + y) * run
-        if c4 == cin:  # numba's slice assignment costs ~1 ns a byte; the IR loop is vectorised
-            _copy_bytes(canvas.ctypes.data + base, xf.ctypes.data + src, run)
+        if c4 == cin:  # numba's slice assignment costs ~1 ns a byte
+            _copy_row(canvas.ctypes.data + base, xf.ctypes.data + src, run)
             continue
         for xx in range(wd):
             for c in range(cin):
@@ -323,7 +361,7 @@ def _block_row(a, a_base, a_stride, wpack, taps, tap_step, row_step, quads, b_st
     j = 0
     while j < blocks:
         nv = 2 if blocks - j >= 2 else 1
-        tile[:] = 0
+        _fill_bytes(tile.ctypes.data, 0, 4 * tile.size)  # numba's tile[:] = 0 loops per element
         for t in range(taps.shape[0]):
             b_off = j * b_stride + t * tap_step
             _tile(a, a_base + taps[t], a_stride, wpack, b_off, b_stride, quads, nv, tile)

@@ -16,8 +16,9 @@ from numba.extending import intrinsic
 
 from npukit.models.tflite.kernels._nb_gemm import (
     LANES,
-    _copy_bytes,
+    _copy_row,
     _epilogue,
+    _fill_bytes,
     mbqm_ir,
     params_ir,
     splat_ir,
@@ -31,105 +32,112 @@ _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
 _I32X16 = ir.VectorType(ir.IntType(32), 16)
 
 
-def _make_taps(nv: int):
-    """Intrinsic ``taps(x, taps, ntaps, w, w_row_bytes, acc)``: for nv × 16 channels, acc (int32)
-    = Σ over taps t of x[taps[t] + lane] (int8 codes, sign-extended) · w[t][lane] (int32 rows
-    ``w_row_bytes`` apart); the sums stay in registers across the taps, each tap offset is read
-    once for all nv vectors. Plain LLVM vector IR (every build)."""
-
-    @intrinsic
-    def taps(typingctx, x_addr, taps_addr, ntaps, w_addr, w_row_bytes, acc_addr):
-        sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
-
-        def codegen(context, builder, signature, args):
-            xa, ta, n, wa, wrb, acc_addr = args
-            vec_p, i64 = _I32X16.as_pointer(), ir.IntType(64)
-            i8x16_p = ir.VectorType(ir.IntType(8), 16).as_pointer()
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None)) for _ in range(nv)]
-            with cgutils.for_range(builder, n) as loop:
-                t = loop.index
-                tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
-                                                    i64.as_pointer()))
-                xt = builder.add(xa, tap)
-                wt = builder.add(wa, builder.mul(t, wrb))
-                for v, acc in enumerate(accs):
-                    x = builder.inttoptr(builder.add(xt, ir.Constant(i64, 16 * v)), i8x16_p)
-                    w = builder.inttoptr(builder.add(wt, ir.Constant(i64, 64 * v)), vec_p)
-                    codes = builder.sext(builder.load(x, align=1), _I32X16)
-                    prod = builder.mul(codes, builder.load(w, align=1))
-                    builder.store(builder.add(builder.load(acc), prod), acc)
-            for v, acc in enumerate(accs):
-                dst = builder.inttoptr(builder.add(acc_addr, ir.Constant(i64, 64 * v)), vec_p)
-                builder.store(builder.load(acc), dst, align=1)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return taps
-
-
-_taps_4v = _make_taps(4)
-_taps_1v = _make_taps(1)
-
-
 @nb.njit(inline="always")
 def _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas):
     """Image n of x per output channel (input channel o // dm) into the int8 canvas; padding taps
     hold the input zero point (``x − zp = 0``: what skipping them adds)."""
     _, h, wd, cin = x.shape
     cout = cin * dm
-    canvas[:] = zp_in
+    _fill_bytes(canvas.ctypes.data, zp_in, canvas.size)
     xf = x.reshape(-1)
     for y in range(h):
         src = (n * h + y) * wd * cin
         base = ((y + pt) * wp + pl) * cout
-        if dm == 1:  # numba's slice assignment costs ~1 ns a byte; the IR loop is vectorised
-            _copy_bytes(canvas.ctypes.data + base, xf.ctypes.data + src, wd * cin)
+        if dm == 1:  # numba's slice assignment costs ~1 ns a byte
+            _copy_row(canvas.ctypes.data + base, xf.ctypes.data + src, wd * cin)
             continue
         for k in range(wd * cin):
             for m in range(dm):
                 canvas[base + k * dm + m] = xf[src + k]
 
 
+@intrinsic
+def _dw_pixels(typingctx, x_addr, x_step, taps_addr, ntaps, pairs, w_addr, w_row_bytes, params_addr,
+               params_rb, zp_out, lo, hi, dst_addr, dst_step, count):
+    """``count`` output pixels (``x_step`` canvas bytes and ``dst_step`` output bytes apart) of one
+    block of 16 depthwise channels: Σ over taps t of x[taps[t] + lane] · w[t][lane] (int16 weights,
+    products and pair sums in int16 lanes — exact, see `product` — accumulated in int32 lanes),
+    requantized (`mbqm_ir`) and stored as int8. The block's requantization rows are loaded once for
+    the whole run of pixels and the sums never leave registers. The first ``2·pairs`` taps go two at a
+    time (their int16 sum is exact while no weight is −128, which the caller checks: two −128·−128
+    products make 32,768); the rest one at a time. Plain LLVM vector IR (every build)."""
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
+                     types.intp, types.intp, types.int64, types.int64, types.int64, types.intp, types.intp,
+                     types.intp)
+
+    def codegen(context, builder, signature, args):
+        xa, xs, ta, n, pairs, wa, wrb, par, prb, zp, lo_, hi_, dst, ds, count = args
+        i64, i16x16 = ir.IntType(64), ir.VectorType(ir.IntType(16), 16)
+        i8x16_p = ir.VectorType(ir.IntType(8), 16).as_pointer()
+        rows = params_ir(builder, par, prb, 0)
+
+        def product(x0, t):  # x·w of tap t in int16 lanes: |x·w| ≤ 128·128 = 16,384
+            tap = builder.load(builder.inttoptr(builder.add(ta, builder.mul(t, ir.Constant(n.type, 8))),
+                                                i64.as_pointer()))
+            codes = builder.load(builder.inttoptr(builder.add(x0, tap), i8x16_p), align=1)
+            w_at = builder.inttoptr(builder.add(wa, builder.mul(t, wrb)), i16x16.as_pointer())
+            w = builder.load(w_at, align=1)
+            return builder.mul(builder.sext(codes, i16x16), w)
+
+        with cgutils.for_range(builder, count) as pixels:
+            x0 = builder.add(xa, builder.mul(pixels.index, xs))
+            acc = cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None))
+            with cgutils.for_range(builder, pairs) as loop:  # two taps summed in int16: ≤ 32,512, exact
+                t = builder.shl(loop.index, ir.Constant(n.type, 1))
+                pair = builder.add(product(x0, t), product(x0, builder.add(t, ir.Constant(n.type, 1))))
+                builder.store(builder.add(builder.load(acc), builder.sext(pair, _I32X16)), acc)
+            paired = builder.shl(pairs, ir.Constant(n.type, 1))
+            with cgutils.for_range(builder, builder.sub(n, paired)) as loop:  # the taps left, one by one
+                single = product(x0, builder.add(paired, loop.index))
+                builder.store(builder.add(builder.load(acc), builder.sext(single, _I32X16)), acc)
+            out = builder.add(dst, builder.mul(pixels.index, ds))
+            store_int8_ir(builder, mbqm_ir(builder, builder.load(acc), rows), zp, lo_, hi_, out)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(**_OPTS)
 def depthwise_kernel(x, w, meta, taps, params, out):
-    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int32; out (N,OH,OW,C·dm). The canvas
+    """DEPTHWISE_CONV_2D int8: x (N,H,W,C); w (taps, C·dm) int16; out (N,OH,OW,C·dm). The canvas
     (`_fill_canvas`) holds the int8 codes with the zero point at padding taps, so every tap is a
     straight row of multiply-adds; ``Σ x·w`` differs from ``Σ (x − zp)·w`` by ``zp · Σ_t w``, which
-    the prepare step folds into the bias (``params``). 64 or 16 channels at a time in registers; a
-    channel count that is not a multiple of 16 ends in scalar loops. Scalars: ``meta`` =
-    (dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi), int64."""
+    the prepare step folds into the bias (``params``). Each block of 16 channels runs a whole
+    output row at a time (`_dw_pixels`); a channel count that is not a multiple of 16 ends in
+    scalar loops. Scalars: ``meta`` = (dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi),
+    int64."""
     dm, zp_in, oh, ow, sh, sw, pt, pl, hp, wp, zp_out, lo, hi = (
         meta[0], meta[1], meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[8], meta[9], meta[10],
         meta[11], meta[12])
     nbatch, _, _, cin = x.shape
     cout = cin * dm
     canvas = np.empty(hp * wp * cout + 64, np.int8)
-    acc = np.zeros(-(-cout // LANES) * LANES + LANES, np.int32)
+    acc = np.zeros(LANES, np.int32)
     vectors = cout // LANES
     ntaps = taps.shape[0]
     of = out.reshape(-1)
+    rb = 4 * params.shape[1]
+    pairs = ntaps // 2 if w.size == 0 or w.min() >= -127 else 0  # −128·−128 twice overflows int16
     for n in range(nbatch):
         _fill_canvas(x, n, dm, zp_in, wp, pt, pl, canvas)
         for oy in range(oh):
-            for ox in range(ow):
-                base = (oy * sh * wp + ox * sw) * cout
-                v = 0
-                while v < vectors:
-                    xa = canvas.ctypes.data + base + v * LANES
-                    wa, aa = w.ctypes.data + 4 * v * LANES, acc.ctypes.data + 4 * v * LANES
-                    if vectors - v >= 4:
-                        _taps_4v(xa, taps.ctypes.data, ntaps, wa, 4 * cout, aa)
-                        v += 4
-                    else:
-                        _taps_1v(xa, taps.ctypes.data, ntaps, wa, 4 * cout, aa)
-                        v += 1
+            row = oy * sh * wp * cout
+            first = (n * oh + oy) * ow * cout
+            for v in range(vectors):
+                _dw_pixels(canvas.ctypes.data + row + v * LANES, sw * cout, taps.ctypes.data, ntaps, pairs,
+                           w.ctypes.data + 2 * v * LANES, 2 * cout, params.ctypes.data + 4 * v * LANES, rb,
+                           zp_out, lo, hi, of.ctypes.data + first + v * LANES, cout, ow)
+            if vectors * LANES == cout:
+                continue
+            for ox in range(ow):  # the channels past the last full block of 16
+                base = row + ox * sw * cout
                 for o in range(vectors * LANES, cout):
                     total = np.int32(0)
                     for t in range(ntaps):
                         total += np.int32(canvas[base + taps[t] + o]) * w[t, o]
-                    acc[o] = total
-                _epilogue(acc, 0, 0, cout, params, zp_out, lo, hi, of, ((n * oh + oy) * ow + ox) * cout)
+                    acc[o - vectors * LANES] = total
+                _epilogue(acc, 0, vectors * LANES, cout - vectors * LANES, params, zp_out, lo, hi, of,
+                          first + ox * cout + vectors * LANES)
 
 
 def depthwise_plan(h: int, w: int, cout: int, kh: int, kw: int, oh: int, ow: int, stride, dilation, pad

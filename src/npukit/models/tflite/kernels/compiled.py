@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from npukit.formats import fixedpoint as fp
 from npukit.models.tflite.kernels import _nb, _nb_gemm, _nb_ops, activation, arith, pool
-from npukit.models.tflite.kernels.common import QRANGE, Arrays, Ctx, Kernel, geometry
+from npukit.models.tflite.kernels.common import QRANGE, Arrays, Ctx, Kernel, finish, geometry, mbqm
 from npukit.models.tflite.kernels.conv import conv_params
 
 
@@ -116,7 +117,7 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
     depth_mult = o.depth_multiplier if o.depth_multiplier > 0 else n // cin
     if cin * depth_mult != n:
         raise ctx.fail(f"input channels {cin} × depth multiplier {depth_mult} ≠ {n} output channels")
-    wt = np.ascontiguousarray(p.weights.astype(np.int32).reshape(kh * kw, n))
+    wt = np.ascontiguousarray(p.weights.astype(np.int16).reshape(kh * kw, n))  # int16 lanes in the kernel
     mult, left, right = _shifts(p)
     # the kernel sums x·w over every tap (padding taps hold zp_in): Σ (x − zp)·w = Σ x·w − zp·Σ_t w
     bias = p.bias.astype(np.int64) - p.input_zero_point * wt.astype(np.int64).sum(axis=0)
@@ -136,10 +137,10 @@ def prepare_depthwise(ctx: Ctx) -> Kernel:
 
 
 def prepare_quantize(ctx: Ctx) -> Kernel:
-    reference = activation.prepare_quantize(ctx)  # checks types; requantizing int8 stays a table
+    activation.prepare_quantize(ctx)  # checks types
     x_t, y_t = ctx.t(0), ctx.out()
     if x_t.dtype != np.float32:
-        return reference
+        return _requantize_codes(ctx)
     lo, hi = QRANGE[np.dtype(y_t.dtype)]
     scale, zp, dtype = np.float32(ctx.q(y_t).s), ctx.q(y_t).zp, y_t.dtype
 
@@ -147,6 +148,27 @@ def prepare_quantize(ctx: Ctx) -> Kernel:
         x = np.ascontiguousarray(ins[0], dtype=np.float32)
         out = np.empty(x.shape, dtype)
         _nb_ops.quantize_kernel(x.reshape(-1), scale, zp, lo, hi, out.reshape(-1))
+        return [out]
+
+    return run
+
+
+def _requantize_codes(ctx: Ctx) -> Kernel:
+    """QUANTIZE int8/uint8 → int8/uint8: each input code's result tabled once (the arithmetic of
+    `activation.prepare_quantize`), looked up in numba."""
+    x_t, y_t = ctx.t(0), ctx.out()
+    qx, qy = ctx.q(x_t), ctx.q(y_t)
+    lo, hi = QRANGE[np.dtype(y_t.dtype)]
+    first, last = QRANGE[np.dtype(x_t.dtype)]
+    m, e = fp.quantize_multiplier(float(np.float64(qx.s) / np.float64(qy.s)))
+    codes = np.arange(first, last + 1, dtype=np.int64)
+    table = finish(mbqm(codes - qx.zp, m, e), qy.zp, lo, hi, y_t.dtype)
+    dtype = y_t.dtype
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty(x.shape, dtype)
+        _nb.lookup(x.reshape(-1), table, -first, out.reshape(-1))
         return [out]
 
     return run
@@ -209,6 +231,80 @@ def prepare_dequantize(ctx: Ctx) -> Kernel:
     return run
 
 
+def prepare_max_pool(ctx: Ctx) -> Kernel:
+    reference = pool.prepare_max_pool(ctx)  # checks types and options
+    o = ctx.op.options
+    lo, hi = ctx.activation(o.fused_activation_function, ctx.out())
+    kh, kw, sh, sw = o.filter_height, o.filter_width, o.stride_h, o.stride_w
+    _, h, w, c = ctx.t(0).shape
+    g = geometry(h, w, kh, kw, sh, sw, 1, 1, o.padding)
+    if g.oh == 0 or g.ow == 0:
+        return reference
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = np.ascontiguousarray(ins[0])
+        out = np.empty((x.shape[0], g.oh, g.ow, c), np.int8)
+        _nb.max_pool(x, kh, kw, sh, sw, g.pt, g.pl, lo, hi, out)
+        return [out]
+
+    return run
+
+
+def prepare_mean(ctx: Ctx) -> Kernel:
+    """MEAN with the reduced axes moved last-but-inner: the input viewed as (outer, count, inner)
+    when the reduced axes are adjacent (NHWC's H, W: no copy), else transposed once per run."""
+    reference = pool.prepare_mean(ctx)  # checks types
+    x_t, y_t = ctx.t(0), ctx.out()
+    qx, qy = ctx.q(x_t), ctx.q(y_t)
+    rank = len(x_t.shape)
+    axes = sorted({int(a) % rank for a in np.atleast_1d(ctx.const(ctx.t(1)))})
+    if not axes:
+        return reference
+    adjacent = axes == list(range(axes[0], axes[-1] + 1))
+    order = list(range(axes[0])) + axes + [a for a in range(axes[0], rank) if a not in axes]
+    keep_dims = bool(ctx.op.options.keep_dims)
+    m, e = fp.quantize_multiplier(float(np.float64(qx.s) / np.float64(qy.s)))
+    out_shape = tuple(y_t.shape)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        x = ins[0]
+        shape = x.shape
+        count = int(np.prod([shape[a] for a in axes]))
+        outer = int(np.prod(shape[:axes[0]]))
+        view = x if adjacent else np.transpose(x, order)
+        view = np.ascontiguousarray(view).reshape(outer, count, -1)
+        shift = min(count.bit_length() - 1, 32, 31 + e)  # 1/count folded in as `pool.prepare_mean` does
+        m_n, s = (m << shift) // count, e - shift
+        out = np.empty((outer, view.shape[2]), np.int8)
+        _nb.mean(view, qx.zp, m_n, max(s, 0), max(-s, 0), qy.zp, out)
+        natural = tuple(1 if a in axes else d for a, d in enumerate(shape)) if keep_dims else \
+            tuple(d for a, d in enumerate(shape) if a not in axes)
+        return [out.reshape(out_shape) if out.size == int(np.prod(out_shape)) else out.reshape(natural)]
+
+    return run
+
+
+def prepare_mul(ctx: Ctx) -> Kernel:
+    arith.prepare_mul(ctx)  # checks types
+    a_t, b_t, y_t = ctx.t(0), ctx.t(1), ctx.out()
+    qa, qb, qy = ctx.q(a_t), ctx.q(b_t), ctx.q(y_t)
+    real = np.float32(qa.s) * np.float32(qb.s) / np.float32(qy.s)  # float arithmetic in mul.cc
+    m, e = fp.quantize_multiplier(float(real))
+    lo, hi = ctx.activation(ctx.op.options.fused_activation_function, y_t)
+    args = (qa.zp, qb.zp, m, max(e, 0), max(-e, 0), qy.zp, lo, hi)
+
+    def run(ins: Arrays) -> list[np.ndarray]:
+        a, b = ins[0], ins[1]
+        if a.shape != b.shape:  # broadcasting as the reference kernel's NumPy does
+            a, b = np.broadcast_arrays(a, b)
+        out = np.empty(a.shape, np.int8)
+        _nb.mul(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), *args,
+                out.reshape(-1))
+        return [out]
+
+    return run
+
+
 COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "AVERAGE_POOL_2D": prepare_average_pool,
     "SOFTMAX": lambda ctx: activation.prepare_softmax(ctx, compiled=True),
@@ -219,4 +315,7 @@ COMPILED_KERNELS: dict[str, Callable[[Ctx], Kernel]] = {
     "QUANTIZE": prepare_quantize,
     "DEQUANTIZE": prepare_dequantize,
     "FULLY_CONNECTED": prepare_fully_connected,
+    "MAX_POOL_2D": prepare_max_pool,
+    "MEAN": prepare_mean,
+    "MUL": prepare_mul,
 }
