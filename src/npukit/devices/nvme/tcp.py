@@ -566,8 +566,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class TargetThread:
     """A target running its own event loop in a daemon thread (tests, in-process tools)."""
 
-    def __init__(self, subsystems: list[Subsystem], host: str = "127.0.0.1", port: int = 0) -> None:
-        self.target = TcpTarget(subsystems)
+    def __init__(self, subsystems: list[Subsystem], host: str = "127.0.0.1", port: int = 0,
+                 receive: str = RECEIVE_DEFAULT) -> None:
+        self.target = TcpTarget(subsystems, receive=receive)
         self.loop = new_event_loop()
         self.port = 0
         ready = threading.Event()
