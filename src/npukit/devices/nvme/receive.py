@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable
 
 RECEIVE_MODES = ("buffers", "stream")
-BUFFER_BYTES = 256 << 10  # two of the largest PDUs (128 KiB H2CData + headers, digests, padding)
+BUFFER_BYTES = 512 << 10  # four of the largest PDUs (128 KiB H2CData + headers, digests, padding)
 COMPACT_BELOW = 64 << 10  # fewer free bytes than this behind the data after a PDU: move it to the front
 
 # a PDU's common header (8 bytes) -> its PLEN, raising for a header the connection refuses
