@@ -150,3 +150,21 @@ def test_both_receive_paths_serve_the_same_data(tmp_path, receive):
     finally:
         thread.stop()
         sub.close()
+
+
+@pytest.mark.parametrize("receive", ["buffers", "stream"])
+def test_a_host_that_half_closes_still_gets_its_answer(tmp_path, receive):
+    """A FIN after the last PDU ends the host's sending only (TCP half-close, RFC 9293 3.6)."""
+    sub = Subsystem(NQN, [Namespace(tmp_path / "ns.img", size=NS_BYTES)], DeviceState(tmp_path / "state"))
+    thread = TargetThread([sub], receive=receive)
+    try:
+        with socket.create_connection(("127.0.0.1", thread.port), timeout=5) as s:
+            s.sendall(b"".join(pdu.ic_req()))
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while len(answer) < 128 and (piece := s.recv(128)):
+                answer += piece
+        assert answer[0] == PduType.IC_RESP and _plen(answer[:8]) == 128
+    finally:
+        thread.stop()
+        sub.close()

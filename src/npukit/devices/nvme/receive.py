@@ -68,7 +68,7 @@ class PduReceiver(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake()
-        return False  # close the transport
+        return True  # half-closed: responses to what the host sent before its FIN still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof, self._lost = True, True

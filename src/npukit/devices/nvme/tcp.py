@@ -1,9 +1,10 @@
 """NVMe/TCP target: an asyncio server, one :class:`Connection` per TCP connection (= one NVMe queue).
 
 Robustness rules: a malformed PDU ends its connection with a C2HTermReq; a bad command gets an NVMe
-error status; no exception leaves a connection handler; every connection buffers at most one PDU
-(bounded by the in-capsule / MAXH2CDATA limits) plus the data of commands waiting on R2T (bounded by
-the queue depth times MDTS). The data path hands memoryviews of received PDUs to the namespace.
+error status; no exception leaves a connection handler; every connection buffers at most its receive
+buffer (receive.py: PDUs are checked against the in-capsule / MAXH2CDATA limits before their bodies
+are read) plus the data of commands waiting on R2T (bounded by the queue depth times MDTS). The data
+path hands memoryviews of the receive buffer to the namespace (``os.pwrite`` straight from it).
 """
 
 from __future__ import annotations
