@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from npukit.devices.nvme import pdu
+from npukit.devices.nvme import fuzz, pdu
 from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.namespace import Namespace
@@ -168,3 +168,22 @@ def test_a_host_that_half_closes_still_gets_its_answer(tmp_path, receive):
     finally:
         thread.stop()
         sub.close()
+
+
+@pytest.mark.parametrize("receive", ["buffers", "stream"])
+def test_a_worker_process_receives_the_way_serve_was_told(tmp_path, receive):
+    """``serve --receive``: the main process hands the I/O queue over with what it had read ahead, and
+    the worker goes on receiving the same way; data written in-capsule, through R2T, and pipelined."""
+    srv = fuzz.ServerProcess(tmp_path, size="8M", extra=("--workers", "1", "--receive", receive))
+    try:
+        with NvmeTcpHost("127.0.0.1", srv.port, srv.nqn, io_queues=1, hdgst=True, ddgst=True) as h:
+            blocks = [os.urandom(n) for n in (4096, 128 << 10, 512, 64 << 10)]
+            commands = [(Command.build(0x01, nsid=1, cdws={10: 512 * i, 12: len(b) // 512 - 1}), b, 0)
+                        for i, b in enumerate(blocks)]
+            assert all(not r.cqe.status for r in h.io_qs[0].run_window(iter(commands), 4))
+            for i, b in enumerate(blocks):
+                assert h.read(512 * i, len(b) // 512) == b
+    finally:
+        srv.stop()
+    raw = (tmp_path / "ns.img").read_bytes()  # the file the worker wrote is the independent view
+    assert all(raw[512 * 512 * i:512 * 512 * i + len(b)] == b for i, b in enumerate(blocks))
