@@ -15,7 +15,7 @@ from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.namespace import Namespace
 from npukit.devices.nvme.pdu import PduType
-from npukit.devices.nvme.receive import BUFFER_BYTES, PduReceiver
+from npukit.devices.nvme.receive import BUFFER_BYTES, INITIAL_BUFFER_BYTES, PduReceiver
 from npukit.devices.nvme.spec import ProtocolError
 from npukit.devices.nvme.state import DeviceState
 from npukit.devices.nvme.subsystem import Subsystem
@@ -105,9 +105,10 @@ def test_a_peer_that_sends_while_the_target_does_not_read_fills_one_buffer():
         sender = loop.create_task(loop.sock_sendall(right, stream))
         await asyncio.sleep(0.3)
         assert not sender.done()  # the socket buffers filled up behind a paused receiver
-        assert BUFFER_BYTES // 2 < len(receiver.buffered()) <= BUFFER_BYTES
+        assert len(receiver.buffered()) == INITIAL_BUFFER_BYTES  # a full buffer stopped the reading
         for want in expected:
             assert bytes(await receiver.read_pdu(_plen)) == want
+        assert len(receiver.buffered()) == 0 and len(receiver._buf) == BUFFER_BYTES  # grown once for 128 KiB
         await sender
         receiver.transport.close()
         right.close()
