@@ -117,9 +117,6 @@ class Connection:
         else:
             self.writer.writelines(buffers)
 
-    def _more_input_buffered(self) -> bool:
-        return self.source.more_buffered()
-
     async def _flush(self) -> None:
         if self._out and not self.closed:
             self.writer.writelines(self._out)
@@ -164,7 +161,7 @@ class Connection:
                     self._dispatch(p)
                 finally:
                     self._batching = False
-                if self._out_bytes > BATCH_LIMIT or not self._more_input_buffered():
+                if self._out_bytes > BATCH_LIMIT or not self.source.more_buffered():
                     await self._flush()
                 if self.lifecycle.state is QueueState.DISCONNECTING:
                     await self._flush()
