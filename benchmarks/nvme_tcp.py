@@ -204,11 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--digests", action="store_true", help="header and data digests (CRC32C)")
     p.add_argument("--workers", type=int, default=None,
                    help="serve's --workers (default: serve's own default, one per CPU; 0: single process)")
+    p.add_argument("--receive", choices=("buffers", "stream"), default=None,
+                   help="serve's --receive (default: serve's own default)")
     args = p.parse_args(argv)
     rng = random.Random(1)
     rounds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         extra = ("--workers", str(args.workers)) if args.workers is not None else ()
+        extra += ("--receive", args.receive) if args.receive else ()
         srv = fuzz.ServerProcess(Path(tmp), size=str(NS_BYTES), extra=extra)
         workers = len(srv.workers)
         try:
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     raw_keys = ("raw_loopback_mbps", "raw_loopback_after_mbps")
     ceiling = statistics.median([r[k] for r in rounds for k in raw_keys])
     report = {"tier": "measured", "source": "benchmarks/nvme_tcp.py", "digests": args.digests,
-              "workers": workers,
+              "workers": workers, "receive": args.receive or "default",
               "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "rounds": args.rounds,
               "seconds_per_figure": args.seconds, "median": {k: round(v, 1) for k, v in median.items()},
               "raw_loopback_ceiling_mbps": round(ceiling, 1),

@@ -67,6 +67,9 @@ def _register_serve(verbs: argparse._SubParsersAction) -> None:
     s.add_argument("--workers", type=int, default=None,
                    help="worker processes serving the I/O queues (default one per CPU on Linux; "
                    "0 serves every queue in the main process)")
+    s.add_argument("--receive", choices=("buffers", "stream"), default=None,
+                   help="how connections receive: into a preallocated buffer per connection (buffers) or "
+                   "through asyncio's StreamReader (stream); default buffers")
     _alkali_hook("add_serve_arguments", s)  # --accelerators, --delegate, --compat
     s.set_defaults(func=run_serve)
 
@@ -170,7 +173,8 @@ def run_serve(args: argparse.Namespace) -> int:
                       size=parse_size(args.size) if args.size else None, state_dir=args.state_dir,
                       discovery_port=None if args.no_discovery else args.discovery_port,
                       advertise=args.advertise_addr, allow_hosts=tuple(args.allow_host),
-                      io_queues=args.io_queues, workers=args.workers)
+                      io_queues=args.io_queues, workers=args.workers,
+                      receive=args.receive or "buffers")
     from npukit.devices.alkali.serve import AlkaliOptions
 
     options = AlkaliOptions(args.accelerators, args.delegate, args.compat, args.verify)

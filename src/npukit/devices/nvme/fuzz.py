@@ -256,8 +256,22 @@ def exchange(port: int, stream: list[bytes], *, expect: int | None = None, idle:
                     _consume(buf, out)
     finally:
         sel.close()
+        if not out.closed:
+            _close_and_wait(sock)
         sock.close()
     return out
+
+
+def _close_and_wait(sock: socket.socket, timeout: float = 2.0) -> None:
+    """Send our FIN and wait for the target's: it frees the connection's QID before it closes the
+    socket, so the next case may connect the same QID (without this wait a worker process that had
+    not seen the FIN yet refused that Connect, now and then: a fuzzer race, not a target fault)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        sock.setblocking(True)
+        sock.settimeout(timeout)
+        while sock.recv(1 << 16):
+            pass
 
 
 def _consume(buf: bytearray, out: Outcome) -> None:

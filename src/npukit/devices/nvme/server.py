@@ -35,6 +35,7 @@ class ServeConfig:
     allow_hosts: tuple[str, ...] = ()
     io_queues: int = 64
     workers: int | None = None  # I/O queue worker processes; None: one per CPU where supported, 0: none
+    receive: str = "buffers"  # "buffers": recv_into a buffer per connection; "stream": asyncio StreamReader
 
 
 def worker_count(cfg: ServeConfig) -> int:
@@ -111,7 +112,7 @@ async def run_target(cfg: ServeConfig, announce=print,
         check_port_free(host, cfg.discovery_port)
     sub = build_subsystem(cfg)
     extra = extend(sub) if extend is not None else {}
-    target = TcpTarget([sub], workers=worker_count(cfg))
+    target = TcpTarget([sub], workers=worker_count(cfg), receive=cfg.receive)
     try:
         bound = await _listen(target, host, port)
         disc_bound = None

@@ -1,9 +1,10 @@
 """NVMe/TCP target: an asyncio server, one :class:`Connection` per TCP connection (= one NVMe queue).
 
 Robustness rules: a malformed PDU ends its connection with a C2HTermReq; a bad command gets an NVMe
-error status; no exception leaves a connection handler; every connection buffers at most one PDU
-(bounded by the in-capsule / MAXH2CDATA limits) plus the data of commands waiting on R2T (bounded by
-the queue depth times MDTS). The data path hands memoryviews of received PDUs to the namespace.
+error status; no exception leaves a connection handler; every connection buffers at most its receive
+buffer (receive.py: PDUs are checked against the in-capsule / MAXH2CDATA limits before their bodies
+are read) plus the data of commands waiting on R2T (bounded by the queue depth times MDTS). The data
+path hands memoryviews of the receive buffer to the namespace (``os.pwrite`` straight from it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.lifecycle import QueueEvent, QueueLifecycle, QueueState
 from npukit.devices.nvme.namespace import FileRegion, lazy_reads
 from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
+from npukit.devices.nvme.receive import RECEIVE_MODES, PduReceiver, ReceiverWriter, StreamInput
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
 from npukit.devices.nvme.subsystem import Subsystem
@@ -50,6 +52,7 @@ BATCH_LIMIT = 64 << 10
 CONN_R2T_BYTES = 2 << 20
 TARGET_R2T_BYTES = 128 << 20
 MAX_CONNECTIONS = 1024
+RECEIVE_DEFAULT = "buffers"  # how connections receive (receive.py); "stream" is asyncio's StreamReader
 SEND_BUFFER = 2 << 20
 ARENA_BYTES = BATCH_LIMIT + C2H_CHUNK + 4096  # a batch flushes past BATCH_LIMIT: one more Read always fits
 _HOST_TO_TARGET = {PduType.IC_REQ, PduType.H2C_TERM_REQ, PduType.CAPSULE_CMD, PduType.H2C_DATA}
@@ -70,9 +73,10 @@ class PendingWrite:
 
 
 class Connection:
-    def __init__(self, target: TcpTarget, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, target: TcpTarget, source: PduReceiver | StreamInput,
+                 writer: asyncio.StreamWriter | ReceiverWriter) -> None:
         self.target = target
-        self.reader = reader
+        self.source = source  # where PDUs come from: the receive buffer, or asyncio's StreamReader
         self.writer = writer
         self.lifecycle = QueueLifecycle()
         self.fabrics = FabricsQueue(target.subsystems, self.lifecycle)
@@ -113,10 +117,6 @@ class Connection:
         else:
             self.writer.writelines(buffers)
 
-    def _more_input_buffered(self) -> bool:
-        # asyncio's StreamReader has no public "bytes available" query; without it, flush every PDU
-        return len(getattr(self.reader, "_buffer", b"")) >= pdu.CH.size
-
     async def _flush(self) -> None:
         if self._out and not self.closed:
             self.writer.writelines(self._out)
@@ -130,18 +130,22 @@ class Connection:
             self.lifecycle.advance(QueueEvent.CLOSE)
             self.writer.close()
 
-    async def _read_pdu(self) -> pdu.Pdu:
-        ch = await self.reader.readexactly(pdu.CH.size)
+    def _check_common(self, ch: bytes) -> int:
+        """PLEN of a PDU whose common header this connection accepts (checked before the body is read)."""
         limit = max(self.target.in_capsule_limit(self.fabrics.qid), MAX_H2C_DATA)
         kind, plen = pdu.validate_common(ch, max_data=limit)
         if kind not in _HOST_TO_TARGET:
             raise FatalPduError(Fes.INVALID_HEADER_FIELD, 0, ch, f"{kind.name} is not sent by a host")
-        raw = ch + await self.reader.readexactly(plen - 8)
+        return plen
+
+    async def _read_pdu(self) -> pdu.Pdu:
+        raw = await self.source.read_pdu(self._check_common)
+        kind = raw[0]
         initialized = self.lifecycle.initialized
         if not initialized and kind != PduType.IC_REQ:
-            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, raw[:24], "a PDU before ICReq")
+            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, bytes(raw[:24]), "a PDU before ICReq")
         if initialized and kind == PduType.IC_REQ:
-            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, raw[:24], "a second ICReq")
+            raise FatalPduError(Fes.PDU_SEQUENCE_ERROR, 0, bytes(raw[:24]), "a second ICReq")
         return pdu.parse(raw, hdgst=self.hdgst and initialized, ddgst=self.ddgst and initialized)
 
     # main loop ------------------------------------------------------------------------------------
@@ -157,7 +161,7 @@ class Connection:
                     self._dispatch(p)
                 finally:
                     self._batching = False
-                if self._out_bytes > BATCH_LIMIT or not self._more_input_buffered():
+                if self._out_bytes > BATCH_LIMIT or not self.source.more_buffered():
                     await self._flush()
                 if self.lifecycle.state is QueueState.DISCONNECTING:
                     await self._flush()
@@ -425,7 +429,11 @@ class Connection:
 class TcpTarget:
     """Serves one or more subsystems (the NVM subsystem, the discovery subsystem) on its listeners."""
 
-    def __init__(self, subsystems: list[Subsystem], workers: int = 0) -> None:
+    def __init__(self, subsystems: list[Subsystem], workers: int = 0, receive: str = RECEIVE_DEFAULT) -> None:
+        if receive not in RECEIVE_MODES:
+            raise ValueError(f"receive mode {receive!r}: one of {', '.join(RECEIVE_MODES)}")
+        self.receive = receive  # "buffers": recv_into the connection's buffer; "stream": StreamReader
+        self._tasks: set[asyncio.Task] = set()
         self.subsystems = {s.nqn: s for s in subsystems}
         self.connections: set[Connection] = set()
         self.servers: list[asyncio.base_events.Server] = []
@@ -451,19 +459,34 @@ class TcpTarget:
 
             self.pool = WorkerPool(self.workers, asyncio.get_running_loop(), _log_path())
             await self.pool.wait_ready()
-        server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
+        if self.receive == "buffers":
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(lambda: PduReceiver(self._accept_receiver), host, port,
+                                              reuse_address=True)
+        else:
+            server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         self.servers.append(server)
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().create_task(self._keep_alive_watchdog())
         return server.sockets[0].getsockname()[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.serve_connection(StreamInput(reader), writer)
+
+    def _accept_receiver(self, receiver: PduReceiver) -> None:
+        serving = self.serve_connection(receiver, ReceiverWriter(receiver))
+        task = asyncio.get_running_loop().create_task(serving)
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+
+    async def serve_connection(self, source: PduReceiver | StreamInput,
+                               writer: asyncio.StreamWriter | ReceiverWriter) -> None:
         if len(self.connections) >= self.max_connections:
             log.warning("refusing a connection: %d open", len(self.connections))
             writer.close()
             return
         _tune_socket(writer)
-        conn = Connection(self, reader, writer)
+        conn = Connection(self, source, writer)
         self.connections.add(conn)
         await conn.run()
 
@@ -504,7 +527,7 @@ class TcpTarget:
                 await server.wait_closed()
 
 
-def _tune_socket(writer: asyncio.StreamWriter) -> None:
+def _tune_socket(writer: asyncio.StreamWriter | ReceiverWriter) -> None:
     """Kernel keepalive probes find peers that vanished without a FIN (half-open connections) within
     about 90 s, also on queues without an NVMe keep alive. A send buffer that holds a whole batch of
     responses lets one send() take it (the default starts at 16 KiB: partial sends, then a wait for
@@ -541,8 +564,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class TargetThread:
     """A target running its own event loop in a daemon thread (tests, in-process tools)."""
 
-    def __init__(self, subsystems: list[Subsystem], host: str = "127.0.0.1", port: int = 0) -> None:
-        self.target = TcpTarget(subsystems)
+    def __init__(self, subsystems: list[Subsystem], host: str = "127.0.0.1", port: int = 0,
+                 receive: str = RECEIVE_DEFAULT) -> None:
+        self.target = TcpTarget(subsystems, receive=receive)
         self.loop = new_event_loop()
         self.port = 0
         ready = threading.Event()

@@ -22,6 +22,7 @@ from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.controller import Controller
 from npukit.devices.nvme.lifecycle import QueueState
 from npukit.devices.nvme.namespace import Namespace
+from npukit.devices.nvme.receive import PduReceiver, ReceiverWriter, StreamInput
 from npukit.devices.nvme.registry import CommandRegistry, CommandSpec, Request, Result
 from npukit.devices.nvme.spec import NvmeError, Status
 from npukit.devices.nvme.state import DeviceState
@@ -116,8 +117,8 @@ def _raise_error(reply: tuple) -> None:
 
 
 class WorkerConnection(Connection):
-    def __init__(self, worker: Worker, info: dict, reader, writer) -> None:
-        super().__init__(worker.target, reader, writer)
+    def __init__(self, worker: Worker, info: dict, source, writer) -> None:
+        super().__init__(worker.target, source, writer)
         self.worker, self.conn_id, self.peer = worker, info["conn_id"], info["peer"]
 
     def release(self) -> None:
@@ -175,16 +176,11 @@ class Worker:
         return sub
 
     async def serve(self, info: dict, fd: int) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
-        reader.feed_data(info["buffered"])  # what the main process had read already comes first
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-        transport, _ = await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        source, writer = await _adopt_socket(socket.socket(fileno=fd), info)
         sub = self.subsystem(info)
         ctrl = WorkerController(sub, info, self)
         sub.controllers[ctrl.cntlid] = ctrl
-        conn = WorkerConnection(self, info, reader, writer)
+        conn = WorkerConnection(self, info, source, writer)
         conn.lifecycle.state = QueueState.LIVE
         conn.fabrics.ctrl, conn.fabrics.qid, conn.fabrics.sqsize = ctrl, info["qid"], info["sqsize"]
         conn.fabrics.hostid = info["hostid"]
@@ -205,6 +201,22 @@ class Worker:
         await asyncio.sleep(0)
         for ns in self.namespaces.values():
             ns.close()
+
+
+async def _adopt_socket(sock: socket.socket, info: dict) -> tuple[PduReceiver | StreamInput,
+                                                                   ReceiverWriter | asyncio.StreamWriter]:
+    """The handed-over socket on this loop, receiving the way the main process did; what the main
+    process had read already comes first."""
+    loop = asyncio.get_running_loop()
+    if info.get("receive", "stream") == "buffers":
+        receiver = PduReceiver(initial=info["buffered"])
+        await loop.connect_accepted_socket(lambda: receiver, sock)
+        return receiver, ReceiverWriter(receiver)
+    reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+    reader.feed_data(info["buffered"])
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+    return StreamInput(reader), asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 def main(argv: list[str]) -> int:

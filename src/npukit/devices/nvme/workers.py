@@ -172,7 +172,7 @@ class WorkerPool:
                 "peer": conn.peer, "namespaces": {n: str(ns.path) for n, ns in sub.namespaces.items()},
                 "mdts": sub.mdts, "in_capsule_bytes": sub.in_capsule_bytes,
                 "max_queue_entries": sub.max_queue_entries, "local_opcodes": self._local_opcodes(sub),
-                "buffered": bytes(getattr(conn.reader, "_buffer", b""))}
+                "buffered": conn.source.buffered(), "receive": conn.target.receive}
         try:
             worker.outbox.send(("queue", info), [os.dup(sock.fileno())])  # the outbox closes the copy
         except OSError:

@@ -1,0 +1,205 @@
+"""How a target connection receives PDUs: into one preallocated buffer, or through asyncio streams.
+
+:class:`PduReceiver` is an ``asyncio.BufferedProtocol`` (asyncio's loop and uvloop both call
+``get_buffer`` / ``buffer_updated``): the kernel copies received bytes straight into the connection's
+buffer (``recv_into``) and a PDU is handed out as a memoryview of it, so in-capsule write data and
+H2CData reach ``os.pwrite`` without a copy in Python. :class:`StreamInput` is the same interface over
+asyncio's ``StreamReader`` (one copy into its buffer, one into each PDU), kept for comparison
+(``npukit nvme serve --receive stream``).
+
+The buffer rules: a PDU handed out stays untouched until the next ``read_pdu`` call (the connection
+dispatches it before asking for the next one); data is only ever appended behind what is buffered, and
+moved to the front (compaction) only inside ``read_pdu``, when no PDU is held; a buffer that grows is
+a new one (views of the old one stay valid). A full buffer pauses reading, so a peer can make the
+connection hold at most the buffer (``BUFFER_BYTES`` once grown) plus one PDU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+RECEIVE_MODES = ("buffers", "stream")
+# A connection starts with a small buffer (admin, discovery and read-only queues never need more) and
+# grows it once to BUFFER_BYTES when a PDU would fill more than half of it (128 KiB H2CData): four of
+# the largest PDUs, so that moving a partial PDU to the front is rare (256 KiB moved 4x as often).
+INITIAL_BUFFER_BYTES = 64 << 10
+BUFFER_BYTES = 512 << 10
+COMPACT_BELOW = 16 << 10  # fewer free bytes than this behind the data after a PDU: move it to the front
+
+# a PDU's common header (8 bytes) -> its PLEN, raising for a header the connection refuses
+HeaderCheck = Callable[[bytes], int]
+
+
+class PduReceiver(asyncio.BufferedProtocol):
+    """Receives one connection into a preallocated buffer and hands out whole PDUs."""
+
+    def __init__(self, on_connected: Callable[[PduReceiver], None] | None = None,
+                 initial: bytes = b"") -> None:
+        self._buf = bytearray(max(INITIAL_BUFFER_BYTES, 2 * len(initial)))
+        self._view = memoryview(self._buf)
+        self._start = 0  # first byte not consumed (a held PDU counts as not consumed)
+        self._end = len(initial)  # first free byte
+        self._view[:self._end] = initial
+        self._held = 0  # bytes of the PDU handed out last, released by the next read_pdu
+        self._eof = False
+        self._error: Exception | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._lost = False
+        self._waiter: asyncio.Future | None = None
+        self._writable: asyncio.Future | None = None
+        self._on_connected = on_connected
+        self.transport: asyncio.Transport | None = None
+
+    # asyncio.BufferedProtocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self._on_connected is not None:
+            self._on_connected(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._end == len(self._buf):  # reading is paused when full; a loop asking anyway gets room
+            self._move(len(self._buf) * 2)
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
+        if self._end == len(self._buf) and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return True  # half-closed: responses to what the host sent before its FIN still go out
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof, self._lost = True, True
+        self._error = exc
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_exception(ConnectionResetError("connection lost"))
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # the connection's side -------------------------------------------------------------------------
+    async def read_pdu(self, check: HeaderCheck) -> memoryview:
+        """The next whole PDU as a view of the buffer, valid until the next call."""
+        self._release()
+        await self._fill(8)
+        plen = check(bytes(self._view[self._start:self._start + 8]))
+        await self._fill(plen)
+        self._held = plen
+        return self._view[self._start:self._start + plen]
+
+    def more_buffered(self) -> bool:
+        """Another PDU's common header is here already (batch its response with this one's)."""
+        return self._end - self._start - self._held >= 8
+
+    def buffered(self) -> bytes:
+        """What was received behind the PDU handed out last (handed to a worker with the socket)."""
+        return bytes(self._view[self._start + self._held:self._end])
+
+    async def wait_writable(self) -> None:
+        if self._lost:
+            raise ConnectionResetError("connection lost")
+        if not self._writing_paused:
+            return
+        self._writable = asyncio.get_running_loop().create_future()
+        await self._writable
+
+    def _release(self) -> None:
+        self._start += self._held
+        self._held = 0
+        if self._start == self._end:
+            self._start = self._end = 0  # the common case: everything consumed, start over for free
+        elif len(self._buf) - self._end < COMPACT_BELOW:
+            self._move(len(self._buf))
+        if self._reading_paused and self._end < len(self._buf) and not self._lost:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    async def _fill(self, n: int) -> None:
+        if 2 * n > len(self._buf):
+            self._move(max(BUFFER_BYTES, 2 * n))
+        elif self._start + n > len(self._buf):
+            self._move(len(self._buf))
+        while self._end - self._start < n:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                raise asyncio.IncompleteReadError(bytes(self._view[self._start:self._end]), n)
+            if self._reading_paused:  # room behind the data: _move made it
+                self._reading_paused = False
+                self.transport.resume_reading()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _move(self, size: int) -> None:
+        """Move the unconsumed bytes to the front of a buffer of ``size`` bytes (a new one if it grows:
+        views of the old one stay valid)."""
+        old, count = self._view, self._end - self._start
+        if size != len(self._buf):
+            self._buf = bytearray(size)
+            self._view = memoryview(self._buf)
+        self._view[:count] = old[self._start:self._end]  # memoryview assignment handles the overlap
+        self._start, self._end = 0, count
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class ReceiverWriter:
+    """The part of ``asyncio.StreamWriter`` a connection uses, over a :class:`PduReceiver`'s transport."""
+
+    def __init__(self, receiver: PduReceiver) -> None:
+        self.receiver = receiver
+        self.transport = receiver.transport
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.transport.write(data)
+
+    def writelines(self, buffers: list[bytes | memoryview]) -> None:
+        self.transport.writelines(buffers)
+
+    async def drain(self) -> None:
+        if self.transport.is_closing():
+            await asyncio.sleep(0)  # let connection_lost run, as StreamWriter.drain does
+        await self.receiver.wait_writable()
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def get_extra_info(self, name: str, default=None):
+        return self.transport.get_extra_info(name, default)
+
+
+class StreamInput:
+    """:class:`PduReceiver`'s reading interface over an ``asyncio.StreamReader``."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+
+    async def read_pdu(self, check: HeaderCheck) -> bytes:
+        ch = await self.reader.readexactly(8)
+        plen = check(ch)
+        return ch + await self.reader.readexactly(plen - 8)
+
+    def more_buffered(self) -> bool:
+        # StreamReader has no public "bytes available" query; without it, flush every PDU
+        return len(getattr(self.reader, "_buffer", b"")) >= 8
+
+    def buffered(self) -> bytes:
+        return bytes(getattr(self.reader, "_buffer", b""))
