@@ -195,8 +195,9 @@ def prepare_fully_connected(ctx: Ctx) -> Kernel:
     return run
 
 
-def prepare_average_pool(ctx: Ctx) -> Kernel:
-    reference = pool.prepare_average_pool(ctx)  # checks types and options
+def _prepare_pool(ctx: Ctx, reference: Kernel, kernel) -> Kernel:
+    """A 2-D pooling op on its numba ``kernel``; the readable ``reference`` (which has already checked
+    types and options) where the output is empty."""
     o = ctx.op.options
     lo, hi = ctx.activation(o.fused_activation_function, ctx.out())
     kh, kw, sh, sw = o.filter_height, o.filter_width, o.stride_h, o.stride_w
@@ -208,10 +209,14 @@ def prepare_average_pool(ctx: Ctx) -> Kernel:
     def run(ins: Arrays) -> list[np.ndarray]:
         x = np.ascontiguousarray(ins[0])
         out = np.empty((x.shape[0], g.oh, g.ow, c), np.int8)
-        _nb.average_pool(x, kh, kw, sh, sw, g.pt, g.pl, lo, hi, out)
+        kernel(x, kh, kw, sh, sw, g.pt, g.pl, lo, hi, out)
         return [out]
 
     return run
+
+
+def prepare_average_pool(ctx: Ctx) -> Kernel:
+    return _prepare_pool(ctx, pool.prepare_average_pool(ctx), _nb.average_pool)
 
 
 def prepare_dequantize(ctx: Ctx) -> Kernel:
@@ -232,22 +237,7 @@ def prepare_dequantize(ctx: Ctx) -> Kernel:
 
 
 def prepare_max_pool(ctx: Ctx) -> Kernel:
-    reference = pool.prepare_max_pool(ctx)  # checks types and options
-    o = ctx.op.options
-    lo, hi = ctx.activation(o.fused_activation_function, ctx.out())
-    kh, kw, sh, sw = o.filter_height, o.filter_width, o.stride_h, o.stride_w
-    _, h, w, c = ctx.t(0).shape
-    g = geometry(h, w, kh, kw, sh, sw, 1, 1, o.padding)
-    if g.oh == 0 or g.ow == 0:
-        return reference
-
-    def run(ins: Arrays) -> list[np.ndarray]:
-        x = np.ascontiguousarray(ins[0])
-        out = np.empty((x.shape[0], g.oh, g.ow, c), np.int8)
-        _nb.max_pool(x, kh, kw, sh, sw, g.pt, g.pl, lo, hi, out)
-        return [out]
-
-    return run
+    return _prepare_pool(ctx, pool.prepare_max_pool(ctx), _nb.max_pool)
 
 
 def prepare_mean(ctx: Ctx) -> Kernel:
