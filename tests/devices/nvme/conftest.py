@@ -1,10 +1,13 @@
 import json
 import select
+import socket
+import struct
 import subprocess
 from dataclasses import dataclass
 
 import pytest
 
+from npukit.devices.nvme import fuzz, pdu
 from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.namespace import Namespace
 from npukit.devices.nvme.state import DeviceState
@@ -54,3 +57,25 @@ def read_ready_line(proc: subprocess.Popen, timeout: float = 60.0) -> dict:
         proc.kill()
         raise AssertionError(f"npukit nvme serve did not start: {proc.stderr.read()}")
     return json.loads(line)
+
+
+def raw_io_queue(port: int, owner: NvmeTcpHost, qid: int, nqn: str = fuzz.GUEST_NQN) -> socket.socket:
+    """A raw socket connected as I/O queue ``qid`` of ``owner``'s association (Connect checked)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(fuzz.icreq())
+    read_pdu(s)
+    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, nqn, owner.hostnqn, owner.hostid))
+    resp = read_pdu(s)
+    assert resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0
+    return s
+
+
+def read_pdu(s: socket.socket) -> bytes:
+    """One whole PDU (its length from the common header)."""
+    buf = b""
+    while len(buf) < 8 or len(buf) < struct.unpack_from("<I", buf, 4)[0]:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf

@@ -16,6 +16,8 @@ from npukit.devices.nvme import fuzz, pdu
 from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.command import Command
 
+from .conftest import raw_io_queue, read_pdu
+
 NQN = fuzz.GUEST_NQN
 
 
@@ -34,26 +36,6 @@ def _owner(port: int) -> NvmeTcpHost:
     return h
 
 
-def _raw_io_queue(port: int, owner: NvmeTcpHost, qid: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(fuzz.icreq())
-    _read_pdu(s)
-    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid))
-    resp = _read_pdu(s)
-    assert resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0
-    return s
-
-
-def _read_pdu(s: socket.socket) -> bytes:
-    buf = b""
-    while len(buf) < 8 or len(buf) < struct.unpack_from("<I", buf, 4)[0]:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
-
-
 def _reset(s: socket.socket) -> None:
     """Vanish without a FIN: SO_LINGER 0 makes close() send RST."""
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -65,9 +47,9 @@ def test_host_vanishing_mid_write_leaves_the_blocks_as_they_were(server, how):
     before = os.urandom(128 * 1024)
     with NvmeTcpHost("127.0.0.1", server.port, NQN, io_queues=1) as h, _owner(server.port) as owner:
         h.write(1000, before)
-        s = _raw_io_queue(server.port, owner, qid=2)
+        s = raw_io_queue(server.port, owner, qid=2)
         s.sendall(b"".join(pdu.capsule_cmd(fuzz._sqe(0x01, 9, 1, {10: 1000, 12: 255}, sgl_len=128 * 1024))))
-        r2t = _read_pdu(s)
+        r2t = read_pdu(s)
         assert r2t[0] == pdu.PduType.R2T
         ttag = struct.unpack_from("<H", r2t, 10)[0]
         h2c = b"".join(bytes(b) for b in pdu.data_pdu(pdu.PduType.H2C_DATA, 9, ttag, 0,
@@ -76,7 +58,7 @@ def test_host_vanishing_mid_write_leaves_the_blocks_as_they_were(server, how):
         _reset(s) if how == "rst" else s.close()
         time.sleep(0.3)
         assert h.read(1000, 256) == before
-        again = _raw_io_queue(server.port, owner, qid=2)  # the vanished queue's QID is free again
+        again = raw_io_queue(server.port, owner, qid=2)  # the vanished queue's QID is free again
         again.close()
     assert server.alive()
 
@@ -86,7 +68,7 @@ def test_host_vanishing_mid_read_does_not_disturb_the_target(server):
         data = os.urandom(256 * 1024)
         h.write(4000, data[:131072])
         h.write(4256, data[131072:])
-        s = _raw_io_queue(server.port, owner, qid=3)
+        s = raw_io_queue(server.port, owner, qid=3)
         for k in range(32):  # 4 MiB of reads outstanding, then read a little and reset
             s.sendall(b"".join(pdu.capsule_cmd(fuzz._sqe(0x02, k, 1, {10: 4000, 12: 255},
                                                           sgl_len=128 * 1024))))

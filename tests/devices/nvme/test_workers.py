@@ -17,9 +17,11 @@ import time
 import pytest
 
 from npukit.devices.alkali.host import AlkaliHost
-from npukit.devices.nvme import fuzz, pdu
+from npukit.devices.nvme import fuzz
 from npukit.devices.nvme.client import NvmeStatusError, NvmeTcpHost
 from npukit.devices.nvme.command import Command
+
+from .conftest import raw_io_queue
 
 NQN = fuzz.GUEST_NQN
 STATUS_LBA_OUT_OF_RANGE = 0x80
@@ -140,7 +142,7 @@ def test_kill_9_of_a_worker_loses_no_acknowledged_write_and_is_reported(server):
         with NvmeTcpHost("127.0.0.1", server.port, NQN, io_queues=1) as fresh:
             for lba, data in acked.items():  # every acknowledged write is there
                 assert _holds(fresh.read(lba, 128), data, pending.get(lba)), lba
-        again = _raw_io_queue(server.port, h, qid=1)
+        again = raw_io_queue(server.port, h, qid=1)
         again.close()
         assert server.alive()
         died = rf"worker \d \(pid {victim}\) died \(killed by SIGKILL\); 1 I/O queue\(s\) dropped: \S+ qid 1"
@@ -149,28 +151,6 @@ def test_kill_9_of_a_worker_loses_no_acknowledged_write_and_is_reported(server):
                 break
             time.sleep(0.05)
         assert re.search(died, server.log_text())
-
-
-def _raw_io_queue(port: int, owner: NvmeTcpHost, qid: int):
-    import socket
-
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(fuzz.icreq())
-    _read_pdu(s)
-    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid))
-    resp = _read_pdu(s)
-    assert resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0
-    return s
-
-
-def _read_pdu(s) -> bytes:
-    buf = b""
-    while len(buf) < 8 or len(buf) < struct.unpack_from("<I", buf, 4)[0]:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def test_workers_0_serves_every_queue_in_the_main_process(tmp_path):
