@@ -37,6 +37,13 @@ def _mbqm(acc: np.int64, mult: np.int64, left: np.int64, right: np.int64) -> np.
 
 
 @nb.njit(inline="always")
+def _in_bounds(start, size, extent):
+    """The taps [lo, hi) of a pooling window starting at ``start`` (negative inside the padding) that
+    fall inside an axis of ``extent``: padding taps take no part."""
+    return max(start, 0), min(start + size, extent)
+
+
+@nb.njit(inline="always")
 def _clamp(v: np.int64, lo: np.int64, hi: np.int64) -> np.int64:
     return lo if v < lo else hi if v > hi else v
 
@@ -193,11 +200,9 @@ def average_pool(x, kh, kw, sh, sw, pt, pl, lo, hi, out):
     acc = np.empty(c, np.int32)
     for n in range(nb_):
         for oy in range(oh):
-            y0 = max(oy * sh - pt, 0)
-            y1 = min(oy * sh - pt + kh, h)
+            y0, y1 = _in_bounds(oy * sh - pt, kh, h)
             for ox in range(ow):
-                x0 = max(ox * sw - pl, 0)
-                x1 = min(ox * sw - pl + kw, wd)
+                x0, x1 = _in_bounds(ox * sw - pl, kw, wd)
                 acc[:] = 0
                 for iy in range(y0, y1):
                     for ix in range(x0, x1):
@@ -221,11 +226,9 @@ def max_pool(x, kh, kw, sh, sw, pt, pl, lo, hi, out):
     best = np.empty(c, np.int8)
     for n in range(nb_):
         for oy in range(oh):
-            y0 = max(oy * sh - pt, 0)
-            y1 = min(oy * sh - pt + kh, h)
+            y0, y1 = _in_bounds(oy * sh - pt, kh, h)
             for ox in range(ow):
-                x0 = max(ox * sw - pl, 0)
-                x1 = min(ox * sw - pl + kw, wd)
+                x0, x1 = _in_bounds(ox * sw - pl, kw, wd)
                 best[:] = -128
                 for iy in range(y0, y1):
                     for ix in range(x0, x1):
