@@ -54,6 +54,21 @@ for _word, _name in ipc.COUNTER_WORDS.items():
     setattr(SlotCounters, _name, _counter(_word))
 
 
+class MainProcessState(DeviceState):
+    """A handed-over queue's view of the device state: the counters are its shared-memory slot, and a
+    save (what Flush does after making the data durable) is the main process's: it sums every
+    worker's counters into the real state and writes the state file, as a single-process Flush does."""
+
+    def __init__(self, worker: Worker, info: dict) -> None:
+        super().__init__(None)
+        self.counters = SlotCounters(worker.shared, info["slot"])  # type: ignore[assignment]
+        self._worker, self._key = worker, (info["nqn"], info["cntlid"], info["qid"])
+
+    def save(self, *, running: bool = True) -> None:
+        nqn, cntlid, qid = self._key
+        _raise_error(self._worker.call(("save", nqn, cntlid, qid)))
+
+
 class WorkerNamespace(Namespace):
     """The namespace file opened in this process; the write cache setting is the main process's."""
 
@@ -168,8 +183,7 @@ class Worker:
             if ns is None:
                 ns = self.namespaces[(nsid, path)] = WorkerNamespace(path, nsid=nsid)
             namespaces.append(ns)
-        state = DeviceState(None)
-        state.counters = SlotCounters(self.shared, info["slot"])
+        state = MainProcessState(self, info)
         sub = Subsystem(info["nqn"], namespaces, state, max_queue_entries=info["max_queue_entries"],
                         mdts=info["mdts"], in_capsule_bytes=info["in_capsule_bytes"], registry=self.registry)
         self.target.subsystems[sub.nqn] = sub
