@@ -45,6 +45,9 @@ PLACED = 0x100  # Pdu.flags: the PDU's data was received into the caller's buffe
 RECV_BUFFER = 1 << 20
 LARGE_PAYLOAD = 32 << 10  # a C2HData payload this large is received straight into its buffer...
 PEEK_AFTER_LARGE = 4 << 10  # ...so after one, a receive for PDU headers takes at most this much
+_NO_DATA = memoryview(b"")
+_DATA_FIELDS = struct.Struct("<HHII")  # CCCID, TTAG, DATAO, DATAL of C2HData/H2CData/R2T
+_CAPSULE_HEAD = pdu.CH.pack(PduType.CAPSULE_CMD, 0, 72, 0, 72)  # a CapsuleCmd without data or digests
 
 
 class NvmeStatusError(NpukitError):
@@ -177,6 +180,13 @@ class TcpQueue:
             placed = self._place(flags, hlen, pdo, plen, sink)
             if placed is not None:
                 return placed
+        if (ptype == PduType.CAPSULE_RESP and plen == hlen == 24 and not pdo and not flags & 3
+                and not self.hdgst):
+            # what pdu.parse returns for a response without digests, without its checks' work
+            self._buffered(24)
+            header = bytes(self._rbuf[self._rpos:self._rpos + 24])
+            self._rpos += 24
+            return pdu.Pdu(PduType.CAPSULE_RESP, flags, 24, 0, 24, header, _NO_DATA)
         self._buffered(plen)
         raw = memoryview(self._rbuf)[self._rpos:self._rpos + plen]
         self._rpos += plen
@@ -193,13 +203,13 @@ class TcpQueue:
             return None
         self._buffered(pdo)
         start = self._rpos
-        header = bytes(self._rbuf[start:start + hlen])
-        if self.hdgst and bytes(self._rbuf[start + hlen:start + head]) != pdu.crc(header):
+        if self.hdgst and self._rbuf[start + hlen:start + head] != pdu.crc(self._rbuf[start:start + hlen]):
             return None  # the ordinary path reports it
-        cccid, _ttag, offset, length = struct.unpack_from("<HHII", header, 8)
+        cccid, _ttag, offset, length = _DATA_FIELDS.unpack_from(self._rbuf, start + 8)
         dest = sink.get(cccid)
         if dest is None or length != plen - pdo or offset + length > len(dest):
             return None
+        header = bytes(self._rbuf[start:start + hlen])
         self._rpos += pdo
         self._large = length >= LARGE_PAYLOAD
         view = memoryview(dest)[offset:offset + length]
@@ -239,6 +249,8 @@ class TcpQueue:
             cmd.dptr = sgl_descriptor(0, len(data), SGL_TRANSPORT_DATA_BLOCK)
         else:
             cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
+        if not len(data) and not self.hdgst:  # what pdu.capsule_cmd builds for it, without its checks
+            return [_CAPSULE_HEAD + cmd.encode()], data
         buffers = pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst)
         return buffers, (data if not in_capsule else memoryview(b""))
 
@@ -333,6 +345,8 @@ class TcpQueue:
             p = self.read_pdu(sink=received)
             if p.flags & 0x80:
                 raise ProtocolError("data digest mismatch on a PDU from the target")
+            if p.flags & PLACED:  # C2HData already in its command's buffer (_place checked CID, range)
+                continue
             if p.type == PduType.CAPSULE_RESP:
                 cqe = Cqe.decode(p.header[8:24])
                 if cqe.cid not in received:
