@@ -11,6 +11,7 @@ the control socket (or dies).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ from npukit.devices.nvme.subsystem import Subsystem, default_registry
 from npukit.devices.nvme.tcp import Connection, TcpTarget, new_event_loop
 
 log = logging.getLogger("npukit.nvme.worker")
+GC_YOUNG_THRESHOLD = 7000  # allocations between young-generation collections (CPython's default: 700)
 
 
 class SlotCounters:
@@ -245,6 +247,11 @@ def main(argv: list[str]) -> int:
     WorkerNamespace.shared = ipc.SharedWords(shared_fd)
     worker = Worker(socket.socket(fileno=ctl_fd), socket.socket(fileno=rpc_fd), WorkerNamespace.shared)
     loop = new_event_loop()
+    # Every command allocates a few short-lived objects and no cycles worth chasing: the imports are
+    # frozen out of the collector's sight and young collections run 10x less often (the cyclic
+    # collector was 1-2 % of a worker's CPU time serving reads, under perf).
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
         loop.run_until_complete(worker.run())
     finally:
