@@ -48,6 +48,7 @@ class PduReceiver(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._lost = False
         self._waiter: asyncio.Future | None = None
+        self._need = 0  # bytes the waiting read_pdu needs buffered before it is worth waking
         self._writable: asyncio.Future | None = None
         self._on_connected = on_connected
         self.transport: asyncio.Transport | None = None
@@ -68,6 +69,8 @@ class PduReceiver(asyncio.BufferedProtocol):
         if self._end == len(self._buf) and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
+        elif self._end - self._start < self._need:
+            return  # a 128 KiB PDU arrives in several pieces: wake the connection once, for the last
         self._wake()
 
     def eof_received(self) -> bool:
@@ -141,10 +144,12 @@ class PduReceiver(asyncio.BufferedProtocol):
                 self._reading_paused = False
                 self.transport.resume_reading()
             self._waiter = asyncio.get_running_loop().create_future()
+            self._need = n
             try:
                 await self._waiter
             finally:
                 self._waiter = None
+                self._need = 0
 
     def _move(self, size: int) -> None:
         """Move the unconsumed bytes to the front of a buffer of ``size`` bytes (a new one if it grows:
