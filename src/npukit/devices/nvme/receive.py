@@ -104,8 +104,14 @@ class PduReceiver(asyncio.BufferedProtocol):
         return self._view[self._start:self._start + plen]
 
     def more_buffered(self) -> bool:
-        """Another PDU's common header is here already (batch its response with this one's)."""
-        return self._end - self._start - self._held >= 8
+        """Another whole PDU is here already (batch its response with this one's). Only a whole one:
+        while the rest of a 128 KiB H2CData is on its way, the responses queued so far leave (waiting
+        for it held each write's completion until the host had sent the data of every write
+        outstanding, and the queue went through capsules, R2Ts, data and completions in lock step)."""
+        start = self._start + self._held
+        if self._end - start < 8:
+            return False
+        return self._end - start >= int.from_bytes(self._view[start + 4:start + 8], "little")
 
     def buffered(self) -> bytes:
         """What was received behind the PDU handed out last (handed to a worker with the socket)."""
