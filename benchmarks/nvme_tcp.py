@@ -143,7 +143,7 @@ def _window(q, make, depth: int, seconds: float) -> tuple[int, float]:
             yield make(i)
             i += 1
     done = 0
-    for reply in q.run_window(commands(), depth):
+    for reply in q.run_window(commands(), depth, recycle=True):  # reused buffers, as raw_ceiling's
         if reply.cqe.status:
             raise RuntimeError(f"status {reply.cqe.status:#x}")
         done += 1

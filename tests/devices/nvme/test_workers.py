@@ -7,6 +7,7 @@ Error 04h, log page 01h); the Alkali vendor commands' own round trip (firmware s
 through a queue whose worker forwards them to the main process.
 """
 
+import json
 import os
 import re
 import signal
@@ -161,5 +162,33 @@ def test_workers_0_serves_every_queue_in_the_main_process(tmp_path):
             h.write(8, b"\x11" * 4096)
             assert h.read(8, 8) == b"\x11" * 4096
         assert "handed to worker" not in srv.log_text()
+    finally:
+        srv.stop()
+
+
+def _saved_counters(srv: fuzz.ServerProcess) -> dict[str, int]:
+    """The SMART counters in the state file the running target last wrote (state.json)."""
+    return json.loads((srv.directory / "state" / "state.json").read_text())["counters"]
+
+
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_flush_on_an_io_queue_saves_the_state_file_in_either_process(tmp_path, workers):
+    """NVMe's Flush makes the device's state durable with the data: after a Flush on an I/O queue the
+    state file holds every write the host had completed, whether a worker or the main process
+    served the queue (a worker asks the main process, which sums all workers' counters)."""
+    srv = fuzz.ServerProcess(tmp_path, extra=("--workers", workers))
+    try:
+        with NvmeTcpHost("127.0.0.1", srv.port, NQN, io_queues=2) as h:
+            before = _saved_counters(srv)
+            for i in range(5):  # 5 writes of 8 blocks on queue 1, 3 of 16 blocks on queue 2
+                h.write(64 * i, os.urandom(4096), qid=1)
+            for i in range(3):
+                h.write(4096 + 64 * i, os.urandom(8192), qid=2)
+            h.flush(qid=1)
+            after = _saved_counters(srv)
+            if workers != "0":
+                assert {_worker_of(srv, h.cntlid, 1), _worker_of(srv, h.cntlid, 2)} == set(srv.workers)
+        assert after["host_write_commands"] - before["host_write_commands"] == 8
+        assert after["data_units_written"] - before["data_units_written"] == 5 * 8 + 3 * 16
     finally:
         srv.stop()

@@ -43,6 +43,11 @@ from npukit.errors import NpukitError
 PSDT_SGL = 0x40
 PLACED = 0x100  # Pdu.flags: the PDU's data was received into the caller's buffer
 RECV_BUFFER = 1 << 20
+LARGE_PAYLOAD = 32 << 10  # a C2HData payload this large is received straight into its buffer...
+PEEK_AFTER_LARGE = 4 << 10  # ...so after one, a receive for PDU headers takes at most this much
+_NO_DATA = memoryview(b"")
+_DATA_FIELDS = struct.Struct("<HHII")  # CCCID, TTAG, DATAO, DATAL of C2HData/H2CData/R2T
+_CAPSULE_HEAD = pdu.CH.pack(PduType.CAPSULE_CMD, 0, 72, 0, 72)  # a CapsuleCmd without data or digests
 
 
 class NvmeStatusError(NpukitError):
@@ -99,6 +104,7 @@ class TcpQueue:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._rbuf = bytearray(RECV_BUFFER)  # bytes received and not yet parsed: _rbuf[_rpos:_rend]
         self._rpos = self._rend = 0
+        self._large = False  # the last C2HData placed was large (see _buffered)
         self.hdgst, self.ddgst, self.hpda = hdgst, ddgst, hpda
         self.in_capsule = 8192
         self._cid = 0
@@ -138,9 +144,12 @@ class TcpQueue:
             self._rbuf[:len(tail)] = tail
             self._rpos, self._rend = 0, len(tail)
         view = memoryview(self._rbuf)
+        # after a large placed payload the next one is likely large too: take only the PDU headers
+        # and a little more, so that its data goes straight to its buffer (one copy, not two)
+        limit = self._rpos + max(n, PEEK_AFTER_LARGE) if self._large else len(self._rbuf)
         while self._rend - self._rpos < n:
             try:
-                k = self.sock.recv_into(view[self._rend:])
+                k = self.sock.recv_into(view[self._rend:limit])
             except OSError as exc:
                 raise ProtocolError(f"receive failed: {exc}") from None
             if k == 0:
@@ -171,6 +180,13 @@ class TcpQueue:
             placed = self._place(flags, hlen, pdo, plen, sink)
             if placed is not None:
                 return placed
+        if (ptype == PduType.CAPSULE_RESP and plen == hlen == 24 and not pdo and not flags & 3
+                and not self.hdgst):
+            # what pdu.parse returns for a response without digests, without its checks' work
+            self._buffered(24)
+            header = bytes(self._rbuf[self._rpos:self._rpos + 24])
+            self._rpos += 24
+            return pdu.Pdu(PduType.CAPSULE_RESP, flags, 24, 0, 24, header, _NO_DATA)
         self._buffered(plen)
         raw = memoryview(self._rbuf)[self._rpos:self._rpos + plen]
         self._rpos += plen
@@ -187,14 +203,15 @@ class TcpQueue:
             return None
         self._buffered(pdo)
         start = self._rpos
-        header = bytes(self._rbuf[start:start + hlen])
-        if self.hdgst and bytes(self._rbuf[start + hlen:start + head]) != pdu.crc(header):
+        if self.hdgst and self._rbuf[start + hlen:start + head] != pdu.crc(self._rbuf[start:start + hlen]):
             return None  # the ordinary path reports it
-        cccid, _ttag, offset, length = struct.unpack_from("<HHII", header, 8)
+        cccid, _ttag, offset, length = _DATA_FIELDS.unpack_from(self._rbuf, start + 8)
         dest = sink.get(cccid)
         if dest is None or length != plen - pdo or offset + length > len(dest):
             return None
+        header = bytes(self._rbuf[start:start + hlen])
         self._rpos += pdo
+        self._large = length >= LARGE_PAYLOAD
         view = memoryview(dest)[offset:offset + length]
         got = min(self._rend - self._rpos, length)
         view[:got] = memoryview(self._rbuf)[self._rpos:self._rpos + got]
@@ -232,6 +249,8 @@ class TcpQueue:
             cmd.dptr = sgl_descriptor(0, len(data), SGL_TRANSPORT_DATA_BLOCK)
         else:
             cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
+        if not len(data) and not self.hdgst:  # what pdu.capsule_cmd builds for it, without its checks
+            return [_CAPSULE_HEAD + cmd.encode()], data
         buffers = pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst)
         return buffers, (data if not in_capsule else memoryview(b""))
 
@@ -291,14 +310,20 @@ class TcpQueue:
                 self._data_pdu(p, received, owed)
         return [replies[cmd.cid] for cmd, _, _ in batch]
 
-    def run_window(self, commands: Iterator[tuple[Command, bytes, int]], depth: int) -> Iterator[Reply]:
+    def run_window(self, commands: Iterator[tuple[Command, bytes, int]], depth: int, *,
+                   recycle: bool = False) -> Iterator[Reply]:
         """Keep ``depth`` commands outstanding: a new one is sent as each completes (a sliding window,
         so the target never waits for the host to finish a whole batch). Yields replies in
         completion order, each with ``cid`` set on its CQE. New capsules wait while completions are
         still buffered here and leave together before the next receive (one send per burst: each
-        send costs the target a wake-up)."""
+        send costs the target a wake-up).
+
+        ``recycle``: a reply's data buffer is reused for a later command once the next reply is asked
+        for (as a driver reuses its DMA buffers), so read it before that; a fresh zeroed buffer per
+        128 KiB read costs more than receiving it (mmap, page faults, munmap)."""
         owed, received, source = {}, {}, iter(commands)
         unsent: list[bytes | memoryview] = []
+        spare: dict[int, list[bytearray]] = {}  # read length -> buffers free for reuse (recycle)
 
         def submit() -> bool:
             item = next(source, None)
@@ -307,7 +332,8 @@ class TcpQueue:
             cmd, data, read_len = item
             cmd.cid = self.next_cid()
             buffers, owed[cmd.cid] = self._capsule(cmd, data, read_len)
-            received[cmd.cid] = bytearray(read_len)
+            free = spare.get(read_len)
+            received[cmd.cid] = free.pop() if free else bytearray(read_len)
             unsent.extend(buffers)
             return True
 
@@ -319,6 +345,8 @@ class TcpQueue:
             p = self.read_pdu(sink=received)
             if p.flags & 0x80:
                 raise ProtocolError("data digest mismatch on a PDU from the target")
+            if p.flags & PLACED:  # C2HData already in its command's buffer (_place checked CID, range)
+                continue
             if p.type == PduType.CAPSULE_RESP:
                 cqe = Cqe.decode(p.header[8:24])
                 if cqe.cid not in received:
@@ -326,7 +354,10 @@ class TcpQueue:
                     continue
                 owed.pop(cqe.cid, None)
                 outstanding += submit() - 1
-                yield Reply(cqe, received.pop(cqe.cid))
+                data = received.pop(cqe.cid)
+                yield Reply(cqe, data)
+                if recycle:
+                    spare.setdefault(len(data), []).append(data)
             else:
                 self._data_pdu(p, received, owed)
 

@@ -51,9 +51,11 @@ class Command:
     def build(cls, opcode: int, cid: int = 0, nsid: int = 0, *, flags: int = 0, cdw2: int = 0,
               cdw3: int = 0, dptr: bytes = bytes(16), cdws: dict[int, int] | None = None) -> Command:
         """A command with CDW10..15 given as ``{10: value, ...}``."""
-        dw = {n: 0 for n in range(10, 16)} | (cdws or {})
-        return cls(opcode, flags, cid, nsid, cdw2, cdw3, 0, bytes(dptr),
-                   *(dw[n] & 0xFFFFFFFF for n in range(10, 16)))
+        dw = [0] * 6
+        for n, value in (cdws or {}).items():
+            if 10 <= n <= 15:  # other keys are not command dwords 10..15 (ignored, as always)
+                dw[n - 10] = value & 0xFFFFFFFF
+        return cls(opcode, flags, cid, nsid, cdw2, cdw3, 0, bytes(dptr), *dw)
 
     @property
     def fuse(self) -> int:

@@ -2,11 +2,11 @@
 
 Two socket pairs per worker: ``ctl`` carries hand-overs (a connection's socket as SCM_RIGHTS with its
 queue state) and close requests to the worker, never waited on, and its end of file tells the main
-process that the worker died; ``rpc`` carries the worker's synchronous calls (a vendor command's
-lengths and execution, an error log entry, "this queue closed"), each answered before the worker goes
-on: a host that reads the Error Information log right after an error completion finds the entry, and
-a host that sees its queue's socket close finds the QID free when it connects again. Frames are a
-4-byte length and a pickled tuple of plain values (both ends are the same npukit).
+process that the worker died; ``rpc`` carries the worker's synchronous calls (a vendor command's lengths
+and execution, an error log entry, a Flush's save of the state file, "this queue closed"), each answered
+before the worker goes on: a host that reads the Error Information log right after an error completion
+finds the entry, and a host that sees its queue's socket close finds the QID free when it connects
+again. Frames are a 4-byte length and a pickled tuple of plain values (both ends are the same npukit).
 
 Counters the SMART log and Keep Alive need are in a shared memory file (memfd) of int64 words: one
 slot per handed-over connection, written by its worker as it runs commands and summed by the main

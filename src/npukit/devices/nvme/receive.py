@@ -48,6 +48,7 @@ class PduReceiver(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._lost = False
         self._waiter: asyncio.Future | None = None
+        self._need = 0  # bytes the waiting read_pdu needs buffered before it is worth waking
         self._writable: asyncio.Future | None = None
         self._on_connected = on_connected
         self.transport: asyncio.Transport | None = None
@@ -68,6 +69,8 @@ class PduReceiver(asyncio.BufferedProtocol):
         if self._end == len(self._buf) and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
+        elif self._end - self._start < self._need:
+            return  # a 128 KiB PDU arrives in several pieces: wake the connection once, for the last
         self._wake()
 
     def eof_received(self) -> bool:
@@ -101,8 +104,14 @@ class PduReceiver(asyncio.BufferedProtocol):
         return self._view[self._start:self._start + plen]
 
     def more_buffered(self) -> bool:
-        """Another PDU's common header is here already (batch its response with this one's)."""
-        return self._end - self._start - self._held >= 8
+        """Another whole PDU is here already (batch its response with this one's). Only a whole one:
+        while the rest of a 128 KiB H2CData is on its way, the responses queued so far leave (waiting
+        for it held each write's completion until the host had sent the data of every write
+        outstanding, and the queue went through capsules, R2Ts, data and completions in lock step)."""
+        start = self._start + self._held
+        if self._end - start < 8:
+            return False
+        return self._end - start >= int.from_bytes(self._view[start + 4:start + 8], "little")
 
     def buffered(self) -> bytes:
         """What was received behind the PDU handed out last (handed to a worker with the socket)."""
@@ -141,10 +150,12 @@ class PduReceiver(asyncio.BufferedProtocol):
                 self._reading_paused = False
                 self.transport.resume_reading()
             self._waiter = asyncio.get_running_loop().create_future()
+            self._need = n
             try:
                 await self._waiter
             finally:
                 self._waiter = None
+                self._need = 0
 
     def _move(self, size: int) -> None:
         """Move the unconsumed bytes to the front of a buffer of ``size`` bytes (a new one if it grows:

@@ -28,6 +28,7 @@ from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.lifecycle import QueueEvent, QueueLifecycle, QueueState
 from npukit.devices.nvme.namespace import FileRegion, lazy_reads
 from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
+from npukit.devices.nvme.readpath import BATCH_LIMIT, C2H_CHUNK, ReadPath
 from npukit.devices.nvme.receive import RECEIVE_MODES, PduReceiver, ReceiverWriter, StreamInput
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
@@ -41,11 +42,6 @@ _BEFORE_CONNECT = (QueueState.AWAIT_IC_REQ, QueueState.AWAIT_CONNECT)
 
 ADMIN_IN_CAPSULE = 8192  # NVME_TCP_ADMIN_CCSZ: what Linux puts in-capsule on the admin queue
 MAX_H2C_DATA = 128 * 1024
-C2H_CHUNK = 128 * 1024
-# Responses to pipelined commands are coalesced into one send, but data goes out once 64 KiB are
-# queued: the host starts receiving while the target reads the next blocks (1 MiB batches serialised
-# the two and halved sequential-read throughput at queue depth 8).
-BATCH_LIMIT = 64 << 10
 # What a peer can make the target buffer for R2T transfers: R2Ts are paced so that one connection has
 # at most CONN_R2T_BYTES requested (always at least one transfer) and all connections together at most
 # TARGET_R2T_BYTES (plus one transfer per connection); later commands wait, holding only their SQE.
@@ -54,7 +50,6 @@ TARGET_R2T_BYTES = 128 << 20
 MAX_CONNECTIONS = 1024
 RECEIVE_DEFAULT = "buffers"  # how connections receive (receive.py); "stream" is asyncio's StreamReader
 SEND_BUFFER = 2 << 20
-ARENA_BYTES = BATCH_LIMIT + C2H_CHUNK + 4096  # a batch flushes past BATCH_LIMIT: one more Read always fits
 _HOST_TO_TARGET = {PduType.IC_REQ, PduType.H2C_TERM_REQ, PduType.CAPSULE_CMD, PduType.H2C_DATA}
 
 
@@ -90,8 +85,7 @@ class Connection:
         self._batching = False
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
-        self._arena: bytearray | None = None  # the Reads of a batch: C2HData header + data + CapsuleResp each
-        self._arena_used = 0
+        self.reads = ReadPath(self)  # the send arena of Reads, and the short way for ordinary ones
         self._offer = target.pool is not None  # a live I/O queue goes to a worker process
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -123,7 +117,7 @@ class Connection:
         self._out, self._out_bytes = [], 0
         await self.writer.drain()
         if not self.writer.transport.get_write_buffer_size():
-            self._arena_used = 0  # all sent: the arena is free again
+            self.reads.arena_free()  # all sent: the arena can be written over
 
     def close(self) -> None:
         if not self.closed:
@@ -226,6 +220,8 @@ class Connection:
 
     # commands -------------------------------------------------------------------------------------
     def _capsule(self, p: pdu.Pdu) -> None:
+        if self.reads.try_fast(p):
+            return
         cmd = Command.decode(p.header[8:72])
         in_capsule = p.data
         if len(in_capsule) > self.target.in_capsule_limit(self.fabrics.qid):
@@ -370,7 +366,7 @@ class Connection:
     def _complete(self, completion: Completion, data: bytes | memoryview | FileRegion) -> None:
         if isinstance(data, FileRegion):
             if not completion.status and len(data) <= C2H_CHUNK:
-                self._send_read(completion, data)
+                self.reads.send_read(completion.cid, data, completion)
                 return
             data = data.tobytes() if not completion.status else b""
         # Read data is copied out of the file (os.pread), never sent with os.sendfile: sendfile hands
@@ -386,35 +382,15 @@ class Connection:
                                        hdgst=self.hdgst, ddgst=self.ddgst, alignment=align))
         self._respond(completion)
 
-    def _send_read(self, completion: Completion, region: FileRegion) -> None:
-        """C2HData + CapsuleResp of a Read assembled behind each other in the connection's arena: the
-        file is read (preadv) straight behind the PDU header, and the reads of one batch leave in one
-        send (one syscall per batch, not per read: the profile's largest cost)."""
-        head = b"".join(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, 0, region, last=True,
-                                     hdgst=self.hdgst, alignment=(self.hpda + 1) * 4)[:-1])
-        resp = b"".join(pdu.capsule_resp(completion.encode(self.sqhd, self.fabrics.qid or 0, 0),
-                                         hdgst=self.hdgst))
-        total = len(head) + region.length + len(resp)
-        view = self._arena_take(total)
-        view[:len(head)] = head
-        region.read_into(view[len(head):len(head) + region.length])
-        view[total - len(resp):total] = resp
+    def queue_view(self, view: memoryview, n: int) -> None:
+        """Queue ``n`` assembled bytes (a Read's PDUs in the arena) as ``send`` queues PDUs."""
         if self.closed:
             return
         if self._batching:
             self._out.append(view)
-            self._out_bytes += total
+            self._out_bytes += n
         else:
             self.writer.write(view)
-
-    def _arena_take(self, n: int) -> memoryview:
-        """``n`` bytes of the arena. A transport may keep views of what it has not sent yet (uvloop
-        does), so an arena is reused only once the transport's buffer is empty (``_flush``)."""
-        if self._arena is None or self._arena_used + n > len(self._arena):
-            self._arena, self._arena_used = bytearray(max(ARENA_BYTES, n)), 0
-        start = self._arena_used
-        self._arena_used += n
-        return memoryview(self._arena)[start:start + n]
 
     def _error(self, cmd: Command, err: NvmeError) -> Completion:
         if self.ctrl is not None:

@@ -11,6 +11,7 @@ the control socket (or dies).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ from npukit.devices.nvme.subsystem import Subsystem, default_registry
 from npukit.devices.nvme.tcp import Connection, TcpTarget, new_event_loop
 
 log = logging.getLogger("npukit.nvme.worker")
+GC_YOUNG_THRESHOLD = 7000  # allocations between young-generation collections (CPython's default: 700)
 
 
 class SlotCounters:
@@ -52,6 +54,21 @@ def _counter(word: int) -> property:
 
 for _word, _name in ipc.COUNTER_WORDS.items():
     setattr(SlotCounters, _name, _counter(_word))
+
+
+class MainProcessState(DeviceState):
+    """A handed-over queue's view of the device state: the counters are its shared-memory slot, and a
+    save (what Flush does after making the data durable) is the main process's: it sums every
+    worker's counters into the real state and writes the state file, as a single-process Flush does."""
+
+    def __init__(self, worker: Worker, info: dict) -> None:
+        super().__init__(None)
+        self.counters = SlotCounters(worker.shared, info["slot"])  # type: ignore[assignment]
+        self._worker, self._key = worker, (info["nqn"], info["cntlid"], info["qid"])
+
+    def save(self, *, running: bool = True) -> None:
+        nqn, cntlid, qid = self._key
+        _raise_error(self._worker.call(("save", nqn, cntlid, qid)))
 
 
 class WorkerNamespace(Namespace):
@@ -168,8 +185,7 @@ class Worker:
             if ns is None:
                 ns = self.namespaces[(nsid, path)] = WorkerNamespace(path, nsid=nsid)
             namespaces.append(ns)
-        state = DeviceState(None)
-        state.counters = SlotCounters(self.shared, info["slot"])
+        state = MainProcessState(self, info)
         sub = Subsystem(info["nqn"], namespaces, state, max_queue_entries=info["max_queue_entries"],
                         mdts=info["mdts"], in_capsule_bytes=info["in_capsule_bytes"], registry=self.registry)
         self.target.subsystems[sub.nqn] = sub
@@ -231,6 +247,11 @@ def main(argv: list[str]) -> int:
     WorkerNamespace.shared = ipc.SharedWords(shared_fd)
     worker = Worker(socket.socket(fileno=ctl_fd), socket.socket(fileno=rpc_fd), WorkerNamespace.shared)
     loop = new_event_loop()
+    # Every command allocates a few short-lived objects and no cycles worth chasing: the imports are
+    # frozen out of the collector's sight and young collections run 10x less often (the cyclic
+    # collector was 1-2 % of a worker's CPU time serving reads, under perf).
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
         loop.run_until_complete(worker.run())
     finally:

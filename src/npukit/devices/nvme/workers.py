@@ -281,6 +281,10 @@ class WorkerPool:
         if kind == "error":
             ctrl.record_error(qid, *message[4:])
             worker.reply(("ok",))
+        elif kind == "save":  # a worker's Flush: the state file as a Flush here would write it
+            self.sync()
+            ctrl.subsystem.state.save()
+            worker.reply(("ok",))
         elif kind == "prepare":
             try:
                 _spec, n_in, n_out = ctrl.prepare(qid, Command.decode(message[4]))
