@@ -18,6 +18,7 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.fast.fastmat import _PLAIN_WORK
 from npukit.targets.pccx.fast.state import FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 
@@ -30,7 +31,29 @@ _ZEROS7 = np.zeros(_E - 1, np.uint16)
 _NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
 
 
+_WORK_FIELDS: dict[int, tuple[Instr, dict]] = {}  # id(decoded CVO) -> (it, its Work's fields but the index)
+_MAX_WORK_FIELDS = 1 << 18
+
+
 def _cvo_work(idx: int, ins: Instr) -> Work:
+    """The CVO's Work record at program index ``idx``. A decoded instruction is shared by every index
+    its word appears at (`FastSimulator._decoded`; a prefill chunk repeats most words per token), so
+    its fields (label, ranges, bytes) are made once per instruction object and reused."""
+    hit = _WORK_FIELDS.get(id(ins))
+    if hit is None or hit[0] is not ins:
+        if len(_WORK_FIELDS) >= _MAX_WORK_FIELDS:
+            _WORK_FIELDS.clear()
+        hit = _WORK_FIELDS[id(ins)] = (ins, _cvo_fields(ins))  # (the entry keeps ``ins``, so its id)
+    if not _PLAIN_WORK:
+        return Work(**{**hit[1], "index": idx})
+    w = object.__new__(Work)
+    fields = w.__dict__
+    fields.update(hit[1])
+    fields["index"] = idx  # (first in the fields as in the dataclass: ``index`` leads the template)
+    return w
+
+
+def _cvo_fields(ins: Instr) -> dict:
     fn, n = ins.cvo_func, ins.length
     accm = bool(ins.flags & CvoFlag.ACCM)
     out_n = cvo_out_elems(fn, n)
@@ -40,9 +63,10 @@ def _cvo_work(idx: int, ins: Instr) -> Work:
     reads = (src, dst) if two else (src,)
     writes = (dst,) if CVO[fn].form is not CvoForm.LOAD_SCALAR else ()
     rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
-    return Work(idx, "sfu", format_instr(ins), sfu_elems=n, onchip_read_bytes=rd * 16,
-                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0,
-                is_async=bool(ins.async_), reads=reads, writes=writes)
+    return dict(index=0, engine="sfu", label=format_instr(ins), macs=0, sfu_elems=n, weight_bytes=0,
+                ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd * 16,
+                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0, is_async=bool(ins.async_),
+                reads=reads, writes=writes, lanes=0)
 
 
 @dataclass
