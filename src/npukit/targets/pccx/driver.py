@@ -334,11 +334,13 @@ class PccxDriver:
             if v is not None:
                 self.variants[key] = v
             return
-        budget = SWITCH_SLICE
+        budget, works = SWITCH_SLICE, []
         for j, seg in enumerate(v.program.segments):
-            budget -= prepare(seg.words, (key, j), (now, j), budget)
+            budget -= prepare(seg.words, (key, j), (now, j), budget, works)
             if budget <= 0:
-                return
+                break
+        if self.timing is True:  # the new steps' fixed Work records: their timing rows, made now too
+            self.timer.remember(works)
 
     def _run(self, v: Variant, ids: list[int], pos: int, spans: dict, t0: float, phase: str) -> np.ndarray:
         """Patch, stage the inputs, run the segments with the host KV steps; the last token's logits."""

@@ -47,8 +47,13 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         pos = warm.position
         big = warm._bucket_key(warm.spans(pos + 1)) != warm._bucket_key(warm.spans(pos))
         if big:  # the step that crosses into bucket 32: its slots exist or are part-built
-            keys = {t[0] for t in (*warm.dev._tagged, *warm.dev._preparing)}
-            seen_ready = warm._bucket_key(warm.spans(pos + 1)) in keys
+            new = warm._bucket_key(warm.spans(pos + 1))
+            seen_ready = new in {t[0] for t in (*warm.dev._tagged, *warm.dev._preparing)}
+            if slice_steps > 1000:  # built whole ahead, and the timing rows of its fixed records made
+                slots = [s for t, s in warm.dev._tagged.items() if t[0] == new]
+                assert slots and not any(t[0] == new for t in warm.dev._preparing)
+                fixed = [st.work for s in slots for st in s.plan if hasattr(st, "work")]
+                assert fixed and all(id(w) in warm.timer._rows_by_id for w in fixed)
         a, b = ref.step(tok), warm.step(tok)
         c = cold.step(tok)
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

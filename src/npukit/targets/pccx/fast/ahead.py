@@ -32,11 +32,12 @@ class PlanJob:
 
 
 def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None = None,
-            limit: int | None = None) -> int:
+            limit: int | None = None, works: list[Work] | None = None) -> int:
     """Advance the build of ``sim``'s tagged slot ``tag`` for ``words`` by at most ``limit`` steps
     (None: to the end), diffing against slot ``base`` when it has the same length; the steps compiled
     (0: the slot was ready). A finished slot is what `FastSimulator.load_program(words, tag, dirty)`
-    then takes without recompiling."""
+    then takes without recompiling. ``works``: gets the Work records of the steps compiled whose record
+    is fixed at load time (CVO, MEMSET), for the timing model to take in early."""
     if tag in sim._tagged:
         return 0
     job = sim._preparing.get(tag)
@@ -51,7 +52,9 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         sim._preparing[tag] = job
     end = len(job.todo) if limit is None else min(len(job.todo), job.done + max(1, limit))
     for i in job.todo[job.done:end]:
-        job.plan[i] = sim._compile(i, job.words[i])
+        step = job.plan[i] = sim._compile(i, job.words[i])
+        if works is not None and hasattr(step, "work"):
+            works.append(step.work)
     compiled, job.done = end - job.done, end
     if end < len(job.todo):
         return compiled

@@ -105,11 +105,16 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     spec = CVO[ins.cvo_func]
     ops = _Operands.of(sim, idx, ins)
     if spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS):
-        return _arith(ops, spec, ins)
-    if spec.core is not None:
-        return _transcendental(ops, spec.core, bool(ins.flags & CvoFlag.SUB_EMAX))
-    build = _BY_FORM.get(spec.form)
-    return None if build is None else build(ops)  # None: a form added later runs on the reference path
+        body = _arith(ops, spec, ins)
+    elif spec.core is not None:
+        body = _transcendental(ops, spec.core, bool(ins.flags & CvoFlag.SUB_EMAX))
+    else:
+        build = _BY_FORM.get(spec.form)
+        if build is None:
+            return None  # a form added later runs on the reference path
+        body = build(ops)
+    body.work = ops.work  # the step's one Work record (`ahead.prepare` hands it to the timing model early)
+    return body
 
 
 def _arith(ops: _Operands, spec: CvoSpec, ins: Instr) -> Callable[[], Work]:

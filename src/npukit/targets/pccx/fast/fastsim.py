@@ -228,12 +228,13 @@ class FastSimulator(Simulator):
         if tag is not None:  # the slot's own copies: `_load_patched` edits them in place
             self._tagged[tag] = _Tagged(self.program, list(plan), list(self._groups))
 
-    def prepare_program(self, words: Any, tag: Any, base: Any = None, limit: int | None = None) -> int:
+    def prepare_program(self, words: Any, tag: Any, base: Any = None, limit: int | None = None,
+                        works: list[Work] | None = None) -> int:
         """Build tagged slot ``tag`` for ``words`` ahead of its first load, at most ``limit`` steps per
         call (`npukit.targets.pccx.fast.ahead`); the steps compiled (0: ready)."""
         from npukit.targets.pccx.fast.ahead import prepare
 
-        return prepare(self, words, tag, base, limit)
+        return prepare(self, words, tag, base, limit, works)
 
     @staticmethod
     def _slot(words: list[int], plan: list, groups: list) -> _Tagged:
@@ -369,6 +370,7 @@ class FastSimulator(Simulator):
         fuse = getattr(body, "fuse", None)
         if fuse is not None:  # a row of a fused SFU run (fastcvo.fuse_groups)
             step.fuse, step.fuse_ins = fuse, ins
+        step.work = body.work  # its Work record, fixed at load time
         return step
 
     def _reference(self, idx: int, ins: _Instr) -> Callable[[], Work]:
@@ -394,6 +396,7 @@ class FastSimulator(Simulator):
 
             if self.backend == "numba":
                 sreg.fuse, sreg.fuse_ins = ((3, int(attr == "e_max"), 0, 0, 0, 0, int(a)), work), ins
+            sreg.work = work
             return sreg
         cache, slot = int(ins.dest_cache), ins.dest_addr
         vals = (ins.a_value, ins.b_value, ins.c_value)
@@ -403,6 +406,7 @@ class FastSimulator(Simulator):
             trace.append((ins, work))
             return work
 
+        memset.work = work
         return memset
 
     def _bind_memcpy(self, idx: int, ins: _Instr, slot: int) -> tuple[Work, Callable[[], None]] | None:
