@@ -139,6 +139,7 @@ class PccxDriver:
         self._pos = 0
         self._prefill_limit: int | None = None
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
+        self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
 
     # ---- setup -------------------------------------------------------------------------------
     def open(self) -> PccxDriver:
@@ -329,10 +330,13 @@ class PccxDriver:
         if key == now:
             return
         v = self.variants.get(key)
-        if v is None:  # one slice: the disk read (a few ms)
-            v = self.programs.get(key, Variant)
-            if v is not None:
-                self.variants[key] = v
+        if v is None:  # one slice: the disk read (a few ms); a miss is not asked again
+            if key not in self._ahead_missed:
+                v = self.programs.get(key, Variant)
+                if v is None:
+                    self._ahead_missed.add(key)
+                else:
+                    self.variants[key] = v
             return
         budget, works = SWITCH_SLICE, []
         for j, seg in enumerate(v.program.segments):
