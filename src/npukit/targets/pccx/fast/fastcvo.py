@@ -9,7 +9,7 @@ one `numerics.py` rounds too); only the widening and the BF16 rounding are repla
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -18,7 +18,6 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastmat import _PLAIN_WORK
 from npukit.targets.pccx.fast.state import FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 
@@ -31,6 +30,11 @@ _ZEROS7 = np.zeros(_E - 1, np.uint16)
 _NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
 
 
+_KEYS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "ddr_write_bytes",
+         "onchip_read_bytes", "onchip_write_bytes", "is_async", "reads", "writes", "lanes")
+# Work is a plain dataclass of exactly these fields: a record can be filled without its __init__
+_PLAIN_WORK = (tuple(f.name for f in fields(Work)) == _KEYS and "__slots__" not in vars(Work)
+               and not hasattr(Work, "__post_init__"))
 _WORK_FIELDS: dict[int, tuple[Instr, dict]] = {}  # id(decoded CVO) -> (it, its Work's fields but the index)
 _MAX_WORK_FIELDS = 1 << 18
 

@@ -406,7 +406,6 @@ class FastSimulator(Simulator):
             trace.append((ins, work))
             return work
 
-        memset.work = work
         return memset
 
     def _bind_memcpy(self, idx: int, ins: _Instr, slot: int) -> tuple[Work, Callable[[], None]] | None:
