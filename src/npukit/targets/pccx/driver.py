@@ -312,8 +312,10 @@ class PccxDriver:
         t0 = time.perf_counter()
         pos = self._pos
         spans = self.spans(pos + 1)
-        logits = self._run(self.variant(spans), [int(token)], pos, spans, t0, phase)
-        if phase == "decode":
+        v = self.variant(spans)
+        switched = v is not self._current
+        logits = self._run(v, [int(token)], pos, spans, t0, phase)
+        if phase == "decode" and not switched:  # (the switching token does its own work only)
             self._prepare_ahead()
         return logits
 
