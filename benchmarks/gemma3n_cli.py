@@ -21,7 +21,8 @@ times, each figure the median:
   tokens (GEMM chunks, default options) against one transformers forward pass over the same prompt,
   as prompt tokens/s;
 * **switch**: in a fresh process (``--probe-switch``), the wall time of each decode step that enters a
-  new attention-span bucket (a power of two) less the median step around it;
+  new attention-span bucket (a power of two) less the median step that built nothing ahead; the
+  steps before a switch that built part of its program ahead, and their median excess;
 * **setup**: per CLI run, the backend's ``setup_seconds`` and everything outside generation (process
   start, imports, loading, setup: wall − prefill_s − decode_s).
 
@@ -164,7 +165,9 @@ def prefill_rounds(model: Any, mdir: Path, tokens: int, repeats: int, vocab: int
 
 def probe_switch(model_dir: str, last: int) -> dict[str, Any]:
     """(Run in a fresh process.) Step walls of the decode steps from the 4-token prompt to position
-    ``last``: each switch into a new span bucket less the median of the 8 steps after it."""
+    ``last``: each switch into a new span bucket less the median of the steps that built nothing of
+    a next bucket's program ahead (`PccxDriver._prepare_ahead`); the steps that did, and their median
+    excess over the same baseline (the switch's work spread over the tokens before it)."""
     import numpy as np
 
     from npukit.api.models import Model
@@ -174,20 +177,31 @@ def probe_switch(model_dir: str, last: int) -> dict[str, Any]:
 
     with long_lived_frozen():  # as the CLI runs
         backend = backends.create_backend(Model(resolve_model(model_dir)).loaded, "pccx", kv="fp16")
+        dev, built = backend.drv.dev, [0]
+        prepare = getattr(dev, "prepare_program", None)
+        if prepare is not None:  # count the plan steps each token builds ahead
+            def counted(*args: Any, **kw: Any) -> int:
+                n = prepare(*args, **kw)
+                built[0] += n
+                return n
+            dev.prepare_program = counted
         backend.reset()
         tok = int(np.argmax(backend.prefill(list(PROMPT))))
         walls: dict[int, float] = {}
+        ahead: set[int] = set()
         while backend.drv.position < last:
-            pos, t0 = backend.drv.position, time.perf_counter()
+            pos, t0, built[0] = backend.drv.position, time.perf_counter(), 0
             tok = int(np.argmax(backend.step(tok)))
             walls[pos] = time.perf_counter() - t0
-    out = {}
-    for pos in sorted(walls):
-        if pos > len(PROMPT) and pos & (pos - 1) == 0:  # pos + 1 keys: a span past a power of two
-            after = [walls[p] for p in range(pos + 1, pos + 9) if p in walls]
-            if after:
-                out[str(pos)] = (walls[pos] - statistics.median(after)) * 1e3
-    return {"switch_ms_by_position": out, "switch_ms": max(out.values()) if out else None}
+            if built[0]:
+                ahead.add(pos)
+    switches = [p for p in sorted(walls) if p > len(PROMPT) and p & (p - 1) == 0]  # a span past 2^k
+    plain = [w for p, w in walls.items() if p not in ahead and p not in switches and p > len(PROMPT)]
+    base = statistics.median(plain) if plain else statistics.median(walls.values())
+    out = {str(p): (walls[p] - base) * 1e3 for p in switches}
+    extra = [(walls[p] - base) * 1e3 for p in ahead if p not in switches]
+    return {"switch_ms_by_position": out, "switch_ms": max(out.values()) if out else None,
+            "ahead_steps": len(extra), "ahead_ms_per_step": statistics.median(extra) if extra else None}
 
 
 def switch_run(mdir: Path, last: int) -> dict[str, Any]:
@@ -250,6 +264,9 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
     ms = [p["switch_ms"] for p in probes if p["switch_ms"] is not None]
     res["switch_ms"] = statistics.median(ms) if ms else None
     res["switch_ms_by_position"] = probes[-1]["switch_ms_by_position"]
+    per = [p["ahead_ms_per_step"] for p in probes if p["ahead_ms_per_step"] is not None]
+    res["switch_ahead"] = {"steps": probes[-1]["ahead_steps"],
+                           "ms_per_step": statistics.median(per) if per else None}
     if args.prefill:
         res["prefill"] = prefill_rounds(model, mdir, args.prefill, args.repeats, args.vocab)
     if args.trace_overhead:
@@ -266,7 +283,9 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
              f"  INT4 host floor {res['host_floor_s_per_token'] * 1e3:.1f} ms/tok: "
              f"CLI {res['cli_over_floor']:.2f}x the floor, decode loop {res['cli_decode_over_floor']:.2f}x",
              f"  setup {res['setup_s']:.3f} s (outside generation {res['outside_generation_s']:.2f} s); "
-             f"program switch at a new span bucket {res['switch_ms'] or float('nan'):.0f} ms"]
+             f"program switch at a new span bucket {res['switch_ms'] or float('nan'):.0f} ms "
+             f"(built ahead over {res['switch_ahead']['steps']} earlier steps, "
+             f"{res['switch_ahead']['ms_per_step'] or 0.0:.1f} ms each)"]
     pf = res.get("prefill")
     if pf and "error" in pf:
         lines.append(f"  prefill: failed ({pf['error']})")

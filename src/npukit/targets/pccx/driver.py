@@ -50,6 +50,10 @@ from npukit.targets.pccx.timing import _OpRecord, to_ops
 from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
 EXECUTORS = ("reference", "fast")
+# the next span bucket's program is built over the decode steps before the switch (fast executor):
+# from SWITCH_LOOKAHEAD steps ahead, at most SWITCH_SLICE changed plan steps per token (~25 µs each)
+SWITCH_LOOKAHEAD = 16
+SWITCH_SLICE = 128
 
 
 class DeviceError(NpukitError):
@@ -135,6 +139,7 @@ class PccxDriver:
         self._pos = 0
         self._prefill_limit: int | None = None
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
+        self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
 
     # ---- setup -------------------------------------------------------------------------------
     def open(self) -> PccxDriver:
@@ -307,7 +312,41 @@ class PccxDriver:
         t0 = time.perf_counter()
         pos = self._pos
         spans = self.spans(pos + 1)
-        return self._run(self.variant(spans), [int(token)], pos, spans, t0, phase)
+        v = self.variant(spans)
+        switched = v is not self._current
+        logits = self._run(v, [int(token)], pos, spans, t0, phase)
+        if phase == "decode" and not switched:  # (the switching token does its own work only)
+            self._prepare_ahead()
+        return logits
+
+    def _prepare_ahead(self) -> None:
+        """Build a slice of the program the decode steps switch to SWITCH_LOOKAHEAD tokens from now (a
+        new span bucket), so the token that crosses into it finds its plan made: the switch's cost is
+        spread over the tokens before it (the plans and so every result are the same either way). Only
+        a program already compiled (on disk or in memory) is built ahead; lowering a new one is not."""
+        prepare = getattr(self.dev, "prepare_program", None)
+        ahead = self._pos + SWITCH_LOOKAHEAD
+        if prepare is None or ahead >= self.store.config.max_position_embeddings:
+            return
+        key, now = self._bucket_key(self.spans(ahead + 1)), self._bucket_key(self.spans(self._pos + 1))
+        if key == now:
+            return
+        v = self.variants.get(key)
+        if v is None:  # one slice: the disk read (a few ms); a miss is not asked again
+            if key not in self._ahead_missed:
+                v = self.programs.get(key, Variant)
+                if v is None:
+                    self._ahead_missed.add(key)
+                else:
+                    self.variants[key] = v
+            return
+        budget, works = SWITCH_SLICE, []
+        for j, seg in enumerate(v.program.segments):
+            budget -= prepare(seg.words, (key, j), (now, j), budget, works)
+            if budget <= 0:
+                break
+        if self.timing is True:  # the new steps' fixed Work records: their timing rows, made now too
+            self.timer.remember(works)
 
     def _run(self, v: Variant, ids: list[int], pos: int, spans: dict, t0: float, phase: str) -> np.ndarray:
         """Patch, stage the inputs, run the segments with the host KV steps; the last token's logits."""

@@ -110,6 +110,12 @@ class TokenTimer:
         hw = self.hw
         return TimedRun(sched.cycles, make=lambda: sched.result(to_ops(hw, works, _OpRecord, renumber=True)))
 
+    def remember(self, works: Sequence[Work]) -> None:
+        """Make the rows of Work records a later run will hold (a program built ahead of its switch),
+        so that run's `time` finds them cached."""
+        if self.plan is not None and works:
+            self._rows(list(works))
+
     # ---- rows -------------------------------------------------------------------------------------
     def _row(self, w: Work) -> tuple:
         """(engine, cycles, latency, tail, path id, xfer, stream, stream bytes, async, fifo depth, kind,

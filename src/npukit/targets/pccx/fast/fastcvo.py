@@ -9,7 +9,7 @@ one `numerics.py` rounds too); only the widening and the BF16 rounding are repla
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -30,7 +30,34 @@ _ZEROS7 = np.zeros(_E - 1, np.uint16)
 _NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
 
 
+_KEYS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "ddr_write_bytes",
+         "onchip_read_bytes", "onchip_write_bytes", "is_async", "reads", "writes", "lanes")
+# Work is a plain dataclass of exactly these fields: a record can be filled without its __init__
+_PLAIN_WORK = (tuple(f.name for f in fields(Work)) == _KEYS and "__slots__" not in vars(Work)
+               and not hasattr(Work, "__post_init__"))
+_WORK_FIELDS: dict[int, tuple[Instr, dict]] = {}  # id(decoded CVO) -> (it, its Work's fields but the index)
+_MAX_WORK_FIELDS = 1 << 18
+
+
 def _cvo_work(idx: int, ins: Instr) -> Work:
+    """The CVO's Work record at program index ``idx``. A decoded instruction is shared by every index
+    its word appears at (`FastSimulator._decoded`; a prefill chunk repeats most words per token), so
+    its fields (label, ranges, bytes) are made once per instruction object and reused."""
+    hit = _WORK_FIELDS.get(id(ins))
+    if hit is None or hit[0] is not ins:
+        if len(_WORK_FIELDS) >= _MAX_WORK_FIELDS:
+            _WORK_FIELDS.clear()
+        hit = _WORK_FIELDS[id(ins)] = (ins, _cvo_fields(ins))  # (the entry keeps ``ins``, so its id)
+    if not _PLAIN_WORK:
+        return Work(**{**hit[1], "index": idx})
+    w = object.__new__(Work)
+    fields = w.__dict__
+    fields.update(hit[1])
+    fields["index"] = idx  # (first in the fields as in the dataclass: ``index`` leads the template)
+    return w
+
+
+def _cvo_fields(ins: Instr) -> dict:
     fn, n = ins.cvo_func, ins.length
     accm = bool(ins.flags & CvoFlag.ACCM)
     out_n = cvo_out_elems(fn, n)
@@ -40,9 +67,10 @@ def _cvo_work(idx: int, ins: Instr) -> Work:
     reads = (src, dst) if two else (src,)
     writes = (dst,) if CVO[fn].form is not CvoForm.LOAD_SCALAR else ()
     rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
-    return Work(idx, "sfu", format_instr(ins), sfu_elems=n, onchip_read_bytes=rd * 16,
-                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0,
-                is_async=bool(ins.async_), reads=reads, writes=writes)
+    return dict(index=0, engine="sfu", label=format_instr(ins), macs=0, sfu_elems=n, weight_bytes=0,
+                ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd * 16,
+                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0, is_async=bool(ins.async_),
+                reads=reads, writes=writes, lanes=0)
 
 
 @dataclass
@@ -81,11 +109,16 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     spec = CVO[ins.cvo_func]
     ops = _Operands.of(sim, idx, ins)
     if spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS):
-        return _arith(ops, spec, ins)
-    if spec.core is not None:
-        return _transcendental(ops, spec.core, bool(ins.flags & CvoFlag.SUB_EMAX))
-    build = _BY_FORM.get(spec.form)
-    return None if build is None else build(ops)  # None: a form added later runs on the reference path
+        body = _arith(ops, spec, ins)
+    elif spec.core is not None:
+        body = _transcendental(ops, spec.core, bool(ins.flags & CvoFlag.SUB_EMAX))
+    else:
+        build = _BY_FORM.get(spec.form)
+        if build is None:
+            return None  # a form added later runs on the reference path
+        body = build(ops)
+    body.work = ops.work  # the step's one Work record (`ahead.prepare` hands it to the timing model early)
+    return body
 
 
 def _arith(ops: _Operands, spec: CvoSpec, ins: Instr) -> Callable[[], Work]:

@@ -146,6 +146,7 @@ class FastSimulator(Simulator):
         self._qbuf = np.zeros(1 << 16, np.int8)
         self._decoded: dict[int, _Instr | DecodeError] = {}
         self._tagged: dict[Any, _Tagged] = {}
+        self._preparing: dict[Any, Any] = {}  # tag -> `ahead.PlanJob`: slots built ahead, part-way
 
     # S and e_max live in one array that the fused SFU runs (`fastcvo`) update in place
     @property
@@ -185,6 +186,8 @@ class FastSimulator(Simulator):
         ``dirty`` (with ``tag``): the only indices whose words can differ from that slot's last load
         (the driver's span patches), so only those are compared, not the whole program."""
         if tag is not None and dirty is not None:
+            if tag in self._preparing:  # built ahead part-way (`prepare_program`): finish it
+                self.prepare_program(words, tag)
             slot = self._tagged.get(tag)
             if slot is not None and len(slot.words) == len(words):
                 self._load_patched(slot, words, dirty)
@@ -224,6 +227,18 @@ class FastSimulator(Simulator):
         self._plan, self._plan_of, self._groups = plan, self.program, self._fused[key]
         if tag is not None:  # the slot's own copies: `_load_patched` edits them in place
             self._tagged[tag] = _Tagged(self.program, list(plan), list(self._groups))
+
+    def prepare_program(self, words: Any, tag: Any, base: Any = None, limit: int | None = None,
+                        works: list[Work] | None = None) -> int:
+        """Build tagged slot ``tag`` for ``words`` ahead of its first load, at most ``limit`` steps per
+        call (`npukit.targets.pccx.fast.ahead`); the steps compiled (0: ready)."""
+        from npukit.targets.pccx.fast.ahead import prepare
+
+        return prepare(self, words, tag, base, limit, works)
+
+    @staticmethod
+    def _slot(words: list[int], plan: list, groups: list) -> _Tagged:
+        return _Tagged(words, plan, groups)
 
     def _load_patched(self, slot: _Tagged, words: Any, dirty: Iterable[int]) -> None:
         """`load_program` of a tagged slot's program with only the ``dirty`` words possibly changed."""
@@ -355,6 +370,7 @@ class FastSimulator(Simulator):
         fuse = getattr(body, "fuse", None)
         if fuse is not None:  # a row of a fused SFU run (fastcvo.fuse_groups)
             step.fuse, step.fuse_ins = fuse, ins
+        step.work = body.work  # its Work record, fixed at load time
         return step
 
     def _reference(self, idx: int, ins: _Instr) -> Callable[[], Work]:
@@ -380,6 +396,7 @@ class FastSimulator(Simulator):
 
             if self.backend == "numba":
                 sreg.fuse, sreg.fuse_ins = ((3, int(attr == "e_max"), 0, 0, 0, 0, int(a)), work), ins
+            sreg.work = work
             return sreg
         cache, slot = int(ins.dest_cache), ins.dest_addr
         vals = (ins.a_value, ins.b_value, ins.c_value)

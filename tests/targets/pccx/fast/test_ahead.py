@@ -1,0 +1,91 @@
+"""The next span bucket's program built ahead over the decode steps before the switch
+(`npukit.targets.pccx.fast.ahead`, `PccxDriver._prepare_ahead`): the reference Simulator (the
+definition) gives the same logits, KV ring and Work records at every token, the timing model the same
+cycles as a driver that builds the program at the switch, and the switch really found its slot made
+(whole, or finished there when the slices ran out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
+from npukit.targets.pccx import driver as drvmod
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.gemma3n_quant import Int4Store
+
+from .tiny_gemma3n import CFG
+
+PROMPT = [3, 9, 1, 4, 7, 2, 8, 5, 6, 11, 10, 12, 13]  # positions 0..12; decode spans 14..21
+
+
+def _drivers(kv: str) -> tuple[PccxDriver, PccxDriver, PccxDriver]:
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=11))
+    ref = PccxDriver(timing=False).open().load(store).kv_init(kv, 64).start()
+    cold = PccxDriver(executor="fast").open().load(store).kv_init(kv, 64).start()
+    warm = PccxDriver(executor="fast").open().load(store).kv_init(kv, 64).start()
+    return ref, cold, warm
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv,slice_steps", [("fp16", 4096), ("int4", 8)])
+def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkeypatch):
+    monkeypatch.setattr(drvmod, "SWITCH_SLICE", slice_steps)
+    ref, cold, warm = _drivers(kv)
+    a, c = ref.prefill(PROMPT), cold.prefill(PROMPT)
+    tok = int(np.argmax(a))
+    for _ in range(8):  # `cold` compiles the bucket-32 program at its switch (span 17)
+        c = cold.step(tok)
+        tok = int(np.argmax(c))
+    # `warm` knows the compiled programs, as a process that reads them from the disk cache does
+    warm.variants.update(cold.variants)
+    cold.reset()
+    cold.records.clear()
+    warm.prefill(PROMPT), cold.prefill(PROMPT)
+    tok, seen_ready = int(np.argmax(a)), False
+    for _ in range(8):
+        pos = warm.position
+        big = warm._bucket_key(warm.spans(pos + 1)) != warm._bucket_key(warm.spans(pos))
+        if big:  # the step that crosses into bucket 32: its slots exist or are part-built
+            new = warm._bucket_key(warm.spans(pos + 1))
+            seen_ready = new in {t[0] for t in (*warm.dev._tagged, *warm.dev._preparing)}
+            if slice_steps > 1000:  # built whole ahead, and the timing rows of its fixed records made
+                slots = [s for t, s in warm.dev._tagged.items() if t[0] == new]
+                assert slots and not any(t[0] == new for t in warm.dev._preparing)
+                fixed = [st.work for s in slots for st in s.plan if hasattr(st, "work")]
+                assert fixed and all(id(w) in warm.timer._rows_by_id for w in fixed)
+        a, b = ref.step(tok), warm.step(tok)
+        c = cold.step(tok)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert np.array_equal(b.view(np.uint32), c.view(np.uint32))
+        r = ref.ring
+        ring = (r.base, r.end - r.base)
+        assert np.array_equal(warm.dev.host.read(*ring), ref.dev.host.read(*ring))
+        assert warm.last_works == ref.last_works
+        assert warm.records[-1].cycles == cold.records[-1].cycles
+        tok = int(np.argmax(a))
+    assert seen_ready  # the switch found the program built (or being built) ahead
+    assert not warm.dev._preparing  # and nothing is left half-made
+    assert warm.dev.fallbacks == 0
+
+
+def test_prepare_in_slices_counts_steps_and_keeps_a_ready_slot():
+    from npukit.targets.pccx import asm
+    from npukit.targets.pccx.fast.fastsim import FastSimulator
+    from npukit.targets.pccx.isa import DestCache
+
+    def memset(slot: int, a: int) -> int:
+        return asm.assemble(f"memset cache=fmap slot={slot} a={a} b=2 c=3")[0]
+
+    sim = FastSimulator()
+    words = [memset(i, 1) for i in range(10)]
+    assert [sim.prepare_program(words, "t", None, 4) for _ in range(3)] == [4, 4, 2]
+    assert sim.prepare_program(words, "t", None, 4) == 0  # ready: nothing more to build
+    moved = list(words)
+    moved[7] = memset(7, 5)
+    assert sim.prepare_program(moved, "u", "t") == 1  # only the differing word is compiled
+    sim.load_program(moved, tag="u", dirty=[])
+    assert len(sim.run()) == 10
+    fmap = int(DestCache.FMAP)
+    assert tuple(int(v) for v in sim.cc[fmap, 7]) == (5, 2, 3)
+    assert tuple(int(v) for v in sim.cc[fmap, 6]) == (1, 2, 3)
