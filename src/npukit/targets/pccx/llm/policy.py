@@ -30,7 +30,7 @@ GROUP = 32
 LOSSLESS_INT4 = ("Q4_0", "Q4_1", "Q4_K")
 LOSSLESS_INT8 = ("Q8_0", "Q5_0", "Q5_1")
 FIT_ROUNDS = 4
-POLICIES = ("gguf", "absmax")
+POLICIES = ("gptq", "gguf", "absmax")  # gptq: as gguf, re-quantised blocks by `calibration`
 ROW_SLICE = 1 << 21  # weights re-quantised at a time (float64 temporaries stay ~100 MB)
 
 
