@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 from gguf.quants import quantize
 
-HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 96
+HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 128, 256, 2, 4, 2, 96
 SHAPES = {"attn_q": (HIDDEN, HIDDEN), "attn_k": (HIDDEN // 2, HIDDEN), "attn_v": (HIDDEN // 2, HIDDEN),
           "attn_output": (HIDDEN, HIDDEN), "ffn_gate": (FFN, HIDDEN), "ffn_up": (FFN, HIDDEN),
           "ffn_down": (HIDDEN, FFN)}
@@ -30,7 +30,8 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
     for layer in range(LAYERS):
         for norm in ("attn_norm", "ffn_norm"):
-            w.add_tensor(f"blk.{layer}.{norm}.weight", (1 + 0.3 * rng.standard_normal(HIDDEN)).astype(np.float32))
+            gamma = (1 + 0.3 * rng.standard_normal(HIDDEN)).astype(np.float32)
+            w.add_tensor(f"blk.{layer}.{norm}.weight", gamma)
         for part, (rows, cols) in SHAPES.items():
             name = f"blk.{layer}.{part}.weight"
             kind = gguf.GGMLQuantizationType.Q4_0 if name == LOSSLESS else gguf.GGMLQuantizationType.Q8_0
