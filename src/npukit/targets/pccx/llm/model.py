@@ -40,7 +40,9 @@ def tensor_class(name: str) -> str:
 
 class LlmW4A8(LlmReference):
     """``keep_int8``: tensor classes held at 8 bits instead of INT4 (the policy's choice, and the
-    ablation); ``policy``: "gguf" (per GGUF type) or "absmax" (the first policy, for comparison);
+    ablation); ``policy``: "gptq" (per GGUF type, the matrices it re-quantises to INT4 GPTQ-rounded on
+    calibration text, `calibration`; the default), "gguf" (the same rounded to nearest) or "absmax"
+    (the first policy, for comparison);
     ``kv_group``: elements of a head vector sharing one KV scale (``head_dim``: one per head)."""
 
     def __init__(self, weights: LlmWeights, kv: str = "fp16", keep_int8: Iterable[str] = DEFAULT_KEEP_INT8,
@@ -123,4 +125,5 @@ class LlmW4A8(LlmReference):
         per_token = 2 * c.num_layers * c.num_kv_heads * (c.head_dim * bits // 8 + scales)
         return {"positions": self.pos, "kv_bytes": per_token * self.pos, "kv": self.kv,
                 "weight_error": self.class_errors(),
-                "weight_policy": {c: sorted(s) for c, s in sorted(self.sources.items())}}
+                "weight_policy": {c: sorted(s) for c, s in sorted(self.sources.items())},
+                **({"calibration": self.calibration_note} if self.calibration_note else {})}
