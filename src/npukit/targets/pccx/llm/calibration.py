@@ -1,7 +1,7 @@
 """Calibration for GPTQ re-quantisation of GGUF LLM matrices, cached on disk (docs/models.md, "GPTQ").
 
 The float model (`LlmReference`) runs over calibration text one layer at a time: every window passes
-through layer L, the Hessians ``H = Σ xᵀx`` of that layer's matrix inputs are summed, the layer's
+through layer L, the Hessians ``H = Σ xᵀx / ‖x‖²`` of that layer's matrix inputs are summed, the layer's
 re-quantised matrices are rounded by `gptq.gptq_affine`, and the windows go on to layer L + 1 (float
 activations throughout). Only matrices the policy re-quantises to INT4 are calibrated (not the
 lossless Q4_0 / Q4_1 / Q4_K ones, not the tied embedding / LM head).
