@@ -5,7 +5,8 @@ and the ablation that keeps one tensor class at 8 bits at a time (docs/models.md
         [--runs float,absmax,absmax+embed,...,gguf,gguf-kv:int4] [--json out.json]
 
 A run is ``float``, ``<policy>`` or ``<policy>+<class>[+<class>...]`` (those classes at 8 bits; ``gguf``
-also keeps its default, the embedding, at 8 bits, ``gguf-none`` nothing else), with ``-kv:<fmt>`` for a
+(or ``gptq``, the default: the same with the re-quantised matrices GPTQ-calibrated) also keeps its
+default, the embedding, at 8 bits, ``gguf-none`` / ``gptq-none`` nothing else), with ``-kv:<fmt>`` for a
 KV format other than fp16.
 """
 
@@ -55,9 +56,9 @@ def build(weights, run: str):
     run, _, kv = run.partition("-kv:")
     policy, *classes = run.split("+")
     keep = set(classes)
-    if policy == "gguf-none":
-        policy = "gguf"
-    elif policy == "gguf":
+    if policy in ("gguf-none", "gptq-none"):
+        policy = policy[:4]
+    elif policy in ("gguf", "gptq"):
         keep |= set(DEFAULT_KEEP_INT8)
     return SharedMatrices(weights, kv=kv or "fp16", keep_int8=keep, policy=policy)
 

@@ -7,10 +7,11 @@ import pytest
 from npukit.models.gguf.installed import installed_gguf
 from npukit.models.llm.weights import open_gguf_llm
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.llm.gptq import gptq_affine
 from npukit.targets.pccx.llm.model import LlmW4A8
-from npukit.targets.pccx.llm.policy import requantize
+from npukit.targets.pccx.llm.policy import affine_fit, requantize
 from npukit.targets.pccx.llm.program import product_program, run_product
-from npukit.targets.pccx.llm.w4a8 import grouped_gemm
+from npukit.targets.pccx.llm.w4a8 import GroupedMatrix, grouped_gemm
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -34,10 +35,19 @@ def test_simulated_product_is_bit_identical_to_grouped_gemm(fmt: str, affine: bo
 
 @pytest.mark.slow
 def test_real_llm_matrices_run_on_the_simulator_as_the_quant_target_computes() -> None:
-    """SmolLM2's Q4_1 q projection (lossless INT4 + offsets) and Gemma 3's Q5_0 one (re-quantised)."""
-    for name, tensor in (("smollm2", "blk.0.attn_q.weight"), ("gemma3", "blk.3.attn_k.weight")):
+    """SmolLM2's Q4_1 q projection (lossless INT4 + offsets) and Gemma 3's Q5_0 one (re-quantised:
+    round to nearest, and GPTQ on a Hessian of random inputs, which a real calibration would make
+    in the same format without taking a minute here)."""
+    cases = (("smollm2", "blk.0.attn_q.weight", "gptq"), ("gemma3", "blk.3.attn_k.weight", "gguf"),
+             ("gemma3", "blk.3.attn_k.weight", ""))
+    for name, tensor, policy in cases:
         _cfg, weights, _g = open_gguf_llm(installed_gguf(name))
-        w = LlmW4A8(weights).matrix(tensor)
+        if policy:
+            w = LlmW4A8(weights, policy=policy).matrix(tensor)
+        else:
+            x = np.random.default_rng(2).standard_normal((1024, 640))
+            codes, scale, offset = gptq_affine(weights.tensor(tensor), x.T @ x, affine_fit)
+            w = GroupedMatrix(codes, scale, 32, "int4", offset)
         rng = np.random.default_rng(1)
         x = nx.bf16(rng.standard_normal(w.codes.shape[1]).astype(np.float32))
         y, timing = run_product(w, x)

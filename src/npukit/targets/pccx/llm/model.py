@@ -20,6 +20,7 @@ import numpy as np
 from npukit.errors import ConfigError
 from npukit.models.llm.reference import LlmReference
 from npukit.models.llm.weights import LlmWeights, unpermute_rows
+from npukit.targets.pccx.llm.calibration import CalibrationUnavailable, calibrated_matrices, needs_gptq
 from npukit.targets.pccx.llm.policy import POLICIES, permute_rows, policy_matrix
 from npukit.targets.pccx.llm.w4a8 import GroupedMatrix, bf16_f32, grouped_gemm, relative_error
 from npukit.targets.pccx.memory import kv_quantize
@@ -39,11 +40,13 @@ def tensor_class(name: str) -> str:
 
 class LlmW4A8(LlmReference):
     """``keep_int8``: tensor classes held at 8 bits instead of INT4 (the policy's choice, and the
-    ablation); ``policy``: "gguf" (per GGUF type) or "absmax" (the first policy, for comparison);
+    ablation); ``policy``: "gptq" (per GGUF type, the matrices it re-quantises to INT4 GPTQ-rounded on
+    calibration text, `calibration`; the default), "gguf" (the same rounded to nearest) or "absmax"
+    (the first policy, for comparison);
     ``kv_group``: elements of a head vector sharing one KV scale (``head_dim``: one per head)."""
 
     def __init__(self, weights: LlmWeights, kv: str = "fp16", keep_int8: Iterable[str] = DEFAULT_KEEP_INT8,
-                 policy: str = "gguf", kv_group: int = DEFAULT_KV_GROUP) -> None:
+                 policy: str = "gptq", kv_group: int = DEFAULT_KV_GROUP) -> None:
         if kv not in KV_MODES:
             raise ConfigError(f"kv mode {kv!r} unsupported on quant (use one of {', '.join(KV_MODES)})")
         keep = set(keep_int8)
@@ -60,14 +63,33 @@ class LlmW4A8(LlmReference):
         self.matrices: dict[str, GroupedMatrix] = {}
         self.errors: dict[str, list[tuple[float, int]]] = {}
         self.sources: dict[str, set[str]] = {}
+        self._gptq: dict[str, GroupedMatrix] | None = None
+        self.calibration_note = ""
+
+    def gptq_matrices(self) -> dict[str, GroupedMatrix]:
+        """The calibrated matrices (cached on disk); empty, with a note, when calibration cannot run."""
+        if self._gptq is None:
+            try:
+                self._gptq = calibrated_matrices(self.w)
+            except CalibrationUnavailable as e:
+                self._gptq, self.calibration_note = {}, f"round-to-nearest: {e}"
+        return self._gptq
+
+    def _make(self, name: str, w: np.ndarray, keep8: bool) -> GroupedMatrix:
+        g = self.w.gguf
+        if self.policy == "gptq" and not keep8 and needs_gptq(self.w, name):
+            got = self.gptq_matrices().get(name)
+            if got is not None:
+                return got
+        policy = "gguf" if self.policy == "gptq" else self.policy
+        return policy_matrix(g.type_name(name), g.raw(name), w, keep8, policy)
 
     def matrix(self, name: str) -> GroupedMatrix:
         got = self.matrices.get(name)
         if got is None:
             w = self.w.tensor(name)
             cls = tensor_class(name)
-            g = self.w.gguf
-            got = policy_matrix(g.type_name(name), g.raw(name), w, cls in self.keep_int8, self.policy)
+            got = self._make(name, w, cls in self.keep_int8)
             if got.source.endswith("lossless") and cls in ("q", "k") and not self.cfg.gemma:
                 heads = self.cfg.num_heads if cls == "q" else self.cfg.num_kv_heads
                 got = permute_rows(got, unpermute_rows(np.arange(w.shape[0])[:, None], heads)[:, 0])
@@ -103,4 +125,5 @@ class LlmW4A8(LlmReference):
         per_token = 2 * c.num_layers * c.num_kv_heads * (c.head_dim * bits // 8 + scales)
         return {"positions": self.pos, "kv_bytes": per_token * self.pos, "kv": self.kv,
                 "weight_error": self.class_errors(),
-                "weight_policy": {c: sorted(s) for c, s in sorted(self.sources.items())}}
+                "weight_policy": {c: sorted(s) for c, s in sorted(self.sources.items())},
+                **({"calibration": self.calibration_note} if self.calibration_note else {})}

@@ -14,7 +14,9 @@ activation adds an offset per (row, group) (`npukit.targets.pccx.llm.w4a8`). So:
 * everything else (Q5_0/Q5_1/Q5_K/Q6_K/Q8_0 at 4 bits, Q2_K/Q3_K, floats): re-quantised to INT4 per
   group of 32, affine: start from the group's min/max, then alternate rounding the codes with a
   least-squares fit of (scale, offset) (`affine_fit`), the offset rounded to FP16 before the last
-  rounding; kept at 8 bits (Q4_*, K-quants, floats): INT8 absmax per group.
+  rounding; kept at 8 bits (Q4_*, K-quants, floats): INT8 absmax per group. Under policy "gptq"
+  (`LlmW4A8`'s default) the block matrices among them take GPTQ's error-compensated codes instead
+  (`npukit.targets.pccx.llm.calibration`; same format, same instructions).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ GROUP = 32
 LOSSLESS_INT4 = ("Q4_0", "Q4_1", "Q4_K")
 LOSSLESS_INT8 = ("Q8_0", "Q5_0", "Q5_1")
 FIT_ROUNDS = 4
-POLICIES = ("gguf", "absmax")
+POLICIES = ("gptq", "gguf", "absmax")  # gptq: as gguf, re-quantised blocks by `calibration`
 ROW_SLICE = 1 << 21  # weights re-quantised at a time (float64 temporaries stay ~100 MB)
 
 
