@@ -273,10 +273,9 @@ def _vector_kernel(sim: FastState, fmt: str, codes, body: np.ndarray, sbytes: np
             w, name, get_scale = body.view(np.int8).reshape(m, k), "gemv_i8", live_scale
         else:
             w, name, get_scale = body.view("<u2").reshape(m, k), "gemv_f16", live_scale
-        gemv = kern[name]
-
-        if m * k < kx.PARALLEL_MIN_MACS:  # the serial twin: a parallel region costs more than a small GEMV
-            gemv = kern[_SERIAL[name]]
+        gemv = kern[_SERIAL[name]]  # the serial twin: a parallel region costs more than a small GEMV
+        if m * k >= kx.PARALLEL_MIN_MACS:  # large: the twin that runs faster here now (`twins`)
+            gemv = sim.twins.wrap(kern[name], gemv, w.nbytes)
         lut32, lut64 = kx.LUT32, kx.LUT64
 
         def vec(x: np.ndarray, d: np.ndarray) -> None:

@@ -38,6 +38,7 @@ from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups
 from npukit.targets.pccx.fast.fastmat import bind_mat, mat_site
 from npukit.targets.pccx.fast.state import Codes, MatBinding
+from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
 from npukit.targets.pccx.memory import WORD_BYTES, DeviceFault, HostDDR, row_bytes
@@ -132,6 +133,7 @@ class FastSimulator(Simulator):
         self.flat = self.l2.reshape(-1)  # a view: the binders slice L2 as one row
         self.fallbacks = 0
         self._k = kx._numba_kernels() if backend == "numba" else {}
+        self.twins = TwinChooser()  # large GEMVs: parallel or serial twin, by what each costs now
         # packed INT4 on VNNI beats unpacked int8 codes from K = 128 (two 64-byte runs per row)
         self.vnni = backend == "numba" and kx.simd() == "avx512-vnni"
         self._codes: dict[tuple, Codes] = {}
