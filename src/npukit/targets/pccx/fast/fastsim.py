@@ -36,7 +36,7 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups
-from npukit.targets.pccx.fast.fastmat import bind_mat, mat_site
+from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
@@ -391,13 +391,16 @@ class FastSimulator(Simulator):
             trace.append((ins, work))
             return work
 
+        if self.backend == "numba":
+            memset.fuse, memset.fuse_ins = ((6, cache, slot, *vals), work), ins
         return memset
 
-    def _bind_memcpy(self, idx: int, ins: _Instr, slot: int) -> tuple[Work, Callable[[], None]] | None:
-        """The copy the shape entry at ``slot`` now describes, as its Work and a closure that moves the
-        words; None when it falls outside L2 or host memory (the reference path then reports it)."""
+    def _bind_memcpy(self, idx: int, ins: _Instr,
+                     entry: np.ndarray) -> tuple[Work, Callable[[], None]] | None:
+        """The copy the shape entry ``entry`` (words, hi, lo) describes, as its Work and a closure that
+        moves the words; None when it falls outside L2 or host memory (the reference path then reports it)."""
         asy = bool(ins.async_)
-        words, hi, lo = (int(v) for v in self.cc[0, slot])
+        words, hi, lo = (int(v) for v in entry)
         nbytes = words * WORD_BYTES
         host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
         label = f"{format_instr(ins)}  ; {words} words"
@@ -451,8 +454,8 @@ class FastSimulator(Simulator):
         trace, slot = self.trace, ins.shape_ptr_addr
         state: list[Any] = [None, None, None]  # key, work, mover
 
-        def bind(key: bytes) -> bool:
-            bound = self._bind_memcpy(idx, ins, slot)
+        def bind(key: bytes, entry: np.ndarray) -> bool:
+            bound = self._bind_memcpy(idx, ins, entry)
             if bound is None:
                 return False
             state[:] = [key, *bound]
@@ -460,7 +463,7 @@ class FastSimulator(Simulator):
 
         def memcpy() -> Work:
             key = self.cc[0, slot].tobytes()
-            if key != state[0] and not bind(key):
+            if key != state[0] and not bind(key, self.cc[0, slot]):
                 state[0] = None
                 return ref()
             state[2]()
@@ -472,10 +475,13 @@ class FastSimulator(Simulator):
         if self.backend == "numba" and (host_src or ins.to_device != Device.HOST):
             s0, d0, aux = ins.src_addr * _E, ins.dest_addr * _E, ins.aux_addr
 
-            def row() -> tuple | None:
-                """The fused-run row (`fastcvo.fuse_groups`) of the current binding, its Work (and the
-                host region it reads): valid while the shape entry holds the same (words, hi, lo)."""
-                if state[0] is None:
+            def row(cc: np.ndarray) -> tuple | None:
+                """The fused-run row (`fastcvo.fuse_groups`) of the copy the constant caches ``cc`` (as
+                the run will have set them when it reaches the copy) describe, its Work (and the host
+                region it reads): valid while the shape entry holds the same (words, hi, lo), which the
+                row checks when it runs."""
+                key = cc[0, slot].tobytes()
+                if key != state[0] and not bind(key, cc[0, slot]):
                     return None
                 words, hi, lo = struct.unpack("=3H", state[0])
                 key = words | hi << 16 | lo << 32
@@ -509,6 +515,11 @@ class FastSimulator(Simulator):
             trace.append((ins, w))
             return w
 
+        if self.backend == "numba":  # a row of a fused run where its binding allows (`fused_row`)
+            def row(cc: np.ndarray) -> tuple | bool:
+                return fused_row(self, site, cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes())
+
+            mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
         return mat
 
     # -- INT4 code cache --
