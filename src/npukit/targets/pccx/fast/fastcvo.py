@@ -209,16 +209,30 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
         starts = [i] + [p + 1 for p in range(i, j) if getattr(plan[p], "fuse_may_end", False)]
+        near = [c for c in changed if i <= c < j]
         for s0 in starts:
             if j - s0 < 2:
                 continue
             prev = old[s0] if old is not None else None
-            inside = [c - s0 for c in changed if s0 <= c < j]
+            inside = [c - s0 for c in near if s0 <= c]
             if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun):
                 out[s0] = (j, prev[1].patched(inside, plan[s0:j]) if inside else prev[1])
             else:
                 out[s0] = (j, _FusedRun(sim, plan[s0:j]))
         i = max(j, i + 1)
+    return out
+
+
+def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int]) -> list:
+    """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
+    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy."""
+    out = list(groups)
+    for s0, g in enumerate(groups):
+        if g is None or not isinstance(g[1], _FusedRun):
+            continue
+        inside = [c - s0 for c in changed if s0 <= c < g[0]]
+        if inside:
+            out[s0] = (g[0], g[1].patched(inside, plan[s0: g[0]]))
     return out
 
 
@@ -238,6 +252,14 @@ class _Table:
 
 
 _COLS = 9  # table columns (`_nbblock`)
+
+
+def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
+    """The constant caches as the table's MEMSET rows before ``row`` leave ``cc``."""
+    out = cc.copy()
+    for r in np.flatnonzero(tab[:row, 0] == 6):
+        out[tab[r, 1], tab[r, 2]] = tab[r, 3:6]
+    return out
 _RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
 
 
@@ -250,23 +272,36 @@ class _FusedRun:
         self.builds = 0
 
     def patched(self, offsets: list[int], steps: list[Callable[[], Work]]) -> _FusedRun:
-        """A copy for a program whose steps at ``offsets`` were recompiled (same run bounds); a built
-        table keeps its other rows when every patched step has a fixed row (a MEMSET, a CVO)."""
+        """A copy for a program whose steps at ``offsets`` were recompiled (same run bounds): a built
+        table keeps its other rows and takes the recompiled steps' rows (a copy's or a GEMV's from
+        the constant caches as the rows before it leave them, as `_build` does); it is built anew
+        when a recompiled row is not available or reads a host region the table does not hold."""
         t = self.table
         new = _FusedRun(self.sim, steps)
-        new.builds = self.builds
-        if any(callable(steps[o].fuse) for o in offsets):
-            return new
-        new.dead = self.dead  # (fixed rows replaced by fixed rows: what can fuse is unchanged)
-        offsets = [o for o in offsets if t is not None and o < len(t.works)]
+        new.builds, new.dead = self.builds, self.dead
         if t is None:
+            new.dead = self.dead and not any(callable(steps[o].fuse) for o in offsets)
             return new
-        tab, ins, works = t.tab.copy(), list(t.ins), list(t.works)
-        for o in offsets:
-            row, work = steps[o].fuse
-            tab[o] = (*row, *(0,) * (_COLS - len(row)))
-            ins[o], works[o] = steps[o].fuse_ins, work
-        new.table = _Table(tab, ins, works, t.makers, t.h0, t.h1, np.zeros_like(t.info), t.retry)
+        done = len(t.works)
+        if any(o >= done and callable(steps[o].fuse) for o in offsets):
+            new.dead = False
+            return new  # the prefix may now run further: build it again
+        tab, ins, works, makers = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers)
+        for o in sorted(x for x in offsets if x < done):
+            st = steps[o]
+            got = st.fuse(_cc_before(self.sim.cc, tab, o)) if callable(st.fuse) else st.fuse
+            if got is None or got is False:
+                return new
+            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            if len(got) > 2:
+                if got[2] is not t.h0 and got[2] is not t.h1:
+                    return new
+                row[6] = 0 if got[2] is t.h0 else 1
+            makers.pop(o, None)
+            if len(got) > 3:
+                makers[o] = got[3]
+            tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
+        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry)
         return new
 
     def _build(self) -> _Table | None:

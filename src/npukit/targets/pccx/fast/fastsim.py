@@ -35,7 +35,7 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups
+from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, repatch_groups
 from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
@@ -49,6 +49,11 @@ _E = 8  # BF16 elements per L2 word
 _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
 _QUIET = {"over": "ignore", "invalid": "ignore"}  # the NumPy FP-warning state steps run under
+
+
+def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
+    """Whether a step can be a row of a fused run, and whether a run may stop before it."""
+    return getattr(step, "fuse", None) is not None, getattr(step, "fuse_may_end", False)
 
 
 @dataclass(eq=False)
@@ -233,13 +238,16 @@ class FastSimulator(Simulator):
         changed = [i for i in dirty if int(words[i]) != old[i]]
         if changed:
             new = slot.words = list(old)  # a loaded program list is never changed afterwards
-            plan, refuse = slot.plan, False
+            plan, refuse, same = slot.plan, False, True
             for i in changed:
                 new[i] = int(words[i])
-                refuse = refuse or hasattr(plan[i], "fuse")
+                before = _fusable(plan[i])
                 plan[i] = self._compile(i, new[i])
-                refuse = refuse or hasattr(plan[i], "fuse")
-            if refuse:  # a fused SFU run holds a patched step: rebuild the runs that do
+                refuse = refuse or before[0] or _fusable(plan[i])[0]
+                same = same and before == _fusable(plan[i])
+            if refuse and same:  # the runs keep their bounds: patch the ones holding a patched step
+                slot.groups = repatch_groups(plan, slot.groups, changed)
+            elif refuse:  # a step became (or stopped being) fusable: regroup
                 slot.groups = fuse_groups(self, plan, slot.groups, frozenset(changed))
         self.program, self.pc, self.error = slot.words, 0, None
         self.status &= ~(STATUS_DONE | STATUS_ERROR)
