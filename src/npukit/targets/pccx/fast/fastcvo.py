@@ -250,6 +250,14 @@ class _Table:
     info: np.ndarray
     retry: bool
 
+    @property
+    def items(self) -> list:
+        """The trace entries (instruction, Work) of the rows (made once per table)."""
+        got = self.__dict__.get("_items")
+        if got is None:
+            got = self.__dict__["_items"] = list(zip(self.ins, self.works, strict=True))
+        return got
+
 
 _COLS = 9  # table columns (`_nbblock`)
 
@@ -351,12 +359,14 @@ class _FusedRun:
         done = rows if r < 0 else (r - rows + 1 if r >= rows else r)
         if 0 <= r < rows or t.retry:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
-        works = t.works[:done]
-        if t.makers:
-            works = [w if w is not None else t.makers[i](t.info[i]) for i, w in enumerate(works)]
+        works, items = t.works[:done], t.items[:done]
+        for i, make in t.makers.items():  # the Work of a GEMV row, from the shape it ran with
+            if i < done:
+                works[i] = make(t.info[i])
+                items[i] = (t.ins[i], works[i])
         if r >= rows:  # the last row ran, its e_max update is the reference reduction's
             i = r - rows
             m, d0 = int(t.info[i, 0]), int(t.tab[i, 4]) * _E
             update_emax(sim, [sim.flat[d0: d0 + m]])
-        sim.trace.extend(zip(t.ins[:done], works, strict=True))
+        sim.trace.extend(items)
         return works
