@@ -16,19 +16,28 @@ from npukit.targets.pccx.gemma3n_quant import Int4Store
 from .tiny_gemma3n import CFG
 
 
-def test_chooser_follows_the_cheaper_twin_and_explores_the_other():
+def _calls(ch: TwinChooser, n: int, cost: dict[int, float]) -> list[int]:
+    """``n`` calls, each twin costing ``cost[twin]`` seconds per 1000 bytes: the twins picked."""
+    picks = []
+    for _ in range(n):
+        twin = ch.pick()
+        ch.record(twin, cost[twin], 1000)
+        picks.append(twin)
+    return picks
+
+
+def test_chooser_follows_the_cheaper_twin_and_backs_off_trying_the_other():
     ch = TwinChooser(period=4, weight=1.0, threads=2)
-    assert ch.pick() == 0  # nothing measured: the parallel twin first,
-    ch.record(0, 9e-3, 1000)
-    assert ch.pick() == 1  # then the serial one
-    ch.record(1, 1e-3, 1000)
-    picks = [ch.pick() for _ in range(8)]
-    assert picks.count(1) == 6 and picks.count(0) == 2  # the cheaper, the other every 4th call
-    ch.record(0, 1e-4, 1000)  # the machine went quiet: parallel is now cheaper
-    assert [ch.pick() for _ in range(3)].count(0) >= 2
+    picks = _calls(ch, 40, {0: 9e-3, 1: 1e-3})  # parallel stalls (a busy machine)
+    assert picks[:2] == [0, 1]  # nothing measured: each twin once,
+    tries = [i + 1 for i, p in enumerate(picks) if p == 0][1:]
+    assert tries == [6, 14, 30]  # then the dearer one 4 calls after that, then after 8, 16, ...
+    picks = _calls(ch, 40, {0: 1e-4, 1: 1e-3})  # the machine went quiet: parallel is now cheaper
+    first = picks.index(0)  # tried at the next scheduled call (gap 32 by then), it wins and stays
+    assert first <= 32 and picks[first:].count(1) == 2  # (the serial twin tried 4, then 8 calls later)
     rep = ch.report()
-    assert rep["parallel"]["calls"] == 2 and rep["serial"]["calls"] == 1
     assert rep["serial"]["ns_per_byte"] == pytest.approx(1000.0)  # 1 ms over 1000 bytes
+    assert rep["parallel"]["calls"] + rep["serial"]["calls"] == 80
 
 
 def test_one_thread_always_takes_the_serial_twin():
