@@ -427,59 +427,6 @@ def max_bits(e_bits, d, lut32):
     return bb
 
 
-# a run of consecutive SFU instructions in one call: rows of `fastcvo.fuse_table` (see there)
-@nb.njit(**_OPTS)
-def cvo_block(tab, flat, cc, state, h0, h1, lut32, lut64):
-    """Execute table rows in order on the flat L2 ``flat``; ``state`` = [S, e_max] bits, updated;
-    ``h0``, ``h1``: host regions (BF16 words) copies read from. Returns -1, or the first row not
-    executed: a copy whose shape entry in ``cc`` is no longer the one it was bound for (the caller
-    runs the rest step by step)."""
-    one = np.empty(1, np.float64)
-    bits = np.empty(1, np.uint16)
-    for r in range(tab.shape[0]):
-        kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
-        if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
-            s = 0.0
-            if op < 0:
-                s = lut64[state[0]]
-                if op == -1:
-                    op = 1  # SCALE
-                elif op == -2:
-                    op = 3 if s == 0.0 else 2  # ZERO | DIVS
-                else:
-                    op = 7  # RELU
-            d = flat[d0: d0 + n]
-            cvo(op, flat[s0: s0 + n], d, d, s, accm != 0, lut64)
-        elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
-            if accm:
-                one[0] = lut64[flat[d0]] + np.float64(reduce_sum(flat[s0: s0 + n], lut32))
-                _round64(one, bits)
-                b = bits[0]
-            else:
-                b = np.uint16(reduce_sum_bits(flat[s0: s0 + n], lut32))
-            state[0] = b
-            flat[d0] = b
-            for i in range(1, 8):
-                flat[d0 + i] = 0
-        elif kind == 2:  # LOAD_SCALAR
-            state[0] = flat[s0 + n - 1]
-        elif kind == 3:  # MEMSET of S (op 0) or e_max (op 1)
-            state[op] = np.uint16(tab[r, 6])
-        else:  # MEMCPY (4: L2 -> L2, 5: host region h0/h1 -> L2) of shape entry ``op``, bound for the
-            # (a, b, c) packed in column 5
-            if (np.int64(cc[0, op, 0]) != (accm & 0xFFFF) or np.int64(cc[0, op, 1]) != ((accm >> 16) & 0xFFFF)
-                    or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
-                return r
-            if kind == 4:
-                tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
-                flat[d0: d0 + n] = tmp
-            elif tab[r, 6] == 0:
-                flat[d0: d0 + n] = h0[s0: s0 + n]
-            else:
-                flat[d0: d0 + n] = h1[s0: s0 + n]
-    return -1
-
-
 # "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial ran it exactly, else
 # "portable" (chosen before any kernel is compiled; remembered per CPU and target: npukit.sim.cpu)
 SIMD, SIMD_REASON = probe()
@@ -509,7 +456,7 @@ def reduce_sum_bits(x, lut32):
 
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
-           "max_bits": max_bits, "cvo_block": cvo_block,
+           "max_bits": max_bits,
            "gemm_p4": gemm_p4_vnni if SIMD == "avx512-vnni" else gemm_p4_portable,
            "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
            "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni,

@@ -18,6 +18,7 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.fast.fastmat import update_emax
 from npukit.targets.pccx.fast.state import FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 
@@ -161,6 +162,8 @@ def _transcendental(ops: _Operands, core: Callable[[np.ndarray], np.ndarray], su
         store(core(a), d, d, accm, *lut)
         return work
 
+    if ops.numba and core is nx.exp_core and not accm and ops.out_n == ops.n:
+        trans.fuse = ((8, int(sub), ops.s0, ops.n, ops.d0, 0, 0), work)  # `_nbblock._exp_row`
     return trans
 
 
@@ -221,16 +224,16 @@ _BY_FORM = {CvoForm.REDUCE_SUM: _reduce_sum, CvoForm.REDUCE_MAX: _reduce_max,
 
 def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None = None,
                 changed: frozenset[int] = frozenset()) -> list[tuple[int, Callable] | None]:
-    """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, REDUCE_SUM, LOAD_SCALAR, MEMSET
-    of S/e_max, L2-to-L2 MEMCPY on the numba backend) as one `cvo_block` call each: ``out[i] = (end,
-    run)`` for a run starting at i. The table rows replay exactly what the single steps do, in order
-    (each CVO reads its whole input before writing; none of them can fault once decoded; a copy runs
-    only while its shape entry is the one it was bound for), so a run equals its steps. ``run()``
-    returns the Work records of the steps it executed, in order: all of them, or a prefix (possibly
-    empty) after which the caller runs the remaining steps one by one.
+    """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, EXP, REDUCE_SUM, LOAD_SCALAR,
+    MEMSET, MEMCPY, FP16 GEMV, on the numba backend) as one compiled call each (`_nbblock.block`):
+    ``out[i] = (end, run)`` for a run starting at i, and also after each step that may end a run (a
+    GEMV whose binding the compiled loop does not cover: `fastmat.fused_row` says False), so that the
+    rest of the run is one call too. The table rows replay exactly what the single steps do, in order;
+    a row that cannot (a fault, an operand outside its bound region, a copy whose shape entry changed,
+    an ambiguous exp) stops the call before it, and the caller runs the remaining steps one by one.
+    ``run()`` returns the Work records of the steps it executed, in order (possibly none).
     ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
-    with the same bounds and no patched step keeps its old block (per token, only the softmax runs
-    whose length is the attention span are rebuilt)."""
+    with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`)."""
     n = len(plan)
     out: list[tuple[int, Callable] | None] = [None] * n
     i = 0
@@ -238,53 +241,165 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
         j = i
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
-        if j - i >= 2:
-            prev = old[i] if old is not None else None
-            keep = prev is not None and prev[0] == j and not any(c in changed for c in range(i, j))
-            out[i] = prev if keep else (j, _group(sim, plan[i:j]))
+        starts = [i] + [p + 1 for p in range(i, j) if getattr(plan[p], "fuse_may_end", False)]
+        near = [c for c in changed if i <= c < j]
+        for s0 in starts:
+            if j - s0 < 2:
+                continue
+            prev = old[s0] if old is not None else None
+            inside = [c - s0 for c in near if s0 <= c]
+            if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun):
+                out[s0] = (j, prev[1].patched(inside, plan[s0:j]) if inside else prev[1])
+            else:
+                out[s0] = (j, _FusedRun(sim, plan[s0:j]))
         i = max(j, i + 1)
     return out
 
 
-def _group(sim: FastState, steps: list[Callable[[], Work]]) -> Callable[[], list[Work]]:
-    block, flat, cc, trace, regs = sim._k["cvo_block"], sim.flat, sim.cc, sim.trace, sim._regs
-    lut32, lut64 = kx.LUT32, kx.LUT64
-    copies = any(callable(st.fuse) for st in steps)  # a MEMCPY's row: from its binding (`fuse()`)
+def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int]) -> list:
+    """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
+    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy."""
+    out = list(groups)
+    for s0, g in enumerate(groups):
+        if g is None or not isinstance(g[1], _FusedRun):
+            continue
+        inside = [c - s0 for c in changed if s0 <= c < g[0]]
+        if inside:
+            out[s0] = (g[0], g[1].patched(inside, plan[s0: g[0]]))
+    return out
 
-    def build() -> tuple[np.ndarray, list, list[Work], np.ndarray, np.ndarray] | None:
-        rows = [st.fuse() if callable(st.fuse) else st.fuse for st in steps]
-        if any(r is None for r in rows):
-            return None  # a copy not bound (yet) or on the reference path
-        regions: list[np.ndarray] = []  # host regions the copies read, by identity (at most two)
-        tab = np.array([r[0] for r in rows], np.int64)
-        for i, r in enumerate(rows):
-            if len(r) > 2:
-                j = next((j for j, h in enumerate(regions) if h is r[2]), len(regions))
+
+@dataclass
+class _Table:
+    """A fused run lowered for `_nbblock.block`: rows, Work records (None: made from ``info`` after
+    the call, ``makers``), the host regions the rows read, and whether a longer prefix may follow."""
+
+    tab: np.ndarray
+    ins: list
+    works: list
+    makers: dict[int, Callable[[np.ndarray], Work]]
+    h0: np.ndarray
+    h1: np.ndarray
+    info: np.ndarray
+    retry: bool
+
+    @property
+    def items(self) -> list:
+        """The trace entries (instruction, Work) of the rows (made once per table)."""
+        got = self.__dict__.get("_items")
+        if got is None:
+            got = self.__dict__["_items"] = list(zip(self.ins, self.works, strict=True))
+        return got
+
+
+_COLS = 9  # table columns (`_nbblock`)
+
+
+def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
+    """The constant caches as the table's MEMSET rows before ``row`` leave ``cc``."""
+    out = cc.copy()
+    for r in np.flatnonzero(tab[:row, 0] == 6):
+        out[tab[r, 1], tab[r, 2]] = tab[r, 3:6]
+    return out
+_RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
+
+
+class _FusedRun:
+    """One run of fusable steps as a callable (`fuse_groups`): lowered lazily on its first call."""
+
+    def __init__(self, sim: FastState, steps: list[Callable[[], Work]], table: _Table | None = None) -> None:
+        self.sim, self.steps, self.table = sim, steps, table
+        self.dead = False  # fewer than two leading rows can ever be fused: the caller runs the steps
+        self.builds = 0
+
+    def patched(self, offsets: list[int], steps: list[Callable[[], Work]]) -> _FusedRun:
+        """A copy for a program whose steps at ``offsets`` were recompiled (same run bounds): a built
+        table keeps its other rows and takes the recompiled steps' rows (a copy's or a GEMV's from
+        the constant caches as the rows before it leave them, as `_build` does); it is built anew
+        when a recompiled row is not available or reads a host region the table does not hold."""
+        t = self.table
+        new = _FusedRun(self.sim, steps)
+        new.builds, new.dead = self.builds, self.dead
+        if t is None:
+            new.dead = self.dead and not any(callable(steps[o].fuse) for o in offsets)
+            return new
+        done = len(t.works)
+        if any(o >= done and callable(steps[o].fuse) for o in offsets):
+            new.dead = False
+            return new  # the prefix may now run further: build it again
+        tab, ins, works, makers = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers)
+        for o in sorted(x for x in offsets if x < done):
+            st = steps[o]
+            got = st.fuse(_cc_before(self.sim.cc, tab, o)) if callable(st.fuse) else st.fuse
+            if got is None or got is False:
+                return new
+            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            if len(got) > 2:
+                if got[2] is not t.h0 and got[2] is not t.h1:
+                    return new
+                row[6] = 0 if got[2] is t.h0 else 1
+            makers.pop(o, None)
+            if len(got) > 3:
+                makers[o] = got[3]
+            tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
+        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry)
+        return new
+
+    def _build(self) -> _Table | None:
+        self.builds += 1
+        rows, ins, works, makers, regions = [], [], [], {}, []
+        retry = False
+        cc = self.sim.cc.copy()  # the constant caches as the run leaves them before each step
+        for st in self.steps:
+            got = st.fuse(cc) if callable(st.fuse) else st.fuse
+            if got is None or got is False:
+                retry = got is None and self.builds < _RETRIES
+                break
+            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            if row[0] == 6:  # a MEMSET of an entry
+                cc[row[1], row[2]] = row[3:6]
+            if len(got) > 2:  # a host region the row reads, by identity (at most two per table)
+                j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
+                if j == 2:
+                    break
                 if j == len(regions):
-                    regions.append(r[2])
-                tab[i, 6] = j
-        if len(regions) > 2:
+                    regions.append(got[2])
+                row[6] = j
+            if len(got) > 3:
+                makers[len(rows)] = got[3]
+            rows.append(row)
+            ins.append(st.fuse_ins)
+            works.append(got[1])
+        if len(rows) < 2:
+            self.dead = not retry
             return None
         h0, h1 = [*regions, _NO_HOST, _NO_HOST][:2]
-        works = [r[1] for r in rows]
-        return tab, [(st.fuse_ins, w) for st, w in zip(steps, works, strict=True)], works, h0, h1
+        return _Table(np.array(rows, np.int64), ins, works, makers, h0, h1,
+                      np.zeros((len(rows), 3), np.int64), retry)
 
-    cell = [None if copies else build()]
-
-    def run() -> list[Work]:
-        c = cell[0]
-        if c is None:
-            c = cell[0] = build()
-            if c is None:
+    def __call__(self) -> list[Work]:
+        if self.dead:
+            return []
+        t = self.table
+        if t is None:
+            t = self.table = self._build()
+            if t is None:
                 return []
-        tab, items, works, h0, h1 = c
-        r = block(tab, flat, cc, regs, h0, h1, lut32, lut64)
-        if r < 0:
-            trace.extend(items)
-            return works
-        cell[0] = None  # a copy's descriptor changed: the steps rebind, the table is rebuilt next time
-        trace.extend(items[:r])
-        return works[:r]
-
-    return run
-
+        sim = self.sim
+        r = sim._k["cvo_block"](t.tab, sim.flat, sim.cc, sim._regs, t.h0, t.h1, sim._qbuf, t.info,
+                                kx.LUT32, kx.LUT64)
+        rows = len(t.works)
+        done = rows if r < 0 else (r - rows + 1 if r >= rows else r)
+        if 0 <= r < rows or t.retry:
+            self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
+        works, items = t.works[:done], t.items[:done]
+        for i, make in t.makers.items():  # the Work of a GEMV row, from the shape it ran with
+            if i < done:
+                works[i] = make(t.info[i])
+                items[i] = (t.ins[i], works[i])
+        if r >= rows:  # the last row ran, its e_max update is the reference reduction's
+            i = r - rows
+            m, d0 = int(t.info[i, 0]), int(t.tab[i, 4]) * _E
+            update_emax(sim, [sim.flat[d0: d0 + m]])
+        sim.trace.extend(items)
+        return works

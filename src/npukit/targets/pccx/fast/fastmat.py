@@ -24,6 +24,7 @@ from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.state import Codes, FastState, MatBinding
 from npukit.targets.pccx.isa import GemvFlag, Instr
 from npukit.targets.pccx.memory import (
+    FORMAT_CODES,
     FORMATS,
     W_ACT_SCALE,
     W_EXT_BITS,
@@ -129,6 +130,38 @@ def _new_work(site: MatSite, m: int, n: int, k: int, label: str, macs: int, weig
                       onchip_write_bytes=n * mw * WORD_BYTES, is_async=site.is_async, reads=reads,
                       writes=(dst,), lanes=ins.parallel_lane)
     return w
+
+
+def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
+    """The `_nbblock` row of an FP16 GEMV (kinds 7, 9: the attention's products, whose shape and
+    address change every token) for the binding key ``key`` (the descriptors as the run will have set
+    them): (row, None, host region words, Work maker); False where the compiled loop does not cover
+    it (the other formats and layouts, row scales, N > 1). The row reads the descriptors when it runs;
+    the key only says which kind of product it is and which host region holds the image."""
+    ins = site.ins
+    m, n, k, a, hi, lo = key_fields(key)[:6]
+    if sim.backend != "numba" or site.w_scale or n > 1 or m == 0 or k == 0:
+        return False
+    if a == FORMAT_CODES["fp16"]:
+        kind = 7
+    elif a == FORMAT_CODES["fp16"] | W_KMAJOR and sim.profile == "extended":
+        kind = 9
+    else:
+        return False
+    addr = ((hi << 16) | lo) * WORD_BYTES
+    hit = sim.host.region_words(addr, 2 * m * k)
+    if hit is None:
+        return False
+    row = (kind, ins.shape_ptr_addr, ins.size_ptr_addr, ins.src_addr, ins.dest_reg,
+           int(site.accm) | int(site.findemax) << 1, 0, addr - 2 * hit[1], sim.limits.l2_words)
+
+    def work(info: np.ndarray) -> Work:  # (m, k, live rows) the row ran with
+        fm, fk = int(info[0]), int(info[1])
+        if kind == 7:
+            return _mat_work(site, fm, 1, fk, "fp16")
+        return _kmajor_work(site, fm, 1, fk, "fp16", int(info[2]), False)
+
+    return row, None, hit[0], work
 
 
 def key_fields(key: bytes) -> tuple[int, ...]:
@@ -273,10 +306,9 @@ def _vector_kernel(sim: FastState, fmt: str, codes, body: np.ndarray, sbytes: np
             w, name, get_scale = body.view(np.int8).reshape(m, k), "gemv_i8", live_scale
         else:
             w, name, get_scale = body.view("<u2").reshape(m, k), "gemv_f16", live_scale
-        gemv = kern[name]
-
-        if m * k < kx.PARALLEL_MIN_MACS:  # the serial twin: a parallel region costs more than a small GEMV
-            gemv = kern[_SERIAL[name]]
+        gemv = kern[_SERIAL[name]]  # the serial twin: a parallel region costs more than a small GEMV
+        if m * k >= kx.PARALLEL_MIN_MACS:  # large: the twin that runs faster here now (`twins`)
+            gemv = sim.twins.wrap(kern[name], gemv, w.nbytes)
         lut32, lut64 = kx.LUT32, kx.LUT64
 
         def vec(x: np.ndarray, d: np.ndarray) -> None:

@@ -35,9 +35,10 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups
-from npukit.targets.pccx.fast.fastmat import bind_mat, mat_site
+from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, repatch_groups
+from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site
 from npukit.targets.pccx.fast.state import Codes, MatBinding
+from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
 from npukit.targets.pccx.memory import WORD_BYTES, DeviceFault, HostDDR, row_bytes
@@ -48,6 +49,11 @@ _E = 8  # BF16 elements per L2 word
 _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
 _QUIET = {"over": "ignore", "invalid": "ignore"}  # the NumPy FP-warning state steps run under
+
+
+def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
+    """Whether a step can be a row of a fused run, and whether a run may stop before it."""
+    return getattr(step, "fuse", None) is not None, getattr(step, "fuse_may_end", False)
 
 
 @dataclass(eq=False)
@@ -132,6 +138,7 @@ class FastSimulator(Simulator):
         self.flat = self.l2.reshape(-1)  # a view: the binders slice L2 as one row
         self.fallbacks = 0
         self._k = kx._numba_kernels() if backend == "numba" else {}
+        self.twins = TwinChooser()  # large GEMVs: parallel or serial twin, by what each costs now
         # packed INT4 on VNNI beats unpacked int8 codes from K = 128 (two 64-byte runs per row)
         self.vnni = backend == "numba" and kx.simd() == "avx512-vnni"
         self._codes: dict[tuple, Codes] = {}
@@ -246,13 +253,16 @@ class FastSimulator(Simulator):
         changed = [i for i in dirty if int(words[i]) != old[i]]
         if changed:
             new = slot.words = list(old)  # a loaded program list is never changed afterwards
-            plan, refuse = slot.plan, False
+            plan, refuse, same = slot.plan, False, True
             for i in changed:
                 new[i] = int(words[i])
-                refuse = refuse or hasattr(plan[i], "fuse")
+                before = _fusable(plan[i])
                 plan[i] = self._compile(i, new[i])
-                refuse = refuse or hasattr(plan[i], "fuse")
-            if refuse:  # a fused SFU run holds a patched step: rebuild the runs that do
+                refuse = refuse or before[0] or _fusable(plan[i])[0]
+                same = same and before == _fusable(plan[i])
+            if refuse and same:  # the runs keep their bounds: patch the ones holding a patched step
+                slot.groups = repatch_groups(plan, slot.groups, changed)
+            elif refuse:  # a step became (or stopped being) fusable: regroup
                 slot.groups = fuse_groups(self, plan, slot.groups, frozenset(changed))
         self.program, self.pc, self.error = slot.words, 0, None
         self.status &= ~(STATUS_DONE | STATUS_ERROR)
@@ -406,13 +416,16 @@ class FastSimulator(Simulator):
             trace.append((ins, work))
             return work
 
+        if self.backend == "numba":
+            memset.fuse, memset.fuse_ins = ((6, cache, slot, *vals), work), ins
         return memset
 
-    def _bind_memcpy(self, idx: int, ins: _Instr, slot: int) -> tuple[Work, Callable[[], None]] | None:
-        """The copy the shape entry at ``slot`` now describes, as its Work and a closure that moves the
-        words; None when it falls outside L2 or host memory (the reference path then reports it)."""
+    def _bind_memcpy(self, idx: int, ins: _Instr,
+                     entry: np.ndarray) -> tuple[Work, Callable[[], None]] | None:
+        """The copy the shape entry ``entry`` (words, hi, lo) describes, as its Work and a closure that
+        moves the words; None when it falls outside L2 or host memory (the reference path then reports it)."""
         asy = bool(ins.async_)
-        words, hi, lo = (int(v) for v in self.cc[0, slot])
+        words, hi, lo = (int(v) for v in entry)
         nbytes = words * WORD_BYTES
         host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
         label = f"{format_instr(ins)}  ; {words} words"
@@ -466,8 +479,8 @@ class FastSimulator(Simulator):
         trace, slot = self.trace, ins.shape_ptr_addr
         state: list[Any] = [None, None, None]  # key, work, mover
 
-        def bind(key: bytes) -> bool:
-            bound = self._bind_memcpy(idx, ins, slot)
+        def bind(key: bytes, entry: np.ndarray) -> bool:
+            bound = self._bind_memcpy(idx, ins, entry)
             if bound is None:
                 return False
             state[:] = [key, *bound]
@@ -475,7 +488,7 @@ class FastSimulator(Simulator):
 
         def memcpy() -> Work:
             key = self.cc[0, slot].tobytes()
-            if key != state[0] and not bind(key):
+            if key != state[0] and not bind(key, self.cc[0, slot]):
                 state[0] = None
                 return ref()
             state[2]()
@@ -487,10 +500,13 @@ class FastSimulator(Simulator):
         if self.backend == "numba" and (host_src or ins.to_device != Device.HOST):
             s0, d0, aux = ins.src_addr * _E, ins.dest_addr * _E, ins.aux_addr
 
-            def row() -> tuple | None:
-                """The fused-run row (`fastcvo.fuse_groups`) of the current binding, its Work (and the
-                host region it reads): valid while the shape entry holds the same (words, hi, lo)."""
-                if state[0] is None:
+            def row(cc: np.ndarray) -> tuple | None:
+                """The fused-run row (`fastcvo.fuse_groups`) of the copy the constant caches ``cc`` (as
+                the run will have set them when it reaches the copy) describe, its Work (and the host
+                region it reads): valid while the shape entry holds the same (words, hi, lo), which the
+                row checks when it runs."""
+                key = cc[0, slot].tobytes()
+                if key != state[0] and not bind(key, cc[0, slot]):
                     return None
                 words, hi, lo = struct.unpack("=3H", state[0])
                 key = words | hi << 16 | lo << 32
@@ -524,6 +540,11 @@ class FastSimulator(Simulator):
             trace.append((ins, w))
             return w
 
+        if self.backend == "numba":  # a row of a fused run where its binding allows (`fused_row`)
+            def row(cc: np.ndarray) -> tuple | bool:
+                return fused_row(self, site, cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes())
+
+            mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
         return mat
 
     # -- INT4 code cache --

@@ -207,6 +207,7 @@ def _numba_kernels() -> dict[str, Any]:
     """Compiled kernels (compiled lazily on first call, cached on disk); empty without numba."""
     if _nb is None:
         return {}
-    from npukit.targets.pccx.fast import _nbkernels
+    from npukit.targets.pccx.fast import _nbblock, _nbkernels
 
+    _nbkernels.KERNELS["cvo_block"] = _nbblock.block  # a fused run in one call (imports _nbkernels)
     return _nbkernels.KERNELS

@@ -56,6 +56,7 @@ class FastState(Protocol):
     _k: dict[str, Any]  # numba kernels by name
     _qbuf: np.ndarray
     _cached_bytes: int  # bytes of unpacked INT4 codes held
+    twins: Any  # twins.TwinChooser: parallel or serial twin of a large GEMV kernel
 
     @property
     def emax(self) -> np.float32: ...

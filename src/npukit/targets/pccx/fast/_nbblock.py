@@ -1,0 +1,175 @@
+"""One compiled call per fused run of the fast executor's steps (`fastcvo.fuse_groups`): `block`.
+
+A run is lowered once into a table of int64 rows (`fastcvo`, `fastmat.fused_row`), one per
+instruction, and `block` executes the rows in order on the flat L2, the constant caches and the S /
+e_max registers, dispatching on the row's kind to the kernels the single steps call. Kinds:
+
+* 0 arithmetic CVO, 1 REDUCE_SUM, 2 LOAD_SCALAR, 3 MEMSET of S / e_max, 4 / 5 MEMCPY (L2 or a host
+  region into L2, while its shape entry is the one it was bound for), 6 MEMSET of a constant-cache
+  entry;
+* 7 an FP16 row-major GEMV and 9 an FP16 K-major GEMV (the attention's score and value products:
+  their shape and address come from the constant caches at run time, as the span grows token by
+  token; the image must lie in the host region the row was built with);
+* 8 EXP (optionally of x − e_max), see `_exp_row`.
+
+A row the compiled loop cannot finish exactly as the single step would — a fault, an operand outside
+its region, an ambiguous e_max or exp — is left undone (nothing written) and `block` returns its
+index; the caller runs it and the rest step by step. A GEMV whose outputs are written but whose e_max
+update needs the reference reduction returns ``rows + index``. ``info[r]`` receives the (m, k, live
+rows) a GEMV row ran with, from which the caller builds its Work record.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from npukit.targets.pccx.fast import _nbkernels as nbk
+
+_OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
+_F16, _F16_KMAJOR = 2, 2 | 4  # weight-slot ``a`` of an FP16 image, row-major / K-major (memory.W_KMAJOR)
+_EPS = 2.0 ** -40  # the exp rows' margin, relative (`_exp_row`)
+_NO_SCALE = np.zeros(0, np.float32)
+gemv_f16_1 = nbk._SERIAL["gemv_f16_1"]
+gemv_km_f16 = nbk.gemv_km_f16
+
+
+@nb.njit(**_OPTS)
+def _exp_row(x, d, sub, emax_bits, lut64):
+    """EXP of BF16 bits ``x`` (less e_max when ``sub``) into ``d``; False, writing nothing, when the
+    result might differ from NumPy's.
+
+    The reference evaluates NumPy's float64 exp and rounds once to BF16; here the exp is LLVM's (the C
+    library's). Both are accurate to a few units in the last place of float64, so they differ by far
+    less than the relative margin 2^-40: where the BF16 rounding of y·(1 − 2^-40) and of y·(1 + 2^-40)
+    agree, every value in between, NumPy's result included, rounds to the same BF16 (rounding is
+    monotone). Anything else (a NaN input, whose sign the two libraries may treat differently, or a
+    value that close to a rounding boundary) is left to the single step, which calls NumPy."""
+    n = x.shape[0]
+    y = np.empty(n, np.float64)
+    e = lut64[emax_bits]
+    for i in range(n):
+        a = lut64[x[i]]
+        if sub:
+            a = a - e
+        if a != a:
+            return False
+        y[i] = np.exp(a)
+    lo = np.empty(n, np.float64)
+    hi = np.empty(n, np.float64)
+    for i in range(n):
+        lo[i] = y[i] * (1.0 - _EPS)
+        hi[i] = y[i] * (1.0 + _EPS)
+    blo = np.empty(n, np.uint16)
+    bhi = np.empty(n, np.uint16)
+    nbk._round64(lo, blo)
+    nbk._round64(hi, bhi)
+    for i in range(n):
+        if blo[i] != bhi[i]:
+            return False
+    nbk._round64(y, d)
+    return True
+
+
+@nb.njit(**_OPTS)
+def _gemv_row(tab_r, flat, cc, state, h, q, lut32, lut64, info_r):
+    """Kinds 7 and 9: 0 done, 1 not run (the single step must), 2 done but e_max left to the caller."""
+    kind, shp, siz, s0, d0, flags, base, lim = (tab_r[0], tab_r[1], tab_r[2], tab_r[3], tab_r[4],
+                                                 tab_r[5], tab_r[7], tab_r[8])
+    m, n, k = np.int64(cc[0, shp, 0]), np.int64(cc[0, shp, 1]), np.int64(cc[0, shp, 2])
+    a, hi, lo = np.int64(cc[1, siz, 0]), np.int64(cc[1, siz, 1]), np.int64(cc[1, siz, 2])
+    if m == 0 or k == 0 or n > 1 or a != (_F16 if kind == 7 else _F16_KMAJOR):
+        return 1
+    kw, mw = (k + 7) // 8, (m + 7) // 8
+    if s0 + kw > lim or d0 + mw > lim:
+        return 1
+    off = ((hi << 16) | lo) * 16 - base  # bytes into the region
+    if off < 0 or off % 2 or off // 2 + m * k > h.shape[0]:
+        return 1
+    w = h[off // 2: off // 2 + m * k]
+    x = flat[s0 * 8: s0 * 8 + k]
+    d = flat[d0 * 8: d0 * 8 + m]
+    accm = (flags & 1) != 0
+    if kind == 7:
+        st = gemv_f16_1(x, w.reshape((m, k)), _NO_SCALE, d, accm, q, lut32, lut64)
+        if st == 2:
+            return 1  # a non-finite weight: the single step raises (nothing written yet)
+        if st == 1:
+            d[:] = 0x7FC0
+        live = k
+    else:
+        live = gemv_km_f16(x, w.reshape((k, m)), _NO_SCALE, d, accm, q, lut32, lut64)
+        if live == -2:
+            return 1
+        if live < 0:
+            d[:] = 0x7FC0
+            live = k
+    info_r[0], info_r[1], info_r[2] = m, k, live
+    if flags & 2:  # findemax: the unambiguous cases here, the rest by the reference reduction
+        b = nbk.max_bits(np.int64(state[1]), d, lut32)
+        if b < 0:
+            return 2
+        state[1] = np.uint16(b)
+    return 0
+
+
+@nb.njit(**_OPTS)
+def block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):
+    """Execute table rows in order (module docstring): -1 when all ran, else the row to resume at
+    (``rows + r``: row r ran but its e_max update is the caller's)."""
+    one = np.empty(1, np.float64)
+    bits = np.empty(1, np.uint16)
+    for r in range(tab.shape[0]):
+        kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
+        if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
+            s = 0.0
+            if op < 0:
+                s = lut64[state[0]]
+                if op == -1:
+                    op = 1  # SCALE
+                elif op == -2:
+                    op = 3 if s == 0.0 else 2  # ZERO | DIVS
+                else:
+                    op = 7  # RELU
+            d = flat[d0: d0 + n]
+            nbk.cvo(op, flat[s0: s0 + n], d, d, s, accm != 0, lut64)
+        elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
+            if accm:
+                one[0] = lut64[flat[d0]] + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))
+                nbk._round64(one, bits)
+                b = bits[0]
+            else:
+                b = np.uint16(nbk.reduce_sum_bits(flat[s0: s0 + n], lut32))
+            state[0] = b
+            flat[d0] = b
+            for i in range(1, 8):
+                flat[d0 + i] = 0
+        elif kind == 2:  # LOAD_SCALAR
+            state[0] = flat[s0 + n - 1]
+        elif kind == 3:  # MEMSET of S (op 0) or e_max (op 1)
+            state[op] = np.uint16(tab[r, 6])
+        elif kind == 6:  # MEMSET of constant-cache entry (cache op, slot s0) to (n, d0, accm)
+            cc[op, s0, 0], cc[op, s0, 1], cc[op, s0, 2] = n, d0, accm
+        elif kind == 7 or kind == 9:
+            st = _gemv_row(tab[r], flat, cc, state, h0 if tab[r, 6] == 0 else h1, q, lut32, lut64, info[r])
+            if st == 1:
+                return r
+            if st == 2:
+                return tab.shape[0] + r
+        elif kind == 8:  # EXP (op: less e_max)
+            if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], lut64):
+                return r
+        else:  # MEMCPY (4: L2 -> L2, 5: host region h0/h1 -> L2) of shape entry ``op``, bound for the
+            # (a, b, c) packed in column 5
+            if (np.int64(cc[0, op, 0]) != (accm & 0xFFFF) or np.int64(cc[0, op, 1]) != ((accm >> 16) & 0xFFFF)
+                    or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
+                return r
+            if kind == 4:
+                tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
+                flat[d0: d0 + n] = tmp
+            elif tab[r, 6] == 0:
+                flat[d0: d0 + n] = h0[s0: s0 + n]
+            else:
+                flat[d0: d0 + n] = h1[s0: s0 + n]
+    return -1
+
