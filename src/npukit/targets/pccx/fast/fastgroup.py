@@ -1,0 +1,106 @@
+"""The fast executor's grouped GEMV (`npukit.targets.pccx.grouped`, layout bits ``W_GROUPED`` and
+``W_GROUP_OFFSETS``): one compiled call per instruction (`_nbgroup.grouped_gemv`), bit-identical to
+the readable simulator's `grouped.run_grouped`.
+
+The binding reads the host image once: INT4 codes unpacked to int8 (INT8 ones used in place), the scale
+table transposed to [groups, M] and the FP16 offsets as exact int64 fixed point, kept as one cached
+`Codes` entry of the simulator, so a host write over the image invalidates it like any INT4 cache.
+Everything else (the NumPy backend, a GEMM, an operand the reference would fault on, a non-finite
+offset) returns None and the reference simulator runs the step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.fast.state import Codes, FastState, MatBinding
+from npukit.targets.pccx.grouped import GROUP, check, grouped_work, layout
+from npukit.targets.pccx.memory import (
+    W_GROUP_OFFSETS,
+    W_OFFSET_MASK,
+    W_OFFSET_SHIFT,
+    WORD_BYTES,
+    DeviceFault,
+    row_bytes,
+)
+
+_E = 8
+_NO_OFFSETS = np.zeros((0, 0), np.int64)
+
+
+def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool) -> Codes | None:
+    """The cached operands of the image at ``addr``: codes [M, K] int8, scale table [G, M] float32 in
+    ``scale``, offsets [G, M] int64 in ``codes_offsets`` (an attribute of the entry); None if unreadable."""
+    key = (addr, m, k, fmt, "grouped", offsets)
+    got = sim._codes.get(key)
+    if got is not None:
+        return got
+    s_at, o_at, size = layout(m, k, fmt, offsets)
+    image = sim.host.view(addr, size)
+    if image is None:
+        return None
+    groups, rb = k // GROUP, row_bytes(fmt, k)
+    body = image[:m * rb].reshape(m, rb)
+    codes = nx.unpack_int4(body, k).astype(np.int8) if fmt == "int4" else body.view(np.int8)
+    if sim._cached_bytes + (codes.nbytes if fmt == "int4" else 0) > sim.cache_bytes:
+        return None
+    scale_t = np.ascontiguousarray(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T,
+                                   np.float32)
+    fixed_t = _NO_OFFSETS
+    if offsets:
+        off = image[o_at:o_at + 2 * m * groups].view("<f2").astype(np.float16).reshape(m, groups)
+        if not np.all(np.isfinite(off)):
+            return None  # the reference raises (or returns NaN) exactly as v002's FP16 GEMV would
+        fixed_t = np.ascontiguousarray(nx.fp16_fixed(off).T)
+    entry = Codes(addr, addr + size, codes, scale_t)
+    entry.offsets = fixed_t  # type: ignore[attr-defined]
+    sim._codes[key] = entry
+    sim._cached_bytes += codes.nbytes if fmt == "int4" else 0
+    lo, hi = sim._codes_span
+    sim._codes_span = (min(lo, entry.start) if hi else entry.start, max(hi, entry.end))
+    return entry
+
+
+def bind_grouped(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: int, lo: int
+                 ) -> MatBinding | None:
+    """The binding of a grouped GEMV (N = 1, numba backend), or None: the reference runs it."""
+    if sim.backend != "numba" or n != 1:
+        return None
+    try:
+        fmt = check(a, site.ins, k)
+    except DeviceFault:
+        return None
+    ins = site.ins
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return None
+    offsets = bool(a & W_GROUP_OFFSETS)
+    addr = ((hi << 16) | lo) * WORD_BYTES + ((a & W_OFFSET_MASK) >> W_OFFSET_SHIFT)
+    ops = _operands(sim, addr, m, k, fmt, offsets)
+    if ops is None:
+        return None
+    flat = sim.flat
+    x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
+    kern = _kernel()
+    w, scale_t, fixed_t = ops.codes, ops.scale, ops.offsets  # type: ignore[attr-defined]
+    accm, findemax = site.accm, site.findemax
+    lut32, lut64 = kx.LUT32, kx.LUT64
+
+    def run() -> None:
+        if kern(x, w, scale_t, fixed_t, d, accm, lut32, lut64) == 1:
+            d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
+        if findemax:
+            from npukit.targets.pccx.fast.fastmat import update_emax
+
+            update_emax(sim, [d])
+
+    work = grouped_work(site.idx, ins, m, n, k, fmt, offsets, site.asm)
+    return MatBinding(key, work, run, ops)
+
+
+def _kernel():
+    from npukit.targets.pccx.fast._nbgroup import grouped_gemv
+
+    return grouped_gemv
