@@ -24,7 +24,7 @@ compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 GROUP = 32
-ROWS = 128  # rows per parallel block: their codes stay in the core's cache across the groups
+ROWS = 256  # rows per parallel block (vector lanes across rows; accumulators stay in cache); fastgroup.ROWS
 
 
 @nb.njit(**_OPTS)
@@ -65,18 +65,20 @@ def _quantize_all(x, q, es, lut64):
     return True
 
 
-@nb.njit(parallel=True, **_OPTS)
-def grouped_gemv(x, w, scale_t, fixed_t, dst, accm, lut32, lut64):
-    """BF16 bits x [K] against int8 codes w [M, K] with scales scale_t [G, M] (float32) and optional
-    offsets fixed_t [G, M] (int64 fp16·2^24; G = 0 rows: none); result bits into dst [M].
-    Returns 1 when the activation (or a group sum) is not finite: every output is then NaN."""
-    m_rows, k = w.shape
+def _grouped_gemv(x, w_blk, scale_blk, fixed_blk, dst, accm, lut32, lut64):
+    """BF16 bits x [K] against int8 codes in the `fastgroup.blocked` K-major layout w_blk [B, K, ROWS], scales
+    scale_blk [B, G, ROWS] (float32) and optional offsets fixed_blk [B, G, ROWS] (int64 fp16·2^24;
+    an empty array: none); result bits into dst [M]. Returns 1 when the activation (or a group sum) is
+    not finite: every output is then NaN. Each code is a broadcast multiply-add across a block of rows
+    (the vector lanes), indexed from 0 in every block so that LLVM vectorises the loops."""
+    n_blocks, k, _ = w_blk.shape
+    m_rows = dst.shape[0]
     groups = k // GROUP
     q = np.zeros(k, np.int8)
     es = np.zeros(groups, np.int64)
     if not _quantize_all(x, q, es, lut64):
         return 1
-    has_off = fixed_t.shape[0] > 0
+    has_off = fixed_blk.shape[0] > 0
     qs = np.zeros(groups, np.int8)
     e_s = 0
     if has_off:
@@ -85,43 +87,60 @@ def grouped_gemv(x, w, scale_t, fixed_t, dst, accm, lut32, lut64):
         e_s = quantize(sums, qs, lut64)
         if e_s == 999:
             return 1
-    q16 = q.astype(np.int16)
+    q32 = q.astype(np.int32)
     fac = np.empty(groups, np.float32)
     for g in range(groups):
         fac[g] = np.float32(math.ldexp(1.0, es[g] - 6))  # a float32 power of two (-139..121)
     fac_s = np.float32(math.ldexp(1.0, e_s - 6))
-    n_blocks = -(-m_rows // ROWS)
     for blk in nb.prange(n_blocks):
-        r0 = blk * ROWS
-        r1 = min(m_rows, r0 + ROWS)
-        n = r1 - r0
-        dots = np.empty((groups, n), np.int32)
-        for r in range(n):
-            for g in range(groups):
-                acc = np.int32(0)
-                for j in range(g * GROUP, (g + 1) * GROUP):
-                    acc += np.int32(np.int16(w[r0 + r, j]) * q16[j])
-                dots[g, r] = acc
-        run = np.empty(n, np.float32)
-        t = np.empty(n, np.float32)
-        if accm:
-            for r in range(n):
-                run[r] = lut32[dst[r0 + r]]
-        for g in range(groups):
-            f = fac[g]
-            for r in range(n):
-                v = np.float32(np.float32(dots[g, r]) * scale_t[g, r0 + r]) * f
-                t[r] = run[r] + v if (accm or g) else v
-            _bf16_round(t, run)
-        if has_off:
-            for r in range(n):
-                a = np.int64(0)
-                for g in range(groups):
-                    a += fixed_t[g, r0 + r] * np.int64(qs[g])
-                a32 = np.float32(a) * np.float32(5.9604644775390625e-08)  # ldexp(., -24), exact
-                t[r] = run[r] + a32 * fac_s
-            _bf16_round(t, run)
-        u = run.view(np.uint32)
-        for r in range(n):
-            dst[r0 + r] = np.uint16(u[r] >> np.uint32(16))
+        _block(blk, x, w_blk[blk], scale_blk[blk], fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm,
+               m_rows, lut32)
     return 0
+
+
+grouped_gemv = nb.njit(parallel=True, **_OPTS)(_grouped_gemv)
+grouped_gemv_1 = nb.njit(**_OPTS)(_grouped_gemv)  # the serial twin: small matrices skip the thread pool
+
+
+@nb.njit(**_OPTS)
+def _block(blk, x, wb, sb, fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm, m_rows, lut32):
+    """One block of ROWS rows: every group's epilogue in order, then the offsets."""
+    r0 = blk * ROWS
+    n = min(m_rows - r0, ROWS)
+    groups = sb.shape[0]
+    dots = np.empty(ROWS, np.int32)
+    run = np.zeros(ROWS, np.float32)
+    t = np.empty(ROWS, np.float32)
+    if accm:
+        for r in range(n):
+            run[r] = lut32[dst[r0 + r]]
+    for g in range(groups):
+        dots[:] = 0
+        for j in range(g * GROUP, (g + 1) * GROUP, 8):  # 8 codes per pass: dots[] loaded/stored 4x per group
+            q0, q1, q2, q3 = q32[j], q32[j + 1], q32[j + 2], q32[j + 3]
+            q4, q5, q6, q7 = q32[j + 4], q32[j + 5], q32[j + 6], q32[j + 7]
+            for r in range(ROWS):  # exact integers: |sum| <= 32 * 128 * 127 < 2^31
+                dots[r] += (np.int32(wb[j, r]) * q0 + np.int32(wb[j + 1, r]) * q1
+                            + np.int32(wb[j + 2, r]) * q2 + np.int32(wb[j + 3, r]) * q3
+                            + np.int32(wb[j + 4, r]) * q4 + np.int32(wb[j + 5, r]) * q5
+                            + np.int32(wb[j + 6, r]) * q6 + np.int32(wb[j + 7, r]) * q7)
+        f = fac[g]
+        for r in range(ROWS):
+            v = np.float32(np.float32(dots[r]) * sb[g, r]) * f
+            t[r] = run[r] + v if (accm or g) else v
+        _bf16_round(t, run)
+    if has_off:
+        fb = fixed_blk[blk]
+        a = np.zeros(ROWS, np.int64)
+        for g in range(groups):
+            qg = np.int64(qs[g])
+            if qg != 0:
+                for r in range(ROWS):
+                    a[r] += fb[g, r] * qg
+        for r in range(ROWS):
+            a32 = np.float32(a[r]) * np.float32(5.9604644775390625e-08)  # ldexp(., -24), exact
+            t[r] = run[r] + a32 * fac_s
+        _bf16_round(t, run)
+    u = run.view(np.uint32)
+    for r in range(n):
+        dst[r0 + r] = np.uint16(u[r] >> np.uint32(16))

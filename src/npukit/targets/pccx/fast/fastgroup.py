@@ -2,7 +2,8 @@
 ``W_GROUP_OFFSETS``): one compiled call per instruction (`_nbgroup.grouped_gemv`), bit-identical to
 the readable simulator's `grouped.run_grouped`.
 
-The binding reads the host image once: INT4 codes unpacked to int8 (INT8 ones used in place), the scale
+The binding reads the host image once: the codes as int8 laid out K-major (the kernel's lanes run
+across rows), the scale
 table transposed to [groups, M] and the FP16 offsets as exact int64 fixed point, kept as one cached
 `Codes` entry of the simulator, so a host write over the image invalidates it like any INT4 cache.
 Everything else (the NumPy backend, a GEMM, an operand the reference would fault on, a non-finite
@@ -27,12 +28,14 @@ from npukit.targets.pccx.memory import (
 )
 
 _E = 8
-_NO_OFFSETS = np.zeros((0, 0), np.int64)
+ROWS = 256  # rows per block of the kernel (`_nbgroup.ROWS`)
+_NO_OFFSETS = np.zeros((0, 0, 0), np.int64)
 
 
 def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool) -> Codes | None:
-    """The cached operands of the image at ``addr``: codes [M, K] int8, scale table [G, M] float32 in
-    ``scale``, offsets [G, M] int64 in ``codes_offsets`` (an attribute of the entry); None if unreadable."""
+    """The cached operands of the image at ``addr`` in the kernel's `blocked` layout: codes [B, K, 256]
+    int8, the scale table [B, G, 256] float32 in ``scale``, the offsets [B, G, 256] int64 fixed point in
+    ``offsets``; None if unreadable."""
     key = (addr, m, k, fmt, "grouped", offsets)
     got = sim._codes.get(key)
     if got is not None:
@@ -43,21 +46,21 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
         return None
     groups, rb = k // GROUP, row_bytes(fmt, k)
     body = image[:m * rb].reshape(m, rb)
-    codes = nx.unpack_int4(body, k).astype(np.int8) if fmt == "int4" else body.view(np.int8)
-    if sim._cached_bytes + (codes.nbytes if fmt == "int4" else 0) > sim.cache_bytes:
+    if sim._cached_bytes + m * k > sim.cache_bytes:
         return None
-    scale_t = np.ascontiguousarray(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T,
-                                   np.float32)
-    fixed_t = _NO_OFFSETS
+    fixed = _NO_OFFSETS
     if offsets:
         off = image[o_at:o_at + 2 * m * groups].view("<f2").astype(np.float16).reshape(m, groups)
         if not np.all(np.isfinite(off)):
             return None  # the reference raises (or returns NaN) exactly as v002's FP16 GEMV would
-        fixed_t = np.ascontiguousarray(nx.fp16_fixed(off).T)
-    entry = Codes(addr, addr + size, codes, scale_t)
-    entry.offsets = fixed_t  # type: ignore[attr-defined]
+        fixed = blocked(nx.fp16_fixed(off).T)
+    codes = nx.unpack_int4(body, k) if fmt == "int4" else body.view(np.int8)
+    codes = blocked(codes.astype(np.int8, copy=False).T)  # K-major blocks: vector lanes across rows
+    scales = blocked(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T.astype(np.float32))
+    entry = Codes(addr, addr + size, codes, scales)
+    entry.offsets = fixed  # type: ignore[attr-defined]
     sim._codes[key] = entry
-    sim._cached_bytes += codes.nbytes if fmt == "int4" else 0
+    sim._cached_bytes += codes.nbytes
     lo, hi = sim._codes_span
     sim._codes_span = (min(lo, entry.start) if hi else entry.start, max(hi, entry.end))
     return entry
@@ -84,12 +87,12 @@ def bind_grouped(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: in
     flat = sim.flat
     x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
     kern = _kernel()
-    w, scale_t, fixed_t = ops.codes, ops.scale, ops.offsets  # type: ignore[attr-defined]
+    w, scales, fixed = ops.codes, ops.scale, ops.offsets  # type: ignore[attr-defined]
     accm, findemax = site.accm, site.findemax
     lut32, lut64 = kx.LUT32, kx.LUT64
 
     def run() -> None:
-        if kern(x, w, scale_t, fixed_t, d, accm, lut32, lut64) == 1:
+        if kern(x, w, scales, fixed, d, accm, lut32, lut64) == 1:
             d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
         if findemax:
             from npukit.targets.pccx.fast.fastmat import update_emax
@@ -104,3 +107,15 @@ def _kernel():
     from npukit.targets.pccx.fast._nbgroup import grouped_gemv
 
     return grouped_gemv
+
+
+def blocked(a: np.ndarray) -> np.ndarray:
+    """[C, M] -> [ceil(M / ROWS), C, ROWS] (rows zero-padded): the kernel's operand layout."""
+    c, m = a.shape
+    n = -(-m // ROWS)
+    out = np.zeros((n, c, ROWS), a.dtype)
+    full = m // ROWS
+    out[:full] = a[:, :full * ROWS].reshape(c, full, ROWS).transpose(1, 0, 2)
+    if m % ROWS:
+        out[full, :, :m % ROWS] = a[:, full * ROWS:]
+    return out

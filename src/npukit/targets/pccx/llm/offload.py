@@ -24,21 +24,23 @@ from npukit.models.llm.weights import LlmWeights
 from npukit.targets.pccx.asm import assemble
 from npukit.targets.pccx.isa import ELEMS_PER_WORD
 from npukit.targets.pccx.llm.model import DEFAULT_KEEP_INT8, LlmW4A8
-from npukit.targets.pccx.llm.program import HOST_BASE, product_program
+from npukit.targets.pccx.llm.program import HOST_BASE, grouped_product_program
 from npukit.targets.pccx.llm.w4a8 import bf16_f32
 from npukit.targets.pccx.memory import WORD_BYTES
 from npukit.targets.pccx.sim import Simulator
 from npukit.targets.pccx.timing import simulate_works
 
+PROFILE = "extended"  # the grouped GEMV is an extended-profile weight layout (docs/targets/pccx.md)
+
 
 def make_simulator(hw: Any) -> Simulator:
     """The pre-decoded fast executor when it is installed (bit-identical, `FastSimulator`), else the
-    reference simulator; strict profile either way."""
+    reference simulator; extended profile either way (grouped GEMVs)."""
     try:
         from npukit.targets.pccx.fast.fastsim import FastSimulator
     except ImportError:
-        return Simulator(hw, "strict")
-    return FastSimulator(hw, "strict", weights="auto")
+        return Simulator(hw, PROFILE)
+    return FastSimulator(hw, PROFILE, weights="auto")
 
 
 @dataclass
@@ -67,13 +69,12 @@ class LlmPccxOffload(LlmW4A8):
         if got is None:
             w = self.matrix(name)
             m, k = w.codes.shape
-            sums_word = -(-k // ELEMS_PER_WORD)
-            y_word = sums_word + k // w.group
-            prog = product_program(w, 0, y_word, sums_word, host_base=self.next_host)
+            y_word = -(-k // ELEMS_PER_WORD)
+            prog = grouped_product_program(w, 0, y_word, host_base=self.next_host)
             for at, image in prog.images:
                 self.sim.host.write(at, np.frombuffer(image, np.uint8))
                 self.next_host = max(self.next_host, at + -(-len(image) // WORD_BYTES) * WORD_BYTES)
-            got = _Compiled(assemble(prog.source, "strict", self.hw), y_word, m, prog.instructions)
+            got = _Compiled(assemble(prog.source, PROFILE, self.hw), y_word, m, prog.instructions)
             self.programs[name] = got
         return got
 
