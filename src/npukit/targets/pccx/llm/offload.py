@@ -3,7 +3,8 @@
 
 What runs where (the first step of the ``pccx`` target for these families; docs/models.md says what is
 missing): the matrix products — q, k, v, o, gate, up, down and the LM head, with the weight policy's
-INT4/INT8 groups and FP16 offsets — are programs on the simulated NPU; everything between them (norms,
+INT4/INT8 groups and FP16 offsets — are programs on the simulated NPU, one grouped GEMV per matrix
+(slice) in the extended profile (`npukit.targets.pccx.grouped`: bit for bit v002's per-group sequence); everything between them (norms,
 RoPE, attention over the KV cache, GELU / SiLU, the embedding lookup) is the quant target's float32 host
 code. So the logits are bit-identical to the ``quant`` target by construction of the same arithmetic,
 and tests compare them. Each matrix's program and host images are built once, on first use, and its
@@ -82,13 +83,15 @@ class LlmPccxOffload(LlmW4A8):
         prog = self._compile(name)
         xs = bf16_f32(np.atleast_2d(x))
         out = np.empty((xs.shape[0], prog.rows), np.float32)
-        for t, row in enumerate(xs):  # one GEMV program run per token (N = 1)
-            self.sim.write_l2(0, row)
+        bits = (xs.view(np.uint32) >> np.uint32(16)).astype(np.uint16)  # xs is BF16 already: exact
+        for t, row in enumerate(bits):  # one GEMV program run per token (N = 1)
+            self.sim.write_l2_bits(0, row)
             self.sim.load_program(prog.words, name, ())  # (fast executor: the program's cached plan)
             works = self.sim.run()
             if self.sim.error is not None:
                 raise NpukitError(f"pccx device error in {name}: {self.sim.error}")
-            out[t] = self.sim.read_l2(prog.y_word, prog.rows)
+            out[t] = (self.sim.read_l2_bits(prog.y_word, prog.rows).astype(np.uint32) << np.uint32(16)
+                      ).view(np.float32)
             # the LM head may run on the last row only: its work belongs to the last token
             self._works[len(self._works) - len(xs) + t].extend(works)
             self.instructions += len(works)

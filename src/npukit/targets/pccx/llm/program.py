@@ -11,8 +11,10 @@ result y [M] at ``y_word``, the program is, per slice of at most `MAX_ROWS` rows
   then per slice one FP16 ``gemv`` with ``accm`` of the offset image [rows, 8·G] (each offset followed
   by 7 zeros: the other elements of the sum's word) on those words.
 
-Every instruction is pccx v002 (no extension bits). `grouped_gemm` is the same arithmetic vectorised;
-tests check the simulator's result bit for bit against it.
+Every instruction is pccx v002 (no extension bits). `grouped_product_program` is the same product as
+one grouped GEMV per slice (the extended profile's ``W_GROUPED`` layout, `npukit.targets.pccx.grouped`),
+which the ``pccx`` target runs. `grouped_gemm` is the same arithmetic vectorised; tests check the
+simulator's result bit for bit against it.
 """
 
 from __future__ import annotations
