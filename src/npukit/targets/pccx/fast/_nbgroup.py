@@ -65,13 +65,15 @@ def _quantize_all(x, q, es, lut64):
     return True
 
 
-def _grouped_gemv(x, w_blk, scale_blk, fixed_blk, dst, accm, lut32, lut64):
-    """BF16 bits x [K] against int8 codes in the `fastgroup.blocked` K-major layout w_blk [B, K, ROWS], scales
+def _grouped_gemv(x, w_blk, packed, scale_blk, fixed_blk, dst, accm, lut32, lut64):
+    """BF16 bits x [K] against int8 codes in the `fastgroup.blocked` K-major layout w_blk [B, K, ROWS]
+    (``packed``: INT4 pairs of K rows per byte, [B, K/2, ROWS], the even row in the low nibble), scales
     scale_blk [B, G, ROWS] (float32) and optional offsets fixed_blk [B, G, ROWS] (int64 fp16·2^24;
     an empty array: none); result bits into dst [M]. Returns 1 when the activation (or a group sum) is
     not finite: every output is then NaN. Each code is a broadcast multiply-add across a block of rows
     (the vector lanes), indexed from 0 in every block so that LLVM vectorises the loops."""
-    n_blocks, k, _ = w_blk.shape
+    n_blocks = w_blk.shape[0]
+    k = w_blk.shape[1] * (2 if packed else 1)
     m_rows = dst.shape[0]
     groups = k // GROUP
     q = np.zeros(k, np.int8)
@@ -93,7 +95,7 @@ def _grouped_gemv(x, w_blk, scale_blk, fixed_blk, dst, accm, lut32, lut64):
         fac[g] = np.float32(math.ldexp(1.0, es[g] - 6))  # a float32 power of two (-139..121)
     fac_s = np.float32(math.ldexp(1.0, e_s - 6))
     for blk in nb.prange(n_blocks):
-        _block(blk, x, w_blk[blk], scale_blk[blk], fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm,
+        _block(blk, w_blk[blk], packed, scale_blk[blk], fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm,
                m_rows, lut32)
     return 0
 
@@ -103,7 +105,38 @@ grouped_gemv_1 = nb.njit(**_OPTS)(_grouped_gemv)  # the serial twin: small matri
 
 
 @nb.njit(**_OPTS)
-def _block(blk, x, wb, sb, fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm, m_rows, lut32):
+def _dots_i8(wb, q32, g, dots):
+    """dots[r] = exact Σ_j codes[j, r]·q[j] over group g; 8 codes per pass (dots[] stored 4x a group)."""
+    dots[:] = 0
+    for j in range(g * GROUP, (g + 1) * GROUP, 8):
+        q0, q1, q2, q3 = q32[j], q32[j + 1], q32[j + 2], q32[j + 3]
+        q4, q5, q6, q7 = q32[j + 4], q32[j + 5], q32[j + 6], q32[j + 7]
+        for r in range(ROWS):  # exact integers: |sum| <= 32 * 128 * 127 < 2^31
+            dots[r] += (np.int32(wb[j, r]) * q0 + np.int32(wb[j + 1, r]) * q1
+                        + np.int32(wb[j + 2, r]) * q2 + np.int32(wb[j + 3, r]) * q3
+                        + np.int32(wb[j + 4, r]) * q4 + np.int32(wb[j + 5, r]) * q5
+                        + np.int32(wb[j + 6, r]) * q6 + np.int32(wb[j + 7, r]) * q7)
+
+
+@nb.njit(**_OPTS)
+def _dots_p4(wb, q32, g, dots):
+    """`_dots_i8` on packed INT4 pairs: byte (i, r) holds codes 2i (low nibble) and 2i + 1 (high),
+    sign-extended as ``((b & 15) ^ 8) - 8`` and ``b >> 4`` of the sign-extended byte (half the bytes)."""
+    dots[:] = 0
+    for j in range(g * GROUP, (g + 1) * GROUP, 8):
+        i = j // 2
+        q0, q1, q2, q3 = q32[j], q32[j + 1], q32[j + 2], q32[j + 3]
+        q4, q5, q6, q7 = q32[j + 4], q32[j + 5], q32[j + 6], q32[j + 7]
+        for r in range(ROWS):
+            b0, b1 = np.int32(wb[i, r]), np.int32(wb[i + 1, r])
+            b2, b3 = np.int32(wb[i + 2, r]), np.int32(wb[i + 3, r])
+            dots[r] += ((((b0 & 15) ^ 8) - 8) * q0 + (b0 >> 4) * q1 + (((b1 & 15) ^ 8) - 8) * q2
+                        + (b1 >> 4) * q3 + (((b2 & 15) ^ 8) - 8) * q4 + (b2 >> 4) * q5
+                        + (((b3 & 15) ^ 8) - 8) * q6 + (b3 >> 4) * q7)
+
+
+@nb.njit(**_OPTS)
+def _block(blk, wb, packed, sb, fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm, m_rows, lut32):
     """One block of ROWS rows: every group's epilogue in order, then the offsets."""
     r0 = blk * ROWS
     n = min(m_rows - r0, ROWS)
@@ -115,15 +148,10 @@ def _block(blk, x, wb, sb, fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm, m
         for r in range(n):
             run[r] = lut32[dst[r0 + r]]
     for g in range(groups):
-        dots[:] = 0
-        for j in range(g * GROUP, (g + 1) * GROUP, 8):  # 8 codes per pass: dots[] loaded/stored 4x per group
-            q0, q1, q2, q3 = q32[j], q32[j + 1], q32[j + 2], q32[j + 3]
-            q4, q5, q6, q7 = q32[j + 4], q32[j + 5], q32[j + 6], q32[j + 7]
-            for r in range(ROWS):  # exact integers: |sum| <= 32 * 128 * 127 < 2^31
-                dots[r] += (np.int32(wb[j, r]) * q0 + np.int32(wb[j + 1, r]) * q1
-                            + np.int32(wb[j + 2, r]) * q2 + np.int32(wb[j + 3, r]) * q3
-                            + np.int32(wb[j + 4, r]) * q4 + np.int32(wb[j + 5, r]) * q5
-                            + np.int32(wb[j + 6, r]) * q6 + np.int32(wb[j + 7, r]) * q7)
+        if packed:
+            _dots_p4(wb, q32, g, dots)
+        else:
+            _dots_i8(wb, q32, g, dots)
         f = fac[g]
         for r in range(ROWS):
             v = np.float32(np.float32(dots[r]) * sb[g, r]) * f

@@ -34,8 +34,8 @@ _NO_OFFSETS = np.zeros((0, 0, 0), np.int64)
 
 def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool) -> Codes | None:
     """The cached operands of the image at ``addr`` in the kernel's `blocked` layout: codes [B, K, 256]
-    int8, the scale table [B, G, 256] float32 in ``scale``, the offsets [B, G, 256] int64 fixed point in
-    ``offsets``; None if unreadable."""
+    int8 (INT4: [B, K/2, 256], two codes a byte), the scale table [B, G, 256] float32 in ``scale``, the
+    offsets [B, G, 256] int64 fixed point in ``offsets``; None if unreadable."""
     key = (addr, m, k, fmt, "grouped", offsets)
     got = sim._codes.get(key)
     if got is not None:
@@ -46,7 +46,7 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
         return None
     groups, rb = k // GROUP, row_bytes(fmt, k)
     body = image[:m * rb].reshape(m, rb)
-    if sim._cached_bytes + m * k > sim.cache_bytes:
+    if sim._cached_bytes + m * row_bytes(fmt, k) > sim.cache_bytes:
         return None
     fixed = _NO_OFFSETS
     if offsets:
@@ -54,8 +54,11 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
         if not np.all(np.isfinite(off)):
             return None  # the reference raises (or returns NaN) exactly as v002's FP16 GEMV would
         fixed = blocked(nx.fp16_fixed(off).T)
-    codes = nx.unpack_int4(body, k) if fmt == "int4" else body.view(np.int8)
-    codes = blocked(codes.astype(np.int8, copy=False).T)  # K-major blocks: vector lanes across rows
+    if fmt == "int4":  # K-major pairs of codes per byte, the even K row in the low nibble
+        km = nx.unpack_int4(body, k).astype(np.int8).T
+        codes = blocked(((km[0::2] & 0xF) | (km[1::2] << 4)).astype(np.int8))
+    else:
+        codes = blocked(body.view(np.int8).T)  # K-major blocks: vector lanes across rows
     scales = blocked(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T.astype(np.float32))
     entry = Codes(addr, addr + size, codes, scales)
     entry.offsets = fixed  # type: ignore[attr-defined]
@@ -88,11 +91,11 @@ def bind_grouped(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: in
     x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
     kern = _kernel()
     w, scales, fixed = ops.codes, ops.scale, ops.offsets  # type: ignore[attr-defined]
-    accm, findemax = site.accm, site.findemax
+    accm, findemax, packed = site.accm, site.findemax, fmt == "int4"
     lut32, lut64 = kx.LUT32, kx.LUT64
 
     def run() -> None:
-        if kern(x, w, scales, fixed, d, accm, lut32, lut64) == 1:
+        if kern(x, w, packed, scales, fixed, d, accm, lut32, lut64) == 1:
             d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
         if findemax:
             from npukit.targets.pccx.fast.fastmat import update_emax
