@@ -4,12 +4,12 @@
 What runs where (the first step of the ``pccx`` target for these families; docs/models.md says what is
 missing): the matrix products — q, k, v, o, gate, up, down and the LM head, with the weight policy's
 INT4/INT8 groups and FP16 offsets — are programs on the simulated NPU, one grouped GEMV per matrix
-(slice) in the extended profile (`npukit.targets.pccx.grouped`: bit for bit v002's per-group
-sequence); everything between them (norms, RoPE, attention over the KV cache, GELU / SiLU, the
-embedding lookup) is the quant target's float32 host code. So the logits are bit-identical to the
-``quant`` target by construction of the same arithmetic, and tests compare them. Each matrix's program and host images are built once, on first use, and its
-weight images stay in the simulator's host DDR; a token's cycles are the timing model's schedule of all
-its product runs as one instruction stream.
+(slice) in the extended profile (`npukit.targets.pccx.grouped`: bit for bit v002's per-group sequence);
+everything between them (norms, RoPE, attention over the KV cache, GELU / SiLU, the embedding lookup) is
+the quant target's float32 host code. So the logits are bit-identical to the ``quant`` target by
+construction of the same arithmetic, and tests compare them. Each matrix's program and host images are
+built once, on first use, and its weight images stay in the simulator's host DDR; a token's cycles are
+the timing model's schedule of all its product runs as one instruction stream.
 """
 
 from __future__ import annotations
