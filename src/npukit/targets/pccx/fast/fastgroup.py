@@ -12,6 +12,8 @@ offset) returns None and the reference simulator runs the step.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from npukit.targets.pccx import numerics as nx
@@ -62,6 +64,7 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
     scales = blocked(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T.astype(np.float32))
     entry = Codes(addr, addr + size, codes, scales)
     entry.offsets = fixed  # type: ignore[attr-defined]
+    entry.cache_key = key  # type: ignore[attr-defined]
     sim._codes[key] = entry
     sim._cached_bytes += codes.nbytes
     lo, hi = sim._codes_span
@@ -69,11 +72,30 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
     return entry
 
 
+# bindings made per plan step and descriptor key: programs that share a GEMV word (same operand
+# addresses, other weights) share the step, which then alternates between their keys every token
+_BOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def bind_grouped(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: int, lo: int
                  ) -> MatBinding | None:
     """The binding of a grouped GEMV (N = 1, numba backend), or None: the reference runs it."""
     if sim.backend != "numba" or n != 1:
         return None
+    known = _BOUND.setdefault(site, {})
+    got = known.get(key)
+    if got is not None and got.codes.valid and got.codes is sim._codes.get(got.codes.cache_key):
+        return got
+    got = _bind(sim, site, key, m, n, k, a, hi, lo)
+    if got is not None:
+        if len(known) >= 64:
+            known.clear()
+        known[key] = got
+    return got
+
+
+def _bind(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: int, lo: int
+          ) -> MatBinding | None:
     try:
         fmt = check(a, site.ins, k)
     except DeviceFault:

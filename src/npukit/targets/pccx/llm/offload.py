@@ -64,6 +64,7 @@ class LlmPccxOffload(LlmW4A8):
         self.next_host = HOST_BASE
         self.token_cycles: list[float] = []  # cycles of the matrix products of each forward row
         self.instructions = 0
+        self._cycle_memo: dict[tuple[Any, ...], float] = {}
 
     def _compile(self, name: str) -> _Compiled:
         got = self.programs.get(name)
@@ -103,9 +104,20 @@ class LlmPccxOffload(LlmW4A8):
         logits = super().forward(ids, all_logits)
         # one schedule per token: its products' runs in order, numbered as one stream (weight fetches
         # of the next product may overlap the current one; L2 hazards keep the order)
-        self.token_cycles.extend(simulate_works(self.hw, w, renumber=True).cycles for w in self._works)
+        self.token_cycles.extend(self._schedule(w) for w in self._works)
         self._works = []
         return logits
+
+    def _schedule(self, works: list[Any]) -> float:
+        """The timing model's cycles for one token's instruction stream, memoised on the stream itself
+        (every decode token runs the same Work records: the model is deterministic in them)."""
+        key = tuple(works)
+        got = self._cycle_memo.get(key)
+        if got is None:
+            if len(self._cycle_memo) >= 64:
+                self._cycle_memo.clear()
+            got = self._cycle_memo[key] = simulate_works(self.hw, works, renumber=True).cycles
+        return got
 
     def prefill(self, ids: Any) -> np.ndarray:
         self.reset()
