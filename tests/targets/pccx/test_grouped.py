@@ -128,3 +128,22 @@ def test_grouped_cycles_cover_the_macs_and_drop_the_per_group_overheads() -> Non
     # the weight stream (codes + scale table + offsets) bounds it from below on the KV260 preset
     floor = gemv[0].weight_bytes / (sim.hw.ddr.bytes_per_s / sim.hw.clocks.core_hz)
     assert floor <= new_cycles < old_cycles
+
+
+@pytest.mark.parametrize(("fmt", "affine"), [("int4", True), ("int8", False)])
+def test_thread_parallel_build_equals_the_readable_simulator(fmt: str, affine: bool) -> None:
+    """Over 2^20 weights the fast executor takes the parallel build (rows in blocks of 256; 2100 rows
+    leave a partial last block)."""
+    w = _matrix(fmt, affine, m=2100, k=512, seed=4)
+    x = _activation(512, seed=6)
+    grouped = grouped_product_program(w, X_WORD, 300)
+    ref_sim, fast_sim = Simulator(None, "extended"), FastSimulator(None, "extended", weights="auto")
+    for sim in (ref_sim, fast_sim):
+        for at, image in grouped.images:
+            sim.host.write(at, np.frombuffer(image, np.uint8))
+        sim.write_l2(X_WORD, x)
+        sim.load_program(assemble(grouped.source, "extended", sim.hw))
+        sim.run()
+        assert sim.error is None
+    assert fast_sim.fallbacks == 0
+    assert np.array_equal(ref_sim.read_l2_bits(300, 2100), fast_sim.read_l2_bits(300, 2100))

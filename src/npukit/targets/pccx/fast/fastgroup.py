@@ -111,7 +111,7 @@ def _bind(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: 
         return None
     flat = sim.flat
     x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
-    kern = _kernel()
+    kern = _kernel(m * k >= kx.PARALLEL_MIN_MACS)
     w, scales, fixed = ops.codes, ops.scale, ops.offsets  # type: ignore[attr-defined]
     accm, findemax, packed = site.accm, site.findemax, fmt == "int4"
     lut32, lut64 = kx.LUT32, kx.LUT64
@@ -128,10 +128,27 @@ def _bind(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: 
     return MatBinding(key, work, run, ops)
 
 
-def _kernel():
-    from npukit.targets.pccx.fast._nbgroup import grouped_gemv
+def _kernel(parallel: bool):
+    """The compiled kernel: the thread-parallel build, or its serial twin for small matrices (a parallel
+    region costs more than they take)."""
+    from npukit.targets.pccx.fast import _nbgroup
 
-    return grouped_gemv
+    return _nbgroup.grouped_gemv if parallel else _nbgroup.grouped_gemv_1
+
+
+def warm() -> None:
+    """Compile (or load from the cache) every build of the kernel: INT4 with offsets, INT8 without."""
+    rng = np.random.default_rng(0)
+    x = nx.to_bits(nx.bf16(rng.standard_normal(64).astype(np.float32)))
+    codes = rng.integers(-8, 8, (64, 300)).astype(np.int8)
+    scales = blocked(np.ones((2, 300), np.float32))
+    fixed = blocked(nx.fp16_fixed(np.ones((2, 300), np.float16)))
+    packed = blocked(((codes[0::2] & 0xF) | (codes[1::2] << 4)).astype(np.int8))
+    for parallel in (False, True):
+        kern = _kernel(parallel)
+        kern(x, packed, True, scales, fixed, np.zeros(300, np.uint16), False, kx.LUT32, kx.LUT64)
+        kern(x, blocked(codes), False, scales, _NO_OFFSETS, np.zeros(300, np.uint16), True, kx.LUT32,
+             kx.LUT64)
 
 
 def blocked(a: np.ndarray) -> np.ndarray:
