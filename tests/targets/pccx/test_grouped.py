@@ -147,3 +147,15 @@ def test_thread_parallel_build_equals_the_readable_simulator(fmt: str, affine: b
         assert sim.error is None
     assert fast_sim.fallbacks == 0
     assert np.array_equal(ref_sim.read_l2_bits(300, 2100), fast_sim.read_l2_bits(300, 2100))
+
+
+def test_findemax_after_a_grouped_gemv_matches_between_simulators() -> None:
+    w = _matrix("int4", True, m=48, k=96, seed=12)
+    grouped = grouped_product_program(w, X_WORD, Y_WORD)
+    grouped.source = grouped.source.replace("flags=w_scale ", "flags=w_scale|findemax ")
+    x = _activation(96, seed=13)
+    ref, fast = Simulator(None, "extended"), FastSimulator(None, "extended", weights="auto")
+    a, _ = _run(ref, grouped, x, None, 48, "extended")
+    b, _ = _run(fast, grouped, x, None, 48, "extended")
+    assert np.array_equal(a, b) and fast.fallbacks == 0
+    assert ref.emax == fast.emax == np.max(nx.from_bits(a))

@@ -119,10 +119,8 @@ def _bind(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: 
     def run() -> None:
         if kern(x, w, packed, scales, fixed, d, accm, lut32, lut64) == 1:
             d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
-        if findemax:
-            from npukit.targets.pccx.fast.fastmat import update_emax
-
-            update_emax(sim, [d])
+        if findemax:  # e_max <- max(e_max, outputs), as numerics.findemax
+            sim.e_max = nx.to_bits(nx.findemax(sim.emax, kx.LUT32[d]))[()]
 
     work = grouped_work(site.idx, ins, m, n, k, fmt, offsets, site.asm)
     return MatBinding(key, work, run, ops)
