@@ -89,13 +89,13 @@ def _grouped_gemv(x, w_blk, packed, scale_blk, fixed_blk, dst, accm, lut32, lut6
         e_s = quantize(sums, qs, lut64)
         if e_s == 999:
             return 1
-    q32 = q.astype(np.int32)
+    q16 = q.astype(np.int16)
     fac = np.empty(groups, np.float32)
     for g in range(groups):
         fac[g] = np.float32(math.ldexp(1.0, es[g] - 6))  # a float32 power of two (-139..121)
     fac_s = np.float32(math.ldexp(1.0, e_s - 6))
     for blk in nb.prange(n_blocks):
-        _block(blk, w_blk[blk], packed, scale_blk[blk], fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm,
+        _block(blk, w_blk[blk], packed, scale_blk[blk], fixed_blk, has_off, q16, qs, fac, fac_s, dst, accm,
                m_rows, lut32)
     return 0
 
@@ -105,43 +105,55 @@ grouped_gemv_1 = nb.njit(**_OPTS)(_grouped_gemv)  # the serial twin: small matri
 
 
 @nb.njit(**_OPTS)
-def _dots_i8(wb, q32, g, dots):
-    """dots[r] = exact Σ_j codes[j, r]·q[j] over group g; 8 codes per pass (dots[] stored 4x a group)."""
+def _dots_i8(wb, q16, g, dots):
+    """dots[r] = exact Σ_j codes[j, r]·q[j] over group g, 8 codes per pass over the rows. Each pair of
+    products is summed in 16 bits (|w·q + w'·q'| <= 2·128·127 < 2^15: exact), so LLVM multiplies and
+    adds 16-bit lanes; the pairs are added in 32 bits (|Σ| <= 32·128·127 < 2^31)."""
     dots[:] = 0
     for j in range(g * GROUP, (g + 1) * GROUP, 8):
-        q0, q1, q2, q3 = q32[j], q32[j + 1], q32[j + 2], q32[j + 3]
-        q4, q5, q6, q7 = q32[j + 4], q32[j + 5], q32[j + 6], q32[j + 7]
-        for r in range(ROWS):  # exact integers: |sum| <= 32 * 128 * 127 < 2^31
-            dots[r] += (np.int32(wb[j, r]) * q0 + np.int32(wb[j + 1, r]) * q1
-                        + np.int32(wb[j + 2, r]) * q2 + np.int32(wb[j + 3, r]) * q3
-                        + np.int32(wb[j + 4, r]) * q4 + np.int32(wb[j + 5, r]) * q5
-                        + np.int32(wb[j + 6, r]) * q6 + np.int32(wb[j + 7, r]) * q7)
+        q0, q1, q2, q3 = q16[j], q16[j + 1], q16[j + 2], q16[j + 3]
+        q4, q5, q6, q7 = q16[j + 4], q16[j + 5], q16[j + 6], q16[j + 7]
+        for r in range(ROWS):
+            p0 = np.int16(np.int16(wb[j, r]) * q0 + np.int16(wb[j + 1, r]) * q1)
+            p1 = np.int16(np.int16(wb[j + 2, r]) * q2 + np.int16(wb[j + 3, r]) * q3)
+            p2 = np.int16(np.int16(wb[j + 4, r]) * q4 + np.int16(wb[j + 5, r]) * q5)
+            p3 = np.int16(np.int16(wb[j + 6, r]) * q6 + np.int16(wb[j + 7, r]) * q7)
+            dots[r] += np.int32(p0) + np.int32(p1) + np.int32(p2) + np.int32(p3)
 
 
 @nb.njit(**_OPTS)
-def _dots_p4(wb, q32, g, dots):
-    """`_dots_i8` on packed INT4 pairs: byte (i, r) holds codes 2i (low nibble) and 2i + 1 (high),
-    sign-extended as ``((b & 15) ^ 8) - 8`` and ``b >> 4`` of the sign-extended byte (half the bytes)."""
-    dots[:] = 0
+def _dots_p4(wb, q16, g, dots, d16):
+    """`_dots_i8` on packed INT4 pairs stored biased: byte (i, r) holds ``c[2i] + 8`` in the low nibble
+    and ``c[2i+1] + 8`` in the high one, so a nibble is a plain unsigned number (no sign extension,
+    which LLVM would turn into 64-bit shifts and stop using 16-bit lanes). A group's Σ (u·q) − 8·Σ q
+    equals the exact Σ c·q, |Σ c·q| <= 32·8·127 < 2^15: computed modulo 2^16 in 16-bit lanes (whatever
+    the partial sums do) it is therefore exact."""
+    d16[:] = 0
+    bias = 0
+    for j in range(g * GROUP, (g + 1) * GROUP):
+        bias += 8 * np.int64(q16[j])
     for j in range(g * GROUP, (g + 1) * GROUP, 8):
         i = j // 2
-        q0, q1, q2, q3 = q32[j], q32[j + 1], q32[j + 2], q32[j + 3]
-        q4, q5, q6, q7 = q32[j + 4], q32[j + 5], q32[j + 6], q32[j + 7]
+        q0, q1, q2, q3 = q16[j], q16[j + 1], q16[j + 2], q16[j + 3]
+        q4, q5, q6, q7 = q16[j + 4], q16[j + 5], q16[j + 6], q16[j + 7]
         for r in range(ROWS):
-            b0, b1 = np.int32(wb[i, r]), np.int32(wb[i + 1, r])
-            b2, b3 = np.int32(wb[i + 2, r]), np.int32(wb[i + 3, r])
-            dots[r] += ((((b0 & 15) ^ 8) - 8) * q0 + (b0 >> 4) * q1 + (((b1 & 15) ^ 8) - 8) * q2
-                        + (b1 >> 4) * q3 + (((b2 & 15) ^ 8) - 8) * q4 + (b2 >> 4) * q5
-                        + (((b3 & 15) ^ 8) - 8) * q6 + (b3 >> 4) * q7)
+            b0, b1 = np.int16(wb[i, r]), np.int16(wb[i + 1, r])
+            b2, b3 = np.int16(wb[i + 2, r]), np.int16(wb[i + 3, r])
+            d16[r] = np.int16(d16[r] + (b0 & 15) * q0 + (b0 >> 4) * q1 + (b1 & 15) * q2 + (b1 >> 4) * q3
+                              + (b2 & 15) * q4 + (b2 >> 4) * q5 + (b3 & 15) * q6 + (b3 >> 4) * q7)
+    b16 = np.int16(bias)
+    for r in range(ROWS):
+        dots[r] = np.int16(d16[r] - b16)
 
 
 @nb.njit(**_OPTS)
-def _block(blk, wb, packed, sb, fixed_blk, has_off, q32, qs, fac, fac_s, dst, accm, m_rows, lut32):
+def _block(blk, wb, packed, sb, fixed_blk, has_off, q16, qs, fac, fac_s, dst, accm, m_rows, lut32):
     """One block of ROWS rows: every group's epilogue in order, then the offsets."""
     r0 = blk * ROWS
     n = min(m_rows - r0, ROWS)
     groups = sb.shape[0]
     dots = np.empty(ROWS, np.int32)
+    d16 = np.empty(ROWS, np.int16)
     run = np.zeros(ROWS, np.float32)
     t = np.empty(ROWS, np.float32)
     if accm:
@@ -149,9 +161,9 @@ def _block(blk, wb, packed, sb, fixed_blk, has_off, q32, qs, fac, fac_s, dst, ac
             run[r] = lut32[dst[r0 + r]]
     for g in range(groups):
         if packed:
-            _dots_p4(wb, q32, g, dots)
+            _dots_p4(wb, q16, g, dots, d16)
         else:
-            _dots_i8(wb, q32, g, dots)
+            _dots_i8(wb, q16, g, dots)
         f = fac[g]
         for r in range(ROWS):
             v = np.float32(np.float32(dots[r]) * sb[g, r]) * f

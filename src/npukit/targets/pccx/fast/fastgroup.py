@@ -36,8 +36,9 @@ _NO_OFFSETS = np.zeros((0, 0, 0), np.int64)
 
 def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool) -> Codes | None:
     """The cached operands of the image at ``addr`` in the kernel's `blocked` layout: codes [B, K, 256]
-    int8 (INT4: [B, K/2, 256], two codes a byte), the scale table [B, G, 256] float32 in ``scale``, the
-    offsets [B, G, 256] int64 fixed point in ``offsets``; None if unreadable."""
+    int8 (INT4: [B, K/2, 256] uint8, two biased codes a byte, `pack_biased`), the scale table
+    [B, G, 256] float32 in ``scale``, the offsets [B, G, 256] int64 fixed point in ``offsets``; None
+    if unreadable."""
     key = (addr, m, k, fmt, "grouped", offsets)
     got = sim._codes.get(key)
     if got is not None:
@@ -56,9 +57,8 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
         if not np.all(np.isfinite(off)):
             return None  # the reference raises (or returns NaN) exactly as v002's FP16 GEMV would
         fixed = blocked(nx.fp16_fixed(off).T)
-    if fmt == "int4":  # K-major pairs of codes per byte, the even K row in the low nibble
-        km = nx.unpack_int4(body, k).astype(np.int8).T
-        codes = blocked(((km[0::2] & 0xF) | (km[1::2] << 4)).astype(np.int8))
+    if fmt == "int4":  # K-major pairs of codes per byte, biased by 8, the even K row in the low nibble
+        codes = blocked(pack_biased(nx.unpack_int4(body, k).T))
     else:
         codes = blocked(body.view(np.int8).T)  # K-major blocks: vector lanes across rows
     scales = blocked(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T.astype(np.float32))
@@ -141,12 +141,18 @@ def warm() -> None:
     codes = rng.integers(-8, 8, (64, 300)).astype(np.int8)
     scales = blocked(np.ones((2, 300), np.float32))
     fixed = blocked(nx.fp16_fixed(np.ones((2, 300), np.float16)))
-    packed = blocked(((codes[0::2] & 0xF) | (codes[1::2] << 4)).astype(np.int8))
+    packed = blocked(pack_biased(codes))
     for parallel in (False, True):
         kern = _kernel(parallel)
         kern(x, packed, True, scales, fixed, np.zeros(300, np.uint16), False, kx.LUT32, kx.LUT64)
         kern(x, blocked(codes), False, scales, _NO_OFFSETS, np.zeros(300, np.uint16), True, kx.LUT32,
              kx.LUT64)
+
+
+def pack_biased(km: np.ndarray) -> np.ndarray:
+    """INT4 codes [K, M] (K even) -> uint8 [K/2, M]: ``c[2i] + 8`` in the low nibble, ``c[2i+1] + 8`` high."""
+    u = km.astype(np.int16) + 8
+    return (u[0::2] | (u[1::2] << 4)).astype(np.uint8)
 
 
 def blocked(a: np.ndarray) -> np.ndarray:
