@@ -67,7 +67,7 @@ def _quantize_all(x, q, es, lut64):
 
 def _grouped_gemv(x, w_blk, packed, scale_blk, fixed_blk, dst, accm, lut32, lut64):
     """BF16 bits x [K] against int8 codes in the `fastgroup.blocked` K-major layout w_blk [B, K, ROWS]
-    (``packed``: INT4 pairs of K rows per byte, [B, K/2, ROWS], the even row in the low nibble), scales
+    (``packed``: INT4 pairs of K rows per byte biased by 8, uint8 [B, K/2, ROWS], `_dots_p4`), scales
     scale_blk [B, G, ROWS] (float32) and optional offsets fixed_blk [B, G, ROWS] (int64 fp16·2^24;
     an empty array: none); result bits into dst [M]. Returns 1 when the activation (or a group sum) is
     not finite: every output is then NaN. Each code is a broadcast multiply-add across a block of rows
