@@ -13,6 +13,7 @@ offset) returns None and the reference simulator runs the step.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,14 +35,23 @@ ROWS = 256  # rows per block of the kernel (`_nbgroup.ROWS`)
 _NO_OFFSETS = np.zeros((0, 0, 0), np.int64)
 
 
-def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool) -> Codes | None:
+@dataclass
+class GroupedOperands(Codes):
+    """A `Codes` cache entry (invalidated by host writes over the image) with the grouped GEMV's
+    offsets and its key in the simulator's cache."""
+
+    offsets: np.ndarray = field(default_factory=lambda: _NO_OFFSETS)
+    cache_key: tuple = ()
+
+
+def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool) -> GroupedOperands | None:
     """The cached operands of the image at ``addr`` in the kernel's `blocked` layout: codes [B, K, 256]
     int8 (INT4: [B, K/2, 256] uint8, two biased codes a byte, `pack_biased`), the scale table
     [B, G, 256] float32 in ``scale``, the offsets [B, G, 256] int64 fixed point in ``offsets``; None
     if unreadable."""
     key = (addr, m, k, fmt, "grouped", offsets)
     got = sim._codes.get(key)
-    if got is not None:
+    if isinstance(got, GroupedOperands):
         return got
     s_at, o_at, size = layout(m, k, fmt, offsets)
     image = sim.host.view(addr, size)
@@ -62,9 +72,7 @@ def _operands(sim: FastState, addr: int, m: int, k: int, fmt: str, offsets: bool
     else:
         codes = blocked(body.view(np.int8).T)  # K-major blocks: vector lanes across rows
     scales = blocked(image[s_at:s_at + 4 * m * groups].view("<f4").reshape(m, groups).T.astype(np.float32))
-    entry = Codes(addr, addr + size, codes, scales)
-    entry.offsets = fixed  # type: ignore[attr-defined]
-    entry.cache_key = key  # type: ignore[attr-defined]
+    entry = GroupedOperands(addr, addr + size, codes, scales, offsets=fixed, cache_key=key)
     sim._codes[key] = entry
     sim._cached_bytes += codes.nbytes
     lo, hi = sim._codes_span
@@ -84,7 +92,8 @@ def bind_grouped(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: in
         return None
     known = _BOUND.setdefault(site, {})
     got = known.get(key)
-    if got is not None and got.codes.valid and got.codes is sim._codes.get(got.codes.cache_key):
+    ops = got.codes if got is not None else None
+    if isinstance(ops, GroupedOperands) and ops.valid and ops is sim._codes.get(ops.cache_key):
         return got
     got = _bind(sim, site, key, m, n, k, a, hi, lo)
     if got is not None:
@@ -112,7 +121,7 @@ def _bind(sim: FastState, site, key: bytes, m: int, n: int, k: int, a: int, hi: 
     flat = sim.flat
     x, d = flat[s0 * _E: s0 * _E + k], flat[d0 * _E: d0 * _E + m]
     kern = _kernel(m * k >= kx.PARALLEL_MIN_MACS)
-    w, scales, fixed = ops.codes, ops.scale, ops.offsets  # type: ignore[attr-defined]
+    w, scales, fixed = ops.codes, ops.scale, ops.offsets
     accm, findemax, packed = site.accm, site.findemax, fmt == "int4"
     lut32, lut64 = kx.LUT32, kx.LUT64
 
