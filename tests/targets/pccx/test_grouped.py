@@ -9,6 +9,7 @@ import pytest
 
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import assemble
+from npukit.targets.pccx.fast import _nbgroup, fastgroup
 from npukit.targets.pccx.fast.fastsim import FastSimulator
 from npukit.targets.pccx.llm.policy import requantize
 from npukit.targets.pccx.llm.program import grouped_product_program, product_program
@@ -147,6 +148,7 @@ def test_thread_parallel_build_equals_the_readable_simulator(fmt: str, affine: b
         assert sim.error is None
     assert fast_sim.fallbacks == 0
     assert np.array_equal(ref_sim.read_l2_bits(300, 2100), fast_sim.read_l2_bits(300, 2100))
+    assert fastgroup.ROWS == _nbgroup.ROWS  # the binder lays operands out in the kernel's blocks
 
 
 def test_findemax_after_a_grouped_gemv_matches_between_simulators() -> None:
