@@ -9,7 +9,8 @@ transformers fp32 eager on the same file, in the same run.
 
 Timings are ``measured`` on this host (the CPU is printed); the ratio is ``derived``.
 ``--repeat R`` runs each side's N- and 2N-token generations R times and takes the marginal of the
-fastest of each (on a shared host the load changes between runs); the load average at the end is printed with the result.
+fastest of each (on a shared host the load changes between runs); the load average at the end is
+printed with the result.
 Usage: ``python benchmarks/gguf_llm_cli.py gemma3 [--target pccx] [--tokens 8] [--threads 2] [--repeat 1]
 [--json]``.
 """
