@@ -50,7 +50,7 @@ def test_doctor_warm_compiles_the_paths_users_run(capsys) -> None:
     assert main(["doctor", "--warm", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert set(rep["warmed_s"]) == {"fp8 gemm", "pccx generate (fast executor + timing loop)",
-                                    "tflite int8 (every compiled kernel)"}
+                                    "pccx grouped GEMV (GGUF LLMs)", "tflite int8 (every compiled kernel)"}
 
 
 def _fp8(env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -128,6 +128,11 @@ def warm() -> dict[str, float]:
     generate(create_backend(model, "pccx"), [2], max_new_tokens=3)
     spent["pccx generate (fast executor + timing loop)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    from npukit.targets.pccx.fast import fastgroup
+
+    fastgroup.warm()
+    spent["pccx grouped GEMV (GGUF LLMs)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     import numpy as np
 
     from npukit.models.tflite import Interpreter, warmup, zoo

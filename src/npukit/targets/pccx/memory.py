@@ -4,9 +4,9 @@
   array); a device access outside a mapped region is a `DeviceFault` (the error interrupt).
 * Weight descriptors — the weight-shape cache entry ``(a, b, c)`` of a GEMV/GEMM operand: ``a[1:0]``
   the format (`FORMATS`), npukit's extended layout bits (`W_KMAJOR`, `W_SPLIT_SCALES`,
-  `W_ACT_SCALE`, the byte offset in ``a[11:8]``; docs/targets/pccx.md, "Weight descriptor
-  extensions"), ``b:c`` the 16-byte unit address; `weight_entry` / `scale_entry` build them,
-  `weight_image` / `row_bytes` the images they point at.
+  `W_ACT_SCALE`, `W_GROUPED`, `W_GROUP_OFFSETS`, the byte offset in ``a[11:8]``;
+  docs/targets/pccx.md, "Weight descriptor extensions"), ``b:c`` the 16-byte unit address;
+  `weight_entry` / `scale_entry` build them, `weight_image` / `row_bytes` the images they point at.
 * KV storage — `kv_quantize`, the KV write path (MEMCPY L2 -> DDR with quantization, pccx kv_cache
   §2.1) in the formats `KV_FORMATS`.
 
@@ -36,7 +36,9 @@ W_SPLIT_SCALES = 0x8  # the row scales (w_scale) sit at the host address of weig
 W_ACT_SCALE = 0x10  # K FP32 scales at weight slot + 1 multiply the activation first: x' = bf16(x · s)
 W_OFFSET_SHIFT = 8  # a[11:8]: byte offset of the image inside its 16-byte unit (KV ring rows)
 W_OFFSET_MASK = 0xF << W_OFFSET_SHIFT
-W_EXT_BITS = W_KMAJOR | W_SPLIT_SCALES | W_ACT_SCALE | W_OFFSET_MASK
+W_GROUPED = 0x20  # per-group scales: FP32 [M, K/32] after the rows, one epilogue per group (pccx/grouped.py)
+W_GROUP_OFFSETS = 0x40  # with W_GROUPED: FP16 offsets [M, K/32] after the scales, applied to group sums
+W_EXT_BITS = W_KMAJOR | W_SPLIT_SCALES | W_ACT_SCALE | W_GROUPED | W_GROUP_OFFSETS | W_OFFSET_MASK
 
 class DeviceFault(NpukitError, ValueError):
     """A fault found while executing an instruction (becomes the error interrupt)."""

@@ -30,6 +30,7 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
+from npukit.targets.pccx.grouped import run_grouped
 from npukit.targets.pccx.isa import (
     ELEMS_PER_WORD,
     SREG_EMAX,
@@ -49,6 +50,8 @@ from npukit.targets.pccx.memory import (
     W_ACT_SCALE,
     W_EXT_BITS,
     W_FMT_MASK,
+    W_GROUP_OFFSETS,
+    W_GROUPED,
     W_KMAJOR,
     W_OFFSET_MASK,
     W_OFFSET_SHIFT,
@@ -217,6 +220,8 @@ class Simulator:
             raise DeviceFault("split row scales and activation scales both need weight slot + 1")
         fmt = FORMATS[code]
         addr = self._slot_addr(ins.size_ptr_addr, "GEMV", (a & W_OFFSET_MASK) >> W_OFFSET_SHIFT)
+        if ext & (W_GROUPED | W_GROUP_OFFSETS):  # scales per (row, group of 32): pccx/grouped.py
+            return run_grouped(self, idx, ins, a, addr, m, n, k)
         kmajor = bool(ext & W_KMAJOR)
         rows, cols = (k, m) if kmajor else (m, k)
         rb = row_bytes(fmt, cols)

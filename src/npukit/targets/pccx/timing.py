@@ -3,7 +3,8 @@
 Reference clock: the 400 MHz core clock. AXI-side rates (HP and ACP ports at 250 MHz) are
 converted to bytes per core cycle, and DDR's effective bandwidth likewise.
 
-* **gemv** — ``macs / (lanes · macs_per_core)`` core cycles, then the reduction-tree depth as drain. Weights
+* **gemv** — ``macs / (lanes · macs_per_core)`` core cycles (a grouped GEMV adds its group sums,
+  ``sfu_elems / sfu rate``), then the reduction-tree depth as drain. Weights
   (``weight_bytes``) and other DRAM operands (``ddr_read_bytes``: KV cache) arrive through the weight
   stream DDR → HP ports → weight buffer (``weight_buffer.total_bytes``), fetched ahead of compute
   once the previous stream op has launched (pccx overlap rule 1).
@@ -103,7 +104,10 @@ def to_ops(hw: PccxHw, works: Iterable[Work], record: Callable[..., Any] = Op, r
                 rate, tail = gemm_rate, gemm_tail
             streamed = float(wb + dr)
             path, xfer = _compute_traffic(onchip, dw)
-            ops.append(make(pos if renumber else w.index, engine, w.label, float(max(1, ceil(w.macs / rate))),
+            # a grouped GEMV's group sums (pccx/grouped.py): SFU elements ahead of its MACs, not overlapped
+            sums = ceil(w.sfu_elems / sfu_rate) if w.sfu_elems else 0
+            ops.append(make(pos if renumber else w.index, engine, w.label,
+                            float(max(1, ceil(w.macs / rate)) + sums),
                             0.0, tail, path,
                             xfer, WEIGHTS if streamed else None, streamed, None, 0.0, 0.0, w.is_async, reads,
                             writes, args))

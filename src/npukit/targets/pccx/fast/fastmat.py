@@ -29,6 +29,8 @@ from npukit.targets.pccx.memory import (
     W_ACT_SCALE,
     W_EXT_BITS,
     W_FMT_MASK,
+    W_GROUP_OFFSETS,
+    W_GROUPED,
     W_KMAJOR,
     W_OFFSET_MASK,
     W_OFFSET_SHIFT,
@@ -373,6 +375,10 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
     ext = a & ~W_FMT_MASK
     if ext & ~W_EXT_BITS or sim.profile != "extended" or (ext & W_SPLIT_SCALES and ext & W_ACT_SCALE):
         return None
+    if ext & (W_GROUPED | W_GROUP_OFFSETS):  # scales per (row, group of 32): its own module
+        from npukit.targets.pccx.fast.fastgroup import bind_grouped
+
+        return bind_grouped(sim, site, key, m, n, k, a, hi, lo)
     fmt = FORMATS[a & W_FMT_MASK]
     addr = ((hi << 16) | lo) * WORD_BYTES + ((a & W_OFFSET_MASK) >> W_OFFSET_SHIFT)
     kmajor, act = bool(ext & W_KMAJOR), bool(ext & W_ACT_SCALE)

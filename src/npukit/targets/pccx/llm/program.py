@@ -11,8 +11,10 @@ result y [M] at ``y_word``, the program is, per slice of at most `MAX_ROWS` rows
   then per slice one FP16 ``gemv`` with ``accm`` of the offset image [rows, 8·G] (each offset followed
   by 7 zeros: the other elements of the sum's word) on those words.
 
-Every instruction is pccx v002 (no extension bits). `grouped_gemm` is the same arithmetic vectorised;
-tests check the simulator's result bit for bit against it.
+Every instruction is pccx v002 (no extension bits). `grouped_product_program` is the same product as
+one grouped GEMV per slice (the extended profile's ``W_GROUPED`` layout, `npukit.targets.pccx.grouped`),
+which the ``pccx`` target runs. `grouped_gemm` is the same arithmetic vectorised; tests check the
+simulator's result bit for bit against it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import numpy as np
 
 from npukit.errors import ConfigError, NpukitError
 from npukit.targets.pccx.asm import assemble
+from npukit.targets.pccx.grouped import GROUP, grouped_image
 from npukit.targets.pccx.isa import ELEMS_PER_WORD
 from npukit.targets.pccx.llm.w4a8 import GroupedMatrix
-from npukit.targets.pccx.memory import WORD_BYTES, weight_entry, weight_image
+from npukit.targets.pccx.memory import W_GROUP_OFFSETS, W_GROUPED, WORD_BYTES, weight_entry, weight_image
 from npukit.targets.pccx.sim import Simulator
 from npukit.targets.pccx.timing import simulate_works
 
@@ -88,6 +91,32 @@ def product_program(w: GroupedMatrix, x_word: int, y_word: int, sums_word: int,
             lines += [f"memset cache=fmap slot=2 a={rows} b=1 c={padded.shape[1]}",
                       f"memset cache=weight slot=3 a={a} b={b} c={c}",
                       f"gemv dest=0x{dest:X} src=0x{sums_word:X} flags=accm size=3 shape=2"]
+    return ProductProgram("\n".join(lines), images, len(lines))
+
+
+def grouped_product_program(w: GroupedMatrix, x_word: int, y_word: int, host_base: int = HOST_BASE
+                            ) -> ProductProgram:
+    """y = W x as grouped GEMVs (extended profile, `npukit.targets.pccx.grouped`): per slice of at most
+    `MAX_ROWS` rows one MEMSET of each slot and one GEMV that runs every group (and the offsets), with
+    the arithmetic of `product_program`'s per-group sequence."""
+    m, k = w.codes.shape
+    if w.group != GROUP or k % GROUP:
+        raise ConfigError(f"grouped GEMV needs groups of {GROUP} dividing K, got {w.group} and K = {k}")
+    lines: list[str] = []
+    images: list[tuple[int, bytes]] = []
+    addr = _align(host_base)
+    ext = W_GROUPED | (W_GROUP_OFFSETS if w.offset is not None else 0)
+    for r0 in range(0, m, MAX_ROWS):
+        rows = min(MAX_ROWS, m - r0)
+        image = grouped_image(w.codes[r0:r0 + rows], w.fmt, w.scale[r0:r0 + rows],
+                              None if w.offset is None else w.offset[r0:r0 + rows])
+        images.append((addr, image))
+        a, b, c = weight_entry(w.fmt, addr, ext)
+        addr += _align(len(image))
+        lines += [f"memset cache=fmap slot=0 a={rows} b=1 c={k}",
+                  f"memset cache=weight slot=1 a={a} b={b} c={c}",
+                  f"gemv dest=0x{y_word + r0 // ELEMS_PER_WORD:X} src=0x{x_word:X} flags=w_scale "
+                  "size=1 shape=0"]
     return ProductProgram("\n".join(lines), images, len(lines))
 
 
