@@ -106,7 +106,9 @@ class AsyncIoQueue:
             if not self.head <= plen <= MAX_PDU:
                 raise ProtocolError(f"PDU length {plen} from the target")
             if ptype == PduType.CAPSULE_RESP:
-                cqe = Cqe.decode(self._parse(header, plen).header[8:24])
+                # without digests a 24-byte response is its header (what pdu.parse would return)
+                plain = plen == HEADER and not header[1] and not header[3] and not self.hdgst
+                cqe = Cqe.decode(header[8:24] if plain else self._parse(header, plen).header[8:24])
                 if cqe.cid not in received:
                     raise ProtocolError(f"CapsuleResp for CID {cqe.cid}, which is not outstanding")
                 owed.pop(cqe.cid, None)
