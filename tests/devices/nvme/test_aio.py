@@ -5,9 +5,11 @@ the target with ``os.pwrite`` and read back with ``os.pread``."""
 import asyncio
 import os
 import random
+import struct
 
 import pytest
 
+from npukit.devices.nvme import pdu
 from npukit.devices.nvme.aio import AsyncIoQueue
 from npukit.devices.nvme.client import NvmeStatusError, NvmeTcpHost
 from npukit.devices.nvme.command import Command
@@ -20,7 +22,8 @@ def _reads(rng: random.Random, n: int) -> list[tuple[int, int]]:
     return [(rng.randrange(NS_BYTES // 512 - 256), rng.choice((1, 8, 64, 256))) for _ in range(n)]
 
 
-def test_two_async_queues_on_one_loop_read_exactly_what_the_file_holds(target):
+@pytest.mark.parametrize("digests", [False, True], ids=["plain", "digests"])
+def test_two_async_queues_on_one_loop_read_exactly_what_the_file_holds(target, digests):
     image = os.urandom(NS_BYTES)
     with open(target.tmp / "ns.img", "r+b") as f:
         os.pwrite(f.fileno(), image, 0)
@@ -47,7 +50,8 @@ def test_two_async_queues_on_one_loop_read_exactly_what_the_file_holds(target):
         finally:
             q.close()
 
-    with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0, spare_queues=2) as h:
+    with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0, spare_queues=2, hdgst=digests,
+                     ddgst=digests) as h:
         async def both():
             return await asyncio.gather(one_queue(h, 1, plans[0]), one_queue(h, 2, plans[1]))
         done = asyncio.run(both())
@@ -94,3 +98,34 @@ def test_a_target_that_closes_mid_read_is_a_protocol_error(target):
     with (NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0, spare_queues=1) as h,
           pytest.raises(ProtocolError)):
         asyncio.run(run(h))
+
+
+def test_c2hdata_with_success_is_refused_while_sq_flow_control_is_on():
+    """NVMe/TCP 1.0: C2HData's SUCCESS flag may stand in for the CapsuleResp only when the host disabled
+    SQ flow control at Connect; AsyncIoQueue never asks for that, so a target setting it is wrong."""
+    async def run() -> str:
+        async def serve(reader, writer):
+            await reader.readexactly(128)  # ICReq
+            writer.write(b"".join(pdu.ic_resp(0, False, False, 131072)))
+            await reader.readexactly(72)  # the Read's CapsuleCmd (CID 1)
+            writer.writelines(pdu.encode(pdu.PduType.C2H_DATA, struct.pack("<HHII4x", 1, 0, 0, 512),
+                                         bytes(512), flags=pdu.FLAG_DATA_LAST | pdu.FLAG_DATA_SUCCESS))
+            await writer.drain()
+            await asyncio.sleep(1)
+            writer.close()
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        writer.write(bytes(128))
+        await reader.readexactly(128)
+        q = AsyncIoQueue(reader, writer, hdgst=False, ddgst=False, maxh2cdata=131072, in_capsule=0)
+        try:
+            await q.run_window(iter([(Command.build(0x02, nsid=1, cdws={12: 0}), b"", 512)]), 1,
+                               lambda r: None)
+        except ProtocolError as exc:
+            return str(exc)
+        finally:
+            q.close()
+            server.close()
+        return "accepted"
+
+    assert "SUCCESS" in asyncio.run(run())

@@ -118,6 +118,9 @@ class AsyncIoQueue:
                 header = await _exactly(self.reader, self.head) if outstanding else b""
                 continue
             if ptype == PduType.C2H_DATA:  # its command's CapsuleResp is still to come: so is a header
+                if header[1] & pdu.FLAG_DATA_SUCCESS:  # ...unless SUCCESS stands in for it, not allowed here
+                    raise ProtocolError(f"C2HData with SUCCESS set (CCCID {header[8] | header[9] << 8}) "
+                                        "while SQ flow control is on (the host's Connect kept it)")
                 whole = header + await _exactly(self.reader, plen)
                 header = whole[plen:]
                 self._data_pdu(self._parse(whole, plen), received, owed)
@@ -142,9 +145,6 @@ class AsyncIoQueue:
         """A C2HData (bytes of a read, copied into its buffer) or an R2T (send the bytes asked for)."""
         cccid, ttag, offset, length = pdu.data_fields(p)
         if p.type == PduType.C2H_DATA:
-            if p.flags & pdu.FLAG_DATA_SUCCESS:
-                # only allowed once the host disabled SQ flow control at Connect, which it did not
-                raise ProtocolError(f"C2HData for CID {cccid} with SUCCESS set; SQ flow control is on")
             dest = received.get(cccid)
             if dest is None or length != len(p.data) or offset + length > len(dest):
                 raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
