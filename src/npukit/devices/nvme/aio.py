@@ -26,6 +26,7 @@ from npukit.devices.nvme.spec import ProtocolError
 
 HEADER = 24  # HLEN of every PDU a target sends after ICResp (CapsuleResp, C2HData, R2T, C2HTermReq)
 MAX_PDU = 64 << 20
+_DATA_FIELDS = struct.Struct("<HHII")  # CCCID, TTAG, DATAO, DATAL of a C2HData
 _IC_RESP_LEN = 128
 
 
@@ -121,9 +122,11 @@ class AsyncIoQueue:
                 if header[1] & pdu.FLAG_DATA_SUCCESS:  # ...unless SUCCESS stands in for it, not allowed here
                     raise ProtocolError(f"C2HData with SUCCESS set (CCCID {header[8] | header[9] << 8}) "
                                         "while SQ flow control is on (the host's Connect kept it)")
-                whole = header + await _exactly(self.reader, plen)
-                header = whole[plen:]
-                self._data_pdu(self._parse(whole, plen), received, owed)
+                rest = await _exactly(self.reader, plen)
+                if not self._place_plain(header, rest, plen, received):
+                    whole = header + rest
+                    self._data_pdu(self._parse(whole, plen), received, owed)
+                header = rest[plen - self.head:]
                 continue
             # an R2T (or an error): the target waits for its H2CData before it sends more
             whole = header + await _exactly(self.reader, plen - self.head)
@@ -131,6 +134,20 @@ class AsyncIoQueue:
             await self.writer.drain()
             header = await _exactly(self.reader, self.head)
         return done
+
+    def _place_plain(self, header: bytes, rest: bytes, plen: int, received: dict[int, bytearray]) -> bool:
+        """A C2HData without digests or padding (what ``pdu.parse`` accepts as such) copied into its
+        command's buffer without building a Pdu (``TcpQueue._place``'s shortcut); False: take the
+        ordinary path, which reports whatever is wrong."""
+        _ptype, flags, hlen, pdo, _plen = pdu.CH.unpack_from(header)
+        if self.hdgst or self.ddgst or flags & (pdu.FLAG_HDGST | pdu.FLAG_DDGST) or pdo != HEADER:
+            return False
+        cccid, _ttag, offset, length = _DATA_FIELDS.unpack_from(header, 8)
+        dest = received.get(cccid)
+        if hlen != HEADER or dest is None or length != plen - HEADER or offset + length > len(dest):
+            return False
+        dest[offset:offset + length] = memoryview(rest)[:length]
+        return True
 
     def _parse(self, raw: bytes, plen: int) -> pdu.Pdu:
         if raw[0] == PduType.C2H_TERM_REQ:
