@@ -86,6 +86,26 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
     raise last or OSError(f"no address for {host}")
 
 
+def capsule_buffers(cmd: Command, data: bytes | memoryview, read_len: int, *, in_capsule: int,
+                    hdgst: bool, ddgst: bool) -> tuple[list[bytes | memoryview], memoryview]:
+    """A CapsuleCmd's buffers (SGL chosen from the data size: in the capsule up to ``in_capsule``
+    bytes, else a transport data block) and the data owed via R2T. Sets ``cmd``'s PSDT and DPTR."""
+    cmd.flags = (cmd.flags & 0x3F) | PSDT_SGL
+    data = memoryview(data) if data else memoryview(b"")
+    inline = b""
+    if len(data) and len(data) <= in_capsule:
+        cmd.dptr = sgl_descriptor(0, len(data), SGL_DATA_BLOCK_OFFSET)
+        inline = data
+    elif len(data):
+        cmd.dptr = sgl_descriptor(0, len(data), SGL_TRANSPORT_DATA_BLOCK)
+    else:
+        cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
+    if not len(data) and not hdgst:  # what pdu.capsule_cmd builds for it, without its checks
+        return [_CAPSULE_HEAD + cmd.encode()], data
+    buffers = pdu.capsule_cmd(cmd.encode(), inline, hdgst=hdgst, ddgst=ddgst)
+    return buffers, (data if not inline else memoryview(b""))
+
+
 @dataclass
 class Reply:
     cqe: Cqe
@@ -238,21 +258,8 @@ class TcpQueue:
 
     def _capsule(self, cmd: Command, data: bytes | memoryview,
                  read_len: int) -> tuple[list[bytes | memoryview], memoryview]:
-        """The CapsuleCmd's buffers and the data owed via R2T."""
-        cmd.flags = (cmd.flags & 0x3F) | PSDT_SGL
-        data = memoryview(data) if data else memoryview(b"")
-        in_capsule = b""
-        if len(data) and len(data) <= self.in_capsule:
-            cmd.dptr = sgl_descriptor(0, len(data), SGL_DATA_BLOCK_OFFSET)
-            in_capsule = data
-        elif len(data):
-            cmd.dptr = sgl_descriptor(0, len(data), SGL_TRANSPORT_DATA_BLOCK)
-        else:
-            cmd.dptr = sgl_descriptor(0, read_len, SGL_TRANSPORT_DATA_BLOCK)
-        if not len(data) and not self.hdgst:  # what pdu.capsule_cmd builds for it, without its checks
-            return [_CAPSULE_HEAD + cmd.encode()], data
-        buffers = pdu.capsule_cmd(cmd.encode(), in_capsule, hdgst=self.hdgst, ddgst=self.ddgst)
-        return buffers, (data if not in_capsule else memoryview(b""))
+        return capsule_buffers(cmd, data, read_len, in_capsule=self.in_capsule, hdgst=self.hdgst,
+                               ddgst=self.ddgst)
 
     def submit(self, cmd: Command, data: bytes | memoryview = b"", read_len: int = 0) -> Reply:
         """Send one command (host data ``data`` or ``read_len`` bytes to read) and wait for its reply."""
@@ -403,7 +410,8 @@ class NvmeTcpHost:
 
     def __init__(self, addr: str, port: int, subnqn: str, *, hostnqn: str | None = None,
                  hostid: bytes | None = None, hdgst: bool = False, ddgst: bool = False, kato_ms: int = 0,
-                 io_queues: int = 1, queue_size: int = 32, timeout: float = 10.0) -> None:
+                 io_queues: int = 1, queue_size: int = 32, timeout: float = 10.0,
+                 spare_queues: int = 0) -> None:
         self.addr, self.port, self.subnqn = addr, port, subnqn
         self.hostnqn = hostnqn or default_hostnqn()
         self.hostid = hostid or uuid.uuid5(uuid.NAMESPACE_URL, self.hostnqn).bytes
@@ -418,8 +426,10 @@ class NvmeTcpHost:
             self.identify = unpack_fields(CONTROLLER_FIELDS, self.admin(
                 Command.build(AdminOpcode.IDENTIFY, cdws={10: 1}), read_len=4096).data)
             ioccsz = int(self.identify.get("ioccsz") or 0)
-            if io_queues and subnqn != DISCOVERY_NQN:
-                granted = self.set_features(0x07, (io_queues - 1) | ((io_queues - 1) << 16))
+            if io_queues + spare_queues and subnqn != DISCOVERY_NQN:
+                # spare_queues: allocated after these, connected by someone else (an AsyncIoQueue)
+                last = io_queues + spare_queues - 1
+                granted = self.set_features(0x07, last | (last << 16))
                 n = min(io_queues, (granted & 0xFFFF) + 1)
                 for qid in range(1, n + 1):
                     q = self._open_queue(qid, self.cntlid, 0)
@@ -431,9 +441,7 @@ class NvmeTcpHost:
 
     def _open_queue(self, qid: int, cntlid: int, kato_ms: int) -> TcpQueue:
         q = TcpQueue(self.addr, self.port, hdgst=self.hdgst, ddgst=self.ddgst, timeout=self.timeout)
-        data = ConnectData(self.hostid, cntlid, self.subnqn, self.hostnqn).encode()
-        size = 32 if qid == 0 else self.queue_size
-        cmd = _fabrics(FabricsType.CONNECT, q.next_cid(), cdw10=qid << 16, cdw11=size - 1, cdw12=kato_ms)
+        cmd, data = self.connect_command(qid, q.next_cid(), cntlid, kato_ms)
         reply = q.submit(cmd, data)
         if reply.cqe.status:
             q.close()
@@ -441,6 +449,15 @@ class NvmeTcpHost:
         if qid == 0:
             self.cntlid = reply.cqe.dw0 & 0xFFFF
         return q
+
+    def connect_command(self, qid: int, cid: int, cntlid: int | None = None,
+                        kato_ms: int = 0) -> tuple[Command, bytes]:
+        """The Fabrics Connect command and its data for queue ``qid`` of this association (an I/O
+        queue joins the controller the admin Connect returned)."""
+        data = ConnectData(self.hostid, self.cntlid if cntlid is None else cntlid, self.subnqn,
+                           self.hostnqn).encode()
+        size = 32 if qid == 0 else self.queue_size
+        return _fabrics(FabricsType.CONNECT, cid, cdw10=qid << 16, cdw11=size - 1, cdw12=kato_ms), data
 
     def _enable(self) -> None:
         self.cap = self.property_get(Register.CAP, 8)
