@@ -5,7 +5,6 @@ threshold lowered), so the path a CPU without VNNI takes for a real checkpoint i
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
@@ -14,7 +13,7 @@ from npukit.targets.pccx.fast import fastmat
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
-from .tiny_gemma3n import CFG
+from .tiny_gemma3n import CFG, assert_fast_follows_reference
 
 
 @pytest.mark.parametrize("budget", [1 << 30, 0])
@@ -27,14 +26,7 @@ def test_without_vnni_decode_reads_codes_and_matches_reference(monkeypatch, budg
     fast.dev.vnni = False  # the path of a CPU without VNNI (the kernels stay exact either way)
     fast.load(store).kv_init("fp16", 64).start()
     prompt = [3, 9, 1, 4, 7, 2]  # two GEMM chunks (packed image), then decode GEMVs
-    a, b = ref.prefill(prompt), fast.prefill(prompt)
-    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-    tok = int(np.argmax(a))
-    for _ in range(4):
-        a, b = ref.step(tok), fast.step(tok)
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-        assert fast.last_works == ref.last_works
-        tok = int(np.argmax(a))
+    assert_fast_follows_reference(ref, fast, prompt, steps=4)
     rows = {k: c for k, c in fast.dev._codes.items() if k[3] != "kmajor"}  # (K-major: sparse W_down)
     large = [c for c in rows.values() if c.codes.size >= 64]
     assert (len(large) > 0) == (budget > 0)  # row-major codes of large matrices only within the budget

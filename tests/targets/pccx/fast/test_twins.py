@@ -4,7 +4,6 @@ logits and Work records stay the reference simulator's whichever twin runs)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
@@ -13,7 +12,7 @@ from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
-from .tiny_gemma3n import CFG
+from .tiny_gemma3n import CFG, assert_fast_follows_reference
 
 
 def _calls(ch: TwinChooser, n: int, cost: dict[int, float]) -> list[int]:
@@ -56,11 +55,5 @@ def test_either_twin_gives_the_reference_logits(monkeypatch, twin):
     fast = PccxDriver(executor="fast", timing=False).open()
     fast.dev.twins.single = False  # (a one-thread CI runner would otherwise bypass the chooser)
     fast.load(store).kv_init("fp16", 64).start()
-    a, b = ref.prefill([3, 9]), fast.prefill([3, 9])
-    tok = int(np.argmax(a))
-    for _ in range(3):
-        a, b = ref.step(tok), fast.step(tok)
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-        assert fast.last_works == ref.last_works
-        tok = int(np.argmax(a))
+    assert_fast_follows_reference(ref, fast, [3, 9], steps=3)
     assert fast.dev.twins.calls[twin] > 0 and fast.dev.twins.calls[twin ^ 1] == 0

@@ -9,3 +9,18 @@ CFG = dict(
     sliding_window=4, layer_types=[SL, FU, FU], activation_sparsity_pattern=[0.95, 0, 0],
     max_position_embeddings=512, altup_num_inputs=2, final_logit_softcapping=30.0,
 )
+
+
+def assert_fast_follows_reference(ref, fast, prompt, steps: int) -> None:
+    """Prefill ``prompt`` then greedy-decode ``steps`` tokens on both drivers: logits bit for bit and the
+    executor's Work records equal at every token."""
+    import numpy as np
+
+    a, b = ref.prefill(prompt), fast.prefill(prompt)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    tok = int(np.argmax(a))
+    for _ in range(steps):
+        a, b = ref.step(tok), fast.step(tok)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert fast.last_works == ref.last_works
+        tok = int(np.argmax(a))
