@@ -58,13 +58,51 @@ def _round_block(w1: np.ndarray, u1: np.ndarray, first: int, group: int, fit: Gr
     return err
 
 
+def _round_static_block(w1: np.ndarray, u1: np.ndarray, cols: np.ndarray, grid: tuple[np.ndarray, np.ndarray],
+                        codes: np.ndarray) -> np.ndarray:
+    """As `_round_block`, on grids fixed beforehand: column i (original index ``cols[i]``) rounds on its
+    group's (scale, offset) ``grid`` [M, K / group] whatever order the columns come in."""
+    scale, offset = grid
+    err = np.zeros_like(w1)
+    group = codes.shape[1] // scale.shape[1]
+    for i, col in enumerate(cols):
+        s, o = scale[:, col // group], offset[:, col // group]
+        q = np.clip(np.rint((w1[:, i] - o) / s), LO, HI)
+        codes[:, col] = q
+        err[:, i] = (w1[:, i] - (q * s + o)) / u1[i, i]
+        w1[:, i + 1:] -= np.outer(err[:, i], u1[i, i + 1:])
+    return err
+
+
+def _gptq_act_order(w: np.ndarray, h: np.ndarray, fit: GroupFit, group: int, damp: float, block: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPTQ's act-order: the columns rounded by decreasing Hessian diagonal (the inputs that carry the
+    most energy first, while the most columns are left to absorb their error), each on its group's grid
+    fitted on the original weights before the pass ("static groups"), so the stored format is the same."""
+    m, k = w.shape
+    _, scale, offset = fit(np.asarray(w).reshape(m, k // group, group))
+    grid = (scale.astype(np.float64), offset.astype(np.float64))
+    order = np.argsort(-np.diag(np.asarray(h, np.float64)), kind="stable")
+    u = inverse_hessian_factor(np.asarray(h)[np.ix_(order, order)], damp)
+    work = np.array(w, np.float64)[:, order]
+    codes = np.empty((m, k), np.int8)
+    for lo in range(0, k, block):
+        hi = min(lo + block, k)
+        err = _round_static_block(work[:, lo:hi], u[lo:hi, lo:hi], order[lo:hi], grid, codes)
+        work[:, hi:] -= err @ u[lo:hi, hi:]
+    return codes, scale.astype(F32), offset.astype(np.float16)
+
+
 def gptq_affine(w: np.ndarray, h: np.ndarray, fit: GroupFit, group: int = 32, damp: float = DAMP,
-                block: int = BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                block: int = BLOCK, act_order: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weights w [M, K] and their inputs' Hessian h [K, K] (``Σ xᵀx``) -> INT4 codes int8 [M, K],
-    float32 scales and FP16 offsets [M, K // group], the codes error-compensated in column order."""
+    float32 scales and FP16 offsets [M, K // group], the codes error-compensated in column order
+    (``act_order``: by decreasing Hessian diagonal, on grids fitted before the pass)."""
     m, k = w.shape
     if k % group or block % group or h.shape != (k, k):
         raise ValueError(f"bad GPTQ shapes: w {w.shape}, h {h.shape}, group {group}, block {block}")
+    if act_order:
+        return _gptq_act_order(w, h, fit, group, damp, block)
     u = inverse_hessian_factor(h, damp)
     work = np.array(w, np.float64)
     out = (np.empty((m, k), np.int8), np.empty((m, k // group), F32), np.empty((m, k // group), np.float16))
