@@ -19,7 +19,14 @@ import struct
 from collections.abc import Callable, Iterator
 
 from npukit.devices.nvme import pdu
-from npukit.devices.nvme.client import NvmeStatusError, NvmeTcpHost, Reply, capsule_buffers
+from npukit.devices.nvme.client import (
+    NvmeStatusError,
+    NvmeTcpHost,
+    Reply,
+    capsule_buffers,
+    h2c_data_pdus,
+    take_data_pdu,
+)
 from npukit.devices.nvme.command import Command, Cqe
 from npukit.devices.nvme.pdu import PduType
 from npukit.devices.nvme.spec import ProtocolError
@@ -160,24 +167,11 @@ class AsyncIoQueue:
 
     def _data_pdu(self, p: pdu.Pdu, received: dict[int, bytearray], owed: dict[int, memoryview]) -> None:
         """A C2HData (bytes of a read, copied into its buffer) or an R2T (send the bytes asked for)."""
-        cccid, ttag, offset, length = pdu.data_fields(p)
-        if p.type == PduType.C2H_DATA:
-            dest = received.get(cccid)
-            if dest is None or length != len(p.data) or offset + length > len(dest):
-                raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
-            dest[offset:offset + length] = p.data
-        elif p.type == PduType.R2T:
-            data = owed.get(cccid)
-            if data is None or offset + length > len(data):
-                raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
-            step = self.maxh2cdata or length
-            for start in range(offset, offset + length, step):
-                chunk = data[start:min(start + step, offset + length)]
-                self.writer.writelines(pdu.data_pdu(PduType.H2C_DATA, cccid, ttag, start, chunk,
-                                                    last=start + step >= offset + length,
-                                                    hdgst=self.hdgst, ddgst=self.ddgst))
-        else:
-            raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+        r2t = take_data_pdu(p, received, owed)
+        if r2t is not None:
+            for buffers in h2c_data_pdus(*r2t, maxh2cdata=self.maxh2cdata, hdgst=self.hdgst,
+                                         ddgst=self.ddgst):
+                self.writer.writelines(buffers)
 
 
 async def _exactly(reader: asyncio.StreamReader, n: int) -> bytes:

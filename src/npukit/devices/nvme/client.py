@@ -106,6 +106,38 @@ def capsule_buffers(cmd: Command, data: bytes | memoryview, read_len: int, *, in
     return buffers, (data if not inline else memoryview(b""))
 
 
+def take_data_pdu(p: pdu.Pdu, received: dict[int, bytearray],
+                  owed: dict[int, memoryview]) -> tuple[int, int, memoryview, int] | None:
+    """A C2HData or R2T from the target, checked against the commands outstanding: a C2HData's bytes go
+    into its command's buffer in ``received`` (None returned); an R2T returns (CCCID, TTAG, the bytes it
+    asks for out of ``owed``, their offset) for the H2CData to send. Anything else is a ProtocolError."""
+    cccid, ttag, offset, length = pdu.data_fields(p)
+    if p.type == PduType.C2H_DATA:
+        dest = received.get(cccid)
+        placed = p.flags & PLACED
+        if dest is None or offset + length > len(dest) or (not placed and length != len(p.data)):
+            raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
+        if not placed:
+            dest[offset:offset + length] = p.data
+        return None
+    if p.type == PduType.R2T:
+        data = owed.get(cccid)
+        if data is None or offset + length > len(data):
+            raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
+        return cccid, ttag, data[offset:offset + length], offset
+    raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+
+
+def h2c_data_pdus(cid: int, ttag: int, data: memoryview, base: int, *, maxh2cdata: int, hdgst: bool,
+                  ddgst: bool) -> Iterator[list[bytes | memoryview]]:
+    """The H2CData PDUs (each a list of buffers) that carry ``data``, at offset ``base`` of the command's
+    data, in pieces of at most ``maxh2cdata`` bytes (0: one piece)."""
+    step = maxh2cdata or len(data)
+    for start in range(0, len(data), step):
+        yield pdu.data_pdu(PduType.H2C_DATA, cid, ttag, base + start, data[start:start + step],
+                           last=start + step >= len(data), hdgst=hdgst, ddgst=ddgst)
+
+
 @dataclass
 class Reply:
     cqe: Cqe
@@ -273,8 +305,9 @@ class TcpQueue:
             if cqe.cid == cid:
                 self.stray.remove(cqe)
                 return Reply(cqe, received)
+        sink, owed = {cid: received}, {cid: pending}
         while True:
-            p = self.read_pdu(sink={cid: received})
+            p = self.read_pdu(sink=sink)
             if p.flags & 0x80:
                 raise ProtocolError("data digest mismatch on a PDU from the target")
             if p.type == PduType.CAPSULE_RESP:
@@ -282,19 +315,8 @@ class TcpQueue:
                 if cqe.cid == cid:
                     return Reply(cqe, received)
                 self.stray.append(cqe)
-            elif p.type == PduType.C2H_DATA:
-                cccid, _ttag, offset, length = pdu.data_fields(p)
-                if cccid != cid or offset + length > len(received):
-                    raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
-                if not p.flags & PLACED:
-                    received[offset:offset + length] = p.data
-            elif p.type == PduType.R2T:
-                cccid, ttag, offset, length = pdu.data_fields(p)
-                if cccid != cid or offset + length > len(pending):
-                    raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
-                self._send_h2c(cid, ttag, pending[offset:offset + length], offset)
             else:
-                raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+                self._data_pdu(p, sink, owed)
 
     def run_batch(self, batch: list[tuple[Command, bytes, int]]) -> list[Reply]:
         """Send every (command, data, read_len) before reading any reply: queue depth len(batch).
@@ -370,26 +392,14 @@ class TcpQueue:
 
     def _data_pdu(self, p: pdu.Pdu, received: dict[int, bytearray], owed: dict[int, memoryview]) -> None:
         """A C2HData (bytes of a read) or an R2T (send the requested bytes of a write)."""
-        if p.type == PduType.C2H_DATA:
-            cccid, _ttag, offset, length = pdu.data_fields(p)
-            if cccid not in received or offset + length > len(received[cccid]):
-                raise ProtocolError(f"C2HData for CID {cccid} at {offset}+{length} out of range")
-            if not p.flags & PLACED:
-                received[cccid][offset:offset + length] = p.data
-        elif p.type == PduType.R2T:
-            cccid, ttag, offset, length = pdu.data_fields(p)
-            if cccid not in owed or offset + length > len(owed[cccid]):
-                raise ProtocolError(f"R2T for CID {cccid} at {offset}+{length} out of range")
-            self._send_h2c(cccid, ttag, owed[cccid][offset:offset + length], offset)
-        else:
-            raise ProtocolError(f"unexpected PDU type {p.type:#x} from the target")
+        r2t = take_data_pdu(p, received, owed)
+        if r2t is not None:
+            self._send_h2c(*r2t)
 
     def _send_h2c(self, cid: int, ttag: int, data: memoryview, base: int) -> None:
-        step = self.maxh2cdata or len(data)
-        for start in range(0, len(data), step):
-            chunk = data[start:start + step]
-            self._send(pdu.data_pdu(PduType.H2C_DATA, cid, ttag, base + start, chunk,
-                                    last=start + step >= len(data), hdgst=self.hdgst, ddgst=self.ddgst))
+        for buffers in h2c_data_pdus(cid, ttag, data, base, maxh2cdata=self.maxh2cdata, hdgst=self.hdgst,
+                                     ddgst=self.ddgst):
+            self._send(buffers)
 
 
 def _fabrics(fctype: int, cid: int, **cdws: int) -> Command:
