@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 
 from npukit.sim import compile_report
-from npukit.targets.pccx.fast._nbkernels import quantize
+from npukit.targets.pccx.fast._nbkernels import quantize, reduce_sum_bits
 
 compile_report.install()  # first-run compiles are announced, never silent
 
@@ -37,21 +37,6 @@ def _bf16_round(t, out):
         r = (v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
         nan = ((v >> np.uint32(16)) & np.uint32(0x8000)) << np.uint32(16) | np.uint32(0x7FC00000)
         o[i] = nan if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r
-
-
-@nb.njit(**_OPTS)
-def _group_sums(x, lut32, sums):
-    """REDUCE_SUM of each group of x (BF16 bits): serial float32 from +0.0, BF16 bits into ``sums``."""
-    acc = np.zeros(sums.shape[0], np.float32)
-    for g in range(sums.shape[0]):
-        s = np.float32(0.0)
-        for i in range(g * GROUP, (g + 1) * GROUP):
-            s = np.float32(s + lut32[x[i]])
-        acc[g] = s
-    _bf16_round(acc, acc)
-    u = acc.view(np.uint32)
-    for g in range(sums.shape[0]):
-        sums[g] = np.uint16(u[g] >> np.uint32(16))
 
 
 @nb.njit(**_OPTS)
@@ -85,7 +70,8 @@ def _grouped_gemv(x, w_blk, packed, scale_blk, fixed_blk, dst, accm, lut32, lut6
     e_s = 0
     if has_off:
         sums = np.zeros(groups, np.uint16)
-        _group_sums(x, lut32, sums)
+        for g in range(groups):  # REDUCE_SUM of each group (serial float32 from +0.0, BF16 bits)
+            sums[g] = reduce_sum_bits(x[g * GROUP:(g + 1) * GROUP], lut32)
         e_s = quantize(sums, qs, lut64)
         if e_s == 999:
             return 1
