@@ -301,6 +301,8 @@ def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
     for r in np.flatnonzero(tab[:row, 0] == 6):
         out[tab[r, 1], tab[r, 2]] = tab[r, 3:6]
     return out
+
+
 _RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
 
 

@@ -258,8 +258,9 @@ class FastSimulator(Simulator):
                 new[i] = int(words[i])
                 before = _fusable(plan[i])
                 plan[i] = self._compile(i, new[i])
-                refuse = refuse or before[0] or _fusable(plan[i])[0]
-                same = same and before == _fusable(plan[i])
+                after = _fusable(plan[i])
+                refuse = refuse or before[0] or after[0]
+                same = same and before == after
             if refuse and same:  # the runs keep their bounds: patch the ones holding a patched step
                 slot.groups = repatch_groups(plan, slot.groups, changed)
             elif refuse:  # a step became (or stopped being) fusable: regroup
