@@ -22,10 +22,12 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from npukit.errors import ModelError
+from npukit.formats import int4
 from npukit.models.llm.reference import LlmReference
 from npukit.models.llm.weights import LlmWeights
 from npukit.progress import Progress
@@ -34,7 +36,7 @@ from npukit.targets.pccx.llm.gptq import gptq_affine
 from npukit.targets.pccx.llm.policy import GROUP, LOSSLESS_INT4, affine_fit
 from npukit.targets.pccx.llm.w4a8 import GroupedMatrix
 
-CALIBRATION_VERSION = 2  # bump when the algorithm, its settings or the texts' selection change
+CALIBRATION_VERSION = 3  # bump when the algorithm, its settings or the texts' selection change
 DEBIAN_TEXT = Path("/usr/share/common-licenses/MPL-2.0")
 PYDOC_TOPICS = ("execmodel", "naming", "import")
 WINDOW = 512  # tokens per calibration window
@@ -171,26 +173,12 @@ def cache_path(gguf_path: str | Path, texts: list[tuple[str, str]]) -> Path:
     return cache_dir() / "gguf-gptq" / f"{h.hexdigest()[:32]}.npz"
 
 
-def pack_int4(codes: np.ndarray) -> np.ndarray:
-    """Two INT4 codes [-8, 7] per byte (the cache's layout): even columns low nibble, odd high."""
-    u = (codes.astype(np.int16) + 8).astype(np.uint8)
-    return (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8)
-
-
-def unpack_int4(packed: np.ndarray) -> np.ndarray:
-    m, half = packed.shape
-    out = np.empty((m, 2 * half), np.int8)
-    out[:, 0::2] = (packed & 0xF).astype(np.int8) - 8
-    out[:, 1::2] = (packed >> 4).astype(np.int8) - 8
-    return out
-
-
 def save(path: Path, got: dict[str, GroupedMatrix]) -> None:
     arrays = {}
     for i, (name, g) in enumerate(sorted(got.items())):
         assert g.offset is not None
         arrays.update({f"{i}.name": np.array(name), f"{i}.source": np.array(g.source),
-                       f"{i}.codes": pack_int4(g.codes), f"{i}.scale": g.scale, f"{i}.offset": g.offset})
+                       f"{i}.codes": int4.pack_int4(g.codes), f"{i}.scale": g.scale, f"{i}.offset": g.offset})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
@@ -204,9 +192,15 @@ def save(path: Path, got: dict[str, GroupedMatrix]) -> None:
 
 def load(path: Path) -> dict[str, GroupedMatrix]:
     with np.load(path) as z:
-        return {str(z[f"{i}.name"]): GroupedMatrix(unpack_int4(z[f"{i}.codes"]), z[f"{i}.scale"], GROUP,
+        return {str(z[f"{i}.name"]): GroupedMatrix(_codes(z, i), z[f"{i}.scale"], GROUP,
                                                    "int4", z[f"{i}.offset"], str(z[f"{i}.source"]))
                 for i in range(int(z["count"]))}
+
+
+def _codes(z: Any, i: int) -> np.ndarray:
+    """The INT4 codes [M, K] of cached matrix ``i`` (K: two codes per stored byte, a group multiple)."""
+    packed = z[f"{i}.codes"]
+    return int4.unpack_int4(packed, (packed.shape[0], 2 * packed.shape[1]))
 
 
 def calibrated_matrices(weights: LlmWeights) -> dict[str, GroupedMatrix]:
