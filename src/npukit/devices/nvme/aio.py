@@ -47,6 +47,7 @@ CATTR_DISABLE_SQFLOW = 1 << 2  # Connect CDW11 bits 23:16 are CATTR; bit 2 disab
 SQHD_FLOW_OFF = 0xFFFF  # the SQHD a controller reports on a queue without SQ flow control
 SLOT_BITS = 12  # a CID is (reuse count << 12) | slot
 _SLOT_MASK = (1 << SLOT_BITS) - 1
+_CID_STEP = 1 << SLOT_BITS  # a slot's next CID: its reuse count + 1
 _ARENA = 256 << 10  # receive buffer; grows for a PDU larger than it
 _MIN_FREE = 32 << 10  # compact the arena before a receive with less room than this
 _IC_RESP_LEN = 128
@@ -193,6 +194,8 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
         callback). Without digests each capsule is the patched template. Returns how many completed."""
         template = read_capsule_template(nsid)
         slbas = [0] * depth
+        cid_of, last, dest, got, out = self._cid_of, self._last, self._dest, self._got, self._out
+        pack_cid, pack_read = _U16.pack_into, _READ_FIELDS.pack_into  # locals: this runs per Read
         general = not self._plain
 
         def start(slot: int) -> bool:
@@ -201,23 +204,25 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
                 return False
             slba, nlb = item
             length = nlb * LBA_SIZE
-            buf = self._dest[slot] if slot < len(self._dest) else None
-            cid = self._claim(slot, buf if buf is not None and len(buf) == length else bytearray(length))
+            if len(dest[slot]) != length:
+                dest[slot] = bytearray(length)
+            cid = last[slot] = cid_of[slot] = (last[slot] + _CID_STEP) & 0xFFFF  # _claim, inlined
+            got[slot] = 0
             slbas[slot] = slba
             if general:
                 cmd = Command.build(IoOpcode.READ, cid, nsid, cdws={10: slba, 11: slba >> 32, 12: nlb - 1})
                 for buffer in capsule_buffers(cmd, b"", length, in_capsule=0, hdgst=self.hdgst,
                                               ddgst=self.ddgst)[0]:
-                    self._out += buffer
+                    out.extend(buffer)
                 return True
-            _U16.pack_into(template, 10, cid)
-            _READ_FIELDS.pack_into(template, 40, length, SGL_TRANSPORT_DATA_BLOCK, slba, nlb - 1)
-            self._out += template
+            pack_cid(template, 10, cid)
+            pack_read(template, 40, length, SGL_TRANSPORT_DATA_BLOCK, slba, nlb - 1)
+            out.extend(template)
             return True
 
         def complete(slot: int, cqe: bytes | None) -> None:
-            _cid, data = self._release(slot)
-            on_read(slbas[slot], _U16.unpack_from(cqe, 14)[0] >> 1 if cqe is not None else 0, data)
+            cid_of[slot] = -1  # _release, inlined
+            on_read(slbas[slot], 0 if cqe is None else (cqe[14] | cqe[15] << 8) >> 1, dest[slot])
 
         return await self._window(depth, start, complete)
 
@@ -262,7 +267,7 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
             self._owed.append(memoryview(b""))
 
     def _claim(self, slot: int, dest: bytearray) -> int:
-        cid = self._last[slot] = (self._last[slot] + (1 << SLOT_BITS)) & 0xFFFF
+        cid = self._last[slot] = (self._last[slot] + _CID_STEP) & 0xFFFF
         self._cid_of[slot] = cid
         self._dest[slot] = dest
         self._got[slot] = 0
@@ -337,7 +342,7 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
         pos = self._pos
         cid_of, dest, got = self._cid_of, self._dest, self._got
         nslots = len(cid_of)
-        plain = self._plain
+        plain, sqflow_off, done = self._plain, self.sqflow_off, self._done
         try:
             while end - pos >= 8:
                 ptype, flags, hlen, pdo, plen = _CH(arena, pos)
@@ -358,7 +363,11 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
                     pos += plen
                     if flags & pdu.FLAG_DATA_SUCCESS:
                         self._pos = pos
-                        self._data_success(slot, flags)
+                        if (flags & _SUCCESS_LAST == _SUCCESS_LAST and sqflow_off
+                                and got[slot] == len(dest[slot])):
+                            done(slot, None)  # the Read's completion (checked as _data_success does)
+                        else:
+                            self._data_success(slot, flags)
                     continue
                 if plain and ptype == _CAPSULE_RESP and plen == hlen == HEADER and not pdo and not flags:
                     cid = _U16.unpack_from(arena, pos + 20)[0]
@@ -367,7 +376,7 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
                         raise ProtocolError(f"CapsuleResp for CID {cid}, which is not outstanding")
                     pos += plen
                     self._pos = pos
-                    self._done(slot, bytes(view[pos - 16:pos]))
+                    done(slot, bytes(view[pos - 16:pos]))
                     continue
                 if plen < HEADER:
                     raise ProtocolError(f"PDU length {plen} from the target")
