@@ -217,7 +217,7 @@ def _scripted(peer: ScriptedTarget, reads: list[tuple[int, int]], *, sqflow_off:
 @pytest.mark.parametrize("digests", [False, True], ids=["plain", "digests"])
 def test_with_sq_flow_control_disabled_c2hdata_success_completes_the_read(digests):
     peer = ScriptedTarget(sqhd=0xFFFF, digests=digests)
-    reads = [(8 * i, 8) for i in range(40)] + [(1000, 1), (2000, 256)]
+    reads = [(8 * i, 8) for i in range(40)] + [(1000, 1), (2000, 256), (4096, 2048)]  # 1 MiB: > the arena
     accepted, done = _scripted(peer, reads, sqflow_off=True)
     assert peer.cattr & 0x04 and accepted  # CATTR bit 2 sent; SQHD FFFFh taken as the controller's yes
     assert sorted(done) == sorted((s, 0, ScriptedTarget.stamp(s, n)) for s, n in reads)
