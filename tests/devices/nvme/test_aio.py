@@ -269,3 +269,19 @@ def test_a_completion_for_a_finished_command_is_a_protocol_error():
                                          peer.resp(cid), peer.resp(cid)]
     with pytest.raises(ProtocolError, match="not outstanding"):
         _scripted(peer, [(0, 8), (8, 8)], sqflow_off=False)
+
+
+def test_a_termination_request_or_a_bad_header_digest_ends_the_queue_with_a_protocol_error():
+    peer = ScriptedTarget(sqhd=0xFFFF)  # C2HTermReq: FES 02h (PDU Sequence Error), FEI 0, no digests
+    peer.reply = lambda cid, slba, nlb: [struct.pack("<BBBBIHI10x", 0x03, 0, 24, 0, 24, 0x02, 0)]
+    with pytest.raises(ProtocolError, match=r"terminated.*FES 0x2"):
+        _scripted(peer, [(0, 8)], sqflow_off=True)
+    peer = ScriptedTarget(sqhd=0xFFFF, digests=True)
+
+    def corrupt(cid, slba, nlb):
+        raw = bytearray(peer.success(cid, slba, nlb)[0])
+        raw[24] ^= 0xFF  # the header digest (bytes 24..27) no longer matches the header
+        return [bytes(raw)]
+    peer.reply = corrupt
+    with pytest.raises(ProtocolError, match="header digest"):
+        _scripted(peer, [(0, 8)], sqflow_off=True)
