@@ -14,6 +14,7 @@ from npukit.devices.nvme.aio import AsyncIoQueue
 from npukit.devices.nvme.client import NvmeStatusError, NvmeTcpHost
 from npukit.devices.nvme.command import Command
 from npukit.devices.nvme.spec import ProtocolError
+from npukit.errors import ConfigError
 
 from .conftest import NQN, NS_BYTES
 
@@ -285,3 +286,20 @@ def test_a_termination_request_or_a_bad_header_digest_ends_the_queue_with_a_prot
     peer.reply = corrupt
     with pytest.raises(ProtocolError, match="header digest"):
         _scripted(peer, [(0, 8)], sqflow_off=True)
+
+
+@pytest.mark.parametrize(("reads", "depth"),
+                         [([(0, 0)], 4), ([(0, 65537)], 4), ([(-8, 8)], 4), ([(0, 8)], 0)])
+def test_a_read_the_nvm_command_set_cannot_express_is_a_config_error(reads, depth):
+    async def run():
+        server = await asyncio.start_server(ScriptedTarget(sqhd=1).serve, "127.0.0.1", 0)
+        connect = (Command.build(0x7F, nsid=0x01, cdws={10: 1 << 16, 11: 31}), bytes(1024))
+        q = await AsyncIoQueue.connect("127.0.0.1", server.sockets[0].getsockname()[1], connect, qid=1,
+                                       in_capsule=8192)
+        try:
+            await q.read_window(iter(reads), depth, lambda *r: None)
+        finally:
+            q.close()
+            server.close()
+    with pytest.raises(ConfigError):
+        asyncio.run(run())

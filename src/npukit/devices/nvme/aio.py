@@ -40,6 +40,7 @@ from npukit.devices.nvme.client import (
 from npukit.devices.nvme.command import SGL_TRANSPORT_DATA_BLOCK, Command, Cqe
 from npukit.devices.nvme.pdu import PduType
 from npukit.devices.nvme.spec import LBA_SIZE, IoOpcode, ProtocolError
+from npukit.errors import ConfigError
 
 HEADER = 24  # HLEN of every PDU a target sends after ICResp (CapsuleResp, C2HData, R2T, C2HTermReq)
 MAX_PDU = 64 << 20
@@ -69,7 +70,8 @@ def read_capsule_template(nsid: int) -> bytearray:
 
 
 class AsyncIoQueue(asyncio.BufferedProtocol):
-    """One connected I/O queue; build it with :meth:`open`. One window runs at a time."""
+    """One connected I/O queue; build it with :meth:`open`. One window runs at a time; an exception
+    from a window's callback or its command iterator ends the queue (that window raises it)."""
 
     def __init__(self, *, hdgst: bool, ddgst: bool, qid: int = 0, maxh2cdata: int = 0,
                  in_capsule: int = 0) -> None:
@@ -203,6 +205,8 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
             if item is None:
                 return False
             slba, nlb = item
+            if not (0 < nlb <= 0x10000 and 0 <= slba < 1 << 64):
+                raise ConfigError(f"Read of {nlb} blocks at LBA {slba}: NLB is 1..65536, SLBA 64 bits")
             length = nlb * LBA_SIZE
             if len(dest[slot]) != length:
                 dest[slot] = bytearray(length)
@@ -235,7 +239,7 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
         if self._waiter is not None:
             raise ProtocolError("a window is already running on this queue")
         if not 1 <= depth <= _SLOT_MASK + 1:
-            raise ValueError(f"depth {depth} outside 1..{_SLOT_MASK + 1}")
+            raise ConfigError(f"queue depth {depth} outside 1..{_SLOT_MASK + 1}")
         self._grow_slots(depth)
         counts = [0, 0]  # outstanding, completed
 
@@ -247,7 +251,11 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
                 if not counts[0]:
                     self._waiter.set_result(counts[1])
 
-        counts[0] = sum(start(slot) for slot in range(depth))
+        try:
+            counts[0] = sum(start(slot) for slot in range(depth))
+        except BaseException as exc:  # some commands claimed, none sent: the queue cannot go on
+            self._fail(exc)
+            raise
         if not counts[0]:
             return 0
         self._waiter = asyncio.get_running_loop().create_future()
