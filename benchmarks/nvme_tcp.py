@@ -6,10 +6,14 @@ process), and two ceilings measured in rounds interleaved with the NVMe figures 
 shared: raw loopback TCP (a plain socket pair, sender in a separate process, 128 KiB messages) and a
 plain asyncio request/response server (a separate process; 72-byte requests in, 4 KiB + 24-byte
 replies out, the PDU sizes of a 4 KiB read) driven by asyncio clients over 2 connections 16 deep.
+The asyncio queues ask the target to disable SQ flow control at Connect (``--sqflow`` keeps it), so
+a target that grants it may end each Read with C2HData SUCCESS instead of a CapsuleResp. Beside the
+rates it prints CPU time per operation of both sides of the asyncio figure and of the ceiling (client:
+this process; target and ceiling server: their processes' /proc stat).
 Prints JSON with issue 30's goals against those ceilings and the CPU model; every figure is
 ``measured`` (npukit.evidence) on this machine at this load.
 
-    python benchmarks/nvme_tcp.py [--seconds 2] [--rounds 3]
+    python benchmarks/nvme_tcp.py [--seconds 2] [--rounds 3] [--sqflow]
 """
 
 from __future__ import annotations
