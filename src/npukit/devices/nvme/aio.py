@@ -316,8 +316,8 @@ class AsyncIoQueue(asyncio.BufferedProtocol):
             if self._need > size:  # a PDU larger than the arena: a bigger one
                 self._arena = bytearray(self._arena[pos:end]) + bytearray(self._need * 2 - (end - pos))
                 self._view = memoryview(self._arena)
-            else:
-                self._arena[:end - pos] = self._view[pos:end]
+            else:  # through a copy: the regions may overlap, and bytearray slice assignment is a memcpy
+                self._arena[:end - pos] = bytes(self._view[pos:end])
             self._pos, self._end = 0, end - pos
         return self._view[self._end:]
 
