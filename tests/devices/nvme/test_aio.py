@@ -186,6 +186,10 @@ class ScriptedTarget:
                 sqe = await self.capsule(reader)
                 assert sqe[0] == 0x02  # Read
                 cid, slba, nlb = struct.unpack_from("<H", sqe, 2)[0], *struct.unpack_from("<QI", sqe, 40)
+                # PSDT 01b (SGL), NSID 1, SGL1: Transport SGL Data Block (5Ah) of the Read's length
+                sgl_len = struct.unpack_from("<I", sqe, 32)[0]
+                assert sqe[1] >> 6 == 1 and struct.unpack_from("<I", sqe, 4)[0] == 1 and sqe[39] == 0x5A
+                assert sgl_len == ((nlb & 0xFFFF) + 1) * 512 and nlb >> 16 == 0
                 writer.write(b"".join(self.reply(cid, slba, (nlb & 0xFFFF) + 1)))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             writer.close()
