@@ -6,10 +6,14 @@ process), and two ceilings measured in rounds interleaved with the NVMe figures 
 shared: raw loopback TCP (a plain socket pair, sender in a separate process, 128 KiB messages) and a
 plain asyncio request/response server (a separate process; 72-byte requests in, 4 KiB + 24-byte
 replies out, the PDU sizes of a 4 KiB read) driven by asyncio clients over 2 connections 16 deep.
+The asyncio queues ask the target to disable SQ flow control at Connect (``--sqflow`` keeps it), so
+a target that grants it may end each Read with C2HData SUCCESS instead of a CapsuleResp. Beside the
+rates it prints CPU time per operation of both sides of the asyncio figure and of the ceiling (client:
+this process; target and ceiling server: their processes' /proc stat).
 Prints JSON with issue 30's goals against those ceilings and the CPU model; every figure is
 ``measured`` (npukit.evidence) on this machine at this load.
 
-    python benchmarks/nvme_tcp.py [--seconds 2] [--rounds 3]
+    python benchmarks/nvme_tcp.py [--seconds 2] [--rounds 3] [--sqflow]
 """
 
 from __future__ import annotations
@@ -92,10 +96,11 @@ async def _exchanges(port: int, depth: int, end: float) -> int:
     return done
 
 
-def asyncio_ceiling(seconds: float, connections: int = 2, depth: int = 16) -> float:
+def asyncio_ceiling(seconds: float, connections: int = 2, depth: int = 16) -> tuple[float, float, float]:
     """Exchanges/s of a plain asyncio request/response loop (issue 30's ceiling): the asyncio server in
     its own process, asyncio clients here, ``connections`` x ``depth`` outstanding, 72 B in, 4 KiB +
-    24 B out. Both ends on asyncio's own loop, as the issue measured it."""
+    24 B out. Both ends on asyncio's own loop, as the issue measured it. Also returns the CPU seconds
+    per exchange of the client (this process) and of the server."""
     import asyncio
 
     proc = subprocess.Popen([sys.executable, "-c", _ASYNCIO_SERVER], stdout=subprocess.PIPE, text=True)
@@ -106,9 +111,11 @@ def asyncio_ceiling(seconds: float, connections: int = 2, depth: int = 16) -> fl
             end = time.monotonic() + seconds
             counts = await asyncio.gather(*(_exchanges(port, depth, end) for _ in range(connections)))
             return sum(counts)
-        start = time.monotonic()
+        start, cpu, server_cpu = time.monotonic(), time.process_time(), cpu_seconds([proc.pid])
         total = asyncio.run(drive())
-        return total / (time.monotonic() - start)
+        n = max(total, 1)
+        return (total / (time.monotonic() - start), (time.process_time() - cpu) / n,
+                (cpu_seconds([proc.pid]) - server_cpu) / n)
     finally:
         proc.kill()
         proc.wait()
@@ -161,39 +168,44 @@ def stamped(slba: int, nlb: int) -> bytes:
     return np.repeat(np.arange(slba, slba + nlb, dtype="<u8"), 64).tobytes()
 
 
-def async_randread(h: NvmeTcpHost, loop, queues: list[AsyncIoQueue], seconds: float,
-                   rng: random.Random) -> float:
-    """4 KiB random Reads/s driven like asyncio_ceiling: one event loop, 2 queues x 16 outstanding,
-    each PDU read with StreamReader.readexactly (aio.AsyncIoQueue). Every reply's first block must
-    carry its LBA and every 64th reply must equal the fill's bytes: the figure counts real reads."""
-    asked: dict[tuple[int, int], int] = {}
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the processes ``pids`` have used so far (/proc/PID/stat)."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def async_randread(loop, queues: list[AsyncIoQueue], seconds: float, rng: random.Random,
+                   target_pids: list[int]) -> tuple[float, float, float]:
+    """4 KiB random Reads/s driven like asyncio_ceiling: one event loop, 2 queues x 16 outstanding
+    (aio.AsyncIoQueue.read_window). Every reply's first block must carry its LBA and every 64th reply
+    must equal the fill's bytes: the figure counts real reads. Also returns the CPU seconds per Read of
+    this process (the client's whole cost: loop, parsing, checks) and of the target's processes."""
     checked = [0]
 
-    def commands(queue: int, end: float):
+    def reads(end: float):
         while time.monotonic() < end:
-            slba = rng.randrange(STAMPED_BLOCKS // 8) * 8
-            cmd = Command.build(0x02, nsid=1, cdws={10: slba, 12: 7})
-            yield cmd, b"", 4096
-            asked[queue, cmd.cid] = slba  # the CID is set once the queue takes the command
+            yield rng.randrange(STAMPED_BLOCKS // 8) * 8, 8
 
-    def verify(queue: int):
-        def check(reply) -> None:
-            slba = asked.pop((queue, reply.cqe.cid))
-            if reply.cqe.status or int.from_bytes(reply.data[:8], "little") != slba:
-                raise RuntimeError(f"Read of LBA {slba}: status {reply.cqe.status:#x}, wrong data")
-            checked[0] += 1
-            if checked[0] % 64 == 0 and reply.data != stamped(slba, 8):
-                raise RuntimeError(f"Read of LBA {slba} returned other bytes than were written")
-        return check
+    def check(slba: int, status: int, data: bytearray) -> None:
+        if status or int.from_bytes(data[:8], "little") != slba:
+            raise RuntimeError(f"Read of LBA {slba}: status {status:#x}, wrong data")
+        checked[0] += 1
+        if checked[0] % 64 == 0 and data != stamped(slba, 8):
+            raise RuntimeError(f"Read of LBA {slba} returned other bytes than were written")
 
     async def drive() -> int:
         end = time.monotonic() + seconds
-        counts = await asyncio.gather(*(q.run_window(commands(i, end), 16, verify(i))
-                                        for i, q in enumerate(queues)))
+        counts = await asyncio.gather(*(q.read_window(reads(end), 16, check) for q in queues))
         return sum(counts)
-    start = time.monotonic()
+    start, cpu, target_cpu = time.monotonic(), time.process_time(), cpu_seconds(target_pids)
     total = loop.run_until_complete(drive())
-    return total / (time.monotonic() - start)
+    n = max(total, 1)
+    return (total / (time.monotonic() - start), (time.process_time() - cpu) / n,
+            (cpu_seconds(target_pids) - target_cpu) / n)
 
 
 def nvme_figures(h: NvmeTcpHost, seconds: float, rng: random.Random) -> dict[str, float]:
@@ -258,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--digests", action="store_true", help="header and data digests (CRC32C)")
     p.add_argument("--workers", type=int, default=None,
                    help="serve's --workers (default: serve's own default, one per CPU; 0: single process)")
+    p.add_argument("--sqflow", action="store_true",
+                   help="keep SQ flow control on the asyncio queues (default: ask the target to disable it, "
+                        "so a Read may end with C2HData SUCCESS instead of a CapsuleResp)")
     p.add_argument("--receive", choices=("buffers", "stream"), default=None,
                    help="serve's --receive (default: serve's own default)")
     args = p.parse_args(argv)
@@ -274,14 +289,22 @@ def main(argv: list[str] | None = None) -> int:
                 for pos in range(0, NS_BYTES // 512, 256):  # fill: reads hit written blocks
                     h.write(pos, stamped(pos, 256) if pos < STAMPED_BLOCKS else bytes(CHUNK))
                 loop = asyncio.new_event_loop()  # the asyncio queues live on it across rounds
-                queues = [loop.run_until_complete(AsyncIoQueue.open(h, qid)) for qid in (3, 4)]
+                queues = [loop.run_until_complete(AsyncIoQueue.open(h, qid, sqflow_off=not args.sqflow))
+                          for qid in (3, 4)]
+                sqflow_disabled = all(q.sqflow_off for q in queues)
                 for _ in range(args.rounds):
                     figures = {"raw_loopback_mbps": raw_ceiling(args.seconds)}
                     figures |= nvme_figures(h, args.seconds, rng)
-                    figures["randread_4k_qd32_2q_asyncio_iops"] = async_randread(h, loop, queues,
-                                                                                 args.seconds, rng)
+                    iops, cpu, target_cpu = async_randread(loop, queues, args.seconds, rng,
+                                                           [srv.pid, *srv.workers])
+                    figures["randread_4k_qd32_2q_asyncio_iops"] = iops
+                    figures["asyncio_client_cpu_us_per_read"] = cpu * 1e6
+                    figures["asyncio_target_cpu_us_per_read"] = target_cpu * 1e6
                     figures["raw_loopback_after_mbps"] = raw_ceiling(args.seconds)
-                    figures["asyncio_rr_2x16_per_s"] = asyncio_ceiling(args.seconds)
+                    rate, cpu, server_cpu = asyncio_ceiling(args.seconds)
+                    figures["asyncio_rr_2x16_per_s"] = rate
+                    figures["asyncio_rr_client_cpu_us_per_exchange"] = cpu * 1e6
+                    figures["asyncio_rr_server_cpu_us_per_exchange"] = server_cpu * 1e6
                     rounds.append(figures)
                 for queue in queues:
                     queue.close()
@@ -293,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = statistics.median([r[k] for r in rounds for k in raw_keys])
     report = {"tier": "measured", "source": "benchmarks/nvme_tcp.py", "digests": args.digests,
               "workers": workers, "receive": args.receive or "default",
+              "asyncio_queues_sq_flow_control": "disabled (C2HData SUCCESS accepted)" if sqflow_disabled
+              else ("on (the target kept it)" if not args.sqflow else "on (--sqflow)"),
               "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "rounds": args.rounds,
               "seconds_per_figure": args.seconds, "median": {k: round(v, 1) for k, v in median.items()},
               "raw_loopback_ceiling_mbps": round(ceiling, 1),
