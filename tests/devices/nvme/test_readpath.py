@@ -1,12 +1,15 @@
 """Reads on an I/O queue, byte for byte on the wire: the short way (readpath.py), also with header
-digests, and with data digests (which take the general path).
+digests, and with data digests (which take the general path); with SQ flow control on (a CapsuleResp
+after every Read) and disabled by the host's Connect (C2HData with SUCCESS and no CapsuleResp).
 
 Oracles: the NVMe/TCP transport specification's PDU layouts (C2HData: type 07h, LAST_PDU flag 04h,
 HLEN 24, PDO after the header and its digest, PLEN, CCCID, DATAO, DATAL; CapsuleResp: type 05h,
 HLEN 24, the 16-byte CQE with SQ head, SQ ID, CID and status), header and data digests recomputed with the
 ``crc32c`` package, the NVMe base specification's SQ head (one entry consumed per command, wrapping
-at the queue size the Connect gave) and LBA Out of Range status, and the data as written to the
-namespace file with ``os.pwrite`` (not through the target).
+at the queue size the Connect gave) and LBA Out of Range status, TP 8005's SQ flow control disable
+(Connect CATTR bit 2; the Connect response's SQHD FFFFh; C2HData's SUCCESS flag 08h only with LAST_PDU,
+only for a successful command, only where the host disabled flow control), and the data as written to
+the namespace file with ``os.pwrite`` (not through the target).
 """
 
 import os
@@ -24,6 +27,9 @@ from .conftest import NQN, NS_BYTES
 C2H_DATA, CAPSULE_RESP, LAST_PDU = 0x07, 0x05, 0x04
 QUEUE_ENTRIES = 32  # fuzz.connect_pdu asks SQSIZE 31
 STATUS_LBA_OUT_OF_RANGE = 0x4000 | 0x80  # DNR, generic status 80h
+DISABLE_SQFLOW = 0x04  # Connect CDW11 bits 23:16 (CATTR), bit 2 (TP 8005; Linux's --disable-sqflow)
+SUCCESS = 0x08  # C2HData flag: the command completed successfully, no CapsuleResp follows
+SQHD_NONE = 0xFFFF  # the Connect response's SQHD once the controller disabled SQ flow control
 
 
 def _exactly(s: socket.socket, n: int) -> bytes:
@@ -80,7 +86,9 @@ def test_reads_on_the_wire_match_the_spec_and_the_file(target, hd, dd):
                 c2h = _pdu(s)
                 ptype, flags, hlen, pdo, plen = struct.unpack_from("<BBBBI", c2h)
                 cccid, datao, datal = struct.unpack_from("<H2xII", c2h, 8)
-                assert (ptype, flags & LAST_PDU, hlen, pdo) == (C2H_DATA, LAST_PDU, 24, 24 + digest)
+                digest_flags = (0x01 if hd else 0) | (0x02 if dd else 0)
+                # LAST_PDU without SUCCESS: this queue's Connect kept SQ flow control
+                assert (ptype, flags, hlen, pdo) == (C2H_DATA, LAST_PDU | digest_flags, 24, 24 + digest)
                 tail = 4 if dd else 0
                 assert (plen, cccid, datao, datal) == (24 + digest + n * 512 + tail, cid, 0, n * 512)
                 if hd:
@@ -96,3 +104,64 @@ def test_reads_on_the_wire_match_the_spec_and_the_file(target, hd, dd):
             assert sf >> 1 == (STATUS_LBA_OUT_OF_RANGE if k == 17 else 0)
         s.close()
         assert owner.smart_log()["host_read_commands"] - before == 39  # the failed Read not counted
+
+
+# ---- SQ flow control disabled (Connect CATTR bit 2): C2HData SUCCESS instead of a CapsuleResp ---------
+
+
+def _queue_without_sq_flow_control(port: int, owner: NvmeTcpHost, qid: int, hd: bool,
+                                   dd: bool) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(fuzz.icreq(hd=hd, dd=dd))
+    _pdu(s)
+    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid, hd=hd, dd=dd,
+                               cattr=DISABLE_SQFLOW))
+    resp = _pdu(s)
+    sqhd, sqid, _cid, sf = struct.unpack_from("<HHHH", resp, 16)
+    assert resp[0] == CAPSULE_RESP and sf >> 1 == 0 and (sqhd, sqid) == (SQHD_NONE, qid)
+    return s
+
+
+@pytest.mark.parametrize(("hd", "dd"), [(False, False), (True, False), (True, True)],
+                         ids=["short-way", "short-way-header-digests", "general-path-data-digests"])
+def test_success_flag_stands_in_for_the_response_once_sq_flow_control_is_off(target, hd, dd):
+    image = os.urandom(NS_BYTES)
+    with open(target.tmp / "ns.img", "r+b") as f:
+        os.pwrite(f.fileno(), image, 0)
+    blocks_total = NS_BYTES // 512
+    reads = [(200 + k, (k * 613) % (blocks_total - 256), (1, 8, 256)[k % 3]) for k in range(40)]
+    reads[11] = (211, blocks_total - 2, 8)  # past the end: fails, so it keeps its CapsuleResp
+    with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0) as owner:
+        owner.set_features(0x07, 1 | (1 << 16))
+        before = owner.smart_log()["host_read_commands"]
+        s = _queue_without_sq_flow_control(target.port, owner, 2, hd, dd)
+        plain = _queue(target.port, owner, 1, hd, dd)  # the same controller, SQ flow control kept
+        s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads))
+        plain.sendall(_capsule(7, 0, 8, hd))
+        digest, tail = (4 if hd else 0), (4 if dd else 0)
+        for k, (cid, slba, n) in enumerate(reads):
+            got = _pdu(s)
+            if k == 11:
+                sqhd, sqid, rcid, sf = struct.unpack_from("<HHHH", got, 16)
+                assert got[0] == CAPSULE_RESP and (sqhd, sqid, rcid) == (SQHD_NONE, 2, cid)
+                assert sf >> 1 == STATUS_LBA_OUT_OF_RANGE
+                continue
+            ptype, flags, hlen, pdo, plen = struct.unpack_from("<BBBBI", got)
+            cccid, datao, datal = struct.unpack_from("<H2xII", got, 8)
+            digest_flags = (0x01 if hd else 0) | (0x02 if dd else 0)
+            assert (ptype, flags, hlen, pdo) == (C2H_DATA, LAST_PDU | SUCCESS | digest_flags, 24, 24 + digest)
+            assert (plen, cccid, datao, datal) == (24 + digest + n * 512 + tail, cid, 0, n * 512)
+            if hd:
+                assert got[24:28] == struct.pack("<I", crc32c.crc32c(got[:24]))
+            data = got[pdo:plen - tail]
+            assert data == image[slba * 512:(slba + n) * 512]
+            if dd:
+                assert got[plen - 4:] == struct.pack("<I", crc32c.crc32c(data))
+        # the queue that kept SQ flow control: LAST_PDU alone, then the CapsuleResp with the SQ head
+        c2h = _pdu(plain)
+        assert c2h[0] == C2H_DATA and c2h[1] & (LAST_PDU | SUCCESS) == LAST_PDU
+        resp = _pdu(plain)
+        assert resp[0] == CAPSULE_RESP and struct.unpack_from("<HHH", resp, 16) == (2, 1, 7)
+        s.close()
+        plain.close()
+        assert owner.smart_log()["host_read_commands"] - before == 40  # 39 + the plain queue's one

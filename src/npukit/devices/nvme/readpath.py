@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from npukit.devices.nvme import nvm, pdu
 from npukit.devices.nvme.command import SGL_TRANSPORT_DATA_BLOCK, Completion
+from npukit.devices.nvme.fabrics import SQHD_DISABLED
 from npukit.devices.nvme.lifecycle import QueueState
 from npukit.devices.nvme.namespace import FileRegion
 from npukit.devices.nvme.pdu import PduType
@@ -47,6 +48,7 @@ _READ_SQE = struct.Struct("<8xBBHI16xQI3xBIII")
 _C2H_HEAD = struct.Struct("<BBBBIHHII4x")
 _RESP = struct.Struct("<BBBBIIIHHHH")
 _C2H_HLEN, _RESP_LEN = 24, 24
+_C2H_SUCCESS = pdu.FLAG_DATA_LAST | pdu.FLAG_DATA_SUCCESS
 _PSDT_SGL_NO_FUSE_MASK, _PSDT_SGL = 0xC3, 0x40
 
 
@@ -96,8 +98,9 @@ class ReadPath:
                 or not ns.in_range(slba, nlb) or not ctrl.ready):
             return False
         # what the general path does for a successful Read, in its order
-        sqsize = conn.fabrics.sqsize
-        conn.sqhd = (conn.sqhd + 1) % (sqsize + 1 if sqsize else 65536)
+        if conn.sqhd != SQHD_DISABLED:
+            sqsize = conn.fabrics.sqsize
+            conn.sqhd = (conn.sqhd + 1) % (sqsize + 1 if sqsize else 65536)
         ctrl.last_activity = time.monotonic()
         started = time.perf_counter_ns()
         counters = ctrl.subsystem.state.counters
@@ -109,32 +112,70 @@ class ReadPath:
         return True
 
     # the send arena ----------------------------------------------------------------------------------
-    def send_read(self, cid: int, region: FileRegion, completion: Completion | None = None) -> None:
+    def success_allowed(self, completion: Completion | None) -> bool:
+        """May C2HData's SUCCESS flag stand in for this successful command's CapsuleResp? Only on an I/O
+        queue whose host disabled SQ flow control in Connect, and only for a CQE with nothing to say
+        but success (DW0 and DW1 zero: SUCCESS implies an all-zero command-specific result)."""
+        fabrics = self.conn.fabrics
+        return (fabrics.sqflow_disabled and bool(fabrics.qid)
+                and (completion is None or not (completion.dw0 or completion.dw1)))
+
+    def send_data(self, completion: Completion, data: bytes | memoryview | FileRegion) -> bool:
+        """The C2HData PDUs of a completed command (none when it failed or moves no data). True when
+        the last one carried SUCCESS, so no CapsuleResp is owed."""
+        if completion.status:
+            return False
+        if isinstance(data, FileRegion):
+            if len(data) <= C2H_CHUNK:
+                return self.send_read(completion.cid, data, completion)
+            data = data.tobytes()
+        # Read data is copied out of the file (os.pread), never sent with os.sendfile: sendfile hands
+        # page-cache pages to the socket by reference, and a write completing after the read would
+        # change bytes already "sent" (the 8-host load test saw torn blocks).
+        if not len(data):
+            return False
+        conn = self.conn
+        success = self.success_allowed(completion)
+        view = memoryview(data)
+        align = (conn.hpda + 1) * 4
+        for start in range(0, len(view), C2H_CHUNK):
+            chunk = view[start:start + C2H_CHUNK]
+            last = start + C2H_CHUNK >= len(view)
+            conn.send(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, start, chunk, last=last,
+                                   hdgst=conn.hdgst, ddgst=conn.ddgst, alignment=align,
+                                   success=last and success))
+        return success
+
+    def send_read(self, cid: int, region: FileRegion, completion: Completion | None = None) -> bool:
         """C2HData + CapsuleResp of a successful Read (``completion``'s DW0/DW1, else zero) assembled
-        behind each other in the arena, the file read straight behind the PDU header."""
+        behind each other in the arena, the file read straight behind the PDU header; or C2HData with
+        SUCCESS alone where that may stand in for the response (returns True then)."""
         conn = self.conn
         qid = conn.fabrics.qid or 0
         n = region.length
+        success = self.success_allowed(completion)
         if conn.hdgst or conn.hpda:
             head = b"".join(pdu.data_pdu(PduType.C2H_DATA, cid, 0, 0, region, last=True, hdgst=conn.hdgst,
-                                         alignment=(conn.hpda + 1) * 4)[:-1])
-            cqe = (completion or Completion(cid)).encode(conn.sqhd, qid, 0)
-            resp = b"".join(pdu.capsule_resp(cqe, hdgst=conn.hdgst))
+                                         alignment=(conn.hpda + 1) * 4, success=success)[:-1])
+            resp = b"" if success else b"".join(pdu.capsule_resp((completion or Completion(cid)).encode(
+                conn.sqhd, qid, 0), hdgst=conn.hdgst))
             total = len(head) + n + len(resp)
             view = self._take(total)
             view[:len(head)] = head
             view[total - len(resp):total] = resp
             region.read_into(view[len(head):len(head) + n])
         else:
-            total = _C2H_HLEN + n + _RESP_LEN
+            total = _C2H_HLEN + n + (0 if success else _RESP_LEN)
             view = self._take(total)
-            _C2H_HEAD.pack_into(view, 0, PduType.C2H_DATA, pdu.FLAG_DATA_LAST, _C2H_HLEN, _C2H_HLEN,
-                                _C2H_HLEN + n, cid, 0, 0, n)
-            dw0, dw1 = (completion.dw0 & 0xFFFFFFFF, completion.dw1 & 0xFFFFFFFF) if completion else (0, 0)
-            _RESP.pack_into(view, _C2H_HLEN + n, PduType.CAPSULE_RESP, 0, _RESP_LEN, 0, _RESP_LEN, dw0, dw1,
-                            conn.sqhd, qid, cid, 0)
+            _C2H_HEAD.pack_into(view, 0, PduType.C2H_DATA, _C2H_SUCCESS if success else pdu.FLAG_DATA_LAST,
+                                _C2H_HLEN, _C2H_HLEN, _C2H_HLEN + n, cid, 0, 0, n)
+            if not success:
+                dw0, dw1 = (completion.dw0, completion.dw1) if completion else (0, 0)
+                _RESP.pack_into(view, _C2H_HLEN + n, PduType.CAPSULE_RESP, 0, _RESP_LEN, 0, _RESP_LEN,
+                                dw0 & 0xFFFFFFFF, dw1 & 0xFFFFFFFF, conn.sqhd, qid, cid, 0)
             region.read_into(view[_C2H_HLEN:_C2H_HLEN + n])
         conn.queue_view(view, total)
+        return success
 
     def _take(self, n: int) -> memoryview:
         """``n`` bytes of the arena (a new arena when it is full)."""

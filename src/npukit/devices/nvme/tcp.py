@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 from npukit.devices.nvme import pdu
 from npukit.devices.nvme.command import SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK, Command, Completion
 from npukit.devices.nvme.controller import Controller
-from npukit.devices.nvme.fabrics import FabricsQueue, fabrics_data_in
+from npukit.devices.nvme.fabrics import SQHD_DISABLED, FabricsQueue, fabrics_data_in
 from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.lifecycle import QueueEvent, QueueLifecycle, QueueState
 from npukit.devices.nvme.namespace import FileRegion, lazy_reads
 from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
-from npukit.devices.nvme.readpath import BATCH_LIMIT, C2H_CHUNK, ReadPath
+from npukit.devices.nvme.readpath import BATCH_LIMIT, ReadPath
 from npukit.devices.nvme.receive import RECEIVE_MODES, PduReceiver, ReceiverWriter, StreamInput
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
@@ -226,7 +226,8 @@ class Connection:
         in_capsule = p.data
         if len(in_capsule) > self.target.in_capsule_limit(self.fabrics.qid):
             raise FatalPduError(Fes.DATA_LIMIT_EXCEEDED, 4, p.header, f"{len(in_capsule)} bytes in-capsule")
-        self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
+        if self.sqhd != SQHD_DISABLED:  # one entry consumed, unless the host disabled SQ flow control
+            self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
         try:
             spec, n_in, n_out = self._prepare(cmd)
             data = self._gather(cmd, p, n_in, spec, n_out)
@@ -343,7 +344,10 @@ class Connection:
             return
         pool = self.target.pool
         if spec is None:
-            self._respond(self.fabrics.handle(cmd, data))
+            completion = self.fabrics.handle(cmd, data)
+            if self.fabrics.sqflow_disabled:
+                self.sqhd = SQHD_DISABLED  # from the Connect response on: no SQ head pointer
+            self._respond(completion)
             if pool is not None and not self.fabrics.qid:
                 pool.publish()  # Property Set may have enabled or reset the controller
             return
@@ -364,23 +368,8 @@ class Connection:
             self._complete(*result)
 
     def _complete(self, completion: Completion, data: bytes | memoryview | FileRegion) -> None:
-        if isinstance(data, FileRegion):
-            if not completion.status and len(data) <= C2H_CHUNK:
-                self.reads.send_read(completion.cid, data, completion)
-                return
-            data = data.tobytes() if not completion.status else b""
-        # Read data is copied out of the file (os.pread), never sent with os.sendfile: sendfile hands
-        # page-cache pages to the socket by reference, and a write completing after the read would
-        # change bytes already "sent" (the 8-host load test saw torn blocks).
-        if len(data) and not completion.status:
-            view = memoryview(data)
-            align = (self.hpda + 1) * 4
-            for start in range(0, len(view), C2H_CHUNK):
-                chunk = view[start:start + C2H_CHUNK]
-                last = start + C2H_CHUNK >= len(view)
-                self.send(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, start, chunk, last=last,
-                                       hdgst=self.hdgst, ddgst=self.ddgst, alignment=align))
-        self._respond(completion)
+        if not self.reads.send_data(completion, data):  # C2HData's SUCCESS may stand in for the response
+            self._respond(completion)
 
     def queue_view(self, view: memoryview, n: int) -> None:
         """Queue ``n`` assembled bytes (a Read's PDUs in the arena) as ``send`` queues PDUs."""

@@ -199,7 +199,7 @@ class Worker:
         conn = WorkerConnection(self, info, source, writer)
         conn.lifecycle.state = QueueState.LIVE
         conn.fabrics.ctrl, conn.fabrics.qid, conn.fabrics.sqsize = ctrl, info["qid"], info["sqsize"]
-        conn.fabrics.hostid = info["hostid"]
+        conn.fabrics.hostid, conn.fabrics.sqflow_disabled = info["hostid"], info["sqflow_disabled"]
         ctrl.io_queues.add(info["qid"])
         conn.hdgst, conn.ddgst = info["hdgst"], info["ddgst"]
         conn.hpda, conn.sqhd = info["hpda"], info["sqhd"]
