@@ -79,9 +79,13 @@ def test_reads_on_the_wire_match_the_spec_and_the_file(target, hd, dd):
         owner.set_features(0x07, 1 | (1 << 16))
         before = owner.smart_log()["host_read_commands"]
         s = _queue(target.port, owner, 1, hd, dd)
-        s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads))  # pipelined
+        # the first alone, the rest pipelined in one send: then they arrive while the queue waits for
+        # its next PDU, and the short way serves them as received (ReadPath.serve_batch)
+        s.sendall(_capsule(*reads[0], hd))
         digest = 4 if hd else 0
         for k, (cid, slba, n) in enumerate(reads):
+            if k == 1:
+                s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads[1:]))
             if k != 17:
                 c2h = _pdu(s)
                 ptype, flags, hlen, pdo, plen = struct.unpack_from("<BBBBI", c2h)
@@ -136,10 +140,12 @@ def test_success_flag_stands_in_for_the_response_once_sq_flow_control_is_off(tar
         before = owner.smart_log()["host_read_commands"]
         s = _queue_without_sq_flow_control(target.port, owner, 2, hd, dd)
         plain = _queue(target.port, owner, 1, hd, dd)  # the same controller, SQ flow control kept
-        s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads))
+        s.sendall(_capsule(*reads[0], hd))
         plain.sendall(_capsule(7, 0, 8, hd))
         digest, tail = (4 if hd else 0), (4 if dd else 0)
         for k, (cid, slba, n) in enumerate(reads):
+            if k == 1:  # as above: the rest arrives while the queue waits for its next PDU
+                s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads[1:]))
             got = _pdu(s)
             if k == 11:
                 sqhd, sqid, rcid, sf = struct.unpack_from("<HHHH", got, 16)
@@ -165,3 +171,43 @@ def test_success_flag_stands_in_for_the_response_once_sq_flow_control_is_off(tar
         s.close()
         plain.close()
         assert owner.smart_log()["host_read_commands"] - before == 40  # 39 + the plain queue's one
+
+
+def _write_capsule(cid: int, slba: int, data: bytes) -> bytes:
+    """A Write with its data in-capsule (SGL Data Block, offset 0), no digests."""
+    sqe = fuzz._sqe(0x01, cid, 1, {10: slba, 12: len(data) // 512 - 1}, sgl_len=len(data), sgl_type=0x01)
+    return struct.pack("<BBBBI", 0x04, 0, 72, 72, 72 + len(data)) + sqe + data
+
+
+@pytest.mark.parametrize("cattr", [0, DISABLE_SQFLOW], ids=["flow-control", "sq-flow-control-disabled"])
+def test_pipelined_reads_and_writes_are_served_in_order(target, cattr):
+    """One send of Reads and in-capsule Writes to the same blocks, arriving while the queue waits: the
+    Reads the short way serves as received stop at each Write, so every Read returns what the Writes
+    before it in the stream left there, and the completions come back in submission order."""
+    old, new = os.urandom(4096), os.urandom(4096)
+    with open(target.tmp / "ns.img", "r+b") as f:
+        os.pwrite(f.fileno(), old, 64 * 512)
+    with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0) as owner:
+        owner.set_features(0x07, 1 | (1 << 16))
+        s = socket.create_connection(("127.0.0.1", target.port), timeout=10)
+        s.sendall(fuzz.icreq())
+        _pdu(s)
+        s.sendall(fuzz.connect_pdu(1, owner.cntlid, NQN, owner.hostnqn, owner.hostid, cattr=cattr))
+        _pdu(s)
+        s.sendall(_capsule(1, 64, 8, False))  # the queue is live and has served a Read
+        assert _pdu(s)[24:] == old
+        if not cattr:
+            _pdu(s)
+        stream = [("r", 2, old), ("r", 3, old), ("w", 4, new), ("r", 5, new), ("r", 6, new), ("w", 7, old),
+                  ("r", 8, old)]
+        s.sendall(b"".join(_capsule(cid, 64, 8, False) if kind == "r" else _write_capsule(cid, 64, data)
+                           for kind, cid, data in stream))
+        for kind, cid, data in stream:
+            got = _pdu(s)
+            if kind == "r":
+                assert got[0] == C2H_DATA and struct.unpack_from("<H", got, 8)[0] == cid and got[24:] == data
+                if cattr:
+                    continue
+                got = _pdu(s)
+            assert got[0] == CAPSULE_RESP and struct.unpack_from("<HH", got, 20) == (cid, 0)
+        s.close()

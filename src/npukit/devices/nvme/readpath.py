@@ -17,6 +17,7 @@ bytes, counters and SMART effects.
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -25,8 +26,9 @@ from npukit.devices.nvme import nvm, pdu
 from npukit.devices.nvme.command import SGL_TRANSPORT_DATA_BLOCK, Completion
 from npukit.devices.nvme.fabrics import SQHD_DISABLED
 from npukit.devices.nvme.lifecycle import QueueState
-from npukit.devices.nvme.namespace import FileRegion
+from npukit.devices.nvme.namespace import FileRegion, Namespace
 from npukit.devices.nvme.pdu import PduType
+from npukit.devices.nvme.receive import PduReceiver
 from npukit.devices.nvme.registry import QueueKind
 from npukit.devices.nvme.spec import LBA_SIZE
 
@@ -49,6 +51,12 @@ _C2H_HEAD = struct.Struct("<BBBBIHHII4x")
 _RESP = struct.Struct("<BBBBIIIHHHH")
 _C2H_HLEN, _RESP_LEN = 24, 24
 _C2H_SUCCESS = pdu.FLAG_DATA_LAST | pdu.FLAG_DATA_SUCCESS
+# A CapsuleCmd without digests, padding or in-capsule data, as one little-endian 64-bit word: type 04h,
+# flags 0, HLEN 72, PDO 0, PLEN 72 (what validate_common and parse accept without a question).
+_CH = struct.Struct("<Q")
+_CAPSULE_LEN = 72
+_PLAIN_READ_CAPSULE = _CH.unpack(struct.pack("<BBBBI", PduType.CAPSULE_CMD, 0, _CAPSULE_LEN, 0,
+                                                _CAPSULE_LEN))[0]
 _PSDT_SGL_NO_FUSE_MASK, _PSDT_SGL = 0xC3, 0x40
 
 
@@ -58,12 +66,20 @@ class ReadPath:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._arena: bytearray | None = None
+        self._arena_view = memoryview(b"")
         self._arena_used = 0
+        self._batch_start = 0  # serve_batch: the first arena byte not handed to the transport yet
         self._fast: bool | None = None  # decided once the queue is live (see _fast_allowed)
 
     def arena_free(self) -> None:
         """The transport sent everything: the arena can be written over."""
-        self._arena_used = 0
+        self._arena_used = self._batch_start = 0
+
+    def _new_arena(self, size: int) -> None:
+        """A fresh arena (the transport may still hold views of the old one)."""
+        self._arena = bytearray(size)
+        self._arena_view = memoryview(self._arena)
+        self._arena_used = self._batch_start = 0
 
     # the short way -----------------------------------------------------------------------------------
     def _fast_allowed(self) -> bool:
@@ -77,39 +93,126 @@ class ReadPath:
         local = getattr(ctrl, "local", None)  # a worker's stand-in controller: the opcodes it runs itself
         return spec is not None and spec.handler is nvm.read and (local is None or READ_OPCODE in local)
 
-    def try_fast(self, p: pdu.Pdu) -> bool:
-        """Serve ``p`` (a CapsuleCmd) if it is a Read that succeeds; False: take the general path."""
-        if self._fast is None:
-            if self.conn.lifecycle.state is not QueueState.LIVE:
-                return False
+    def _decide(self) -> bool:
+        """Whether the short way serves this queue (decided once it is live); with it, Reads received
+        into a :class:`PduReceiver` without header digests are served as they arrive (serve_batch)."""
+        if self._fast is None and self.conn.lifecycle.state is QueueState.LIVE:
             self._fast = self._fast_allowed()
-        if not self._fast or len(p.data) or p.flags & 0x80 or p.header[8] != READ_OPCODE:
-            return False
-        conn = self.conn
-        ctrl = conn.ctrl
-        (_op, flags, cid, nsid, _addr, sgl_len, sgl_type, slba_lo, slba_hi,
-         cdw12) = _READ_SQE.unpack_from(p.header)
+            source = self.conn.source
+            if self._fast and not self.conn.hdgst and isinstance(source, PduReceiver):
+                source.on_batch = self.serve_batch
+        return bool(self._fast)
+
+    def _accept(self, buf: bytes | memoryview, offset: int) -> tuple[int, Namespace, int, int] | None:
+        """(CID, namespace, first LBA, blocks) of the Read SQE at ``buf[offset + 8:]`` if it passes every
+        check the general path makes (and is no larger than one C2HData); None: the general path."""
+        (opcode, flags, cid, nsid, _addr, sgl_len, sgl_type, slba_lo, slba_hi,
+         cdw12) = _READ_SQE.unpack_from(buf, offset)
+        if opcode != READ_OPCODE:
+            return None
+        ctrl = self.conn.ctrl
         ns = ctrl.subsystem.namespaces.get(nsid)
         nlb = (cdw12 & 0xFFFF) + 1
         slba = slba_lo | (slba_hi << 32)
         length = nlb * LBA_SIZE
         if (ns is None or flags & _PSDT_SGL_NO_FUSE_MASK != _PSDT_SGL or sgl_type != SGL_TRANSPORT_DATA_BLOCK
                 or sgl_len < length or length > C2H_CHUNK or length > ctrl.max_transfer
-                or not ns.in_range(slba, nlb) or not ctrl.ready):
-            return False
-        # what the general path does for a successful Read, in its order
+                or not ns.in_range(slba, nlb)):
+            return None
+        return cid, ns, slba, nlb
+
+    def _consume_entry(self) -> None:
+        conn = self.conn
         if conn.sqhd != SQHD_DISABLED:
             sqsize = conn.fabrics.sqsize
             conn.sqhd = (conn.sqhd + 1) % (sqsize + 1 if sqsize else 65536)
+
+    def try_fast(self, p: pdu.Pdu) -> bool:
+        """Serve ``p`` (a CapsuleCmd) if it is a Read that succeeds; False: take the general path."""
+        if not self._decide() or len(p.data) or p.flags & 0x80:
+            return False
+        ctrl = self.conn.ctrl
+        accepted = self._accept(p.header, 0)
+        if accepted is None or not ctrl.ready:
+            return False
+        cid, ns, slba, nlb = accepted
+        # what the general path does for a successful Read, in its order
+        self._consume_entry()
         ctrl.last_activity = time.monotonic()
         started = time.perf_counter_ns()
         counters = ctrl.subsystem.state.counters
         counters.host_read_commands += 1
         counters.data_units_read += nlb
-        region = FileRegion(ns.fd, slba * LBA_SIZE, length)
+        region = FileRegion(ns.fd, slba * LBA_SIZE, nlb * LBA_SIZE)
         counters.controller_busy_ns += time.perf_counter_ns() - started
         self.send_read(cid, region)
         return True
+
+    # Reads served as they arrive ---------------------------------------------------------------------
+    def serve_batch(self, buf: memoryview, start: int, end: int) -> int:
+        """Serve the Reads at the front of ``buf[start:end]`` (what one receive delivered, while the
+        connection waits for its next PDU): every CapsuleCmd without digests that ``_accept`` takes, one
+        after another, their PDUs assembled in the arena and sent with one ``write`` (one system call)
+        per batch. Stops at the first PDU that is anything else (or incomplete) and returns where it
+        stopped: the connection's loop takes it from there, so the order of commands is kept. The
+        bookkeeping of the general path (SQ head, SMART counters, busy time, keep-alive activity) is
+        done once per batch."""
+        conn = self.conn
+        ctrl = conn.ctrl
+        if (conn.closed or conn.lifecycle.state is not QueueState.LIVE or not conn.source.writable
+                or ctrl is None or not ctrl.ready):
+            return start
+        started = time.perf_counter_ns()
+        success = conn.fabrics.sqflow_disabled
+        pos, reads, blocks = start, 0, 0
+        while end - pos >= _CAPSULE_LEN and _CH.unpack_from(buf, pos)[0] == _PLAIN_READ_CAPSULE:
+            accepted = self._accept(buf, pos)
+            if accepted is None:
+                break
+            cid, ns, slba, nlb = accepted
+            self._consume_entry()
+            self._assemble(cid, ns.fd, slba * LBA_SIZE, nlb * LBA_SIZE, success)
+            reads, blocks = reads + 1, blocks + nlb
+            pos += _CAPSULE_LEN
+        if reads:
+            self._emit()
+            if not conn.writer.transport.get_write_buffer_size():
+                self.arena_free()
+            counters = ctrl.subsystem.state.counters
+            counters.host_read_commands += reads
+            counters.data_units_read += blocks
+            ctrl.last_activity = time.monotonic()
+            counters.controller_busy_ns += time.perf_counter_ns() - started
+        return pos
+
+    def _assemble(self, cid: int, fd: int, offset: int, n: int, success: bool) -> None:
+        """One Read's C2HData (+ CapsuleResp) behind the batch so far in the arena, the file read
+        straight behind the header (``os.preadv``: no bytes object in between)."""
+        total = _C2H_HLEN + n + (0 if success else _RESP_LEN)
+        if self._arena is None or self._arena_used + total > len(self._arena):
+            self._emit()  # what the batch assembled so far leaves before the arena changes
+            if self._arena is None or self.conn.writer.transport.get_write_buffer_size():
+                self._new_arena(max(ARENA_BYTES, total))
+            self.arena_free()
+        arena, at = self._arena, self._arena_used
+        _C2H_HEAD.pack_into(arena, at, PduType.C2H_DATA, _C2H_SUCCESS if success else pdu.FLAG_DATA_LAST,
+                            _C2H_HLEN, _C2H_HLEN, _C2H_HLEN + n, cid, 0, 0, n)
+        data = at + _C2H_HLEN
+        got = os.preadv(fd, [self._arena_view[data:data + n]], offset)
+        if got != n:  # short read (a file shorter than the namespace): as FileRegion does it
+            FileRegion(fd, offset, n).read_into(self._arena_view[data:data + n])
+        if not success:
+            _RESP.pack_into(arena, data + n, PduType.CAPSULE_RESP, 0, _RESP_LEN, 0, _RESP_LEN, 0, 0,
+                            self.conn.sqhd, self.conn.fabrics.qid, cid, 0)
+        self._arena_used = at + total
+        if self._arena_used - self._batch_start > BATCH_LIMIT:
+            self._emit()  # large Reads: the host starts receiving while the next blocks are read
+
+    def _emit(self) -> None:
+        """Send what the batch assembled since the last emit (one contiguous piece of the arena)."""
+        if self._arena_used > self._batch_start:
+            self.conn.writer.write(self._arena_view[self._batch_start:self._arena_used])
+        self._batch_start = self._arena_used
 
     # the send arena ----------------------------------------------------------------------------------
     def success_allowed(self, completion: Completion | None) -> bool:
@@ -180,7 +283,8 @@ class ReadPath:
     def _take(self, n: int) -> memoryview:
         """``n`` bytes of the arena (a new arena when it is full)."""
         if self._arena is None or self._arena_used + n > len(self._arena):
-            self._arena, self._arena_used = bytearray(max(ARENA_BYTES, n)), 0
+            self._new_arena(max(ARENA_BYTES, n))
         start = self._arena_used
         self._arena_used += n
-        return memoryview(self._arena)[start:start + n]
+        self._batch_start = self._arena_used  # queued through the connection, not by serve_batch
+        return self._arena_view[start:start + n]
