@@ -17,6 +17,7 @@ bytes, counters and SMART effects.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 import time
@@ -69,6 +70,7 @@ class ReadPath:
         self._arena_view = memoryview(b"")
         self._arena_used = 0
         self._batch_start = 0  # serve_batch: the first arena byte not handed to the transport yet
+        self._transport: asyncio.Transport | None = None  # serve_batch writes to it directly
         self._fast: bool | None = None  # decided once the queue is live (see _fast_allowed)
 
     def arena_free(self) -> None:
@@ -100,6 +102,7 @@ class ReadPath:
             self._fast = self._fast_allowed()
             source = self.conn.source
             if self._fast and not self.conn.hdgst and isinstance(source, PduReceiver):
+                self._transport = source.transport
                 source.on_batch = self.serve_batch
         return bool(self._fast)
 
@@ -159,8 +162,7 @@ class ReadPath:
         done once per batch."""
         conn = self.conn
         ctrl = conn.ctrl
-        if (conn.closed or conn.lifecycle.state is not QueueState.LIVE or not conn.source.writable
-                or ctrl is None or not ctrl.ready):
+        if conn.lifecycle.state is not QueueState.LIVE or not conn.source.writable or not ctrl.ready:
             return start
         started = time.perf_counter_ns()
         success = conn.fabrics.sqflow_disabled
@@ -176,13 +178,10 @@ class ReadPath:
             pos += _CAPSULE_LEN
         if reads:
             self._emit()
-            if not conn.writer.transport.get_write_buffer_size():
-                self.arena_free()
-            counters = ctrl.subsystem.state.counters
-            counters.host_read_commands += reads
-            counters.data_units_read += blocks
+            if not self._transport.get_write_buffer_size():
+                self._arena_used = self._batch_start = 0  # all sent: the arena can be written over
             ctrl.last_activity = time.monotonic()
-            counters.controller_busy_ns += time.perf_counter_ns() - started
+            ctrl.subsystem.state.counters.add_reads(reads, blocks, time.perf_counter_ns() - started)
         return pos
 
     def _assemble(self, cid: int, fd: int, offset: int, n: int, success: bool) -> None:
@@ -191,7 +190,7 @@ class ReadPath:
         total = _C2H_HLEN + n + (0 if success else _RESP_LEN)
         if self._arena is None or self._arena_used + total > len(self._arena):
             self._emit()  # what the batch assembled so far leaves before the arena changes
-            if self._arena is None or self.conn.writer.transport.get_write_buffer_size():
+            if self._arena is None or self._transport.get_write_buffer_size():
                 self._new_arena(max(ARENA_BYTES, total))
             self.arena_free()
         arena, at = self._arena, self._arena_used
@@ -211,7 +210,7 @@ class ReadPath:
     def _emit(self) -> None:
         """Send what the batch assembled since the last emit (one contiguous piece of the arena)."""
         if self._arena_used > self._batch_start:
-            self.conn.writer.write(self._arena_view[self._batch_start:self._arena_used])
+            self._transport.write(self._arena_view[self._batch_start:self._arena_used])
         self._batch_start = self._arena_used
 
     # the send arena ----------------------------------------------------------------------------------
