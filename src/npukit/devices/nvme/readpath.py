@@ -55,6 +55,11 @@ _C2H_SUCCESS = pdu.FLAG_DATA_LAST | pdu.FLAG_DATA_SUCCESS
 # A CapsuleCmd without digests, padding or in-capsule data, as one little-endian 64-bit word: type 04h,
 # flags 0, HLEN 72, PDO 0, PLEN 72 (what validate_common and parse accept without a question).
 _CH = struct.Struct("<Q")
+# H2CData: CCCID and TTAG; with DATAO and DATAL
+_H2C_TAGS, _H2C_FIELDS = struct.Struct("<HH"), struct.Struct("<HHII")
+# an H2CData's common header without PLEN: type 06h, LAST_PDU, HLEN 24, PDO 24 (no digests, no padding)
+_PLAIN_LAST_H2C = int.from_bytes(bytes((PduType.H2C_DATA, pdu.FLAG_DATA_LAST, 24, 24)), "little")
+MAX_H2C_DATA = 128 * 1024  # MAXH2CDATA in ICResp: the most one H2CData may carry
 _CAPSULE_LEN = 72
 _PLAIN_READ_CAPSULE = _CH.unpack(struct.pack("<BBBBI", PduType.CAPSULE_CMD, 0, _CAPSULE_LEN, 0,
                                                 _CAPSULE_LEN))[0]
@@ -151,38 +156,85 @@ class ReadPath:
         self.send_read(cid, region)
         return True
 
-    # Reads served as they arrive ---------------------------------------------------------------------
-    def serve_batch(self, buf: memoryview, start: int, end: int) -> int:
-        """Serve the Reads at the front of ``buf[start:end]`` (what one receive delivered, while the
-        connection waits for its next PDU): every CapsuleCmd without digests that ``_accept`` takes, one
-        after another, their PDUs assembled in the arena and sent with one ``write`` (one system call)
-        per batch. Stops at the first PDU that is anything else (or incomplete) and returns where it
-        stopped: the connection's loop takes it from there, so the order of commands is kept. The
-        bookkeeping of the general path (SQ head, SMART counters, busy time, keep-alive activity) is
-        done once per batch."""
+    # PDUs served as they arrive --------------------------------------------------------------------
+    def serve_batch(self, buf: memoryview, start: int, end: int) -> tuple[int, int]:
+        """Serve the PDUs at the front of ``buf[start:end]`` (what arrived while the connection waits for
+        its next PDU) that need nothing but the short way: plain Read capsules that ``_accept`` takes
+        (their PDUs assembled in the arena, sent with one ``write`` per batch) and plain H2CData
+        carrying a whole R2T transfer (the command runs as ``Connection.transfer_done`` runs it from
+        the general path, written to the file straight from the receive buffer). Stops at the first
+        PDU that is anything else and returns where it stopped: the connection's loop goes on from
+        there, so commands keep their order. The second value: the size of an H2CData it will serve
+        once all of it is here (the receiver waits for it instead of waking the loop), else 0. The
+        Reads' bookkeeping (SQ head, SMART counters, busy time, keep-alive activity) is done once per
+        batch."""
         conn = self.conn
         ctrl = conn.ctrl
         if conn.lifecycle.state is not QueueState.LIVE or not conn.source.writable or not ctrl.ready:
-            return start
+            return start, 0
         started = time.perf_counter_ns()
         success = conn.fabrics.sqflow_disabled
-        pos, reads, blocks = start, 0, 0
-        while end - pos >= _CAPSULE_LEN and _CH.unpack_from(buf, pos)[0] == _PLAIN_READ_CAPSULE:
-            accepted = self._accept(buf, pos)
-            if accepted is None:
+        pos, reads, blocks, wait = start, 0, 0, 0
+        while end - pos >= _CH.size:
+            common = _CH.unpack_from(buf, pos)[0]
+            if common == _PLAIN_READ_CAPSULE:
+                if end - pos < _CAPSULE_LEN:
+                    wait = _CAPSULE_LEN
+                    break
+                accepted = self._accept(buf, pos)
+                if accepted is None:
+                    break
+                cid, ns, slba, nlb = accepted
+                self._flush_out()
+                self._consume_entry()
+                self._assemble(cid, ns.fd, slba * LBA_SIZE, nlb * LBA_SIZE, success)
+                reads, blocks = reads + 1, blocks + nlb
+                pos += _CAPSULE_LEN
+                continue
+            if common & 0xFFFFFFFF != _PLAIN_LAST_H2C:
                 break
-            cid, ns, slba, nlb = accepted
-            self._consume_entry()
-            self._assemble(cid, ns.fd, slba * LBA_SIZE, nlb * LBA_SIZE, success)
-            reads, blocks = reads + 1, blocks + nlb
-            pos += _CAPSULE_LEN
+            if end - pos < _C2H_HLEN:
+                wait = _C2H_HLEN
+                break
+            plen = self._whole_transfer(buf, pos, common >> 32)
+            if not plen:
+                break
+            if end - pos < plen:
+                wait = plen
+                break
+            self._emit()
+            _cccid, ttag = _H2C_TAGS.unpack_from(buf, pos + 8)
+            conn.batching = True  # what the command sends is queued on the connection, sent below
+            try:
+                conn.transfer_done(ttag, conn.pending[ttag], buf[pos + _C2H_HLEN:pos + plen])
+            finally:
+                conn.batching = False
+            pos += plen
+        self._flush_out()
         if reads:
             self._emit()
             if not self._transport.get_write_buffer_size():
                 self._arena_used = self._batch_start = 0  # all sent: the arena can be written over
             ctrl.last_activity = time.monotonic()
             ctrl.subsystem.state.counters.add_reads(reads, blocks, time.perf_counter_ns() - started)
-        return pos
+        return pos, wait
+
+    def _whole_transfer(self, buf: memoryview, pos: int, plen: int) -> int:
+        """``plen`` if the H2CData at ``buf[pos:]`` (plain: no digests, PDO = HLEN, LAST_PDU) carries
+        all of a waiting write's data, as the general path would take it; else 0."""
+        cccid, ttag, offset, length = _H2C_FIELDS.unpack_from(buf, pos + 8)
+        pending = self.conn.pending.get(ttag)
+        if (pending is None or not pending.r2t_sent or pending.spec is None or cccid != pending.cmd.cid
+                or offset or pending.received or length != pending.length or length > MAX_H2C_DATA
+                or plen != _C2H_HLEN + length):
+            return 0
+        return plen
+
+    def _flush_out(self) -> None:
+        """What the general path queued on the connection (write completions, R2Ts) leaves now."""
+        queued = self.conn.take_queued()
+        if queued:
+            self._transport.writelines(queued)
 
     def _assemble(self, cid: int, fd: int, offset: int, n: int, success: bool) -> None:
         """One Read's C2HData (+ CapsuleResp) behind the batch so far in the arena, the file read

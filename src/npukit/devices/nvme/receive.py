@@ -29,8 +29,9 @@ COMPACT_BELOW = 16 << 10  # fewer free bytes than this behind the data after a P
 
 # a PDU's common header (8 bytes) -> its PLEN, raising for a header the connection refuses
 HeaderCheck = Callable[[bytes], int]
-# (buffer, start, end) -> where the connection's own loop is to go on (readpath.ReadPath.serve_batch)
-BatchServer = Callable[[memoryview, int, int], int]
+# (buffer, start, end) -> (where the connection's own loop is to go on, bytes to wait for there before
+# calling again instead of waking the loop: 0 to wake it as usual) (readpath.ReadPath.serve_batch)
+BatchServer = Callable[[memoryview, int, int], tuple[int, int]]
 
 
 class PduReceiver(asyncio.BufferedProtocol):
@@ -75,11 +76,15 @@ class PduReceiver(asyncio.BufferedProtocol):
                 and not self._waiter.done():
             # the connection's task is parked in read_pdu for a header: nothing is held, nothing of its
             # own is queued to send, so what on_batch takes is served in order
-            self._start = self.on_batch(self._view, self._start, self._end)
+            self._start, wait = self.on_batch(self._view, self._start, self._end)
             if self._start == self._end:
                 self._start = self._end = 0
                 return
-            if len(self._buf) - self._end < COMPACT_BELOW:
+            if wait:  # the rest of a PDU on_batch will serve is on its way: room for it, no wake-up
+                self._make_room(wait)
+                if self._end - self._start < wait:
+                    return
+            elif len(self._buf) - self._end < COMPACT_BELOW:
                 self._move(len(self._buf))  # as _release would: the task's _fill checked room before
         if self._end == len(self._buf) and not self._reading_paused:
             self._reading_paused = True
@@ -156,11 +161,15 @@ class PduReceiver(asyncio.BufferedProtocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
-    async def _fill(self, n: int) -> None:
+    def _make_room(self, n: int) -> None:
+        """Room for ``n`` bytes from the first unconsumed one (a buffer grown once for large PDUs)."""
         if 2 * n > len(self._buf):
             self._move(max(BUFFER_BYTES, 2 * n))
         elif self._start + n > len(self._buf):
             self._move(len(self._buf))
+
+    async def _fill(self, n: int) -> None:
+        self._make_room(n)
         while self._end - self._start < n:
             if self._error is not None:
                 raise self._error

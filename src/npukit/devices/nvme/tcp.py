@@ -28,7 +28,7 @@ from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.lifecycle import QueueEvent, QueueLifecycle, QueueState
 from npukit.devices.nvme.namespace import FileRegion, lazy_reads
 from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
-from npukit.devices.nvme.readpath import BATCH_LIMIT, ReadPath
+from npukit.devices.nvme.readpath import BATCH_LIMIT, MAX_H2C_DATA, ReadPath
 from npukit.devices.nvme.receive import RECEIVE_MODES, PduReceiver, ReceiverWriter, StreamInput
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
@@ -41,7 +41,6 @@ log = logging.getLogger("npukit.nvme.tcp")
 _BEFORE_CONNECT = (QueueState.AWAIT_IC_REQ, QueueState.AWAIT_CONNECT)
 
 ADMIN_IN_CAPSULE = 8192  # NVME_TCP_ADMIN_CCSZ: what Linux puts in-capsule on the admin queue
-MAX_H2C_DATA = 128 * 1024
 # What a peer can make the target buffer for R2T transfers: R2Ts are paced so that one connection has
 # at most CONN_R2T_BYTES requested (always at least one transfer) and all connections together at most
 # TARGET_R2T_BYTES (plus one transfer per connection); later commands wait, holding only their SQE.
@@ -82,7 +81,7 @@ class Connection:
         self._r2t_waiting: collections.deque[int] = collections.deque()  # TTAGs whose R2T is not sent yet
         self.r2t_outstanding = 0  # bytes requested by R2T and not yet received
         self._next_ttag = 0
-        self._batching = False
+        self.batching = False  # PDUs are queued in _out (sent together) instead of written at once
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
         self.reads = ReadPath(self)  # the send arena of Reads, and the short way for ordinary ones
@@ -105,11 +104,16 @@ class Connection:
         another connection's command) at once."""
         if self.closed:
             return
-        if self._batching:
+        if self.batching:
             self._out.extend(buffers)
             self._out_bytes += sum(len(b) for b in buffers)
         else:
             self.writer.writelines(buffers)
+
+    def take_queued(self) -> list[bytes | memoryview]:
+        """The PDUs queued while batching, for the caller to send (ReadPath.serve_batch)."""
+        out, self._out, self._out_bytes = self._out, [], 0
+        return out
 
     async def _flush(self) -> None:
         if self._out and not self.closed:
@@ -150,11 +154,11 @@ class Connection:
                     p = await asyncio.wait_for(self._read_pdu(), self.target.connect_timeout)
                 else:
                     p = await self._read_pdu()
-                self._batching = True
+                self.batching = True
                 try:
                     self._dispatch(p)
                 finally:
-                    self._batching = False
+                    self.batching = False
                 if self._out_bytes > BATCH_LIMIT or not self.source.more_buffered():
                     await self._flush()
                 if self.lifecycle.state is QueueState.DISCONNECTING:
@@ -329,8 +333,11 @@ class Connection:
             data = memoryview(pending.buffer)
         pending.received += length
         pending.digest_error |= bool(p.flags & 0x80)
-        if pending.received < pending.length:
-            return
+        if pending.received == pending.length:
+            self.transfer_done(ttag, pending, data)
+
+    def transfer_done(self, ttag: int, pending: PendingWrite, data: memoryview) -> None:
+        """All of a command's R2T data is here: run it, and send the R2Ts its budget held back."""
         del self.pending[ttag]
         self._r2t_done(pending.length)
         self._run(pending.cmd, pending.spec, data, pending.n_out, digest_error=pending.digest_error)
@@ -375,7 +382,7 @@ class Connection:
         """Queue ``n`` assembled bytes (a Read's PDUs in the arena) as ``send`` queues PDUs."""
         if self.closed:
             return
-        if self._batching:
+        if self.batching:
             self._out.append(view)
             self._out_bytes += n
         else:
