@@ -352,8 +352,9 @@ class Connection:
         pool = self.target.pool
         if spec is None:
             completion = self.fabrics.handle(cmd, data)
-            if self.fabrics.sqflow_disabled:
+            if self.fabrics.sqflow_disabled and self.sqhd != SQHD_DISABLED:
                 self.sqhd = SQHD_DISABLED  # from the Connect response on: no SQ head pointer
+                log.info("%s: queue %d connected with SQ flow control disabled", self.peer, self.fabrics.qid)
             self._respond(completion)
             if pool is not None and not self.fabrics.qid:
                 pool.publish()  # Property Set may have enabled or reset the controller
