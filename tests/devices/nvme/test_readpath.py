@@ -19,7 +19,7 @@ import struct
 import crc32c
 import pytest
 
-from npukit.devices.nvme import fuzz
+from npukit.devices.nvme import fuzz, pdu
 from npukit.devices.nvme.client import NvmeTcpHost
 
 from .conftest import NQN, NS_BYTES
@@ -210,4 +210,29 @@ def test_pipelined_reads_and_writes_are_served_in_order(target, cattr):
                     continue
                 got = _pdu(s)
             assert got[0] == CAPSULE_RESP and struct.unpack_from("<HH", got, 20) == (cid, 0)
+        s.close()
+
+
+def test_reads_honour_the_hosts_data_alignment(target):
+    """ICReq HPDA 7: the host wants PDU data at a multiple of 32 bytes, so every C2HData pads its header
+    to PDO 32 (NVMe/TCP 1.0, HPDA), also Reads pipelined while the queue waits for its next PDU."""
+    image = os.urandom(64 * 512)
+    with open(target.tmp / "ns.img", "r+b") as f:
+        os.pwrite(f.fileno(), image, 0)
+    with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0) as owner:
+        owner.set_features(0x07, 1 | (1 << 16))
+        s = socket.create_connection(("127.0.0.1", target.port), timeout=10)
+        s.sendall(b"".join(pdu.ic_req(hpda=7)))
+        _pdu(s)
+        s.sendall(fuzz.connect_pdu(1, owner.cntlid, NQN, owner.hostnqn, owner.hostid))
+        _pdu(s)
+        reads = [(cid, 8 * (cid - 1), 8) for cid in range(1, 9)]
+        s.sendall(_capsule(*reads[0], False))
+        for k, (cid, slba, n) in enumerate(reads):
+            if k == 1:
+                s.sendall(b"".join(_capsule(*r, False) for r in reads[1:]))
+            c2h = _pdu(s)
+            assert (c2h[0], c2h[3], struct.unpack_from("<H", c2h, 8)[0]) == (C2H_DATA, 32, cid)
+            assert c2h[24:32] == bytes(8) and c2h[32:] == image[slba * 512:(slba + n) * 512]
+            assert _pdu(s)[0] == CAPSULE_RESP
         s.close()

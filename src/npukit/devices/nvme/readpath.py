@@ -102,11 +102,13 @@ class ReadPath:
 
     def _decide(self) -> bool:
         """Whether the short way serves this queue (decided once it is live); with it, Reads received
-        into a :class:`PduReceiver` without header digests are served as they arrive (serve_batch)."""
+        into a :class:`PduReceiver` without header digests or data alignment are served as they
+        arrive (serve_batch)."""
         if self._fast is None and self.conn.lifecycle.state is QueueState.LIVE:
             self._fast = self._fast_allowed()
             source = self.conn.source
-            if self._fast and not self.conn.hdgst and isinstance(source, PduReceiver):
+            plain = not self.conn.hdgst and not self.conn.hpda  # serve_batch packs PDO = HLEN
+            if self._fast and plain and isinstance(source, PduReceiver):
                 self._transport = source.transport
                 source.on_batch = self.serve_batch
         return bool(self._fast)
