@@ -236,3 +236,26 @@ def test_reads_honour_the_hosts_data_alignment(target):
             assert c2h[24:32] == bytes(8) and c2h[32:] == image[slba * 512:(slba + n) * 512]
             assert _pdu(s)[0] == CAPSULE_RESP
         s.close()
+
+
+def test_a_failure_while_serving_received_pdus_drops_that_connection_only(target, monkeypatch, caplog):
+    """An exception in the receive-time short way (here the file read) ends its own connection, logged,
+    as the connection loop's last line of defence does; the controller's other queue reads on."""
+    from npukit.devices.nvme import readpath
+
+    with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=1, spare_queues=1) as owner:
+        s = _queue(target.port, owner, 2, False, False)
+        s.sendall(_capsule(1, 0, 8, False))
+        assert _pdu(s)[0] == C2H_DATA and _pdu(s)[0] == CAPSULE_RESP  # the queue is live and served
+        real = os.preadv
+
+        def failing(*args):
+            raise OSError(5, "injected I/O error")
+        monkeypatch.setattr(readpath.os, "preadv", failing)
+        s.sendall(_capsule(2, 0, 8, False))
+        with pytest.raises(ConnectionError):
+            _pdu(s)
+        monkeypatch.setattr(readpath.os, "preadv", real)
+        assert "serving received PDUs failed" in caplog.text
+        assert owner.read(0, 8, qid=1) == (target.tmp / "ns.img").read_bytes()[:4096]
+        s.close()

@@ -18,6 +18,7 @@ bytes, counters and SMART effects.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import struct
 import time
@@ -36,6 +37,7 @@ from npukit.devices.nvme.spec import LBA_SIZE
 if TYPE_CHECKING:
     from npukit.devices.nvme.tcp import Connection
 
+log = logging.getLogger("npukit.nvme.tcp")
 C2H_CHUNK = 128 * 1024
 # Responses to pipelined commands are coalesced into one send, but data goes out once 64 KiB are
 # queued: the host starts receiving while the target reads the next blocks (1 MiB batches serialised
@@ -170,6 +172,14 @@ class ReadPath:
         once all of it is here (the receiver waits for it instead of waking the loop), else 0. The
         Reads' bookkeeping (SQ head, SMART counters, busy time, keep-alive activity) is done once per
         batch."""
+        try:
+            return self._serve(buf, start, end)
+        except Exception:  # the last line of defence, as Connection.run's: this connection only
+            log.exception("%s: serving received PDUs failed", self.conn.peer)
+            self.conn.close()
+            return end, 0
+
+    def _serve(self, buf: memoryview, start: int, end: int) -> tuple[int, int]:
         conn = self.conn
         ctrl = conn.ctrl
         if conn.lifecycle.state is not QueueState.LIVE or not conn.source.writable or not ctrl.ready:
