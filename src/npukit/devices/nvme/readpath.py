@@ -7,7 +7,7 @@ Read. A transport may keep views of what it has not sent yet (uvloop does), so t
 once the transport's buffer is empty.
 
 The short way (:meth:`ReadPath.try_fast`): a Read on a live I/O queue that passes every check runs
-through the same steps as the general path (``Connection._capsule`` → ``Controller.prepare`` /
+through the same steps as the general path (``Connection.capsule`` → ``Controller.prepare`` /
 ``execute`` → ``nvm.read``) with the checks and bookkeeping written out once, without the general
 path's per-command objects (decoded SQE, request, closures, completion, PDU buffer lists). Anything
 else, including every command that would fail, returns False and takes the general path, which
@@ -44,7 +44,7 @@ C2H_CHUNK = 128 * 1024
 # the two and halved sequential-read throughput at queue depth 8).
 BATCH_LIMIT = 64 << 10
 ARENA_BYTES = BATCH_LIMIT + C2H_CHUNK + 4096  # a batch flushes past BATCH_LIMIT: one more Read always fits
-READ_OPCODE = 0x02
+READ_OPCODE, WRITE_OPCODE = 0x02, 0x01
 # The SQE fields a Read needs, from the CapsuleCmd header (SQE at byte 8): opcode, flags, CID, NSID,
 # SGL descriptor 1 (address, length, type), CDW10..12.
 _READ_SQE = struct.Struct("<8xBBHI16xQI3xBIII")
@@ -195,7 +195,10 @@ class ReadPath:
                     break
                 accepted = self._accept(buf, pos)
                 if accepted is None:
-                    break
+                    if not self._write_capsule(buf, pos):
+                        break
+                    pos += _CAPSULE_LEN
+                    continue
                 cid, ns, slba, nlb = accepted
                 self._flush_out()
                 self._consume_entry()
@@ -230,6 +233,22 @@ class ReadPath:
             ctrl.last_activity = time.monotonic()
             ctrl.subsystem.state.counters.add_reads(reads, blocks, time.perf_counter_ns() - started)
         return pos, wait
+
+    def _write_capsule(self, buf: memoryview, pos: int) -> bool:
+        """Run a data-less Write capsule (data through R2T) the way the connection's loop would, its
+        R2T (or error completion) queued on the connection; False for any other command, and when
+        the queue has as many commands waiting for data as it has entries (the loop then ends the
+        connection, as flow control requires)."""
+        conn = self.conn
+        if buf[pos + 8] != WRITE_OPCODE or len(conn.pending) > conn.fabrics.sqsize:
+            return False
+        self._emit()  # the Reads before it leave first
+        conn.batching = True  # what the command sends is queued on the connection, sent below
+        try:
+            conn.capsule(pdu.parse(buf[pos:pos + _CAPSULE_LEN], hdgst=False, ddgst=False))
+        finally:
+            conn.batching = False
+        return True
 
     def _whole_transfer(self, buf: memoryview, pos: int, plen: int) -> int:
         """``plen`` if the H2CData at ``buf[pos:]`` (plain: no digests, PDO = HLEN, LAST_PDU) carries

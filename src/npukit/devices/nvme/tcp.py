@@ -203,7 +203,7 @@ class Connection:
         if p.type == PduType.IC_REQ:
             self._ic_req(p)
         elif p.type == PduType.CAPSULE_CMD:
-            self._capsule(p)
+            self.capsule(p)
         elif p.type == PduType.H2C_DATA:
             self._h2c_data(p)
         elif p.type == PduType.H2C_TERM_REQ:
@@ -223,7 +223,8 @@ class Connection:
         self.lifecycle.advance(QueueEvent.IC_REQ)
 
     # commands -------------------------------------------------------------------------------------
-    def _capsule(self, p: pdu.Pdu) -> None:
+    def capsule(self, p: pdu.Pdu) -> None:
+        """A CapsuleCmd: the short way for an ordinary Read, else decoded, checked and run."""
         if self.reads.try_fast(p):
             return
         cmd = Command.decode(p.header[8:72])
