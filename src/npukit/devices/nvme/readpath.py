@@ -13,6 +13,16 @@ path's per-command objects (decoded SQE, request, closures, completion, PDU buff
 else, including every command that would fail, returns False and takes the general path, which
 produces its error status and log entry; so only successful Reads are served here, with the same
 bytes, counters and SMART effects.
+
+Served as received (:meth:`ReadPath.serve_batch`): while the connection's task waits for the next
+PDU's header, the receiver hands each receive's bytes here first. Plain Reads (short way, assembled
+in the arena, one ``write`` per batch), data-less Write capsules (their R2T) and H2CData carrying a
+whole transfer (the write runs, straight from the receive buffer) are served on the spot, without
+waking the task or building PDU objects; the first PDU of any other kind ends the batch and the task
+takes it from there, so commands run in the order they arrived.
+
+C2HData SUCCESS: where the host disabled SQ flow control in Connect (fabrics.CATTR_DISABLE_SQFLOW),
+a successful command's last C2HData carries LAST_PDU|SUCCESS and no CapsuleResp follows.
 """
 
 from __future__ import annotations
