@@ -40,4 +40,16 @@ block fw_download nvme fw-download /dev/nvme0 --fw=/tmp/fw.bin
 block fw_commit nvme fw-commit /dev/nvme0 --slot=2 --action=1
 block fw_log nvme fw-log /dev/nvme0 -o json
 block disconnect nvme disconnect -n $NQN
+
+# again with SQ flow control disabled (Connect CATTR bit 2): the target then ends successful Reads with
+# C2HData's SUCCESS flag instead of a CapsuleResp; the blocks written above must read back the same
+block connect_sqflow connect_tries 3 -t tcp -a $HOST -s $PORT -n $NQN $ID --disable-sqflow
+i=0
+dev=""
+while [ -z "$dev" ] && [ $i -lt 200 ]; do
+    dev=$(ls /dev/nvme*n1 2>/dev/null | head -n 1); [ -n "$dev" ] || sleep 0.1; i=$((i + 1))
+done
+value sqflow_readback_sha256 "$(dd if=$dev bs=65536 count=16 skip=16 iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)"
+value sqflow_head_sha256 "$(dd if=$dev bs=4096 count=32 skip=768 iflag=direct 2>/dev/null | sha256sum | cut -d' ' -f1)"
+block disconnect_sqflow nvme disconnect -n $NQN
 value done 1

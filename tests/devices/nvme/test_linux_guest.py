@@ -3,8 +3,9 @@
 One boot runs tools/qemu_guest/nvme_check.sh in the guest: nvme discover, nvme connect with header and
 data digests, /dev/nvme0n1 size, direct-I/O writes through both the R2T and the in-capsule paths with
 checksums of what the kernel reads back, id-ctrl, id-ns, smart-log before/after, a vendor admin
-opcode, firmware download/commit/log, disconnect. The host side then compares nvme-cli's Identify data
-with npukit's client and reads the guest's blocks back through npukit's client."""
+opcode, firmware download/commit/log, disconnect, then a second connect with --disable-sqflow (Reads
+completed by C2HData SUCCESS) reading the same blocks back. The host side then compares nvme-cli's
+Identify data with npukit's client and reads the guest's blocks back through npukit's client."""
 
 import hashlib
 import importlib.util
@@ -146,6 +147,14 @@ def test_linux_nvme_tcp_host_against_npukit_target(tmp_path):
         text, rc = blocks["vendor_passthru"]
         assert rc != 0 and "Invalid Command Opcode" in text and "0x4001" in text  # SC 1 with DNR
         assert blocks["disconnect"][1] == 0 and "disconnected 1 controller" in blocks["disconnect"][0]
+        # `nvme connect --disable-sqflow`: Linux's reads completed by C2HData SUCCESS return the same blocks
+        assert blocks["connect_sqflow"][1] == 0, blocks["connect_sqflow"][0]
+        assert values["sqflow_readback_sha256"] == values["pattern_sha256"]
+        assert values["sqflow_head_sha256"] == values["head_sha256"]
+        log = (tmp_path / "state" / "target.log").read_text()  # the kernel did ask for it (CATTR bit 2)
+        assert re.search(r"queue [1-9]\d* connected with SQ flow control disabled", log), log[-2000:]
+        text, rc = blocks["disconnect_sqflow"]
+        assert rc == 0 and "disconnected 1 controller" in text
         assert blocks["fw_download"][1] == 0 and blocks["fw_commit"][1] == 0, blocks["fw_commit"][0]
         revision = values["fw_sha256"][:8].upper()  # a slot's revision: the image's SHA-256, 8 digits
         assert revision in blocks["fw_log"][0] and "12.34" in blocks["fw_log"][0], blocks["fw_log"][0]

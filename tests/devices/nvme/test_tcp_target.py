@@ -164,6 +164,9 @@ def test_discovery_log_and_discovery_controller(target):
         assert log["numrec"] == 1
         rec = log["records"][0]
         assert (rec["subnqn"], rec["trtype"], rec["adrfam"], rec["subtype"]) == (NQN, 3, 1, 2)
+        # TREQ: secure channel not required (bits 1:0 = 10b), SQ flow control disable supported (bit 2),
+        # as NVMe-oF's Discovery Log Page Entry defines them (libnvme: NVMF_TREQ_DISABLE_SQFLOW = 1 << 2)
+        assert rec["treq"] == 0b110
         with pytest.raises(Exception, match="INVALID_OPCODE"):
             d.admin(Command.build(0x11, cdws={10: 0}), bytes(4))
     finally:

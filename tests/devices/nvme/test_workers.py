@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import struct
 import threading
 import time
@@ -76,6 +77,45 @@ def test_serve_announces_its_workers_and_they_serve_io(server):
         assert err.value.cqe.status & 0x7FF == STATUS_LBA_OUT_OF_RANGE
         assert any(sqid == 1 and cid == err.value.cqe.cid and status & 0x7FF == STATUS_LBA_OUT_OF_RANGE
                    for _, sqid, cid, status in _error_entries(h))
+
+
+def _exact_pdu(s: socket.socket) -> bytes:
+    buf = bytearray()
+    while len(buf) < 8 or len(buf) < struct.unpack_from("<I", buf, 4)[0]:
+        want = 8 - len(buf) if len(buf) < 8 else struct.unpack_from("<I", buf, 4)[0] - len(buf)
+        chunk = s.recv(want)
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def test_a_worker_queue_whose_host_disabled_sq_flow_control_ends_reads_with_success(server):
+    """NVMe/TCP C2HData SUCCESS (flag 08h with LAST_PDU 04h) in place of the CapsuleResp on a queue whose
+    Connect set CATTR bit 2 (TP 8005), also once a worker serves the queue; a failing Read keeps its
+    CapsuleResp (LBA Out of Range, SQHD FFFFh)."""
+    data = os.urandom(8192)
+    with NvmeTcpHost("127.0.0.1", server.port, NQN, io_queues=1, spare_queues=1) as h:
+        h.write(64, data)
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        s.sendall(fuzz.icreq())
+        _exact_pdu(s)
+        s.sendall(fuzz.connect_pdu(2, h.cntlid, NQN, h.hostnqn, h.hostid, cattr=0x04))
+        resp = _exact_pdu(s)
+        assert resp[0] == 0x05 and struct.unpack_from("<HHHH", resp, 16)[::3] == (0xFFFF, 0)
+        _worker_of(server, h.cntlid, 2)  # handed over: a worker serves what follows
+        end = (64 << 20) // 512 - 4
+        for cid, slba in ((5, 64), (6, 72), (7, end)):
+            sqe = fuzz._sqe(0x02, cid, 1, {10: slba, 12: 7}, sgl_len=4096)
+            s.sendall(struct.pack("<BBBBI", 0x04, 0, 72, 0, 72) + sqe)
+        for cid, part in ((5, data[:4096]), (6, data[4096:])):
+            c2h = _exact_pdu(s)
+            assert c2h[:2] == bytes((0x07, 0x04 | 0x08)) and struct.unpack_from("<H", c2h, 8)[0] == cid
+            assert c2h[24:] == part
+        resp = _exact_pdu(s)
+        sqhd, sqid, cid, sf = struct.unpack_from("<HHHH", resp, 16)
+        assert (resp[0], sqhd, sqid, cid, (sf >> 1) & 0xFF) == (0x05, 0xFFFF, 2, 7, STATUS_LBA_OUT_OF_RANGE)
+        s.close()
 
 
 def test_vendor_commands_on_a_worker_queue_run_in_the_main_process(server):

@@ -22,6 +22,13 @@ CONNECT_DATA_SIZE = 1024
 MQES = CAP_RESET & 0xFFFF
 DYNAMIC_CNTLID = 0xFFFF
 KATO_MAX_MS = 3_600_000
+# Connect CATTR (CDW11 bits 23:16) bit 2: the host asks for SQ flow control to be disabled on the queue
+# (TP 8005; Linux sends it with ``nvme connect --disable-sqflow``). The target always agrees: the Connect
+# response then carries SQHD FFFFh, every later CQE of the queue too (there is no head pointer to
+# report), and a successful Read on an I/O queue may end with C2HData's SUCCESS flag instead of a
+# CapsuleResp (NVMe/TCP 1.0, C2HData; readpath.py). Advertised as TREQ bit 2 in the discovery log.
+CATTR_DISABLE_SQFLOW = 0x04
+SQHD_DISABLED = 0xFFFF
 # Connect Invalid Parameters: DW0 = IATTR (bit 16: 1 = in the data, 0 = in the SQE) | byte offset
 _IN_DATA = 1 << 16
 _OFF_CNTLID, _OFF_SUBNQN, _OFF_HOSTNQN = (connect_data_offset(name)
@@ -75,6 +82,7 @@ class FabricsQueue:
         self.qid: int | None = None
         self.sqsize = 0
         self.hostid = b""
+        self.sqflow_disabled = False  # Connect's CATTR asked for it (no SQ head pointer, C2HData SUCCESS)
 
     def handle(self, cmd: Command, data: memoryview) -> Completion:
         try:
@@ -122,6 +130,7 @@ class FabricsQueue:
         else:
             ctrl = self._io_connect(sub, info, qid)
         self.ctrl, self.qid, self.sqsize, self.hostid = ctrl, qid, sqsize, info.hostid
+        self.sqflow_disabled = bool((cmd.cdw11 >> 16) & CATTR_DISABLE_SQFLOW)
         self.lifecycle.advance(QueueEvent.CONNECT)
         return Completion(cmd.cid, 0, ctrl.cntlid)
 

@@ -314,8 +314,9 @@ def _sqe(opcode: int, cid: int, nsid: int = 0, cdws: dict[int, int] | None = Non
 
 
 def connect_pdu(qid: int, cntlid: int, subnqn: str, hostnqn: str, hostid: bytes, *, hd: bool = False,
-                dd: bool = False) -> bytes:
-    sqe = bytearray(_sqe(0x7F, 1, 0x01, {10: qid << 16, 11: 31}, sgl_len=1024, sgl_type=0x01))
+                dd: bool = False, cattr: int = 0) -> bytes:
+    """A Connect CapsuleCmd for SQSIZE 31; ``cattr`` is CDW11 bits 23:16 (bit 2: disable SQ flow control)."""
+    sqe = bytearray(_sqe(0x7F, 1, 0x01, {10: qid << 16, 11: 31 | (cattr << 16)}, sgl_len=1024, sgl_type=0x01))
     data = ConnectData(hostid, cntlid, subnqn, hostnqn).encode()
     return b"".join(bytes(b) for b in pdu.capsule_cmd(bytes(sqe), data, hdgst=hd, ddgst=dd))
 

@@ -16,7 +16,8 @@ DISCOVERY_ENTRY_SIZE = 1024
 TRTYPE_TCP = 3
 ADRFAM_IPV4 = 1
 SUBTYPE_NVM = 2
-TREQ_NOT_REQUIRED = 0x2
+TREQ_NOT_REQUIRED = 0x2  # bits 1:0: a secure channel is not required
+TREQ_SQFLOW_DISABLE = 0x4  # bit 2: the controller supports disabling SQ flow control (Connect CATTR bit 2)
 
 
 @dataclass
@@ -100,7 +101,8 @@ def discovery_page(entries: list[DiscoveryEntry], genctr: int) -> bytes:
     struct.pack_into("<QQH", page, 0, genctr, len(entries), 0)
     for i, e in enumerate(entries):
         base = DISCOVERY_HEADER_SIZE + i * DISCOVERY_ENTRY_SIZE
-        struct.pack_into("<BBBBHHH", page, base, TRTYPE_TCP, ADRFAM_IPV4, SUBTYPE_NVM, TREQ_NOT_REQUIRED,
+        struct.pack_into("<BBBBHHH", page, base, TRTYPE_TCP, ADRFAM_IPV4, SUBTYPE_NVM,
+                         TREQ_NOT_REQUIRED | TREQ_SQFLOW_DISABLE,
                          e.portid, 0xFFFF, e.asqsz)
         page[base + 32: base + 64] = e.trsvcid.encode("ascii")[:32].ljust(32, b" ")
         page[base + 256: base + 512] = e.subnqn.encode("ascii")[:256].ljust(256, b"\0")

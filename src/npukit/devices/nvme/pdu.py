@@ -207,9 +207,13 @@ def r2t(cccid: int, ttag: int, offset: int, length: int, *, hdgst: bool = False)
 
 
 def data_pdu(ptype: PduType, cccid: int, ttag: int, offset: int, data: bytes | memoryview, *, last: bool,
-             hdgst: bool = False, ddgst: bool = False, alignment: int = 4) -> list[bytes | memoryview]:
+             hdgst: bool = False, ddgst: bool = False, alignment: int = 4,
+             success: bool = False) -> list[bytes | memoryview]:
+    """H2CData / C2HData. ``success`` (C2HData only, with ``last``): the command completed successfully
+    and no CapsuleResp follows, allowed once the host disabled SQ flow control in Connect."""
+    flags = (FLAG_DATA_LAST if last else 0) | (FLAG_DATA_SUCCESS if success else 0)
     return encode(ptype, _data_header(cccid, ttag, offset, len(data)), data, hdgst=hdgst, ddgst=ddgst,
-                  flags=FLAG_DATA_LAST if last else 0, data_alignment=alignment)
+                  flags=flags, data_alignment=alignment)
 
 
 def data_fields(pdu: Pdu) -> tuple[int, int, int, int]:

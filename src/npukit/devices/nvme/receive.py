@@ -29,6 +29,9 @@ COMPACT_BELOW = 16 << 10  # fewer free bytes than this behind the data after a P
 
 # a PDU's common header (8 bytes) -> its PLEN, raising for a header the connection refuses
 HeaderCheck = Callable[[bytes], int]
+# (buffer, start, end) -> (where the connection's own loop is to go on, bytes to wait for there before
+# calling again instead of waking the loop: 0 to wake it as usual) (readpath.ReadPath.serve_batch)
+BatchServer = Callable[[memoryview, int, int], tuple[int, int]]
 
 
 class PduReceiver(asyncio.BufferedProtocol):
@@ -52,6 +55,9 @@ class PduReceiver(asyncio.BufferedProtocol):
         self._writable: asyncio.Future | None = None
         self._on_connected = on_connected
         self.transport: asyncio.Transport | None = None
+        # Serves whole PDUs at the front of what arrived, right where it arrives (no wake-up of the
+        # connection's task, no PDU object), while that task waits for the next PDU's header.
+        self.on_batch: BatchServer | None = None
 
     # asyncio.BufferedProtocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -66,6 +72,20 @@ class PduReceiver(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
+        if self.on_batch is not None and self._need == 8 and not self._held and self._waiter is not None \
+                and not self._waiter.done():
+            # the connection's task is parked in read_pdu for a header: nothing is held, nothing of its
+            # own is queued to send, so what on_batch takes is served in order
+            self._start, wait = self.on_batch(self._view, self._start, self._end)
+            if self._start == self._end:
+                self._start = self._end = 0
+                return
+            if wait:  # the rest of a PDU on_batch will serve is on its way: room for it, no wake-up
+                self._make_room(wait)
+                if self._end - self._start < wait:
+                    return
+            elif len(self._buf) - self._end < COMPACT_BELOW:
+                self._move(len(self._buf))  # as _release would: the task's _fill checked room before
         if self._end == len(self._buf) and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
@@ -117,6 +137,11 @@ class PduReceiver(asyncio.BufferedProtocol):
         """What was received behind the PDU handed out last (handed to a worker with the socket)."""
         return bytes(self._view[self._start + self._held:self._end])
 
+    @property
+    def writable(self) -> bool:
+        """The transport takes more (it has not asked to pause writing) and the peer is there."""
+        return not self._writing_paused and not self._lost
+
     async def wait_writable(self) -> None:
         if self._lost:
             raise ConnectionResetError("connection lost")
@@ -136,11 +161,15 @@ class PduReceiver(asyncio.BufferedProtocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
-    async def _fill(self, n: int) -> None:
+    def _make_room(self, n: int) -> None:
+        """Room for ``n`` bytes from the first unconsumed one (a buffer grown once for large PDUs)."""
         if 2 * n > len(self._buf):
             self._move(max(BUFFER_BYTES, 2 * n))
         elif self._start + n > len(self._buf):
             self._move(len(self._buf))
+
+    async def _fill(self, n: int) -> None:
+        self._make_room(n)
         while self._end - self._start < n:
             if self._error is not None:
                 raise self._error

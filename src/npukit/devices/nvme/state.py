@@ -33,6 +33,12 @@ class Counters:
     media_errors: int = 0
     error_log_entries: int = 0
 
+    def add_reads(self, commands: int, blocks: int, busy_ns: int) -> None:
+        """Count ``commands`` successful Reads of ``blocks`` blocks in all (one call per batch of them)."""
+        self.host_read_commands += commands
+        self.data_units_read += blocks
+        self.controller_busy_ns += busy_ns
+
 
 @dataclass
 class Firmware:

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 from npukit.devices.nvme import pdu
 from npukit.devices.nvme.command import SGL_DATA_BLOCK_OFFSET, SGL_TRANSPORT_DATA_BLOCK, Command, Completion
 from npukit.devices.nvme.controller import Controller
-from npukit.devices.nvme.fabrics import FabricsQueue, fabrics_data_in
+from npukit.devices.nvme.fabrics import SQHD_DISABLED, FabricsQueue, fabrics_data_in
 from npukit.devices.nvme.layout import field_offset
 from npukit.devices.nvme.lifecycle import QueueEvent, QueueLifecycle, QueueState
 from npukit.devices.nvme.namespace import FileRegion, lazy_reads
 from npukit.devices.nvme.pdu import FatalPduError, Fes, PduType
-from npukit.devices.nvme.readpath import BATCH_LIMIT, C2H_CHUNK, ReadPath
+from npukit.devices.nvme.readpath import BATCH_LIMIT, MAX_H2C_DATA, ReadPath
 from npukit.devices.nvme.receive import RECEIVE_MODES, PduReceiver, ReceiverWriter, StreamInput
 from npukit.devices.nvme.registry import CommandSpec
 from npukit.devices.nvme.spec import NvmeError, Status
@@ -41,7 +41,6 @@ log = logging.getLogger("npukit.nvme.tcp")
 _BEFORE_CONNECT = (QueueState.AWAIT_IC_REQ, QueueState.AWAIT_CONNECT)
 
 ADMIN_IN_CAPSULE = 8192  # NVME_TCP_ADMIN_CCSZ: what Linux puts in-capsule on the admin queue
-MAX_H2C_DATA = 128 * 1024
 # What a peer can make the target buffer for R2T transfers: R2Ts are paced so that one connection has
 # at most CONN_R2T_BYTES requested (always at least one transfer) and all connections together at most
 # TARGET_R2T_BYTES (plus one transfer per connection); later commands wait, holding only their SQE.
@@ -82,7 +81,7 @@ class Connection:
         self._r2t_waiting: collections.deque[int] = collections.deque()  # TTAGs whose R2T is not sent yet
         self.r2t_outstanding = 0  # bytes requested by R2T and not yet received
         self._next_ttag = 0
-        self._batching = False
+        self.batching = False  # PDUs are queued in _out (sent together) instead of written at once
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
         self.reads = ReadPath(self)  # the send arena of Reads, and the short way for ordinary ones
@@ -105,11 +104,16 @@ class Connection:
         another connection's command) at once."""
         if self.closed:
             return
-        if self._batching:
+        if self.batching:
             self._out.extend(buffers)
             self._out_bytes += sum(len(b) for b in buffers)
         else:
             self.writer.writelines(buffers)
+
+    def take_queued(self) -> list[bytes | memoryview]:
+        """The PDUs queued while batching, for the caller to send (ReadPath.serve_batch)."""
+        out, self._out, self._out_bytes = self._out, [], 0
+        return out
 
     async def _flush(self) -> None:
         if self._out and not self.closed:
@@ -150,11 +154,11 @@ class Connection:
                     p = await asyncio.wait_for(self._read_pdu(), self.target.connect_timeout)
                 else:
                     p = await self._read_pdu()
-                self._batching = True
+                self.batching = True
                 try:
                     self._dispatch(p)
                 finally:
-                    self._batching = False
+                    self.batching = False
                 if self._out_bytes > BATCH_LIMIT or not self.source.more_buffered():
                     await self._flush()
                 if self.lifecycle.state is QueueState.DISCONNECTING:
@@ -199,7 +203,7 @@ class Connection:
         if p.type == PduType.IC_REQ:
             self._ic_req(p)
         elif p.type == PduType.CAPSULE_CMD:
-            self._capsule(p)
+            self.capsule(p)
         elif p.type == PduType.H2C_DATA:
             self._h2c_data(p)
         elif p.type == PduType.H2C_TERM_REQ:
@@ -219,14 +223,16 @@ class Connection:
         self.lifecycle.advance(QueueEvent.IC_REQ)
 
     # commands -------------------------------------------------------------------------------------
-    def _capsule(self, p: pdu.Pdu) -> None:
+    def capsule(self, p: pdu.Pdu) -> None:
+        """A CapsuleCmd: the short way for an ordinary Read, else decoded, checked and run."""
         if self.reads.try_fast(p):
             return
         cmd = Command.decode(p.header[8:72])
         in_capsule = p.data
         if len(in_capsule) > self.target.in_capsule_limit(self.fabrics.qid):
             raise FatalPduError(Fes.DATA_LIMIT_EXCEEDED, 4, p.header, f"{len(in_capsule)} bytes in-capsule")
-        self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
+        if self.sqhd != SQHD_DISABLED:  # one entry consumed, unless the host disabled SQ flow control
+            self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
         try:
             spec, n_in, n_out = self._prepare(cmd)
             data = self._gather(cmd, p, n_in, spec, n_out)
@@ -328,8 +334,11 @@ class Connection:
             data = memoryview(pending.buffer)
         pending.received += length
         pending.digest_error |= bool(p.flags & 0x80)
-        if pending.received < pending.length:
-            return
+        if pending.received == pending.length:
+            self.transfer_done(ttag, pending, data)
+
+    def transfer_done(self, ttag: int, pending: PendingWrite, data: memoryview) -> None:
+        """All of a command's R2T data is here: run it, and send the R2Ts its budget held back."""
         del self.pending[ttag]
         self._r2t_done(pending.length)
         self._run(pending.cmd, pending.spec, data, pending.n_out, digest_error=pending.digest_error)
@@ -343,7 +352,11 @@ class Connection:
             return
         pool = self.target.pool
         if spec is None:
-            self._respond(self.fabrics.handle(cmd, data))
+            completion = self.fabrics.handle(cmd, data)
+            if self.fabrics.sqflow_disabled and self.sqhd != SQHD_DISABLED:
+                self.sqhd = SQHD_DISABLED  # from the Connect response on: no SQ head pointer
+                log.info("%s: queue %d connected with SQ flow control disabled", self.peer, self.fabrics.qid)
+            self._respond(completion)
             if pool is not None and not self.fabrics.qid:
                 pool.publish()  # Property Set may have enabled or reset the controller
             return
@@ -364,29 +377,14 @@ class Connection:
             self._complete(*result)
 
     def _complete(self, completion: Completion, data: bytes | memoryview | FileRegion) -> None:
-        if isinstance(data, FileRegion):
-            if not completion.status and len(data) <= C2H_CHUNK:
-                self.reads.send_read(completion.cid, data, completion)
-                return
-            data = data.tobytes() if not completion.status else b""
-        # Read data is copied out of the file (os.pread), never sent with os.sendfile: sendfile hands
-        # page-cache pages to the socket by reference, and a write completing after the read would
-        # change bytes already "sent" (the 8-host load test saw torn blocks).
-        if len(data) and not completion.status:
-            view = memoryview(data)
-            align = (self.hpda + 1) * 4
-            for start in range(0, len(view), C2H_CHUNK):
-                chunk = view[start:start + C2H_CHUNK]
-                last = start + C2H_CHUNK >= len(view)
-                self.send(pdu.data_pdu(PduType.C2H_DATA, completion.cid, 0, start, chunk, last=last,
-                                       hdgst=self.hdgst, ddgst=self.ddgst, alignment=align))
-        self._respond(completion)
+        if not self.reads.send_data(completion, data):  # C2HData's SUCCESS may stand in for the response
+            self._respond(completion)
 
     def queue_view(self, view: memoryview, n: int) -> None:
         """Queue ``n`` assembled bytes (a Read's PDUs in the arena) as ``send`` queues PDUs."""
         if self.closed:
             return
-        if self._batching:
+        if self.batching:
             self._out.append(view)
             self._out_bytes += n
         else:

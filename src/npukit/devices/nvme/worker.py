@@ -42,6 +42,13 @@ class SlotCounters:
         self.power_on_seconds = 0.0
         self.error_log_entries = 0  # counted by the main process (errors are calls to it)
 
+    def add_reads(self, commands: int, blocks: int, busy_ns: int) -> None:
+        """state.Counters.add_reads on the shared words (one call instead of six property calls)."""
+        words, base = self._words, self._base
+        words[base + ipc.READ_COMMANDS] += commands
+        words[base + ipc.UNITS_READ] += blocks
+        words[base + ipc.BUSY_NS] += busy_ns
+
 
 def _counter(word: int) -> property:
     def get(self: SlotCounters) -> int:
@@ -199,7 +206,7 @@ class Worker:
         conn = WorkerConnection(self, info, source, writer)
         conn.lifecycle.state = QueueState.LIVE
         conn.fabrics.ctrl, conn.fabrics.qid, conn.fabrics.sqsize = ctrl, info["qid"], info["sqsize"]
-        conn.fabrics.hostid = info["hostid"]
+        conn.fabrics.hostid, conn.fabrics.sqflow_disabled = info["hostid"], info["sqflow_disabled"]
         ctrl.io_queues.add(info["qid"])
         conn.hdgst, conn.ddgst = info["hdgst"], info["ddgst"]
         conn.hpda, conn.sqhd = info["hpda"], info["sqhd"]

@@ -169,6 +169,7 @@ class WorkerPool:
         info = {"conn_id": record.conn_id, "slot": slot, "nqn": sub.nqn, "cntlid": ctrl.cntlid,
                 "hostnqn": ctrl.hostnqn, "hostid": ctrl.hostid, "qid": fabrics.qid, "sqsize": fabrics.sqsize,
                 "hdgst": conn.hdgst, "ddgst": conn.ddgst, "hpda": conn.hpda, "sqhd": conn.sqhd,
+                "sqflow_disabled": fabrics.sqflow_disabled,
                 "peer": conn.peer, "namespaces": {n: str(ns.path) for n, ns in sub.namespaces.items()},
                 "mdts": sub.mdts, "in_capsule_bytes": sub.in_capsule_bytes,
                 "max_queue_entries": sub.max_queue_entries, "local_opcodes": self._local_opcodes(sub),
