@@ -13,7 +13,7 @@ import numpy as np
 
 from npukit.sim import compile_report
 from npukit.sim.cpu import njit_variant
-from npukit.sim.nb_simd import dot_u4s8, probe
+from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, probe
 
 compile_report.install()  # first-run compiles are announced, never silent
 
@@ -176,12 +176,14 @@ def _tail_p4(p, m, j0, qe, qo):
 
 @nb.njit(parallel=True, **_OPTS)
 def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
-    """`gemv_p4` with the row dot product on AVX-512 VNNI (`npukit.sim.nb_simd.dot_u4s8`) over whole
-    64-byte runs of each row, the tail in the portable loop; the same exact int32 sums."""
+    """`gemv_p4` with the row dot products on AVX-512 VNNI over whole 64-byte runs of each row, `ROWS`
+    rows per pass (`npukit.sim.nb_simd.dot4_u4s8`: each activation load serves them all, and their
+    vpdpbusd chains overlap), leftover rows one at a time, the tail in the portable loop; the same
+    exact int32 sums."""
     e = quantize(x, q, lut64)
     if e == 999:
         return 1
-    kb = p.shape[1]
+    kb, mm = p.shape[1], p.shape[0]
     chunks = kb // 64 if p.strides[1] == 1 else 0
     body = chunks * 64
     qe = np.empty(kb, np.int8)
@@ -189,9 +191,16 @@ def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
     offset = _split_codes(q, qe, qo, body)
     base, stride = p.ctypes.data, p.strides[0]
     ea, oa = qe.ctypes.data, qo.ctypes.data
-    accs = np.empty(p.shape[0], np.int32)
-    for m in nb.prange(p.shape[0]):
-        acc = dot_u4s8(base + m * stride, ea, oa, chunks) - 8 * offset
+    accs = np.empty(mm, np.int32)
+    out = accs.ctypes.data
+    groups = mm // ROWS
+    for g in nb.prange(groups):
+        m = g * ROWS
+        dot4_u4s8(base + m * stride, stride, ea, oa, chunks, out + 4 * m)
+    for m in range(groups * ROWS, mm):
+        accs[m] = dot_u4s8(base + m * stride, ea, oa, chunks)
+    for m in range(mm):
+        acc = accs[m] - 8 * offset
         if body < kb:
             acc += _tail_p4(p, m, body, qe, qo)
         accs[m] = acc
@@ -437,7 +446,8 @@ _P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
 _SERIAL = {name: njit_variant(f.py_func, name, _OPTS) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),
             ("gemv_p4_1", gemv_p4), ("gemv_p4_vnni_1", gemv_p4_vnni))}
-_SERIAL["gemv_p4_1"] = _SERIAL["gemv_p4_vnni_1" if _P4 is gemv_p4_vnni else "gemv_p4_1"]
+_SERIAL["gemv_p4_portable_1"] = _SERIAL["gemv_p4_1"]
+_SERIAL["gemv_p4_1"] = _SERIAL["gemv_p4_vnni_1" if _P4 is gemv_p4_vnni else "gemv_p4_portable_1"]
 
 
 @nb.njit(**_OPTS)
