@@ -81,6 +81,29 @@ def _vnni_rows(builder, p, stride, even, odd, n, rows, ahead):
 
 
 @intrinsic
+def prefetch_bytes(typingctx, addr, nbytes):
+    """Prefetch the cache lines of ``nbytes`` bytes at ``addr`` for reading. ``llvm.prefetch`` is generic
+    LLVM IR, not an x86 intrinsic: LLVM lowers it for any CPU (a no-op where there is no prefetch
+    instruction), and a prefetch never faults, so portable builds may call it."""
+    sig = types.void(types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        addr, n = args
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+        lines = builder.udiv(builder.add(n, ir.Constant(n.type, 63)), ir.Constant(n.type, 64))
+        with cgutils.for_range(builder, lines) as loop:
+            at = builder.add(addr, builder.mul(loop.index, ir.Constant(n.type, 64)))
+            builder.call(fn, [builder.inttoptr(at, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                              ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def dot_u4s8(typingctx, p_addr, even_addr, odd_addr, chunks):
     """Σ over ``chunks`` × 64 packed bytes at ``p_addr`` of ``(lo ^ 8)·even + (hi ^ 8)·odd`` (int32),
     with ``even``/``odd`` the int8 activation codes of the low/high nibbles (addresses of contiguous

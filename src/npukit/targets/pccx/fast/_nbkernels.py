@@ -13,7 +13,7 @@ import numpy as np
 
 from npukit.sim import compile_report
 from npukit.sim.cpu import njit_variant
-from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, probe
+from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
 
 compile_report.install()  # first-run compiles are announced, never silent
 
@@ -126,27 +126,50 @@ def gemv_i8(x, w, scale, dst, accm, q, lut32, lut64):
     return 0
 
 
+_BLOCK = 64  # rows per parallel task of the portable packed GEMV
+_AHEAD = 4  # rows ahead that the portable packed GEMV prefetches
+
+
+@nb.njit(**_OPTS)
+def _rows_p4(p, qe, qo, accs, m0, m1):
+    """Σ over each row m0..m1 of the packed image of ``(lo ^ 8)·qe + (hi ^ 8)·qo`` (offset-binary
+    nibbles, see `gemv_p4`), exact in int32. Only int32 values reach the int32 store: with an int64
+    term in the row's arithmetic LLVM no longer used 16-bit pair multiply-adds (2-3x slower here)."""
+    base, stride, kb = p.ctypes.data, p.strides[0], p.shape[1] * p.strides[1]
+    for m in range(m0, m1):
+        prefetch_bytes(base + (m + _AHEAD) * stride, kb)
+        acc = np.int32(0)
+        for j in range(p.shape[1]):
+            u = np.int32(p[m, j] ^ np.uint8(0x88))
+            acc += (u & 15) * np.int32(qe[j]) + (u >> 4) * np.int32(qo[j])
+        accs[m] = acc
+
+
 @nb.njit(parallel=True, **_OPTS)
 def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
-    """Packed INT4 rows [M, ceil(K/2)] read in place (even index in the low nibble)."""
+    """Packed INT4 rows [M, ceil(K/2)] read in place (even index in the low nibble). The nibbles are
+    taken offset-binary in int32 lanes (``u = b ^ 0x88``: ``u & 15 = s_lo + 8``, ``u >> 4 = s_hi + 8``)
+    and ``8 · Σ(q)`` subtracted once: no sign extension of 4-bit fields, which LLVM vectorises about
+    twice as fast as the sign-extending loop on AVX2 and AVX-512 targets (measured on this host's
+    Haswell, Skylake-SP and x86-64-v2 builds); the same exact int32 sums."""
     e = quantize(x, q, lut64)
     if e == 999:
         return 1
     kb = p.shape[1]
-    qe = np.empty(kb, np.int16)
+    qe = np.empty(kb, np.int16)  # int16, not int32: half the activation bytes each row reads
     qo = np.empty(kb, np.int16)
+    offset = np.int32(0)
     for j in range(kb):
         qe[j] = q[2 * j]
         qo[j] = q[2 * j + 1]
-    accs = np.empty(p.shape[0], np.int32)
-    for m in nb.prange(p.shape[0]):
-        acc = 0
-        for j in range(kb):
-            b = np.int8(p[m, j])
-            lo = np.int16(np.int8(b << 4) >> 4)
-            hi = np.int16(b >> 4)
-            acc += np.int32(lo * qe[j] + hi * qo[j])
-        accs[m] = acc
+        offset += np.int32(qe[j]) + np.int32(qo[j])
+    mm = p.shape[0]
+    accs = np.empty(mm, np.int32)
+    blocks = (mm + _BLOCK - 1) // _BLOCK
+    for g in nb.prange(blocks):
+        _rows_p4(p, qe, qo, accs, g * _BLOCK, min(mm, (g + 1) * _BLOCK))
+    for m in range(mm):
+        accs[m] -= 8 * offset
     _epilogue(accs.astype(np.float32), e, scale, dst, accm, lut32)
     return 0
 
