@@ -1,7 +1,7 @@
 """The pccx packed INT4 GEMV alone: weight bytes per second of each build against a NumPy sum.
 
-Run: ``python benchmarks/pccx_gemv.py [--mib 64] [--calls 60] [--json]``. Shapes: the decode GEMVs of a
-Gemma 3n at hidden 1024 and 2048 (q/o, gate/up, down, the 32 768-row LM head, a 256-row K/V
+Run: ``python benchmarks/pccx_gemv.py [--mib 64] [--calls 60] [--quick] [--json]``. Shapes: the decode
+GEMVs of a Gemma 3n at hidden 1024 and 2048 (q/o, gate/up, down, the 32 768-row LM head, a 256-row K/V
 projection). Each build (the portable loop; the AVX-512 VNNI one where `npukit.sim.cpu` chose it; each
 serial and parallel) reads its own set of random packed matrices, ``--mib`` MiB in all, one after
 another, so every call streams weights that are not in the caches, as a decode token does; the builds
@@ -27,6 +27,7 @@ from npukit.sim.cpu import describe as machine_line
 
 SHAPES = ((1024, 1024), (4096, 1024), (1024, 4096), (32768, 1024), (256, 1024),
           (2048, 2048), (8192, 2048), (2048, 8192))
+QUICK = ((256, 1024), (64, 256))
 
 
 def builds() -> dict:
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=64, help="MiB of matrices per build (more than the caches)")
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--quick", action="store_true", help="two small shapes (a smoke run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     machine = machine_line("npukit.sim.nb_simd")
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels = builds()
     check(kernels)
     rows = []
-    for m, k in SHAPES:
+    for m, k in QUICK if args.quick else SHAPES:
         rows.append(shape_row(m, k, kernels, args.mib, args.calls))
         print(f"  {m}x{k} done", file=sys.stderr, flush=True)
     load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
