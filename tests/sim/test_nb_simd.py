@@ -134,6 +134,7 @@ def _gemv_kernels(serial: bool) -> list:
     return out
 
 
+@pytest.mark.slow  # ~9 s of first-run compiling (strided layouts), then well under a second
 @pytest.mark.parametrize(("m", "k", "view"), [(1, 256, "rows"), (3, 129, "rows"), (4, 4097, "rows"),
                                               (5, 200, "contiguous"), (9, 1024, "columns"),
                                               (38, 2048, "rows"), (41, 383, "contiguous")])
