@@ -241,7 +241,17 @@ def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0
     return np.int32(0)
 
 
-_row_dot, _ROW_VNNI = _dot_none, False  # bound per build by `njit_variant`
+@nb.njit(**_OPTS)
+def _dot4_vnni(p_addr, stride, even_addr, odd_addr, chunks, out_addr):
+    dot4_u4s8(p_addr, stride, even_addr, odd_addr, chunks, out_addr)
+
+
+@nb.njit(**_OPTS)
+def _dot4_none(p_addr, stride, even_addr, odd_addr, chunks, out_addr):  # never called: no chunks
+    return
+
+
+_row_dot, _rows_dot, _ROW_VNNI = _dot_none, _dot4_none, False  # bound per build by `njit_variant`
 
 
 def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
@@ -258,14 +268,22 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
     for t in range(nt):
         es[t] = quantize(flat[xoff[t]: xoff[t] + k], q2[t], lut64)
         offset[t] = _split_codes(q2[t], qe[t], qo[t], body)
-    base, stride = p.ctypes.data, p.strides[0]
+    base, stride, mm = p.ctypes.data, p.strides[0], p.shape[0]
     ea, oa = qe.ctypes.data, qo.ctypes.data
-    accs = np.empty((nt, p.shape[0]), np.int32)
-    for m in nb.prange(p.shape[0]):
+    accs = np.zeros((nt, mm), np.int32)
+    out = accs.ctypes.data
+    groups = mm // ROWS if chunks else 0
+    for g in nb.prange(groups):  # four rows per pass for every vector (the rows stay in L1)
+        m = g * ROWS
         for t in range(nt):
-            acc = np.int32(0)
+            _rows_dot(base + m * stride, stride, ea + t * kb, oa + t * kb, chunks, out + 4 * (t * mm + m))
+    for m in nb.prange(mm):
+        for t in range(nt):
+            acc = accs[t, m]
             if chunks:
-                acc = _row_dot(base + m * stride, ea + t * kb, oa + t * kb, chunks) - 8 * offset[t]
+                if m >= groups * ROWS:
+                    acc = _row_dot(base + m * stride, ea + t * kb, oa + t * kb, chunks)
+                acc -= 8 * offset[t]
             if body < kb:
                 acc += _tail_p4(p, m, body, qe[t], qo[t])
             accs[t, m] = acc
@@ -280,8 +298,10 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
 
 # separate builds (npukit.sim.cpu.njit_variant): the portable one never types the VNNI intrinsic
 _PAR = {"parallel": True, **_OPTS}
-gemm_p4_vnni = njit_variant(_gemm_p4, "gemm_p4_vnni", _PAR, _row_dot=_dot_vnni, _ROW_VNNI=True)
-gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_dot_none, _ROW_VNNI=False)
+gemm_p4_vnni = njit_variant(_gemm_p4, "gemm_p4_vnni", _PAR, _row_dot=_dot_vnni, _rows_dot=_dot4_vnni,
+                            _ROW_VNNI=True)
+gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_dot_none, _rows_dot=_dot4_none,
+                                _ROW_VNNI=False)
 
 
 @nb.njit(parallel=True, **_OPTS)
