@@ -106,3 +106,58 @@ def test_gemm_p4_equals_per_vector_reference(k: int) -> None:
         for t, x in enumerate(xs):
             np.testing.assert_array_equal(out[doff[t]: doff[t] + m], nx.to_bits(nx.gemv(w, x, scale)))
         assert np.all(out[doff[3]: doff[3] + m] == 0x7FC0)
+
+
+@pytest.mark.parametrize(("chunks", "pad"), [(1, 0), (3, 64), (16, 17), (32, 1)])
+def test_dot4_u4s8_equals_the_int64_sums_row_by_row(chunks: int, pad: int) -> None:
+    """Four rows in one pass (rows ``pad`` bytes apart beyond their length: strided views) == the
+    offset-binary statement in int64 NumPy for each row, and == `dot_u4s8` one row at a time."""
+    _vnni_or_fail()
+    rng = np.random.default_rng(chunks * 100 + pad)
+    n = chunks * nb_simd.CHUNK
+    wide = rng.integers(0, 256, (nb_simd.ROWS, n + pad), dtype=np.uint8)
+    rows = wide[:, :n]
+    even = rng.integers(-128, 128, n, dtype=np.int8)
+    odd = rng.integers(-128, 128, n, dtype=np.int8)
+    want = nb_simd._want(rows, even, odd)
+    np.testing.assert_array_equal(nb_simd._trial4(rows, even, odd), want)
+    assert [int(nb_simd._trial(np.ascontiguousarray(r), even, odd)) for r in rows] == want.tolist()
+
+
+def _gemv_kernels(serial: bool) -> list:
+    """The packed GEMV builds this CPU may run; ``serial``: also the serial twins (the same source
+    compiled without the parallel region; each array layout is one more compile of every build)."""
+    vnni = nb_simd.probe()[0] == "avx512-vnni"
+    out = [nbk.gemv_p4] + ([nbk.gemv_p4_vnni] if vnni else [])
+    if serial:
+        out += [nbk.KERNELS["gemv_p4_portable_1"]] + ([nbk.KERNELS["gemv_p4_vnni_1"]] if vnni else [])
+    return out
+
+
+@pytest.mark.slow  # ~9 s of first-run compiling (strided layouts), then well under a second
+@pytest.mark.parametrize(("m", "k", "view"), [(1, 256, "rows"), (3, 129, "rows"), (4, 4097, "rows"),
+                                              (5, 200, "contiguous"), (9, 1024, "columns"),
+                                              (38, 2048, "rows"), (41, 383, "contiguous")])
+def test_gemv_p4_builds_equal_the_reference_on_views(m: int, k: int, view: str) -> None:
+    """Every build (portable and VNNI, parallel and serial) on row counts that are not a multiple of
+    the VNNI pass, K odd or not a multiple of 128 (a tail), rows of a wider image (row stride >
+    length) and a column-strided image (no 64-byte runs: the portable loop for all of it)."""
+    rng = np.random.default_rng(m * k)
+    w = rng.integers(-8, 8, (m, k), dtype=np.int8)
+    packed = nx.pack_int4(w)
+    if view == "rows":
+        wide = rng.integers(0, 256, (m, packed.shape[1] + 48), dtype=np.uint8)
+        wide[:, : packed.shape[1]] = packed
+        packed = wide[:, : packed.shape[1]]
+    elif view == "columns":
+        wide = rng.integers(0, 256, (m, 2 * packed.shape[1]), dtype=np.uint8)
+        wide[:, ::2] = packed
+        packed = wide[:, ::2]
+    x = nx.bf16(rng.standard_normal(k) * 2.0)
+    scale = rng.uniform(0.001, 0.1, m).astype(np.float32)
+    want = nx.to_bits(nx.gemv(w, x, scale))
+    for kern in _gemv_kernels(serial=view == "contiguous"):
+        dst = np.zeros(m, np.uint16)
+        assert kern(nx.to_bits(x), packed, scale, dst, False, np.zeros(k + 16, np.int8), kx.LUT32,
+                    kx.LUT64) == 0
+        np.testing.assert_array_equal(dst, want, err_msg=str(kern))

@@ -31,6 +31,78 @@ _I8X64 = ir.VectorType(ir.IntType(8), 64)
 _I32X16 = ir.VectorType(ir.IntType(32), 16)
 
 
+ROWS = 4  # rows per `dot4_u4s8` pass: 8 independent vpdpbusd chains, each activation load shared
+
+
+def _vnni_rows(builder, p, stride, even, odd, n, rows, ahead):
+    """LLVM IR of ``rows`` row sums (`dot_u4s8` each, rows ``stride`` bytes apart): two accumulators per
+    row (low and high nibbles), so no vpdpbusd waits on the one before it in the same row, and one load
+    of each even/odd activation chunk serves every row. Each weight chunk is prefetched ``ahead`` bytes
+    before it is read (short rows read four at a time are too short a stream for the hardware
+    prefetcher: measured 55-75% of a NumPy sum's bandwidth without, 85-100% with). Returns the
+    ``rows`` int32 sums."""
+    mod = builder.module
+    dpbusd = cgutils.get_or_insert_function(
+        mod, ir.FunctionType(_I32X16, [_I32X16, _I32X16, _I32X16]), "llvm.x86.avx512.vpdpbusd.512")
+    hsum = cgutils.get_or_insert_function(
+        mod, ir.FunctionType(ir.IntType(32), [_I32X16]), "llvm.vector.reduce.add.v16i32")
+    zero = ir.Constant(_I32X16, None)
+    i8p = ir.IntType(8).as_pointer()
+
+    def i32(v):
+        return ir.Constant(ir.IntType(32), v)
+
+    prefetch = cgutils.get_or_insert_function(  # read, keep in all caches, data
+        mod, ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
+        "llvm.prefetch.p0i8")
+    accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(rows)]
+    ptr_t = _I8X64.as_pointer()
+    flip = ir.Constant(_I8X64, [0x88] * 64)
+    low = ir.Constant(_I8X64, [0x0F] * 64)
+    four = ir.Constant(_I8X64, [4] * 64)
+    with cgutils.for_range(builder, n) as loop:
+        off = builder.mul(loop.index, ir.Constant(n.type, CHUNK))
+
+        def load(addr):
+            return builder.load(builder.inttoptr(addr, ptr_t), align=1)
+
+        ev = builder.bitcast(load(builder.add(even, off)), _I32X16)
+        od = builder.bitcast(load(builder.add(odd, off)), _I32X16)
+        for r, (acc_lo, acc_hi) in enumerate(accs):
+            row = builder.add(p, builder.mul(stride, ir.Constant(stride.type, r))) if r else p
+            next_addr = builder.add(builder.add(row, off), ahead)
+            builder.call(prefetch, [builder.inttoptr(next_addr, i8p), i32(0), i32(3), i32(1)])
+            u = builder.xor(load(builder.add(row, off)), flip)
+            lo = builder.bitcast(builder.and_(u, low), _I32X16)
+            hi = builder.bitcast(builder.lshr(u, four), _I32X16)
+            builder.store(builder.call(dpbusd, [builder.load(acc_lo), lo, ev]), acc_lo)
+            builder.store(builder.call(dpbusd, [builder.load(acc_hi), hi, od]), acc_hi)
+    return [builder.call(hsum, [builder.add(builder.load(a), builder.load(b))]) for a, b in accs]
+
+
+@intrinsic
+def prefetch_bytes(typingctx, addr, nbytes):
+    """Prefetch the cache lines of ``nbytes`` bytes at ``addr`` for reading. ``llvm.prefetch`` is generic
+    LLVM IR, not an x86 intrinsic: LLVM lowers it for any CPU (a no-op where there is no prefetch
+    instruction), and a prefetch never faults, so portable builds may call it."""
+    sig = types.void(types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        addr, n = args
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+        lines = builder.udiv(builder.add(n, ir.Constant(n.type, 63)), ir.Constant(n.type, 64))
+        with cgutils.for_range(builder, lines) as loop:
+            at = builder.add(addr, builder.mul(loop.index, ir.Constant(n.type, 64)))
+            builder.call(fn, [builder.inttoptr(at, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                              ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @intrinsic
 def dot_u4s8(typingctx, p_addr, even_addr, odd_addr, chunks):
     """Σ over ``chunks`` × 64 packed bytes at ``p_addr`` of ``(lo ^ 8)·even + (hi ^ 8)·odd`` (int32),
@@ -40,29 +112,27 @@ def dot_u4s8(typingctx, p_addr, even_addr, odd_addr, chunks):
 
     def codegen(context, builder, signature, args):
         p, even, odd, n = args
-        mod = builder.module
-        dpbusd = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(_I32X16, [_I32X16, _I32X16, _I32X16]), "llvm.x86.avx512.vpdpbusd.512")
-        hsum = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(ir.IntType(32), [_I32X16]), "llvm.vector.reduce.add.v16i32")
-        acc = cgutils.alloca_once_value(builder, ir.Constant(_I32X16, None))
-        ptr_t = _I8X64.as_pointer()
-        flip = ir.Constant(_I8X64, [0x88] * 64)
-        low = ir.Constant(_I8X64, [0x0F] * 64)
-        four = ir.Constant(_I8X64, [4] * 64)
-        with cgutils.for_range(builder, n) as loop:
-            off = builder.mul(loop.index, ir.Constant(n.type, CHUNK))
+        ahead = ir.Constant(p.type, 8 * CHUNK)  # one stream: 512 bytes on (the next row in a GEMM)
+        return _vnni_rows(builder, p, ir.Constant(p.type, 0), even, odd, n, 1, ahead)[0]
 
-            def load(base):
-                return builder.load(builder.inttoptr(builder.add(base, off), ptr_t), align=1)
+    return sig, codegen
 
-            u = builder.xor(load(p), flip)
-            lo = builder.bitcast(builder.and_(u, low), _I32X16)
-            hi = builder.bitcast(builder.lshr(u, four), _I32X16)
-            a = builder.call(dpbusd, [builder.load(acc), lo, builder.bitcast(load(even), _I32X16)])
-            a = builder.call(dpbusd, [a, hi, builder.bitcast(load(odd), _I32X16)])
-            builder.store(a, acc)
-        return builder.call(hsum, [builder.load(acc)])
+
+@intrinsic
+def dot4_u4s8(typingctx, p_addr, stride, even_addr, odd_addr, chunks, out_addr):
+    """`dot_u4s8` of the `ROWS` rows at ``p_addr``, ``p_addr + stride``, ... against the same activations,
+    in one pass; the int32 sums are stored at ``out_addr`` (``ROWS`` consecutive int32). The wrap-free
+    lane sums make the result equal to `ROWS` calls of `dot_u4s8`, bit for bit."""
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        p, stride, even, odd, n, out = args
+        ahead = builder.mul(stride, ir.Constant(stride.type, ROWS))  # the next pass's rows
+        sums = _vnni_rows(builder, p, stride, even, odd, n, ROWS, ahead)
+        dst = builder.inttoptr(out, ir.IntType(32).as_pointer())
+        for r, v in enumerate(sums):
+            builder.store(v, builder.gep(dst, [ir.Constant(ir.IntType(32), r)]), align=4)
+        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -72,17 +142,33 @@ def _trial(p, even, odd):
     return dot_u4s8(p.ctypes.data, even.ctypes.data, odd.ctypes.data, p.shape[0] // CHUNK)
 
 
+@nb.njit(cache=True, nogil=True)
+def _trial4(rows, even, odd):
+    """`dot4_u4s8` over the first `ROWS` rows of the 2-D uint8 ``rows`` (any row stride)."""
+    out = np.zeros(ROWS, np.int32)
+    dot4_u4s8(rows.ctypes.data, rows.strides[0], even.ctypes.data, odd.ctypes.data, rows.shape[1] // CHUNK,
+              out.ctypes.data)
+    return out
+
+
+def _want(p: np.ndarray, even: np.ndarray, odd: np.ndarray) -> np.ndarray:
+    """The offset-binary sums in int64 NumPy, one per row of ``p`` (the statement `dot_u4s8` computes)."""
+    return ((p & 15) ^ 8).astype(np.int64) @ even + ((p >> 4) ^ 8).astype(np.int64) @ odd
+
+
 def _trial_ok() -> bool:
     rng = np.random.default_rng(7)
-    p = rng.integers(0, 256, 4 * CHUNK, dtype=np.uint8)
-    even = rng.integers(-127, 128, p.size, dtype=np.int8)
-    odd = rng.integers(-127, 128, p.size, dtype=np.int8)
-    want = int(((p & 15) ^ 8).astype(np.int64) @ even + ((p >> 4) ^ 8).astype(np.int64) @ odd)
-    return int(_trial(p, even, odd)) == want
+    p = rng.integers(0, 256, (ROWS + 1, 4 * CHUNK), dtype=np.uint8)
+    even = rng.integers(-127, 128, p.shape[1], dtype=np.int8)
+    odd = rng.integers(-127, 128, p.shape[1], dtype=np.int8)
+    want = _want(p, even, odd)
+    one = int(_trial(p[0], even, odd)) == int(want[0])
+    return one and np.array_equal(_trial4(p[1:], even, odd), want[1:])
 
 
 FAMILY = cpu.register(cpu.Family(
     name="int4-gemv", fast="avx512-vnni", intrinsics=("vpdpbusd",), trial="npukit.sim.nb_simd:_trial_ok",
+    version="2",
     doc="pccx packed-INT4 x INT8 GEMV/GEMM row dot products"))
 
 

@@ -238,26 +238,18 @@ def bind_mat(sim: FastState, site: MatSite, key: bytes) -> MatBinding | None:
     return MatBinding(key, work, run, codes)
 
 
-# Unpacked int8 codes of large matrices on the portable path: at most this many bytes in all (they are
-# twice the packed image's bytes; past this the packed kernel reads the image in place)
-PORTABLE_CODES_BYTES = 2 << 30
-
-
 def _unpacked(sim: FastState, m: int, n: int, k: int) -> bool:
     """Whether an INT4 GEMV/GEMM reads cached int8 codes rather than the packed image in place.
-    ``weights="auto"``: small matrices (< PARALLEL_MIN_MACS weights, they stay in cache) always, except
-    on VNNI from K = 128 on (two 64-byte runs per row beat int8 codes). Without VNNI also every GEMV
-    (N = 1): the portable packed loop sign-extends nibbles and measured 1-2 GB/s of packed weights
-    from DRAM here, the int8 loop about twice that in weight bytes (a decode token measured ~5x faster
-    on the Haswell build); a prefill GEMM keeps the packed kernel, which reads each row once for all N
-    vectors."""
+    ``weights="auto"``: small matrices (< PARALLEL_MIN_MACS weights, they stay in cache) only, except
+    on VNNI from K = 128 on (two 64-byte runs per row beat int8 codes). A large matrix is read packed
+    on every CPU: the portable packed loop (offset-binary nibbles, the next rows prefetched) streamed
+    a 2 MB matrix in 0.31-0.47 ms against 0.56-1.6 ms for its int8 codes on this host's Haswell,
+    Skylake-SP and x86-64-v2 builds (docs/targets/pccx.md), and holds no second copy."""
     if sim.backend == "numpy" or sim.weights == "int8":
         return True
     if sim.weights != "auto":
         return False
-    if m * k < kx.PARALLEL_MIN_MACS:
-        return not (sim.vnni and k >= 128)
-    return not sim.vnni and n == 1 and sim._cached_bytes + m * k <= PORTABLE_CODES_BYTES
+    return m * k < kx.PARALLEL_MIN_MACS and not (sim.vnni and k >= 128)
 
 
 def _gemm_kernel(sim: FastState, flat: np.ndarray, s0: int, d0: int, kw: int, mw: int, n: int, k: int,

@@ -1,0 +1,48 @@
+"""benchmarks/pccx_gemv.py checks every build against the reference GEMV, then reports tiered GB/s."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "pccx_gemv.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_pccx_gemv", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_pccx_gemv"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_json_has_every_build_and_the_numpy_stream(bench, capsys):
+    from npukit.targets.pccx.fast import _nbkernels as nbk
+
+    assert bench.main(["--quick", "--mib", "1", "--calls", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert "measured" in res["tier"] and "derived" in res["tier"] and res["machine"].startswith("CPU ")
+    want = {"portable serial", "portable parallel", "numpy sum"}
+    if nbk.SIMD == "avx512-vnni":
+        want |= {"vnni serial", "vnni parallel"}
+    assert [(r["m"], r["k"]) for r in res["rows"]] == list(bench.QUICK)
+    for r in res["rows"]:
+        assert set(r["gb_per_s"]) == want and all(v > 0 for v in r["gb_per_s"].values())
+        assert r["of_numpy_sum"]["portable serial"] == pytest.approx(
+            r["gb_per_s"]["portable serial"] / r["gb_per_s"]["numpy sum"])
+
+
+def test_a_build_that_differs_is_not_timed(bench, monkeypatch):
+    def wrong(x, p, scale, dst, accm, q, lut32, lut64):
+        dst[:] = np.uint16(1)
+        return 0
+
+    monkeypatch.setattr(bench, "builds", lambda: {"wrong": wrong})
+    with pytest.raises(SystemExit, match="wrong differs"):
+        bench.main(["--quick", "--calls", "1"])
