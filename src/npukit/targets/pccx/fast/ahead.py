@@ -16,7 +16,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from npukit.sim.work import Work
+from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import fuse_groups
 
 
@@ -42,6 +45,7 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         return 0
     job = sim._preparing.get(tag)
     if job is None:
+        warm_single_steps(sim)
         new = [int(w) for w in words]
         src = sim._tagged.get(base) if base is not None else None
         if src is not None and len(src.words) == len(new):
@@ -60,5 +64,51 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         return compiled
     del sim._preparing[tag]
     groups = fuse_groups(sim, job.plan, job.old_groups, frozenset(job.todo))
+    made = build_tables(sim, job.plan, groups)
+    if works is not None:
+        works.extend(made)
     sim._tagged[tag] = sim._slot(job.words, job.plan, groups)
     return compiled
+
+
+def build_tables(sim: Any, plan: list, groups: list) -> list[Work]:
+    """Lower now the fused runs (`fastcvo._FusedRun`) that the switching token would lower on their
+    first call, each for the constant caches predicted at its start: the device's entries now with
+    the MEMSETs of the plan's steps before it applied. Exact whatever the prediction: a copy row
+    holds the shape entry it was bound for and an FP16 GEMV row reads its shape and address when it
+    runs, and a row whose entries differ then is left to the single step (and the table made again),
+    as for any table. A table that stopped at a row it could not bind is dropped (its run is lowered
+    on its first call, as before). The Work records the tables hold (the timing model takes them in)."""
+    cc = sim.cc.copy()
+    works: list[Work] = []
+    for i, step in enumerate(plan):
+        g = groups[i]
+        run = g[1] if g is not None else None
+        if run is not None and getattr(run, "table", True) is None and not run.dead:
+            builds = run.builds
+            table = run._build(cc)
+            run.builds = builds
+            if table is not None and not table.retry:
+                run.table = table
+                works.extend(w for w in table.works if w is not None)
+        fixed = getattr(step, "fuse", None)
+        if isinstance(fixed, tuple) and fixed[0][0] == 6:  # a MEMSET of entry (cache, slot)
+            cc[fixed[0][1], fixed[0][2]] = fixed[0][3:6]
+    return works
+
+
+def warm_single_steps(sim: Any) -> None:
+    """Load (from numba's disk cache) the kernels a switching token's single steps call first: the
+    fused runs that hold a copy run step by step once, so the first switch of a process called the
+    plain CVO, the FP16 GEMV and the findemax kernels for the first time (~10 ms each). Called once
+    per simulator, on a token that builds ahead; the dummy operands are its own arrays, so no device
+    state is touched."""
+    k = getattr(sim, "_k", None)
+    if not k or getattr(sim, "_warmed", False):
+        return
+    sim._warmed = True
+    x, d = np.zeros(8, np.uint16), np.zeros(8, np.uint16)
+    k["cvo"](kx.SCALE, x, d, d, 1.0, False, kx.LUT64)
+    k["max_bits"](0, d, kx.LUT32)
+    k["gemv_f16_1"](x, np.zeros((8, 8), np.uint16), np.zeros(0, np.float32), d, False,
+                    np.zeros(64, np.int8), kx.LUT32, kx.LUT64)
