@@ -100,7 +100,7 @@ def build_tables(sim: Any, plan: list, groups: list) -> list[Work]:
 def warm_single_steps(sim: Any) -> None:
     """Load (from numba's disk cache) the kernels a switching token's single steps call first: the
     fused runs that hold a copy run step by step once, so the first switch of a process called the
-    plain CVO, the FP16 GEMV and the findemax kernels for the first time (~10 ms each). Called once
+    plain CVO, REDUCE_SUM, FP16 GEMV and findemax kernels for the first time (~10 ms each). Called once
     per simulator, on a token that builds ahead; the dummy operands are its own arrays, so no device
     state is touched."""
     k = getattr(sim, "_k", None)
@@ -110,5 +110,8 @@ def warm_single_steps(sim: Any) -> None:
     x, d = np.zeros(8, np.uint16), np.zeros(8, np.uint16)
     k["cvo"](kx.SCALE, x, d, d, 1.0, False, kx.LUT64)
     k["max_bits"](0, d, kx.LUT32)
-    k["gemv_f16_1"](x, np.zeros((8, 8), np.uint16), np.zeros(0, np.float32), d, False,
-                    np.zeros(64, np.int8), kx.LUT32, kx.LUT64)
+    k["reduce_sum_bits"](x, kx.LUT32)
+    k["reduce_sum"](x, kx.LUT32)
+    for name in ("gemv_f16_1", "gemv_km_f16"):  # (the K-major one from span 128, where its rows defer)
+        k[name](x, np.zeros((8, 8), np.uint16), np.zeros(0, np.float32), d, False, np.zeros(64, np.int8),
+                kx.LUT32, kx.LUT64)
