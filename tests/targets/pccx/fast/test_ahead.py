@@ -54,6 +54,9 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
                 assert slots and not any(t[0] == new for t in warm.dev._preparing)
                 fixed = [st.work for s in slots for st in s.plan if hasattr(st, "work")]
                 assert fixed and all(id(w) in warm.timer._rows_by_id for w in fixed)
+                runs = [g[1] for s in slots for g in s.groups if g is not None]
+                assert sum(r.table is not None for r in runs) > len(runs) // 2  # lowered ahead
+                assert warm.dev._warmed  # the single-step kernels loaded ahead too
         a, b = ref.step(tok), warm.step(tok)
         c = cold.step(tok)
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
@@ -65,6 +68,15 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         assert warm.records[-1].cycles == cold.records[-1].cycles
         tok = int(np.argmax(a))
     assert seen_ready  # the switch found the program built (or being built) ahead
+    # the fused runs' tables lowered ahead are the ones `cold` lowered at their first call
+    same = 0
+    for tag, slot in warm.dev._tagged.items():
+        other = cold.dev._tagged.get(tag)
+        for g, h in zip(slot.groups, other.groups if other else [], strict=False):
+            if g is not None and h is not None and g[1].table is not None and h[1].table is not None:
+                assert np.array_equal(g[1].table.tab, h[1].table.tab)
+                same += 1
+    assert same
     assert not warm.dev._preparing  # and nothing is left half-made
     assert warm.dev.fallbacks == 0
 
