@@ -64,22 +64,34 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         return compiled
     del sim._preparing[tag]
     groups = fuse_groups(sim, job.plan, job.old_groups, frozenset(job.todo))
-    made = build_tables(sim, job.plan, groups)
+    made = build_tables(sim, job.plan, groups, _carried(sim, tag), tag)
     if works is not None:
         works.extend(made)
     sim._tagged[tag] = sim._slot(job.words, job.plan, groups)
     return compiled
 
 
-def build_tables(sim: Any, plan: list, groups: list) -> list[Work]:
+def _carried(sim: Any, tag: Hashable) -> np.ndarray:
+    """The constant caches predicted at the start of slot ``tag``: for a driver's (program, segment j)
+    tag, the prediction at the end of segment j - 1 of the same program when that was built ahead
+    (segments run in order, so an entry set in one is read in a later one), else the device's now."""
+    carry = getattr(sim, "_ahead_cc", None)
+    if isinstance(tag, tuple) and len(tag) == 2 and carry is not None and carry[0] == (tag[0], tag[1] - 1):
+        return carry[1]
+    return sim.cc
+
+
+def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = None,
+                 tag: Hashable = None) -> list[Work]:
     """Lower now the fused runs (`fastcvo._FusedRun`) that the switching token would lower on their
-    first call, each for the constant caches predicted at its start: the device's entries now with
-    the MEMSETs of the plan's steps before it applied. Exact whatever the prediction: a copy row
+    first call, each for the constant caches predicted at its start: ``start`` (default: the
+    device's entries now) with the MEMSETs of the plan's steps before it applied; the prediction at
+    the end is kept for the slot after ``tag`` (`_carried`). Exact whatever the prediction: a copy row
     holds the shape entry it was bound for and an FP16 GEMV row reads its shape and address when it
     runs, and a row whose entries differ then is left to the single step (and the table made again),
     as for any table. A table that stopped at a row it could not bind is dropped (its run is lowered
     on its first call, as before). The Work records the tables hold (the timing model takes them in)."""
-    cc = sim.cc.copy()
+    cc = (sim.cc if start is None else start).copy()
     works: list[Work] = []
     for i, step in enumerate(plan):
         g = groups[i]
@@ -94,6 +106,7 @@ def build_tables(sim: Any, plan: list, groups: list) -> list[Work]:
         fixed = getattr(step, "fuse", None)
         if isinstance(fixed, tuple) and fixed[0][0] == 6:  # a MEMSET of entry (cache, slot)
             cc[fixed[0][1], fixed[0][2]] = fixed[0][3:6]
+    sim._ahead_cc = (tag, cc)
     return works
 
 
