@@ -8,6 +8,10 @@ current one (changed steps only, the same diff `FastSimulator.load_program` make
 ``limit`` steps, so the driver can spread that work over the tokens before the switch; the switch
 itself then finds the slot and rechecks only the span-patched words. A step's closure depends only on
 its word and index (never on device state), so a plan built ahead equals the one built at the switch.
+A finished slot's fused runs are lowered too (`build_tables`, for the constant caches predicted at
+each run's start; their rows check those entries when they run), and the first slot built loads the
+kernels the switch's single steps call (`warm_single_steps`), so the switch neither lowers tables nor
+loads kernels from numba's cache.
 """
 
 from __future__ import annotations
