@@ -8,8 +8,9 @@ current one (changed steps only, the same diff `FastSimulator.load_program` make
 ``limit`` steps, so the driver can spread that work over the tokens before the switch; the switch
 itself then finds the slot and rechecks only the span-patched words. A step's closure depends only on
 its word and index (never on device state), so a plan built ahead equals the one built at the switch.
-A finished slot's fused runs are lowered too (`build_tables`, for the constant caches predicted at
-each run's start; their rows check those entries when they run), and the first slot built loads the
+A finished slot's fused runs are lowered and its GEMV/GEMM steps bound too (`build_tables`, for the
+constant caches predicted at each step; the rows and steps check the real entries when they run,
+and rebind if they differ), and the first slot built loads the
 kernels the switch's single steps call (`warm_single_steps`), so the switch neither lowers tables nor
 loads kernels from numba's cache.
 """
@@ -89,12 +90,14 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
                  tag: Hashable = None) -> list[Work]:
     """Lower now the fused runs (`fastcvo._FusedRun`) that the switching token would lower on their
     first call, each for the constant caches predicted at its start: ``start`` (default: the
-    device's entries now) with the MEMSETs of the plan's steps before it applied; the prediction at
-    the end is kept for the slot after ``tag`` (`_carried`). Exact whatever the prediction: a copy row
+    device's entries now) with the MEMSETs of the plan's steps before it applied, and bind each
+    GEMV/GEMM step (``prebind``) for the entries predicted at it; the prediction at the end is kept
+    for the slot after ``tag`` (`_carried`). Exact whatever the prediction: a GEMV/GEMM step rebinds
+    when its entries differ at run time, as it does every time they change, and a copy row
     holds the shape entry it was bound for and an FP16 GEMV row reads its shape and address when it
     runs, and a row whose entries differ then is left to the single step (and the table made again),
     as for any table. A table that stopped at a row it could not bind is dropped (its run is lowered
-    on its first call, as before). The Work records the tables hold (the timing model takes them in)."""
+    on its first call, as before). The Work records the tables and bindings hold (for the timing model)."""
     cc = (sim.cc if start is None else start).copy()
     works: list[Work] = []
     for i, step in enumerate(plan):
@@ -107,6 +110,11 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             if table is not None and not table.retry:
                 run.table = table
                 works.extend(w for w in table.works if w is not None)
+        prebind = getattr(step, "prebind", None)
+        if prebind is not None:  # a GEMV/GEMM: its operands bound for the entries predicted here
+            work = prebind(cc)
+            if work is not None:
+                works.append(work)
         fixed = getattr(step, "fuse", None)
         if isinstance(fixed, tuple) and fixed[0][0] == 6:  # a MEMSET of entry (cache, slot)
             cc[fixed[0][1], fixed[0][2]] = fixed[0][3:6]

@@ -546,6 +546,16 @@ class FastSimulator(Simulator):
                 return fused_row(self, site, cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes())
 
             mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
+
+        def prebind(cc: np.ndarray) -> Work | None:
+            """Bind now for the entries ``cc`` (a program built ahead, `fast.ahead`); `mat` still checks
+            the real entries when it runs and rebinds if they differ. Its fixed Work, if any."""
+            key = cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes()
+            if cell[0] is None or cell[0].key != key:
+                cell[0] = bind_mat(self, site, key)
+            return None if cell[0] is None else cell[0].work
+
+        mat.prebind = prebind
         return mat
 
     # -- INT4 code cache --
