@@ -20,16 +20,21 @@ times, each figure the median:
 * **prefill** (``--prefill`` tokens, 0 skips): the CLI's ``prefill_s`` for a prompt of that many
   tokens (GEMM chunks, default options) against one transformers forward pass over the same prompt,
   as prompt tokens/s;
-* **switch**: in a fresh process (``--probe-switch``), the wall time of each decode step that enters a
-  new attention-span bucket (a power of two) less the median step that built nothing ahead; the
-  steps before a switch that built part of its program ahead, and their median excess;
+* **switch**: in a fresh process (``--probe-switch``), the wall time and the process's CPU time of
+  each decode step that enters a new attention-span bucket (a power of two) less the median step
+  that built nothing ahead (the largest over the buckets); the steps before a switch that built part
+  of its program ahead, and their median excess;
 * **setup**: per CLI run, the backend's ``setup_seconds`` and everything outside generation (process
   start, imports, loading, setup: wall − prefill_s − decode_s).
 
 The CPU model, numba's target and each kernel family's path (`npukit.sim.cpu.describe`) head the
-output. Timings are ``measured``; ratios ``derived``; compare only figures from the same run.
-Usage: ``python benchmarks/gemma3n_cli.py [--hidden 1024] [--layers 6] [--vocab 32768] [--tokens 32]
-[--prefill 512] [--repeats 3] [--threads 2] [--json] [--trace-overhead]``.
+output. ``--numba-cpu NAME`` runs every process (the CLI runs, the switch probes) with numba compiling
+for CPU class NAME (``NUMBA_CPU_NAME=NAME NUMBA_CPU_FEATURES=+64bit``, as tests/test_cpu_matrix.py
+does): that class's kernel paths, run on this host's silicon (its caches and memory, not that CPU's),
+which the output says. Timings are ``measured``; ratios ``derived``; compare only figures from the
+same run. Usage: ``python benchmarks/gemma3n_cli.py [--hidden 1024] [--layers 6] [--vocab 32768]
+[--tokens 32] [--prefill 512] [--repeats 3] [--threads 2] [--numba-cpu NAME] [--json]
+[--trace-overhead]``.
 """
 
 from __future__ import annotations
@@ -188,20 +193,24 @@ def probe_switch(model_dir: str, last: int) -> dict[str, Any]:
         backend.reset()
         tok = int(np.argmax(backend.prefill(list(PROMPT))))
         walls: dict[int, float] = {}
+        cpus: dict[int, float] = {}  # process CPU time: what the step cost, whatever else runs here
         ahead: set[int] = set()
         while backend.drv.position < last:
-            pos, t0, built[0] = backend.drv.position, time.perf_counter(), 0
+            pos, t0, c0, built[0] = backend.drv.position, time.perf_counter(), time.process_time(), 0
             tok = int(np.argmax(backend.step(tok)))
-            walls[pos] = time.perf_counter() - t0
+            walls[pos], cpus[pos] = time.perf_counter() - t0, time.process_time() - c0
             if built[0]:
                 ahead.add(pos)
     switches = [p for p in sorted(walls) if p > len(PROMPT) and p & (p - 1) == 0]  # a span past 2^k
-    plain = [w for p, w in walls.items() if p not in ahead and p not in switches and p > len(PROMPT)]
-    base = statistics.median(plain) if plain else statistics.median(walls.values())
-    out = {str(p): (walls[p] - base) * 1e3 for p in switches}
-    extra = [(walls[p] - base) * 1e3 for p in ahead if p not in switches]
-    return {"switch_ms_by_position": out, "switch_ms": max(out.values()) if out else None,
-            "ahead_steps": len(extra), "ahead_ms_per_step": statistics.median(extra) if extra else None}
+    out: dict[str, Any] = {"ahead_steps": len([p for p in ahead if p not in switches])}
+    for name, times in (("", walls), ("_cpu", cpus)):
+        plain = [w for p, w in times.items() if p not in ahead and p not in switches and p > len(PROMPT)]
+        base = statistics.median(plain) if plain else statistics.median(times.values())
+        by = {str(p): (times[p] - base) * 1e3 for p in switches}
+        extra = [(times[p] - base) * 1e3 for p in ahead if p not in switches]
+        out.update({f"switch{name}_ms_by_position": by, f"switch{name}_ms": max(by.values()) if by else None,
+                    f"ahead{name}_ms_per_step": statistics.median(extra) if extra else None})
+    return out
 
 
 def switch_run(mdir: Path, last: int) -> dict[str, Any]:
@@ -219,6 +228,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill figure (0: skip)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--numba-cpu", metavar="NAME",
+                    help="numba target CPU class of every process (a CPU matrix class: haswell, cascadelake)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--trace-overhead", action="store_true",
                     help="also time the whole command with --trace against without (2N tokens)")
@@ -261,12 +272,13 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
         "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"],
         "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "transformers")}}
     probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
-    ms = [p["switch_ms"] for p in probes if p["switch_ms"] is not None]
-    res["switch_ms"] = statistics.median(ms) if ms else None
-    res["switch_ms_by_position"] = probes[-1]["switch_ms_by_position"]
-    per = [p["ahead_ms_per_step"] for p in probes if p["ahead_ms_per_step"] is not None]
-    res["switch_ahead"] = {"steps": probes[-1]["ahead_steps"],
-                           "ms_per_step": statistics.median(per) if per else None}
+    for name in ("", "_cpu"):  # wall time, and the process's CPU time (steadier on a shared machine)
+        ms = [p[f"switch{name}_ms"] for p in probes if p[f"switch{name}_ms"] is not None]
+        res[f"switch{name}_ms"] = statistics.median(ms) if ms else None
+        res[f"switch{name}_ms_by_position"] = probes[-1][f"switch{name}_ms_by_position"]
+        per = [p[f"ahead{name}_ms_per_step"] for p in probes if p[f"ahead{name}_ms_per_step"] is not None]
+        res[f"switch{name}_ahead"] = {"steps": probes[-1]["ahead_steps"],
+                                      "ms_per_step": statistics.median(per) if per else None}
     if args.prefill:
         res["prefill"] = prefill_rounds(model, mdir, args.prefill, args.repeats, args.vocab)
     if args.trace_overhead:
@@ -276,16 +288,20 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
 
 def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
     m = {k: v * 1e3 for k, v in res["marginal_s_per_token"].items()}
-    lines = [f"hidden {args.hidden}: CLI {m['cli']:.1f} ms/tok (its decode loop {m['cli_decode']:.1f}), "
+    lines = [res["machine"] + (f" [numba target {args.numba_cpu}: its kernel paths on this host's silicon]"
+                               if args.numba_cpu else ""),
+             f"hidden {args.hidden}: CLI {m['cli']:.1f} ms/tok (its decode loop {m['cli_decode']:.1f}), "
              f"driver {m['driver']:.1f}, transformers fp32 eager {m['transformers']:.1f} -> "
              f"CLI {res['cli_vs_transformers']:.2f}x, decode loop {res['cli_decode_vs_transformers']:.2f}x, "
              f"driver {res['driver_vs_transformers']:.2f}x transformers",
              f"  INT4 host floor {res['host_floor_s_per_token'] * 1e3:.1f} ms/tok: "
              f"CLI {res['cli_over_floor']:.2f}x the floor, decode loop {res['cli_decode_over_floor']:.2f}x",
              f"  setup {res['setup_s']:.3f} s (outside generation {res['outside_generation_s']:.2f} s); "
-             f"program switch at a new span bucket {res['switch_ms'] or float('nan'):.0f} ms "
-             f"(built ahead over {res['switch_ahead']['steps']} earlier steps, "
-             f"{res['switch_ahead']['ms_per_step'] or 0.0:.1f} ms each)"]
+             f"program switch at a new span bucket {res['switch_ms'] or float('nan'):.1f} ms wall, "
+             f"{res['switch_cpu_ms'] or float('nan'):.1f} ms CPU (built ahead over "
+             f"{res['switch_ahead']['steps']} earlier steps, "
+             f"{res['switch_ahead']['ms_per_step'] or 0.0:.1f} ms wall / "
+             f"{res['switch_cpu_ahead']['ms_per_step'] or 0.0:.1f} ms CPU each)"]
     pf = res.get("prefill")
     if pf and "error" in pf:
         lines.append(f"  prefill: failed ({pf['error']})")
@@ -302,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_switch:
         print(json.dumps(probe_switch(args.probe_switch, args.tokens)))
         return 0
+    if args.numba_cpu:  # before numba reads its configuration; the child processes inherit it
+        os.environ["NUMBA_CPU_NAME"], os.environ["NUMBA_CPU_FEATURES"] = args.numba_cpu, "+64bit"
     import torch
 
     torch.set_num_threads(args.threads)
@@ -311,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         res = measure(args, Path(tmp) / "m")
     res["machine"] = machine
+    if args.numba_cpu:
+        res["numba_cpu"] = {"name": args.numba_cpu,
+                            "note": "that CPU class's kernel paths, run on this host's silicon"}
     res["tier"] = "measured (s/token, tok/s, ms: medians of interleaved runs); ratios derived"
     print(json.dumps(res, indent=2) if args.json else summary(args, res))
     return 0

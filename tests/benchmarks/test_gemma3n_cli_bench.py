@@ -30,9 +30,11 @@ def test_reports_every_figure_with_the_machine(capsys):
     assert res["host_floor_s_per_token"] > 0
     assert res["cli_decode_over_floor"] == pytest.approx(m["cli_decode"] / res["host_floor_s_per_token"])
     assert 0 < res["setup_s"] < res["outside_generation_s"]
-    assert "8" in res["switch_ms_by_position"]  # the step at position 8 enters span bucket 16
-    ahead = res["switch_ahead"]  # the steps that built a next bucket's program ahead (none this short)
-    assert ahead["steps"] >= 0 and (ahead["ms_per_step"] is None) == (ahead["steps"] == 0)
+    for name in ("switch", "switch_cpu"):  # wall and CPU time
+        assert "8" in res[f"{name}_ms_by_position"]  # the step at position 8 enters span bucket 16
+        assert res[f"{name}_ms"] == pytest.approx(res[f"{name}_ms_by_position"]["8"])  # the only switch
+        ahead = res[f"{name}_ahead"]  # the steps that built a next bucket's program ahead (none this short)
+        assert ahead["steps"] >= 0 and (ahead["ms_per_step"] is None) == (ahead["steps"] == 0)
     pf = res["prefill"]
     assert pf["prompt_tokens"] == 12 and pf["cli_tok_per_s"] > 0 and pf["transformers_tok_per_s"] > 0
     assert pf["cli_vs_transformers"] == pytest.approx(pf["cli_tok_per_s"] / pf["transformers_tok_per_s"])

@@ -45,7 +45,7 @@ def format_instr(ins: Instr) -> str:
     """Canonical text of one instruction (memoised: instructions are immutable)."""
     t = _TEXT.get(ins)
     if t is None:
-        if len(_TEXT) >= 1 << 16:
+        if len(_TEXT) >= 1 << 18:  # a prefill chunk program has ~100 k distinct instructions
             _TEXT.clear()
         t = _TEXT[ins] = SYNTAX.format(_TEXT_SPEC, ins)
     return t

@@ -340,6 +340,10 @@ class PccxDriver:
                 else:
                     self.variants[key] = v
             return
+        # its span-patched words as the switching token will patch them (a program not running now), so
+        # the switch recompiles none of them and the fused runs' copies are bound for their real shapes
+        at = next(p for p in range(self._pos + 1, ahead + 1) if self._bucket_key(self.spans(p + 1)) == key)
+        v.program.patch(self.spans(at + 1))
         budget, works = SWITCH_SLICE, []
         for j, seg in enumerate(v.program.segments):
             budget -= prepare(seg.words, (key, j), (now, j), budget, works)

@@ -12,6 +12,8 @@ import pytest
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import driver as drvmod
 from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.fast import fastsim
+from npukit.targets.pccx.fast.fastmat import bind_mat
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
 from .tiny_gemma3n import CFG
@@ -31,6 +33,13 @@ def _drivers(kv: str) -> tuple[PccxDriver, PccxDriver, PccxDriver]:
 @pytest.mark.parametrize("kv,slice_steps", [("fp16", 4096), ("int4", 8)])
 def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkeypatch):
     monkeypatch.setattr(drvmod, "SWITCH_SLICE", slice_steps)
+    binds: dict[int, int] = {}  # GEMV/GEMM operand bindings made, per simulator
+
+    def counted(sim, *args):
+        binds[id(sim)] = binds.get(id(sim), 0) + 1
+        return bind_mat(sim, *args)
+
+    monkeypatch.setattr(fastsim, "bind_mat", counted)
     ref, cold, warm = _drivers(kv)
     a, c = ref.prefill(PROMPT), cold.prefill(PROMPT)
     tok = int(np.argmax(a))
@@ -43,6 +52,7 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
     cold.records.clear()
     warm.prefill(PROMPT), cold.prefill(PROMPT)
     tok, seen_ready = int(np.argmax(a)), False
+    made: list[tuple[bool, int]] = []  # (a switch?, GEMV bindings `warm` made in the step)
     for _ in range(8):
         pos = warm.position
         big = warm._bucket_key(warm.spans(pos + 1)) != warm._bucket_key(warm.spans(pos))
@@ -54,8 +64,13 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
                 assert slots and not any(t[0] == new for t in warm.dev._preparing)
                 fixed = [st.work for s in slots for st in s.plan if hasattr(st, "work")]
                 assert fixed and all(id(w) in warm.timer._rows_by_id for w in fixed)
+                runs = [g[1] for s in slots for g in s.groups if g is not None]
+                assert sum(r.table is not None for r in runs) > len(runs) // 2  # lowered ahead
+                assert warm.dev._warmed  # the single-step kernels loaded ahead too
+        before = binds.get(id(warm.dev), 0)
         a, b = ref.step(tok), warm.step(tok)
         c = cold.step(tok)
+        made.append((big, binds.get(id(warm.dev), 0) - before))
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
         assert np.array_equal(b.view(np.uint32), c.view(np.uint32))
         r = ref.ring
@@ -65,6 +80,18 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         assert warm.records[-1].cycles == cold.records[-1].cycles
         tok = int(np.argmax(a))
     assert seen_ready  # the switch found the program built (or being built) ahead
+    if slice_steps > 1000:  # its GEMVs were bound ahead: the switch binds no more than the step after
+        at = next(i for i, (big, _) in enumerate(made) if big)
+        assert made[at][1] <= made[at + 1][1]
+    # the fused runs' tables lowered ahead are the ones `cold` lowered at their first call
+    same = 0
+    for tag, slot in warm.dev._tagged.items():
+        other = cold.dev._tagged.get(tag)
+        for g, h in zip(slot.groups, other.groups if other else [], strict=False):
+            if g is not None and h is not None and g[1].table is not None and h[1].table is not None:
+                assert np.array_equal(g[1].table.tab, h[1].table.tab)
+                same += 1
+    assert same
     assert not warm.dev._preparing  # and nothing is left half-made
     assert warm.dev.fallbacks == 0
 

@@ -8,6 +8,11 @@ current one (changed steps only, the same diff `FastSimulator.load_program` make
 ``limit`` steps, so the driver can spread that work over the tokens before the switch; the switch
 itself then finds the slot and rechecks only the span-patched words. A step's closure depends only on
 its word and index (never on device state), so a plan built ahead equals the one built at the switch.
+A finished slot's fused runs are lowered and its GEMV/GEMM steps bound too (`build_tables`, for the
+constant caches predicted at each step; the rows and steps check the real entries when they run,
+and rebind if they differ), and the first slot built loads the
+kernels the switch's single steps call (`warm_single_steps`), so the switch neither lowers tables nor
+loads kernels from numba's cache.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from npukit.sim.work import Work
+from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import fuse_groups
 
 
@@ -42,6 +50,7 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         return 0
     job = sim._preparing.get(tag)
     if job is None:
+        warm_single_steps(sim)
         new = [int(w) for w in words]
         src = sim._tagged.get(base) if base is not None else None
         if src is not None and len(src.words) == len(new):
@@ -60,5 +69,74 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         return compiled
     del sim._preparing[tag]
     groups = fuse_groups(sim, job.plan, job.old_groups, frozenset(job.todo))
+    made = build_tables(sim, job.plan, groups, _carried(sim, tag), tag)
+    if works is not None:
+        works.extend(made)
     sim._tagged[tag] = sim._slot(job.words, job.plan, groups)
     return compiled
+
+
+def _carried(sim: Any, tag: Hashable) -> np.ndarray:
+    """The constant caches predicted at the start of slot ``tag``: for a driver's (program, segment j)
+    tag, the prediction at the end of segment j - 1 of the same program when that was built ahead
+    (segments run in order, so an entry set in one is read in a later one), else the device's now."""
+    carry = getattr(sim, "_ahead_cc", None)
+    if isinstance(tag, tuple) and len(tag) == 2 and carry is not None and carry[0] == (tag[0], tag[1] - 1):
+        return carry[1]
+    return sim.cc
+
+
+def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = None,
+                 tag: Hashable = None) -> list[Work]:
+    """Lower now the fused runs (`fastcvo._FusedRun`) that the switching token would lower on their
+    first call, each for the constant caches predicted at its start: ``start`` (default: the
+    device's entries now) with the MEMSETs of the plan's steps before it applied, and bind each
+    GEMV/GEMM step (``prebind``) for the entries predicted at it; the prediction at the end is kept
+    for the slot after ``tag`` (`_carried`). Exact whatever the prediction: a GEMV/GEMM step rebinds
+    when its entries differ at run time, as it does every time they change, and a copy row
+    holds the shape entry it was bound for and an FP16 GEMV row reads its shape and address when it
+    runs, and a row whose entries differ then is left to the single step (and the table made again),
+    as for any table. A table that stopped at a row it could not bind is dropped (its run is lowered
+    on its first call, as before). The Work records the tables and bindings hold (for the timing model)."""
+    cc = (sim.cc if start is None else start).copy()
+    works: list[Work] = []
+    for i, step in enumerate(plan):
+        g = groups[i]
+        run = g[1] if g is not None else None
+        if run is not None and getattr(run, "table", True) is None and not run.dead:
+            builds = run.builds
+            table = run._build(cc)
+            run.builds = builds
+            if table is not None and not table.retry:
+                run.table = table
+                works.extend(w for w in table.works if w is not None)
+        prebind = getattr(step, "prebind", None)
+        if prebind is not None:  # a GEMV/GEMM: its operands bound for the entries predicted here
+            work = prebind(cc)
+            if work is not None:
+                works.append(work)
+        fixed = getattr(step, "fuse", None)
+        if isinstance(fixed, tuple) and fixed[0][0] == 6:  # a MEMSET of entry (cache, slot)
+            cc[fixed[0][1], fixed[0][2]] = fixed[0][3:6]
+    sim._ahead_cc = (tag, cc)
+    return works
+
+
+def warm_single_steps(sim: Any) -> None:
+    """Load (from numba's disk cache) the kernels a switching token's single steps call first: the
+    fused runs that hold a copy run step by step once, so the first switch of a process called the
+    plain CVO, REDUCE_SUM, FP16 GEMV and findemax kernels for the first time (~10 ms each). Called once
+    per simulator, on a token that builds ahead; the dummy operands are its own arrays, so no device
+    state is touched."""
+    k = getattr(sim, "_k", None)
+    if not k or getattr(sim, "_warmed", False):
+        return
+    sim._warmed = True
+    x, d = np.zeros(8, np.uint16), np.zeros(8, np.uint16)
+    k["cvo"](kx.SCALE, x, d, d, 1.0, False, kx.LUT64)
+    k["max_bits"](0, d, kx.LUT32)
+    k["reduce_sum_bits"](x, kx.LUT32)
+    k["reduce_sum"](x, kx.LUT32)
+    for name in ("gemv_f16_1", "gemv_km_f16"):  # (the K-major one from span 128, where its rows defer)
+        k[name](x, np.zeros((8, 8), np.uint16), np.zeros(0, np.float32), d, False, np.zeros(64, np.int8),
+                kx.LUT32, kx.LUT64)

@@ -8,6 +8,7 @@ one `numerics.py` rounds too); only the widening and the BF16 rounding are repla
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -236,18 +237,18 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
     with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`)."""
     n = len(plan)
     out: list[tuple[int, Callable] | None] = [None] * n
+    marks = sorted(changed)  # (a chunk program changes tens of thousands of steps: find a run's by bisection)
     i = 0
     while i < n:
         j = i
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
         starts = [i] + [p + 1 for p in range(i, j) if getattr(plan[p], "fuse_may_end", False)]
-        near = [c for c in changed if i <= c < j]
         for s0 in starts:
             if j - s0 < 2:
                 continue
             prev = old[s0] if old is not None else None
-            inside = [c - s0 for c in near if s0 <= c]
+            inside = _within(marks, s0, j)
             if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun):
                 out[s0] = (j, prev[1].patched(inside, plan[s0:j]) if inside else prev[1])
             else:
@@ -256,14 +257,21 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
     return out
 
 
+def _within(marks: list[int], start: int, end: int) -> list[int]:
+    """The sorted ``marks`` in [start, end), as offsets from ``start``."""
+    lo = bisect_left(marks, start)
+    return [c - start for c in marks[lo: bisect_left(marks, end, lo)]]
+
+
 def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int]) -> list:
     """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
     fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy."""
     out = list(groups)
+    marks = sorted(changed)
     for s0, g in enumerate(groups):
         if g is None or not isinstance(g[1], _FusedRun):
             continue
-        inside = [c - s0 for c in changed if s0 <= c < g[0]]
+        inside = _within(marks, s0, g[0])
         if inside:
             out[s0] = (g[0], g[1].patched(inside, plan[s0: g[0]]))
     return out
@@ -347,11 +355,13 @@ class _FusedRun:
         new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry)
         return new
 
-    def _build(self) -> _Table | None:
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+        """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's
+        now) as the run's own MEMSETs leave them; each such row checks its entries when it runs."""
         self.builds += 1
         rows, ins, works, makers, regions = [], [], [], {}, []
         retry = False
-        cc = self.sim.cc.copy()  # the constant caches as the run leaves them before each step
+        cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
         for st in self.steps:
             got = st.fuse(cc) if callable(st.fuse) else st.fuse
             if got is None or got is False:

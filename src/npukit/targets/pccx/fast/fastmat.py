@@ -166,6 +166,16 @@ def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     return row, None, hit[0], work
 
 
+def prebind_mat(sim: FastState, site: MatSite, cell: list, cc: np.ndarray, shp: int, siz: int) -> Work | None:
+    """Bind a GEMV/GEMM step (its binding ``cell``; shape entry ``shp``, size entries ``siz``, ``siz+1``)
+    now for the constant caches ``cc`` (a program built ahead: `fast.ahead`); the step still compares
+    the real entries when it runs and rebinds if they differ. The binding's fixed Work, if any."""
+    key = cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes()
+    if cell[0] is None or cell[0].key != key:
+        cell[0] = bind_mat(sim, site, key)
+    return None if cell[0] is None else cell[0].work
+
+
 def key_fields(key: bytes) -> tuple[int, ...]:
     """(m, n, k, a, hi, lo[, a1, hi1, lo1]) from a binding key (the raw constant-cache entries)."""
     if len(key) == 18:

@@ -36,7 +36,7 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, repatch_groups
-from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site
+from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site, prebind_mat
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
@@ -546,6 +546,7 @@ class FastSimulator(Simulator):
                 return fused_row(self, site, cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes())
 
             mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
+        mat.prebind = lambda cc: prebind_mat(self, site, cell, cc, shp, siz)  # (`fast.ahead`)
         return mat
 
     # -- INT4 code cache --
