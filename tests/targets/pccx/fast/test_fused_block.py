@@ -14,7 +14,7 @@ from npukit.targets.pccx import asm
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import fastmat, kernels
 from npukit.targets.pccx.fast.fastsim import FastSimulator
-from npukit.targets.pccx.memory import W_KMAJOR, weight_entry
+from npukit.targets.pccx.memory import W_KMAJOR, weight_entry, weight_image
 from npukit.targets.pccx.sim import Simulator
 
 from .test_fastsim import _assert_same, _bf16_bits, _state
@@ -131,3 +131,67 @@ def test_non_finite_key_weight_faults_at_the_gemv():
         assert fast.run() == ref.run()
         _assert_same(_state(fast), _state(ref))
         assert fast.error is not None and fast.error.index == 3
+
+
+W4_A, W4_B = 0x3000_0000, 0x3010_0000  # two INT4 images (the descriptors switch between them)
+
+
+def _int4_run(m: int, k: int, flags: str) -> list[int]:
+    """A fused run through a small INT4 GEMV (kind 10): its shape set in the run, its weight slot
+    (9) set by the host beforehand, a reduction of its output after it."""
+    return asm.assemble("\n".join([
+        f"memset cache=fmap slot=1 a={m} b=1 c={k}",
+        "memset cache=sreg slot=1 a=0xFF80",
+        f"gemv dest=0x80 src=0x10 flags={flags} size=9 shape=1",
+        f"cvo.reduce_sum src=0x80 dst=0xC0 len={m} flags=0"]))
+
+
+def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch):
+    """Small packed INT4 GEMVs (row scales, accm, findemax) inside a fused run equal the reference
+    bit for bit: as compiled rows while the descriptors hold their binding key, as single steps
+    (rebound) when the host points the weight slot at another image; scales rewritten by the host
+    between runs are read live; a NaN activation and all-zero outputs (e_max by the reference
+    reduction) included."""
+    binds = []
+    real = fastmat.bind_mat
+    monkeypatch.setattr(fastmat, "bind_mat", lambda *a: binds.append(a[1].idx) or real(*a))
+    monkeypatch.setattr("npukit.targets.pccx.fast.fastsim.bind_mat", fastmat.bind_mat)
+    rng = np.random.default_rng(5)
+    m, k = 40, 201  # an odd K: the last packed byte holds one code
+    ref, fast = Simulator(), FastSimulator(backend="numba", weights="packed")
+    images = {}
+    for addr in (W4_A, W4_B):
+        images[addr] = (rng.integers(-8, 8, (m, k)), rng.standard_normal(m).astype(np.float32))
+    for sim in (ref, fast):
+        for addr, (w, s) in images.items():
+            sim.host.map(addr, 0x10000)
+            sim.host.write(addr, weight_image(w, "int4", s))
+    # (flags, image, activation, new scales, compiled)
+    cases = [("w_scale|findemax", W4_A, "x", False, True), ("w_scale|findemax", W4_A, "x", False, True),
+             ("w_scale|findemax", W4_A, "x", True, True),  # the host rewrote the row scales
+             ("w_scale|findemax", W4_B, "x", False, False),  # another image: the single step rebinds
+             ("w_scale|findemax", W4_B, "x", False, True),  # and the run is rebuilt for it
+             ("w_scale|findemax", W4_B, "nan", False, True), ("w_scale|findemax", W4_B, "zero", False, True),
+             ("accm", W4_A, "x", False, True), ("accm|w_scale", W4_A, "x", False, True)]
+    for flags, addr, act, rescale, compiled in cases:
+        x = _bf16_bits(rng, k, special=0.0)
+        if act == "zero":
+            x[:] = 0
+        elif act == "nan":
+            x[7] = 0x7FC0
+        scales = rng.standard_normal(m).astype(np.float32) if rescale else None
+        words = _int4_run(m, k, flags)
+        for sim in (ref, fast):
+            sim.write_l2_bits(0x10, x)
+            sim.cc[1, 9] = weight_entry("int4", addr)
+            if scales is not None:
+                w, _ = images[addr]
+                sim.host.write(addr, weight_image(w, "int4", scales))
+            sim.load_program(words)
+        binds.clear()
+        assert fast._groups[0] is not None and fast._groups[0][0] == len(words)  # one fused run
+        assert fast.run() == ref.run()
+        _assert_same(_state(fast), _state(ref))
+        assert fast.error is None
+        assert (not binds) == compiled, (flags, addr, act)
+    assert fast.fallbacks == 0

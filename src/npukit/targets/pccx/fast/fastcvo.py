@@ -9,7 +9,7 @@ one `numerics.py` rounds too); only the widening and the BF16 rounding are repla
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -18,9 +18,10 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastmat import update_emax
+from npukit.targets.pccx.fast.fastmat import MatSite, _mat_work, _unpacked, key_fields, update_emax
 from npukit.targets.pccx.fast.state import FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
+from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
 
 _E = 8
 # the fused kernel's code of each arithmetic numerics function (keyed by the function, so a table row
@@ -282,6 +283,7 @@ class _Table:
     h1: np.ndarray
     info: np.ndarray
     retry: bool
+    keep: list = field(default_factory=list)  # host arrays that kind-10 rows read by address
 
     @property
     def items(self) -> list:
@@ -292,7 +294,33 @@ class _Table:
         return got
 
 
-_COLS = 9  # table columns (`_nbblock`)
+_COLS = 20  # table columns (`_nbblock.COLS`)
+_INT4 = FORMAT_CODES["int4"]
+
+
+def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
+    """The `_nbblock` row (kind 10) of a small plain INT4 GEMV for the binding key ``key``, and its
+    Work: the GEMVs the single step runs on the serial packed kernel (`fastmat.bind_mat`: below
+    `kernels.PARALLEL_MIN_MACS`, not on cached int8 codes), so a run of fused steps goes on through
+    them; False for every other binding (large ones keep their parallel twin, a step of their own)."""
+    f = key_fields(key)
+    if sim.backend != "numba" or len(f) != 9:
+        return False
+    m, n, k, a, hi, lo = f[:6]
+    if a != _INT4 or n > 1 or m == 0 or k == 0 or m * k >= kx.PARALLEL_MIN_MACS or _unpacked(sim, m, 1, k):
+        return False
+    ins, rb = site.ins, row_bytes("int4", k)
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return False
+    addr = ((hi << 16) | lo) * WORD_BYTES
+    body = sim.host.view(addr, m * rb)
+    sb = sim.host.view(addr + m * rb + (-(m * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    if body is None or (site.w_scale and sb is None):
+        return False
+    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, int(site.accm) | int(site.findemax) << 1,
+           body.ctypes.data, m, k, 0 if sb is None else sb.ctypes.data, rb, *f)
+    return row, _mat_work(site, m, 1, k, "int4"), None, None, (body, sb)  # (the arrays: kept alive)
 
 
 def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
@@ -329,27 +357,29 @@ class _FusedRun:
         if any(o >= done and callable(steps[o].fuse) for o in offsets):
             new.dead = False
             return new  # the prefix may now run further: build it again
-        tab, ins, works, makers = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers)
+        tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
         for o in sorted(x for x in offsets if x < done):
             st = steps[o]
             got = st.fuse(_cc_before(self.sim.cc, tab, o)) if callable(st.fuse) else st.fuse
             if got is None or got is False:
                 return new
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
-            if len(got) > 2:
+            if row[0] == 10:
+                keep.append(got[4])
+            elif len(got) > 2:
                 if got[2] is not t.h0 and got[2] is not t.h1:
                     return new
                 row[6] = 0 if got[2] is t.h0 else 1
             makers.pop(o, None)
-            if len(got) > 3:
+            if len(got) > 3 and got[3] is not None:
                 makers[o] = got[3]
             tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
-        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry)
+        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry, keep)
         return new
 
     def _build(self) -> _Table | None:
         self.builds += 1
-        rows, ins, works, makers, regions = [], [], [], {}, []
+        rows, ins, works, makers, regions, keep = [], [], [], {}, [], []
         retry = False
         cc = self.sim.cc.copy()  # the constant caches as the run leaves them before each step
         for st in self.steps:
@@ -360,14 +390,16 @@ class _FusedRun:
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] == 6:  # a MEMSET of an entry
                 cc[row[1], row[2]] = row[3:6]
-            if len(got) > 2:  # a host region the row reads, by identity (at most two per table)
+            if row[0] == 10:  # an INT4 GEMV reads its image by address: the table keeps the arrays
+                keep.append(got[4])
+            elif len(got) > 2:  # a host region the row reads, by identity (at most two per table)
                 j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
                 if j == 2:
                     break
                 if j == len(regions):
                     regions.append(got[2])
                 row[6] = j
-            if len(got) > 3:
+            if len(got) > 3 and got[3] is not None:
                 makers[len(rows)] = got[3]
             rows.append(row)
             ins.append(st.fuse_ins)
@@ -377,7 +409,7 @@ class _FusedRun:
             return None
         h0, h1 = [*regions, _NO_HOST, _NO_HOST][:2]
         return _Table(np.array(rows, np.int64), ins, works, makers, h0, h1,
-                      np.zeros((len(rows), 3), np.int64), retry)
+                      np.zeros((len(rows), 3), np.int64), retry, keep)
 
     def __call__(self) -> list[Work]:
         if self.dead:

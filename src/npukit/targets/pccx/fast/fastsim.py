@@ -35,7 +35,7 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, repatch_groups
+from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, int4_row, repatch_groups
 from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
@@ -543,7 +543,8 @@ class FastSimulator(Simulator):
 
         if self.backend == "numba":  # a row of a fused run where its binding allows (`fused_row`)
             def row(cc: np.ndarray) -> tuple | bool:
-                return fused_row(self, site, cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes())
+                key = cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes()
+                return fused_row(self, site, key) or int4_row(self, site, key)
 
             mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
         return mat
