@@ -146,19 +146,20 @@ def _int4_run(m: int, k: int, flags: str) -> list[int]:
         f"cvo.reduce_sum src=0x80 dst=0xC0 len={m} flags=0"]))
 
 
-def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch):
-    """Small packed INT4 GEMVs (row scales, accm, findemax) inside a fused run equal the reference
-    bit for bit: as compiled rows while the descriptors hold their binding key, as single steps
-    (rebound) when the host points the weight slot at another image; scales rewritten by the host
-    between runs are read live; a NaN activation and all-zero outputs (e_max by the reference
-    reduction) included."""
+@pytest.mark.parametrize("weights", ["packed", "int8"])  # kind 10 (image in place), 11 (cached codes)
+def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch, weights):
+    """Small INT4 GEMVs (row scales, accm, findemax) inside a fused run equal the reference bit for
+    bit: as compiled rows while the descriptors hold their binding key, as single steps (rebound)
+    when the host points the weight slot at another image; weights and scales rewritten by the host
+    between runs are what the next run reads (live, or codes dropped and made again); a NaN
+    activation and all-zero outputs (e_max by the reference reduction) included."""
     binds = []
     real = fastmat.bind_mat
     monkeypatch.setattr(fastmat, "bind_mat", lambda *a: binds.append(a[1].idx) or real(*a))
     monkeypatch.setattr("npukit.targets.pccx.fast.fastsim.bind_mat", fastmat.bind_mat)
     rng = np.random.default_rng(5)
     m, k = 40, 201  # an odd K: the last packed byte holds one code
-    ref, fast = Simulator(), FastSimulator(backend="numba", weights="packed")
+    ref, fast = Simulator(), FastSimulator(backend="numba", weights=weights)
     images = {}
     for addr in (W4_A, W4_B):
         images[addr] = (rng.integers(-8, 8, (m, k)), rng.standard_normal(m).astype(np.float32))
@@ -168,7 +169,7 @@ def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch):
             sim.host.write(addr, weight_image(w, "int4", s))
     # (flags, image, activation, new scales, compiled)
     cases = [("w_scale|findemax", W4_A, "x", False, True), ("w_scale|findemax", W4_A, "x", False, True),
-             ("w_scale|findemax", W4_A, "x", True, True),  # the host rewrote the row scales
+             ("w_scale|findemax", W4_A, "x", True, True),  # the host rewrote the image
              ("w_scale|findemax", W4_B, "x", False, False),  # another image: the single step rebinds
              ("w_scale|findemax", W4_B, "x", False, True),  # and the run is rebuilt for it
              ("w_scale|findemax", W4_B, "nan", False, True), ("w_scale|findemax", W4_B, "zero", False, True),
@@ -179,14 +180,14 @@ def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch):
             x[:] = 0
         elif act == "nan":
             x[7] = 0x7FC0
-        scales = rng.standard_normal(m).astype(np.float32) if rescale else None
+        if rescale:  # new weights and scales for the image
+            images[addr] = (rng.integers(-8, 8, (m, k)), rng.standard_normal(m).astype(np.float32))
         words = _int4_run(m, k, flags)
         for sim in (ref, fast):
             sim.write_l2_bits(0x10, x)
             sim.cc[1, 9] = weight_entry("int4", addr)
-            if scales is not None:
-                w, _ = images[addr]
-                sim.host.write(addr, weight_image(w, "int4", scales))
+            if rescale:
+                sim.host.write(addr, weight_image(*images[addr][:1], "int4", images[addr][1]))
             sim.load_program(words)
         binds.clear()
         assert fast._groups[0] is not None and fast._groups[0][0] == len(words)  # one fused run

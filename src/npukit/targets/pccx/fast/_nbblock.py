@@ -15,7 +15,9 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   large matrices), on the serial twin the single step runs (`_nbkernels._SERIAL["gemv_p4_1"]`: the
   VNNI or the portable build, whichever this CPU took, so `block` is built once per path under its
   own name); the image is read in place at the host address the row was built for, while the
-  descriptors hold exactly the binding key it was built from (else the single step rebinds).
+  descriptors hold exactly the binding key it was built from (else the single step rebinds);
+* 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel), where
+  the single step would read codes (the caller rebuilds the table once a host write drops them).
 
 A row the compiled loop cannot finish exactly as the single step would — a fault, an operand outside
 its region, an ambiguous e_max or exp — is left undone (nothing written) and `block` returns its
@@ -41,7 +43,8 @@ _NO_SCALE = np.zeros(0, np.float32)
 gemv_f16_1 = nbk._SERIAL["gemv_f16_1"]
 gemv_km_f16 = nbk.gemv_km_f16
 _p4 = nbk._SERIAL["gemv_p4_1"]  # the serial packed INT4 twin of this CPU's path (VNNI or portable)
-# kind 10's columns: 6 image address, 7 m, 8 k, 9 scale address (0: none), 10 bytes per row,
+_i8 = nbk._SERIAL["gemv_i8_1"]  # the serial int8-codes twin (portable)
+# kinds 10 and 11: 6 image (codes) address, 7 m, 8 k, 9 scale address (0: none), 10 bytes per row,
 # 11..19 the binding key (shape entry m, n, k; weight slot a, hi, lo; slot + 1 a, hi, lo)
 COLS = 20
 INT4_KEY = 11
@@ -137,30 +140,49 @@ def _gemv_row(tab_r, flat, cc, state, h, q, lut32, lut64, info_r):
     return 0
 
 
-def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r):  # pragma: no cover - numba
-    """Kind 10: 0 done, 1 not run (the descriptors changed: the single step rebinds), 2 done but
-    e_max left to the caller."""
+@nb.njit(**_OPTS)
+def _key_holds(t, cc):
+    """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) was built for."""
     shp, siz = t[1], t[2]
     for j in range(3):
         if (np.int64(cc[0, shp, j]) != t[INT4_KEY + j] or np.int64(cc[1, siz, j]) != t[INT4_KEY + 3 + j]
                 or np.int64(cc[1, siz + 1, j]) != t[INT4_KEY + 6 + j]):
-            return 1
-    m, k, rb = t[7], t[8], t[10]
-    p = nb.carray(_u8_at(t[6]), (m, rb))
-    scale = np.empty(m if t[9] != 0 else 0, np.float32)
-    if t[9] != 0:  # the live row scales (FP32, little-endian), copied as the single step copies them
-        scale.view(np.uint8)[:] = nb.carray(_u8_at(t[9]), (4 * m,))
-    x = flat[t[3] * 8: t[3] * 8 + k]
-    d = flat[t[4] * 8: t[4] * 8 + m]
-    if _p4(x, p, scale, d, (t[5] & 1) != 0, q, lut32, lut64) == 1:
+            return False
+    return True
+
+
+@nb.njit(**_OPTS)
+def _int4_done(t, d, st, state, lut32, info_r):
+    """After an INT4 row's GEMV (``st``: its kernel's status): NaN outputs, shape info, e_max (0 done,
+    2 e_max left to the caller)."""
+    if st == 1:
         d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
-    info_r[0], info_r[1], info_r[2] = m, k, k
+    info_r[0], info_r[1], info_r[2] = t[7], t[8], t[8]
     if t[5] & 2:
         b = nbk.max_bits(np.int64(state[1]), d, lut32)
         if b < 0:
             return 2
         state[1] = np.uint16(b)
     return 0
+
+
+def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r):  # pragma: no cover - numba
+    """Kind 10 (packed image) and 11 (cached int8 codes, column 10 unused): 0 done, 1 not run (the
+    descriptors changed: the single step rebinds), 2 done but e_max left to the caller."""
+    if not _key_holds(t, cc):
+        return 1
+    m, k = t[7], t[8]
+    scale = np.empty(m if t[9] != 0 else 0, np.float32)
+    if t[9] != 0:  # the row scales (FP32, little-endian): live (kind 10) or the codes' copy (11)
+        scale.view(np.uint8)[:] = nb.carray(_u8_at(t[9]), (4 * m,))
+    x = flat[t[3] * 8: t[3] * 8 + k]
+    d = flat[t[4] * 8: t[4] * 8 + m]
+    accm = (t[5] & 1) != 0
+    if t[0] == 10:
+        st = _p4(x, nb.carray(_u8_at(t[6]), (m, t[10])), scale, d, accm, q, lut32, lut64)
+    else:
+        st = _i8(x, nb.carray(_u8_at(t[6]), (m, k)).view(np.int8), scale, d, accm, q, lut32, lut64)
+    return _int4_done(t, d, st, state, lut32, info_r)
 
 
 def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):  # pragma: no cover - numba
@@ -205,7 +227,7 @@ def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):  # pragma: no c
                 return r
             if st == 2:
                 return tab.shape[0] + r
-        elif kind == 10:
+        elif kind == 10 or kind == 11:
             st = _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r])
             if st == 1:
                 return r

@@ -19,7 +19,7 @@ from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastmat import MatSite, _mat_work, _unpacked, key_fields, update_emax
-from npukit.targets.pccx.fast.state import FastState
+from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
 
@@ -283,7 +283,15 @@ class _Table:
     h1: np.ndarray
     info: np.ndarray
     retry: bool
-    keep: list = field(default_factory=list)  # host arrays that kind-10 rows read by address
+    keep: list = field(default_factory=list)  # what INT4 rows (kinds 10, 11) read by address
+
+    def __post_init__(self) -> None:
+        self.codes = [held[1] for held in self.keep if isinstance(held[1], Codes)]  # kind 11's
+
+    @property
+    def stale(self) -> bool:
+        """Whether cached codes an INT4 row reads were dropped (a host write over their image)."""
+        return not all(c.valid for c in self.codes)
 
     @property
     def items(self) -> list:
@@ -299,15 +307,17 @@ _INT4 = FORMAT_CODES["int4"]
 
 
 def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
-    """The `_nbblock` row (kind 10) of a small plain INT4 GEMV for the binding key ``key``, and its
-    Work: the GEMVs the single step runs on the serial packed kernel (`fastmat.bind_mat`: below
-    `kernels.PARALLEL_MIN_MACS`, not on cached int8 codes), so a run of fused steps goes on through
-    them; False for every other binding (large ones keep their parallel twin, a step of their own)."""
+    """The `_nbblock` row of a small plain INT4 GEMV for the binding key ``key``, and its Work: the
+    GEMVs the single step runs on a serial kernel (`fastmat.bind_mat`: below `kernels.PARALLEL_MIN_MACS`),
+    as kind 11 where it reads cached int8 codes, else kind 10 (the packed image in place), so a run of
+    fused steps goes on through them; False for every other binding (large ones keep their parallel
+    twin, a step of their own). The last item holds what the row reads by address (kept alive), and
+    the codes whose validity the table depends on."""
     f = key_fields(key)
     if sim.backend != "numba" or len(f) != 9:
         return False
     m, n, k, a, hi, lo = f[:6]
-    if a != _INT4 or n > 1 or m == 0 or k == 0 or m * k >= kx.PARALLEL_MIN_MACS or _unpacked(sim, m, 1, k):
+    if a != _INT4 or n > 1 or m == 0 or k == 0 or m * k >= kx.PARALLEL_MIN_MACS:
         return False
     ins, rb = site.ins, row_bytes("int4", k)
     s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
@@ -318,9 +328,17 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     sb = sim.host.view(addr + m * rb + (-(m * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
     if body is None or (site.w_scale and sb is None):
         return False
-    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, int(site.accm) | int(site.findemax) << 1,
-           body.ctypes.data, m, k, 0 if sb is None else sb.ctypes.data, rb, *f)
-    return row, _mat_work(site, m, 1, k, "int4"), None, None, (body, sb)  # (the arrays: kept alive)
+    codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
+    flags = int(site.accm) | int(site.findemax) << 1
+    work = _mat_work(site, m, 1, k, "int4")
+    if codes is not None:
+        c = np.ascontiguousarray(codes.codes)
+        scale = codes.scale.ctypes.data if codes.scale.size else 0
+        row = (11, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, c.ctypes.data, m, k, scale, 0, *f)
+        return row, work, None, None, (c, codes)
+    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body.ctypes.data, m, k,
+           0 if sb is None else sb.ctypes.data, rb, *f)
+    return row, work, None, None, (body, sb)
 
 
 def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
@@ -364,7 +382,7 @@ class _FusedRun:
             if got is None or got is False:
                 return new
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
-            if row[0] == 10:
+            if row[0] in (10, 11):
                 keep.append(got[4])
             elif len(got) > 2:
                 if got[2] is not t.h0 and got[2] is not t.h1:
@@ -390,7 +408,7 @@ class _FusedRun:
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] == 6:  # a MEMSET of an entry
                 cc[row[1], row[2]] = row[3:6]
-            if row[0] == 10:  # an INT4 GEMV reads its image by address: the table keeps the arrays
+            if row[0] in (10, 11):  # an INT4 GEMV reads its image by address: the table keeps the arrays
                 keep.append(got[4])
             elif len(got) > 2:  # a host region the row reads, by identity (at most two per table)
                 j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
@@ -415,7 +433,7 @@ class _FusedRun:
         if self.dead:
             return []
         t = self.table
-        if t is None:
+        if t is None or (t.codes and t.stale):
             t = self.table = self._build()
             if t is None:
                 return []
