@@ -16,6 +16,8 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   VNNI or the portable build, whichever this CPU took, so `block` is built once per path under its
   own name); the image is read in place at the host address the row was built for, while the
   descriptors hold exactly the binding key it was built from (else the single step rebinds);
+* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastcvo.TLUT`,
+  made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel), where
   the single step would read codes (the caller rebuilds the table once a host write drops them).
 
@@ -185,7 +187,7 @@ def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r):  # pragma: no cover 
     return _int4_done(t, d, st, state, lut32, info_r)
 
 
-def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):  # pragma: no cover - numba
+def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma: no cover - numba
     """Execute table rows in order (module docstring): -1 when all ran, else the row to resume at
     (``rows + r``: row r ran but its e_max update is the caller's)."""
     one = np.empty(1, np.float64)
@@ -233,6 +235,12 @@ def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):  # pragma: no c
                 return r
             if st == 2:
                 return tab.shape[0] + r
+        elif kind == 12:  # GELU, TANH, SIN, COS: core(x) from its `fastcvo.TLUT` row, the step's rounding
+            y = np.empty(n, np.float64)
+            for i in range(n):  # (all read before any is written: the ranges may overlap)
+                y[i] = tlut[op, flat[s0 + i]]
+            d = flat[d0: d0 + n]
+            nbk.round_store(y, d, d, accm != 0, lut64)
         elif kind == 8:  # EXP (op: less e_max)
             if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], lut64):
                 return r

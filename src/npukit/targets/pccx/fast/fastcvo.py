@@ -165,7 +165,30 @@ def _transcendental(ops: _Operands, core: Callable[[np.ndarray], np.ndarray], su
 
     if ops.numba and core is nx.exp_core and not accm and ops.out_n == ops.n:
         trans.fuse = ((8, int(sub), ops.s0, ops.n, ops.d0, 0, 0), work)  # `_nbblock._exp_row`
+    elif ops.numba and not sub and ops.out_n == ops.n and (row := tabled(core)) >= 0:
+        trans.fuse = ((12, row, ops.s0, ops.n, ops.d0, int(accm), 0), work)  # core(x) from `TLUT`
     return trans
+
+
+# Unary cores a fused run reads from a table (`_nbblock` kind 12): a BF16 input has 2^16 values, so
+# core(x) for each, computed once by the core itself (NumPy, float64, as the single step calls it on
+# its slice; the loops are elementwise), is what every single step would compute; the rounding (and
+# accm's add) is then the single step's own `round_store`.
+_TABLED = (nx.gelu_core, nx.tanh_core, nx.sin_core, nx.cos_core)
+TLUT = np.zeros((len(_TABLED), 1 << 16), np.float64)
+_TLUT_MADE = [False] * len(_TABLED)
+
+
+def tabled(core: Callable[[np.ndarray], np.ndarray]) -> int:
+    """`TLUT`'s row holding ``core`` of every BF16 value (made on first use), or -1: not tabled."""
+    for i, c in enumerate(_TABLED):
+        if c is core:
+            if not _TLUT_MADE[i]:
+                with np.errstate(all="ignore"):
+                    TLUT[i] = core(kx.LUT64.copy())
+                _TLUT_MADE[i] = True
+            return i
+    return -1
 
 
 def _reduce_sum(ops: _Operands) -> Callable[[], Work]:
@@ -439,7 +462,7 @@ class _FusedRun:
                 return []
         sim = self.sim
         r = sim._k["cvo_block"](t.tab, sim.flat, sim.cc, sim._regs, t.h0, t.h1, sim._qbuf, t.info,
-                                kx.LUT32, kx.LUT64)
+                                kx.LUT32, kx.LUT64, TLUT)
         rows = len(t.works)
         done = rows if r < 0 else (r - rows + 1 if r >= rows else r)
         if 0 <= r < rows or t.retry:
