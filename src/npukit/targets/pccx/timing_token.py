@@ -13,9 +13,8 @@ both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba as nb
@@ -40,15 +39,18 @@ class TimedRun:
     __slots__ = ("_cycles", "_make", "_pending", "_result", "background_s")
 
     def __init__(self, cycles: float | None = None, result: TimingResult | None = None,
-                 make: Callable[..., TimingResult] | None = None, pending: Future | None = None) -> None:
+                 make: Callable[..., TimingResult] | None = None, pending: tuple | None = None) -> None:
         self._cycles, self._result, self._make, self._pending = cycles, result, make, pending
-        self.background_s = 0.0  # seconds the schedule took on the timing thread (0: computed in line)
+        self.background_s = 0.0  # seconds its compiled loop took on the timing thread (0: in line)
 
     @property
     def cycles(self) -> float:
         if self._pending is not None:
-            sched, self.background_s = self._pending.result()  # (a TimingError is raised here)
+            future, job, label = self._pending
+            future.result()
             self._pending = None
+            self.background_s = job.loop_s
+            sched = job.done(label)  # (a TimingError is raised here)
             self._cycles, make = sched.cycles, self._make
             self._make = lambda: make(sched)  # type: ignore[misc]
         return self._cycles  # type: ignore[return-value]
@@ -59,13 +61,6 @@ class TimedRun:
             self._result = self._make()  # type: ignore[misc]
             self._make = None
         return self._result
-
-
-def _clocked_schedule(plan: timing_fast.Plan, cols: timing_fast.Columns,
-                      label: Callable[[int], str]) -> tuple[timing_fast.Schedule, float]:
-    t0 = time.perf_counter()
-    sched = timing_fast.schedule(plan, cols, label)
-    return sched, time.perf_counter() - t0
 
 
 @nb.njit(cache=True, nogil=True)
@@ -155,8 +150,8 @@ class TokenTimer:
             return TimedRun(sched.cycles, make=lambda: make(sched))
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
-        pending = self._thread.submit(_clocked_schedule, self.plan, c, label)
-        run = self._last = TimedRun(make=make, pending=pending)
+        job = timing_fast.Pending(self.plan, c)  # its tables here: the thread runs the compiled loop only
+        run = self._last = TimedRun(make=make, pending=(self._thread.submit(job.loop), job, label))
         return run
 
     def settle(self) -> None:
