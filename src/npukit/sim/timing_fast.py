@@ -14,7 +14,8 @@ runs the others, or everything when ``NPUKIT_TIMING=python``, on the readable lo
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -266,23 +267,46 @@ def _stall_dicts(st: np.ndarray, first: np.ndarray, reasons: list[str]) -> list[
 
 def schedule(plan: Plan, c: Columns, label: Any = None) -> Schedule:
     """Run the compiled loop on ``c``; ``label(p)`` words op p in a deadlock error (default: position)."""
-    n = c.n
-    C = _static(plan, c)
-    events = 4 * n + 64
-    while True:
-        status, arrays, t = _run(plan, C, n, events)
-        if status != nbl.FULL:
-            break
-        events *= 4  # a sample or hazard buffer was too small: again, with room
-    if status == nbl.DEADLOCK:
-        p = int(np.flatnonzero(arrays["end"] == _INF)[0])
-        who = label(p) if label is not None else f"at position {p}"
-        raise TimingError(f"deadlock at cycle {t:.0f}: op {who} can never finish")
-    if status == nbl.NO_PROGRESS:
-        raise TimingError(f"no progress at cycle {t:.0f}")
-    if status == nbl.NO_RATE:
-        raise TimingError("a transfer has neither a rate cap nor a bandwidth resource on its path")
-    return Schedule(plan, arrays, t)
+    job = Pending(plan, c)
+    job.loop()
+    return job.done(label)
+
+
+class Pending:
+    """`schedule` in three parts, so the compiled loop can run on another thread: the tables and
+    buffers are made here (Python), `loop` runs the compiled loop alone (it touches no Python object
+    and releases the GIL), `done` reads the results back (a buffer that proved too small: the loop
+    runs again with room, in line) and raises the loop's errors."""
+
+    def __init__(self, plan: Plan, c: Columns) -> None:
+        self.plan, self.n = plan, c.n
+        self.C = _static(plan, c)
+        self.events = 4 * self.n + 64
+        self.args, self._finish = _setup(plan, self.C, self.n, self.events)
+        self.status = -1
+        self.loop_s = 0.0  # seconds `loop` took
+
+    def loop(self) -> None:
+        t0 = time.perf_counter()
+        self.status = int(nbl.run(*self.args))
+        self.loop_s = time.perf_counter() - t0
+
+    def done(self, label: Any = None) -> Schedule:
+        status = self.status
+        arrays, t = self._finish()
+        events = self.events
+        while status == nbl.FULL:
+            events *= 4  # a sample or hazard buffer was too small: again, with room
+            status, arrays, t = _run(self.plan, self.C, self.n, events)
+        if status == nbl.DEADLOCK:
+            p = int(np.flatnonzero(arrays["end"] == _INF)[0])
+            who = label(p) if label is not None else f"at position {p}"
+            raise TimingError(f"deadlock at cycle {t:.0f}: op {who} can never finish")
+        if status == nbl.NO_PROGRESS:
+            raise TimingError(f"no progress at cycle {t:.0f}")
+        if status == nbl.NO_RATE:
+            raise TimingError("a transfer has neither a rate cap nor a bandwidth resource on its path")
+        return Schedule(self.plan, arrays, t)
 
 
 def _queues(ids: np.ndarray, count: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -296,6 +320,15 @@ def _queues(ids: np.ndarray, count: int, n: int) -> tuple[np.ndarray, np.ndarray
 
 
 def _run(plan: Plan, C: nbl.OpTable, n: int, events: int) -> tuple[int, dict[str, Any], float]:
+    args, finish = _setup(plan, C, n, events)
+    status = nbl.run(*args)
+    return (int(status), *finish())
+
+
+def _setup(plan: Plan, C: nbl.OpTable, n: int, events: int
+           ) -> tuple[tuple, Callable[[], tuple[dict[str, Any], float]]]:
+    """The compiled loop's arguments for ``C`` (its state and scratch, allocated here) and what reads
+    its results back (the arrays `Schedule` takes, the final time) once it has run."""
     ne, nstr, nres = len(plan.cores), len(plan.snames), len(plan.rnames)
     q_ops, q_off, q_len, cur = _queues(C.eng, ne, n)
     E = nbl.EngineQueues(q_ops=q_ops, q_off=q_off, q_len=q_len, head=np.zeros(ne, np.int64), cur=cur)
@@ -342,11 +375,15 @@ def _run(plan: Plan, C: nbl.OpTable, n: int, events: int) -> tuple[int, dict[str
     fv = np.zeros(nbl.FV_SIZE)
     fv[nbl.FV_IC] = m.issue_cycles
     res_bytes = np.zeros(nres)
-    status = nbl.run(C, S, E, R, W, F, K, A, O, iv, fv, plan.cap_arr, res_bytes)
-    arrays = {"issue": S.issue, "start": S.start[:n], "end": S.end, "busy": S.busy, "fetch_t0": S.fetch_t0,
-              "fetch_t1": S.fetch_t1, **A._asdict(), "q_len": q_len, **O._asdict(), "res_bytes": res_bytes,
-              "n_usage": int(iv[nbl.IV_NUSAGE]), "n_level": int(iv[nbl.IV_NLEVEL])}
-    return int(status), arrays, float(fv[nbl.FV_T])
+
+    def finish() -> tuple[dict[str, Any], float]:
+        arrays = {"issue": S.issue, "start": S.start[:n], "end": S.end, "busy": S.busy,
+                  "fetch_t0": S.fetch_t0, "fetch_t1": S.fetch_t1, **A._asdict(), "q_len": q_len,
+                  **O._asdict(), "res_bytes": res_bytes, "n_usage": int(iv[nbl.IV_NUSAGE]),
+                  "n_level": int(iv[nbl.IV_NLEVEL])}
+        return arrays, float(fv[nbl.FV_T])
+
+    return (C, S, E, R, W, F, K, A, O, iv, fv, plan.cap_arr, res_bytes), finish
 
 
 def try_simulate(machine: Machine, ops: Sequence[Op]) -> TimingResult | None:

@@ -106,3 +106,26 @@ def test_prefill_and_decode_programs_are_the_reference_model():
         assert dump(got) == dump(want), f"run {i}"
         assert json.dumps(to_trace(got)) == json.dumps(to_trace(want)), f"run {i}"
         assert want.fetches and any(o.fifo_from is not None for o in ops)  # streams and FIFOs at work
+
+
+def test_the_timing_thread_gives_the_in_line_schedules():
+    """Schedules computed on the timing thread beside the next run (the default) are the in-line ones,
+    and a record keeps its cycles once its schedule is dropped (the backend drops old schedules)."""
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    runs = {}
+    for background in (True, False):
+        drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+        drv.timer.background = background
+        drv.prefill([2, 3, 5])
+        for tok in (4, 9, 4, 11, 13):
+            drv.step(tok)
+        assert (drv.timer._thread is not None) == background
+        runs[background] = [(r.cycles, r.timed.background_s > 0) for r in drv.records[-2:]]
+        runs[background].append(dump(drv.records[-1].timing))
+        for r in drv.records[:-1]:
+            r.timed = None
+        assert all(r.cycles > 0 for r in drv.records)
+        drv.close()
+    assert [c for c, _ in runs[True][:2]] == [c for c, _ in runs[False][:2]]
+    assert runs[True][2] == runs[False][2]
+    assert all(b for _, b in runs[True][:2]) and not any(b for _, b in runs[False][:2])

@@ -94,11 +94,22 @@ class TokenRecord:
     instructions: int
     compile_s: float
     run_s: float
-    cycles: float | None
+    known_cycles: float | None  # (read `cycles`: the schedule may still be running on the timing thread)
     timed: Any = field(default=None, repr=False)  # a `TimedRun`: its full schedule is built when asked for
     tokens: int = 1
     phase: str = "decode"  # decode | prefill (prompt tokens, batched or one by one)
     key: int = -1  # the run's number in the timing pool (timing="pool")
+
+    @property
+    def cycles(self) -> float | None:
+        """The run's simulated cycles (waited for if its schedule is still being computed)."""
+        if self.known_cycles is None and self.timed is not None:
+            self.known_cycles = self.timed.cycles
+        return self.known_cycles
+
+    @cycles.setter
+    def cycles(self, value: float | None) -> None:
+        self.known_cycles = value
 
     @property
     def timing(self) -> TimingResult | None:
@@ -387,11 +398,11 @@ class PccxDriver:
         if self.pool is not None:
             self.pool.submit(key, to_ops(self.hw, works, _OpRecord, renumber=True))
         elif self.timing:
-            timed = self.timer.time(works)
+            timed = self.timer.time(works)  # (its cycles may still be computing beside the next run)
+            if self.records:
+                _ = self.records[-1].cycles  # known by now (`time` settled it): kept in the record
         self._last_works = works
-        cycles = None if timed is None else timed.cycles
-        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1, cycles, timed, len(ids), phase,
-                                        key))
+        self.records.append(TokenRecord(pos, len(works), t1 - t0, t2 - t1, None, timed, len(ids), phase, key))
         if phase == "prefill" and len(ids) > 1:
             self.last_prefill_stats = stats
         else:
@@ -414,6 +425,7 @@ class PccxDriver:
             want[k].timing = res
 
     def close(self) -> None:
+        self.timer.close()
         if self.pool is not None:
             self.pool.close()
             self.pool = None

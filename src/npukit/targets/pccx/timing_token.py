@@ -14,6 +14,7 @@ both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba as nb
@@ -32,17 +33,31 @@ _MAX_ROWS = 1 << 17  # Work rows kept (by identity); cleared when exceeded
 
 
 class TimedRun:
-    """One program run on the timing model: its ``cycles`` now, its full `TimingResult` on request
-    (``result``; built once, then kept)."""
+    """One program run on the timing model: its ``cycles`` (waited for while its schedule still runs on
+    the timing thread), its full `TimingResult` on request (``result``; built once, then kept)."""
 
-    __slots__ = ("_make", "_result", "cycles")
+    __slots__ = ("_cycles", "_make", "_pending", "_result", "background_s")
 
-    def __init__(self, cycles: float, result: TimingResult | None = None,
-                 make: Callable[[], TimingResult] | None = None) -> None:
-        self.cycles, self._result, self._make = cycles, result, make
+    def __init__(self, cycles: float | None = None, result: TimingResult | None = None,
+                 make: Callable[..., TimingResult] | None = None, pending: tuple | None = None) -> None:
+        self._cycles, self._result, self._make, self._pending = cycles, result, make, pending
+        self.background_s = 0.0  # seconds its compiled loop took on the timing thread (0: in line)
+
+    @property
+    def cycles(self) -> float:
+        if self._pending is not None:
+            future, job, label = self._pending
+            future.result()
+            self._pending = None
+            self.background_s = job.loop_s
+            sched = job.done(label)  # (a TimingError is raised here)
+            self._cycles, make = sched.cycles, self._make
+            self._make = lambda: make(sched)  # type: ignore[misc]
+        return self._cycles  # type: ignore[return-value]
 
     def result(self) -> TimingResult:
         if self._result is None:
+            _ = self.cycles  # the schedule, if still on the timing thread
             self._result = self._make()  # type: ignore[misc]
             self._make = None
         return self._result
@@ -82,22 +97,38 @@ class _Program:
     def __init__(self, works: list[Work], cols: timing_fast.Columns, kind: np.ndarray,
                  sfu: np.ndarray) -> None:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
+        self.ids = np.fromiter(map(id, works), np.int64, len(works))  # the Works' identities
+
+
+def _content(w: Work) -> tuple:
+    """The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, ...) depend on."""
+    return (w.engine, w.macs, w.sfu_elems, w.weight_bytes, w.ddr_read_bytes, w.ddr_write_bytes,
+            w.onchip_read_bytes + w.onchip_write_bytes, w.lanes, w.is_async)
 
 
 class TokenTimer:
     """Times the driver's program runs on ``hw``: `time(works)` → `TimedRun`."""
 
-    def __init__(self, hw: PccxHw) -> None:
+    def __init__(self, hw: PccxHw, background: bool = True) -> None:
         self.hw = hw
         self.plan = timing_fast.Plan.of(machine(hw)) if timing_fast.enabled() else None
         self._rows_by_id: dict[int, tuple[Work, tuple]] = {}
+        # a row less its ranges, by the Work fields `to_ops` derives it from: a span-grown GEMV or
+        # softmax step is a new Work each token, but its heads (and the layers) repeat its numbers
+        self._by_content: dict[tuple, tuple] = {}
         self._programs: dict[int, _Program] = {}
         self._sfu_depth = float(hw.sfu.fifo_depth)
+        # the compiled loop releases the GIL: on a thread of its own it runs beside the next program
+        # run (the executor's Python leaves a core free), instead of in line after this one
+        self.background = background
+        self._thread: ThreadPoolExecutor | None = None
+        self._last: TimedRun | None = None  # a schedule that may still be running on that thread
 
     def time(self, works: Sequence[Work]) -> TimedRun:
         if self.plan is None:  # the readable loop (numba missing, or NPUKIT_TIMING=python)
             res = simulate_works(self.hw, works, renumber=True)
             return TimedRun(res.cycles, res)
+        self.settle()  # its columns are patched next: the last schedule must be done reading them
         works = list(works)
         prog = self._programs.get(len(works))
         if prog is None:
@@ -106,9 +137,35 @@ class TokenTimer:
             self._patch(prog, works)
         c = prog.cols
         _link_fifos(prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems)
-        sched = timing_fast.schedule(self.plan, c, lambda p: f"{p} ({works[p].label or works[p].engine})")
         hw = self.hw
-        return TimedRun(sched.cycles, make=lambda: sched.result(to_ops(hw, works, _OpRecord, renumber=True)))
+
+        def label(p: int) -> str:
+            return f"{p} ({works[p].label or works[p].engine})"
+
+        def make(sched: timing_fast.Schedule) -> TimingResult:
+            return sched.result(to_ops(hw, works, _OpRecord, renumber=True))
+
+        if not self.background:
+            sched = timing_fast.schedule(self.plan, c, label)
+            return TimedRun(sched.cycles, make=lambda: make(sched))
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
+        job = timing_fast.Pending(self.plan, c)  # its tables here: the thread runs the compiled loop only
+        run = self._last = TimedRun(make=make, pending=(self._thread.submit(job.loop), job, label))
+        return run
+
+    def settle(self) -> None:
+        """Wait for the schedule still running on the timing thread, if any (its cycles are then known)."""
+        last, self._last = self._last, None
+        if last is not None:
+            _ = last.cycles
+
+    def close(self) -> None:
+        """Settle and stop the timing thread (a later `time` starts another)."""
+        self.settle()
+        if self._thread is not None:
+            self._thread.shutdown()
+            self._thread = None
 
     def remember(self, works: Sequence[Work]) -> None:
         """Make the rows of Work records a later run will hold (a program built ahead of its switch),
@@ -140,9 +197,20 @@ class TokenTimer:
             # full: start over with this batch, never part-way through it (its rows are looked up next)
             rows.clear()
             new = works
-        if new:
-            for w, o in zip(new, to_ops(self.hw, new, _OpRecord), strict=True):
-                self._remember(w, o)
+        if not new:
+            return
+        by_content, misses = self._by_content, []
+        for w in new:  # an op's numbers are a function of these fields (the FIFO link is `_link_fifos`')
+            head = by_content.get(_content(w))
+            if head is None:
+                misses.append(w)
+            else:
+                rows[id(w)] = (w, (*head, tuple(w.reads), tuple(w.writes)))
+        if misses:
+            if len(by_content) > _MAX_ROWS:
+                by_content.clear()
+            for w, o in zip(misses, to_ops(self.hw, misses, _OpRecord), strict=True):
+                by_content[_content(w)] = self._remember(w, o)[:12]
 
     def _build(self, works: list[Work]) -> _Program:
         self._rows(works)
@@ -162,24 +230,27 @@ class TokenTimer:
                         np.array([r[11] for r in rows], np.int64))
 
     def _patch(self, prog: _Program, works: list[Work]) -> None:
-        """Rewrite the rows whose Work changed since this program length's last run."""
-        old = prog.works
-        changed = [i for i, (a, b) in enumerate(zip(works, old, strict=True)) if a is not b]
-        prog.works = works
+        """Rewrite the rows whose Work changed since this program length's last run (a few hundred of
+        thousands: the attention's spans, the sparse rows): found by identity, written as columns."""
+        ids = np.fromiter(map(id, works), np.int64, len(works))
+        # (the old Works are alive in prog.works, so an equal id is the same object)
+        changed = np.flatnonzero(ids != prog.ids)
+        prog.works, prog.ids = works, ids
+        if not changed.size:
+            return
+        new = [works[i] for i in changed.tolist()]
+        self._rows(new)
+        rows = [self._row(w) for w in new]
         c = prog.cols
-        self._rows([works[i] for i in changed])
-        for i in changed:
-            r = self._row(works[i])
-            if len(r[12]) > c.rd.shape[1] or len(r[13]) > c.wr.shape[1]:  # wider ranges: start over
-                fresh = self._build(works)
-                prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
-                return
-            c.eng[i], c.cycles[i], c.lat[i], c.tail[i], c.path[i] = r[0], r[1], r[2], r[3], r[4]
-            c.xfer[i], c.sidx[i], c.sbr[i], c.isasync[i], c.fifo_depth[i] = r[5], r[6], r[7], r[8], r[9]
-            prog.kind[i], prog.sfu[i] = r[10], r[11]
-            c.nrd[i], c.nwr[i] = len(r[12]), len(r[13])
-            for j, (a, b) in enumerate(r[12]):
-                c.rd[i, j, 0], c.rd[i, j, 1] = a, b
-            for j, (a, b) in enumerate(r[13]):
-                c.wr[i, j, 0], c.wr[i, j, 1] = a, b
-
+        if max(len(r[12]) for r in rows) > c.rd.shape[1] or max(len(r[13]) for r in rows) > c.wr.shape[1]:
+            fresh = self._build(works)  # wider ranges: start over
+            prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
+            return
+        eng, cyc, lat, tail, path, xfer, sidx, sbr, isasync, depth, kind, sfu, rd, wr = zip(*rows,
+                                                                                        strict=True)
+        c.eng[changed], c.cycles[changed], c.lat[changed], c.tail[changed] = eng, cyc, lat, tail
+        c.path[changed], c.xfer[changed], c.sidx[changed], c.sbr[changed] = path, xfer, sidx, sbr
+        c.isasync[changed], c.fifo_depth[changed] = isasync, depth
+        prog.kind[changed], prog.sfu[changed] = kind, sfu
+        c.rd[changed], c.nrd[changed] = timing_fast.range_columns(rd, c.rd.shape[1])
+        c.wr[changed], c.nwr[changed] = timing_fast.range_columns(wr, c.wr.shape[1])

@@ -226,7 +226,7 @@ def test_fused_sfu_run_matches_reference_and_is_used():
              "cvo.relu_bias src=0x50 dst=0x51 len=30 flags=accm",
              "memset cache=sreg slot=1 a=0x3F80",
              "cvo.mul src=0x60 dst=0x61 len=25 flags=0",
-             "cvo.tanh src=0x70 dst=0x70 len=9 flags=0"]  # transcendental, not EXP: ends the run
+             "cvo.reduce_max src=0x70 dst=0x70 len=9 flags=0"]  # no compiled row: ends the run
     words = asm.assemble("\n".join(lines))
     ref, fast = Simulator(), FastSimulator(backend="numba")
     for sim in (ref, fast):

@@ -14,7 +14,7 @@ from npukit.targets.pccx import asm
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import fastmat, kernels
 from npukit.targets.pccx.fast.fastsim import FastSimulator
-from npukit.targets.pccx.memory import W_KMAJOR, weight_entry
+from npukit.targets.pccx.memory import W_KMAJOR, weight_entry, weight_image
 from npukit.targets.pccx.sim import Simulator
 
 from .test_fastsim import _assert_same, _bf16_bits, _state
@@ -131,3 +131,106 @@ def test_non_finite_key_weight_faults_at_the_gemv():
         assert fast.run() == ref.run()
         _assert_same(_state(fast), _state(ref))
         assert fast.error is not None and fast.error.index == 3
+
+
+W4_A, W4_B = 0x3000_0000, 0x3010_0000  # two INT4 images (the descriptors switch between them)
+
+
+def _int4_run(m: int, k: int, flags: str) -> list[int]:
+    """A fused run through a small INT4 GEMV (kind 10): its shape set in the run, its weight slot
+    (9) set by the host beforehand, a reduction of its output after it."""
+    return asm.assemble("\n".join([
+        f"memset cache=fmap slot=1 a={m} b=1 c={k}",
+        "memset cache=sreg slot=1 a=0xFF80",
+        f"gemv dest=0x80 src=0x10 flags={flags} size=9 shape=1",
+        f"cvo.reduce_sum src=0x80 dst=0xC0 len={m} flags=0"]))
+
+
+@pytest.mark.parametrize("weights", ["packed", "int8"])  # kind 10 (image in place), 11 (cached codes)
+def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch, weights):
+    """Small INT4 GEMVs (row scales, accm, findemax) inside a fused run equal the reference bit for
+    bit: as compiled rows while the descriptors hold their binding key, as single steps (rebound)
+    when the host points the weight slot at another image; weights and scales rewritten by the host
+    between runs are what the next run reads (live, or codes dropped and made again); a NaN
+    activation and all-zero outputs (e_max by the reference reduction) included."""
+    binds = []
+    real = fastmat.bind_mat
+    monkeypatch.setattr(fastmat, "bind_mat", lambda *a: binds.append(a[1].idx) or real(*a))
+    monkeypatch.setattr("npukit.targets.pccx.fast.fastsim.bind_mat", fastmat.bind_mat)
+    rng = np.random.default_rng(5)
+    m, k = 40, 201  # an odd K: the last packed byte holds one code
+    ref, fast = Simulator(), FastSimulator(backend="numba", weights=weights)
+    images = {}
+    for addr in (W4_A, W4_B):
+        images[addr] = (rng.integers(-8, 8, (m, k)), rng.standard_normal(m).astype(np.float32))
+    for sim in (ref, fast):
+        for addr, (w, s) in images.items():
+            sim.host.map(addr, 0x10000)
+            sim.host.write(addr, weight_image(w, "int4", s))
+    # (flags, image, activation, new scales, compiled)
+    cases = [("w_scale|findemax", W4_A, "x", False, True), ("w_scale|findemax", W4_A, "x", False, True),
+             ("w_scale|findemax", W4_A, "x", True, True),  # the host rewrote the image
+             ("w_scale|findemax", W4_B, "x", False, False),  # another image: the single step rebinds
+             ("w_scale|findemax", W4_B, "x", False, True),  # and the run is rebuilt for it
+             ("w_scale|findemax", W4_B, "nan", False, True), ("w_scale|findemax", W4_B, "zero", False, True),
+             ("accm", W4_A, "x", False, True), ("accm|w_scale", W4_A, "x", False, True)]
+    for flags, addr, act, rescale, compiled in cases:
+        x = _bf16_bits(rng, k, special=0.0)
+        if act == "zero":
+            x[:] = 0
+        elif act == "nan":
+            x[7] = 0x7FC0
+        if rescale:  # new weights and scales for the image
+            images[addr] = (rng.integers(-8, 8, (m, k)), rng.standard_normal(m).astype(np.float32))
+        words = _int4_run(m, k, flags)
+        for sim in (ref, fast):
+            sim.write_l2_bits(0x10, x)
+            sim.cc[1, 9] = weight_entry("int4", addr)
+            if rescale:
+                sim.host.write(addr, weight_image(*images[addr][:1], "int4", images[addr][1]))
+            sim.load_program(words)
+        binds.clear()
+        assert fast._groups[0] is not None and fast._groups[0][0] == len(words)  # one fused run
+        assert fast.run() == ref.run()
+        _assert_same(_state(fast), _state(ref))
+        assert fast.error is None
+        assert (not binds) == compiled, (flags, addr, act)
+    assert fast.fallbacks == 0
+
+
+def test_tabled_cores_are_the_cores_on_any_slice():
+    """`fastcvo.TLUT` holds each tabled core of every BF16 value as the core computes it on any slice
+    (length, offset, the SIMD loop's tail or body): a table lookup is what the single step computes."""
+    from npukit.targets.pccx.fast import fastcvo
+
+    rng = np.random.default_rng(6)
+    for core in fastcvo._TABLED:
+        row = fastcvo.TLUT[fastcvo.tabled(core)]
+        for n in (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 100, 1000):
+            for start in rng.integers(0, (1 << 16) - n, 4):
+                with np.errstate(all="ignore"):
+                    got = core(kernels.LUT64[start: start + n].copy())
+                assert np.array_equal(got.view(np.uint64), row[start: start + n].view(np.uint64)), \
+                    (core.__name__, n, start)
+
+
+@pytest.mark.parametrize("func", ["gelu", "tanh", "sin", "cos"])
+def test_tabled_transcendentals_run_compiled_on_every_bf16_input(func):
+    """GELU / TANH / SIN / COS rows (kind 12), plain and accumulating, over all 2^16 BF16 inputs and
+    an overlapping in-place pass, against the reference simulator bit for bit."""
+    rng = np.random.default_rng(7)
+    words = asm.assemble("\n".join([
+        "memset cache=sreg slot=1 a=0xFF80",
+        f"cvo.{func} src=0x0 dst=0x2000 len=32768 flags=0",
+        f"cvo.{func} src=0x1000 dst=0x3000 len=32768 flags=accm",
+        f"cvo.{func} src=0x2000 dst=0x2002 len=64 flags=0"]))  # source and destination overlap
+    ref, fast = Simulator(), FastSimulator(backend="numba")
+    every = np.arange(1 << 16, dtype=np.uint16)
+    acc = _bf16_bits(rng, 1 << 15, special=0.05)
+    for sim in (ref, fast):
+        sim.write_l2_bits(0x0, every)
+        sim.write_l2_bits(0x3000, acc)
+        sim.load_program(words)
+    assert fast._groups[0] is not None and fast._groups[0][0] == len(words)  # one fused run
+    assert fast.run() == ref.run()
+    _assert_same(_state(fast), _state(ref))

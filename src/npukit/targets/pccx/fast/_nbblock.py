@@ -10,7 +10,16 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
 * 7 an FP16 row-major GEMV and 9 an FP16 K-major GEMV (the attention's score and value products:
   their shape and address come from the constant caches at run time, as the span grows token by
   token; the image must lie in the host region the row was built with);
-* 8 EXP (optionally of x − e_max), see `_exp_row`.
+* 8 EXP (optionally of x − e_max), see `_exp_row`;
+* 10 a small packed INT4 GEMV with its row scales (the projections between the attention and the
+  large matrices), on the serial twin the single step runs (`_nbkernels._SERIAL["gemv_p4_1"]`: the
+  VNNI or the portable build, whichever this CPU took, so `block` is built once per path under its
+  own name); the image is read in place at the host address the row was built for, while the
+  descriptors hold exactly the binding key it was built from (else the single step rebinds);
+* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastcvo.TLUT`,
+  made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
+* 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel), where
+  the single step would read codes (the caller rebuilds the table once a host write drops them).
 
 A row the compiled loop cannot finish exactly as the single step would — a fault, an operand outside
 its region, an ambiguous e_max or exp — is left undone (nothing written) and `block` returns its
@@ -23,7 +32,10 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
+from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbkernels as nbk
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
@@ -32,6 +44,23 @@ _EPS = 2.0 ** -40  # the exp rows' margin, relative (`_exp_row`)
 _NO_SCALE = np.zeros(0, np.float32)
 gemv_f16_1 = nbk._SERIAL["gemv_f16_1"]
 gemv_km_f16 = nbk.gemv_km_f16
+_p4 = nbk._SERIAL["gemv_p4_1"]  # the serial packed INT4 twin of this CPU's path (VNNI or portable)
+_i8 = nbk._SERIAL["gemv_i8_1"]  # the serial int8-codes twin (portable)
+# kinds 10 and 11: 6 image (codes) address, 7 m, 8 k, 9 scale address (0: none), 10 bytes per row,
+# 11..19 the binding key (shape entry m, n, k; weight slot a, hi, lo; slot + 1 a, hi, lo)
+COLS = 20
+INT4_KEY = 11
+
+
+@intrinsic
+def _u8_at(typingctx, addr):  # pragma: no cover - numba
+    """The host address ``addr`` (int64) as a uint8 pointer (for `numba.carray`): plain LLVM inttoptr."""
+    sig = types.CPointer(types.uint8)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
+
+    return sig, codegen
 
 
 @nb.njit(**_OPTS)
@@ -114,7 +143,51 @@ def _gemv_row(tab_r, flat, cc, state, h, q, lut32, lut64, info_r):
 
 
 @nb.njit(**_OPTS)
-def block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):
+def _key_holds(t, cc):
+    """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) was built for."""
+    shp, siz = t[1], t[2]
+    for j in range(3):
+        if (np.int64(cc[0, shp, j]) != t[INT4_KEY + j] or np.int64(cc[1, siz, j]) != t[INT4_KEY + 3 + j]
+                or np.int64(cc[1, siz + 1, j]) != t[INT4_KEY + 6 + j]):
+            return False
+    return True
+
+
+@nb.njit(**_OPTS)
+def _int4_done(t, d, st, state, lut32, info_r):
+    """After an INT4 row's GEMV (``st``: its kernel's status): NaN outputs, shape info, e_max (0 done,
+    2 e_max left to the caller)."""
+    if st == 1:
+        d[:] = 0x7FC0  # a non-finite activation: every output NaN (numerics.gemv)
+    info_r[0], info_r[1], info_r[2] = t[7], t[8], t[8]
+    if t[5] & 2:
+        b = nbk.max_bits(np.int64(state[1]), d, lut32)
+        if b < 0:
+            return 2
+        state[1] = np.uint16(b)
+    return 0
+
+
+def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r):  # pragma: no cover - numba
+    """Kind 10 (packed image) and 11 (cached int8 codes, column 10 unused): 0 done, 1 not run (the
+    descriptors changed: the single step rebinds), 2 done but e_max left to the caller."""
+    if not _key_holds(t, cc):
+        return 1
+    m, k = t[7], t[8]
+    scale = np.empty(m if t[9] != 0 else 0, np.float32)
+    if t[9] != 0:  # the row scales (FP32, little-endian): live (kind 10) or the codes' copy (11)
+        scale.view(np.uint8)[:] = nb.carray(_u8_at(t[9]), (4 * m,))
+    x = flat[t[3] * 8: t[3] * 8 + k]
+    d = flat[t[4] * 8: t[4] * 8 + m]
+    accm = (t[5] & 1) != 0
+    if t[0] == 10:
+        st = _p4(x, nb.carray(_u8_at(t[6]), (m, t[10])), scale, d, accm, q, lut32, lut64)
+    else:
+        st = _i8(x, nb.carray(_u8_at(t[6]), (m, k)).view(np.int8), scale, d, accm, q, lut32, lut64)
+    return _int4_done(t, d, st, state, lut32, info_r)
+
+
+def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma: no cover - numba
     """Execute table rows in order (module docstring): -1 when all ran, else the row to resume at
     (``rows + r``: row r ran but its e_max update is the caller's)."""
     one = np.empty(1, np.float64)
@@ -156,6 +229,18 @@ def block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):
                 return r
             if st == 2:
                 return tab.shape[0] + r
+        elif kind == 10 or kind == 11:
+            st = _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r])
+            if st == 1:
+                return r
+            if st == 2:
+                return tab.shape[0] + r
+        elif kind == 12:  # GELU, TANH, SIN, COS: core(x) from its `fastcvo.TLUT` row, the step's rounding
+            y = np.empty(n, np.float64)
+            for i in range(n):  # (all read before any is written: the ranges may overlap)
+                y[i] = tlut[op, flat[s0 + i]]
+            d = flat[d0: d0 + n]
+            nbk.round_store(y, d, d, accm != 0, lut64)
         elif kind == 8:  # EXP (op: less e_max)
             if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], lut64):
                 return r
@@ -173,3 +258,10 @@ def block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64):
                 flat[d0: d0 + n] = h1[s0: s0 + n]
     return -1
 
+
+
+# one build per INT4 path (`_nbkernels.SIMD`, chosen before anything compiles), each under its own
+# name so numba's disk cache never hands one path the other's code
+_PATH = "_vnni" if nbk.SIMD == "avx512-vnni" else ""
+_int4_row_nb = njit_variant(_int4_row, "block_int4_row" + _PATH, _OPTS, _p4=_p4)
+block = njit_variant(_block, "cvo_block" + _PATH, _OPTS, _int4_row_nb=_int4_row_nb)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -19,9 +19,10 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastmat import update_emax
-from npukit.targets.pccx.fast.state import FastState
+from npukit.targets.pccx.fast.fastmat import MatSite, _mat_work, _unpacked, key_fields, update_emax
+from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
+from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
 
 _E = 8
 # the fused kernel's code of each arithmetic numerics function (keyed by the function, so a table row
@@ -165,7 +166,30 @@ def _transcendental(ops: _Operands, core: Callable[[np.ndarray], np.ndarray], su
 
     if ops.numba and core is nx.exp_core and not accm and ops.out_n == ops.n:
         trans.fuse = ((8, int(sub), ops.s0, ops.n, ops.d0, 0, 0), work)  # `_nbblock._exp_row`
+    elif ops.numba and not sub and ops.out_n == ops.n and (row := tabled(core)) >= 0:
+        trans.fuse = ((12, row, ops.s0, ops.n, ops.d0, int(accm), 0), work)  # core(x) from `TLUT`
     return trans
+
+
+# Unary cores a fused run reads from a table (`_nbblock` kind 12): a BF16 input has 2^16 values, so
+# core(x) for each, computed once by the core itself (NumPy, float64, as the single step calls it on
+# its slice; the loops are elementwise), is what every single step would compute; the rounding (and
+# accm's add) is then the single step's own `round_store`.
+_TABLED = (nx.gelu_core, nx.tanh_core, nx.sin_core, nx.cos_core)
+TLUT = np.zeros((len(_TABLED), 1 << 16), np.float64)
+_TLUT_MADE = [False] * len(_TABLED)
+
+
+def tabled(core: Callable[[np.ndarray], np.ndarray]) -> int:
+    """`TLUT`'s row holding ``core`` of every BF16 value (made on first use), or -1: not tabled."""
+    for i, c in enumerate(_TABLED):
+        if c is core:
+            if not _TLUT_MADE[i]:
+                with np.errstate(all="ignore"):
+                    TLUT[i] = core(kx.LUT64.copy())
+                _TLUT_MADE[i] = True
+            return i
+    return -1
 
 
 def _reduce_sum(ops: _Operands) -> Callable[[], Work]:
@@ -290,6 +314,15 @@ class _Table:
     h1: np.ndarray
     info: np.ndarray
     retry: bool
+    keep: list = field(default_factory=list)  # what INT4 rows (kinds 10, 11) read by address
+
+    def __post_init__(self) -> None:
+        self.codes = [held[1] for held in self.keep if isinstance(held[1], Codes)]  # kind 11's
+
+    @property
+    def stale(self) -> bool:
+        """Whether cached codes an INT4 row reads were dropped (a host write over their image)."""
+        return not all(c.valid for c in self.codes)
 
     @property
     def items(self) -> list:
@@ -300,7 +333,43 @@ class _Table:
         return got
 
 
-_COLS = 9  # table columns (`_nbblock`)
+_COLS = 20  # table columns (`_nbblock.COLS`)
+_INT4 = FORMAT_CODES["int4"]
+
+
+def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
+    """The `_nbblock` row of a small plain INT4 GEMV for the binding key ``key``, and its Work: the
+    GEMVs the single step runs on a serial kernel (`fastmat.bind_mat`: below `kernels.PARALLEL_MIN_MACS`),
+    as kind 11 where it reads cached int8 codes, else kind 10 (the packed image in place), so a run of
+    fused steps goes on through them; False for every other binding (large ones keep their parallel
+    twin, a step of their own). The last item holds what the row reads by address (kept alive), and
+    the codes whose validity the table depends on."""
+    f = key_fields(key)
+    if sim.backend != "numba" or len(f) != 9:
+        return False
+    m, n, k, a, hi, lo = f[:6]
+    if a != _INT4 or n > 1 or m == 0 or k == 0 or m * k >= kx.PARALLEL_MIN_MACS:
+        return False
+    ins, rb = site.ins, row_bytes("int4", k)
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return False
+    addr = ((hi << 16) | lo) * WORD_BYTES
+    body = sim.host.view(addr, m * rb)
+    sb = sim.host.view(addr + m * rb + (-(m * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    if body is None or (site.w_scale and sb is None):
+        return False
+    codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
+    flags = int(site.accm) | int(site.findemax) << 1
+    work = _mat_work(site, m, 1, k, "int4")
+    if codes is not None:
+        c = np.ascontiguousarray(codes.codes)
+        scale = codes.scale.ctypes.data if codes.scale.size else 0
+        row = (11, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, c.ctypes.data, m, k, scale, 0, *f)
+        return row, work, None, None, (c, codes)
+    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body.ctypes.data, m, k,
+           0 if sb is None else sb.ctypes.data, rb, *f)
+    return row, work, None, None, (body, sb)
 
 
 def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
@@ -337,29 +406,31 @@ class _FusedRun:
         if any(o >= done and callable(steps[o].fuse) for o in offsets):
             new.dead = False
             return new  # the prefix may now run further: build it again
-        tab, ins, works, makers = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers)
+        tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
         for o in sorted(x for x in offsets if x < done):
             st = steps[o]
             got = st.fuse(_cc_before(self.sim.cc, tab, o)) if callable(st.fuse) else st.fuse
             if got is None or got is False:
                 return new
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
-            if len(got) > 2:
+            if row[0] in (10, 11):
+                keep.append(got[4])
+            elif len(got) > 2:
                 if got[2] is not t.h0 and got[2] is not t.h1:
                     return new
                 row[6] = 0 if got[2] is t.h0 else 1
             makers.pop(o, None)
-            if len(got) > 3:
+            if len(got) > 3 and got[3] is not None:
                 makers[o] = got[3]
             tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
-        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry)
+        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry, keep)
         return new
 
     def _build(self, cc: np.ndarray | None = None) -> _Table | None:
         """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's
         now) as the run's own MEMSETs leave them; each such row checks its entries when it runs."""
         self.builds += 1
-        rows, ins, works, makers, regions = [], [], [], {}, []
+        rows, ins, works, makers, regions, keep = [], [], [], {}, [], []
         retry = False
         cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
         for st in self.steps:
@@ -370,14 +441,16 @@ class _FusedRun:
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] == 6:  # a MEMSET of an entry
                 cc[row[1], row[2]] = row[3:6]
-            if len(got) > 2:  # a host region the row reads, by identity (at most two per table)
+            if row[0] in (10, 11):  # an INT4 GEMV reads its image by address: the table keeps the arrays
+                keep.append(got[4])
+            elif len(got) > 2:  # a host region the row reads, by identity (at most two per table)
                 j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
                 if j == 2:
                     break
                 if j == len(regions):
                     regions.append(got[2])
                 row[6] = j
-            if len(got) > 3:
+            if len(got) > 3 and got[3] is not None:
                 makers[len(rows)] = got[3]
             rows.append(row)
             ins.append(st.fuse_ins)
@@ -387,19 +460,19 @@ class _FusedRun:
             return None
         h0, h1 = [*regions, _NO_HOST, _NO_HOST][:2]
         return _Table(np.array(rows, np.int64), ins, works, makers, h0, h1,
-                      np.zeros((len(rows), 3), np.int64), retry)
+                      np.zeros((len(rows), 3), np.int64), retry, keep)
 
     def __call__(self) -> list[Work]:
         if self.dead:
             return []
         t = self.table
-        if t is None:
+        if t is None or (t.codes and t.stale):
             t = self.table = self._build()
             if t is None:
                 return []
         sim = self.sim
         r = sim._k["cvo_block"](t.tab, sim.flat, sim.cc, sim._regs, t.h0, t.h1, sim._qbuf, t.info,
-                                kx.LUT32, kx.LUT64)
+                                kx.LUT32, kx.LUT64, TLUT)
         rows = len(t.works)
         done = rows if r < 0 else (r - rows + 1 if r >= rows else r)
         if 0 <= r < rows or t.retry:

@@ -12,10 +12,9 @@ The arithmetic is in `npukit.targets.pccx.fast.kernels` (numba when installed, e
 see that module). Anything the fast path does not cover — a fault (so the reference raises the
 identical error interrupt), a GEMM whose output overlaps its input, FP16 weights without numba, an
 operand split over several host regions — runs through the reference `Simulator._exec`, so the
-behaviour stays the reference's by construction; `fallbacks` counts those instructions. The weight
-layouts of the extended profile (K-major with zero-row skipping, split row scales, activation
-scales, byte offsets) and LOAD_SCALAR have fast steps. A program that differs from the last one of
-its length only in some words (the driver's per-token descriptor patches) reuses the other steps.
+behaviour stays the reference's by construction (`fallbacks` counts those). The extended profile's
+weight layouts and LOAD_SCALAR have fast steps. A program that differs from the last one of its
+length only in some words (the driver's per-token descriptor patches) reuses the other steps.
 
 Host buffers attached with ``host.map`` and then modified directly (not via ``host.write`` or a
 device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4 codes go stale.
@@ -35,7 +34,7 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, repatch_groups
+from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, int4_row, repatch_groups
 from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site, prebind_mat
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
@@ -543,7 +542,8 @@ class FastSimulator(Simulator):
 
         if self.backend == "numba":  # a row of a fused run where its binding allows (`fused_row`)
             def row(cc: np.ndarray) -> tuple | bool:
-                return fused_row(self, site, cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes())
+                key = cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes()
+                return fused_row(self, site, key) or int4_row(self, site, key)
 
             mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
         mat.prebind = lambda cc: prebind_mat(self, site, cell, cc, shp, siz)  # (`fast.ahead`)
