@@ -1,22 +1,13 @@
 """benchmarks/formats.py runs, checks agreement with its peers, and reports tiered figures."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "formats.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_formats", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_formats"] = mod  # dataclasses look their module up here
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("formats")
 
 
 def test_json_rows_cover_every_format_and_carry_tiers(bench, capsys):

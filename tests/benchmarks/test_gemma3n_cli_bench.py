@@ -2,23 +2,15 @@
 for: CLI, decode-loop and driver marginals, transformers, the INT4 floor, prefill, the program switch
 and setup, with the CPU line (model, numba target, kernel paths)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gemma3n_cli.py"
 
 
 @pytest.mark.slow
 @pytest.mark.hf
-def test_reports_every_figure_with_the_machine(capsys):
-    spec = importlib.util.spec_from_file_location("bench_gemma3n_cli", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_gemma3n_cli"] = mod
-    spec.loader.exec_module(mod)
+def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
+    mod = load_benchmark("gemma3n_cli")
     assert mod.main(["--hidden", "256", "--layers", "5", "--vocab", "2048", "--tokens", "4",
                      "--prefill", "12", "--repeats", "1", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

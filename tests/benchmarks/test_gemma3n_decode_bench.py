@@ -1,22 +1,14 @@
 """benchmarks/gemma3n_decode.py runs end to end on tiny settings and reports tiered figures."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gemma3n_decode.py"
 
 
 @pytest.mark.slow
 @pytest.mark.hf
-def test_json_figures_carry_tiers_and_consistent_ratios(capsys):
-    spec = importlib.util.spec_from_file_location("bench_gemma3n_decode", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_gemma3n_decode"] = mod
-    spec.loader.exec_module(mod)
+def test_json_figures_carry_tiers_and_consistent_ratios(capsys, load_benchmark):
+    mod = load_benchmark("gemma3n_decode")
     assert mod.main(["--layers", "1", "--vocab", "8192", "--tokens", "2", "--repeats", "1", "--check",
                      "--prompt", "6", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

@@ -3,10 +3,7 @@
 sides. The check must catch a block that does not hold what the fill wrote."""
 
 import asyncio
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,17 +11,12 @@ from npukit.devices.nvme import fuzz
 from npukit.devices.nvme.aio import AsyncIoQueue
 from npukit.devices.nvme.client import NvmeTcpHost
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "nvme_tcp.py"
 STAMPED = 256  # blocks filled with their LBA: 32 places for a 4 KiB read
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_nvme_tcp", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_nvme_tcp"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("nvme_tcp")
 
 
 def test_asyncio_reads_are_checked_and_costed(bench, tmp_path, monkeypatch):

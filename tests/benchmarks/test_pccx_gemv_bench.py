@@ -1,25 +1,17 @@
 """benchmarks/pccx_gemv.py checks every build against the reference GEMV, then reports tiered GB/s."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("numba")
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "pccx_gemv.py"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_pccx_gemv", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_pccx_gemv"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("pccx_gemv")
 
 
 def test_quick_json_has_every_build_and_the_numpy_stream(bench, capsys):

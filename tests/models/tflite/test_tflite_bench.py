@@ -3,23 +3,14 @@ inferences/s for npukit and both LiteRT resolvers with derived ratios from the s
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "tflite_interp.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_tflite_interp", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_tflite_interp"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("tflite_interp")
 
 
 def test_json_rows_carry_tiers_and_same_run_ratios(bench, capsys):

@@ -25,6 +25,16 @@ K_ADDR, V_ADDR, OTHER = 0x1000_0000, 0x1000_1000, 0x2000_0000
 D, SPAN = 16, 24  # head dimension, rows the buffers hold
 
 
+def _activation(rng, n: int, act: str, *, nan_at: int) -> np.ndarray:
+    """BF16 bits: random ("x"), all +0 ("zero") or random with one NaN at ``nan_at`` ("nan")."""
+    x = _bf16_bits(rng, n, special=0.0)
+    if act == "zero":
+        x[:] = 0
+    elif act == "nan":
+        x[nan_at] = 0x7FC0
+    return x
+
+
 def _program(m: int, k_addr: int) -> list[int]:
     fk, hk, lk = weight_entry("fp16", k_addr)
     fv, hv, lv = weight_entry("fp16", V_ADDR, W_KMAJOR)
@@ -87,11 +97,7 @@ def test_attention_run_is_one_compiled_call_and_matches_reference(monkeypatch):
              (0, OTHER, "x", 3, False),  # an empty shape: the reference's interrupt at the GEMV
              (12, K_ADDR, "x", None, True), (13, K_ADDR, "x", None, True)]
     for m, k_addr, act, err, compiled in cases:
-        x = _bf16_bits(rng, D, special=0.0)
-        if act == "zero":
-            x[:] = 0
-        elif act == "nan":
-            x[2] = 0x7FC0
+        x = _activation(rng, D, act, nan_at=2)
         words = _program(m, k_addr)
         for sim in (ref, fast):
             sim.write_l2_bits(0x10, x)
@@ -175,11 +181,7 @@ def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch, weights):
              ("w_scale|findemax", W4_B, "nan", False, True), ("w_scale|findemax", W4_B, "zero", False, True),
              ("accm", W4_A, "x", False, True), ("accm|w_scale", W4_A, "x", False, True)]
     for flags, addr, act, rescale, compiled in cases:
-        x = _bf16_bits(rng, k, special=0.0)
-        if act == "zero":
-            x[:] = 0
-        elif act == "nan":
-            x[7] = 0x7FC0
+        x = _activation(rng, k, act, nan_at=7)
         if rescale:  # new weights and scales for the image
             images[addr] = (rng.integers(-8, 8, (m, k)), rng.standard_normal(m).astype(np.float32))
         words = _int4_run(m, k, flags)
