@@ -29,6 +29,16 @@ def _drivers(kv: str) -> tuple[PccxDriver, PccxDriver, PccxDriver]:
     return ref, cold, warm
 
 
+def _portable_columns(tab: np.ndarray) -> np.ndarray:
+    """A fused run's table without the host-memory addresses of INT4 rows (kinds 10 and 11: the image
+    or codes at column 6, the scales at 9), which differ between two simulators holding equal weights."""
+    out = tab.copy()
+    int4 = np.isin(out[:, 0], (10, 11))
+    out[int4, 6] = 0
+    out[int4, 9] = 0
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kv,slice_steps", [("fp16", 4096), ("int4", 8)])
 def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkeypatch):
@@ -89,7 +99,7 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         other = cold.dev._tagged.get(tag)
         for g, h in zip(slot.groups, other.groups if other else [], strict=False):
             if g is not None and h is not None and g[1].table is not None and h[1].table is not None:
-                assert np.array_equal(g[1].table.tab, h[1].table.tab)
+                assert np.array_equal(_portable_columns(g[1].table.tab), _portable_columns(h[1].table.tab))
                 same += 1
     assert same
     assert not warm.dev._preparing  # and nothing is left half-made
