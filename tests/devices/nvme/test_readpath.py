@@ -47,14 +47,36 @@ def _pdu(s: socket.socket) -> bytes:
     return head + _exactly(s, struct.unpack_from("<I", head, 4)[0] - 8)
 
 
-def _queue(port: int, owner: NvmeTcpHost, qid: int, hd: bool, dd: bool) -> socket.socket:
+def _queue(port: int, owner: NvmeTcpHost, qid: int, hd: bool, dd: bool, cattr: int = 0) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(fuzz.icreq(hd=hd, dd=dd))
     _pdu(s)
-    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid, hd=hd, dd=dd))
+    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid, hd=hd, dd=dd,
+                               cattr=cattr))
     resp = _pdu(s)
-    assert resp[0] == CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0
+    sqhd, sqid, _cid, sf = struct.unpack_from("<HHHH", resp, 16)
+    assert resp[0] == CAPSULE_RESP and sf >> 1 == 0
+    if cattr & DISABLE_SQFLOW:
+        assert (sqhd, sqid) == (SQHD_NONE, qid)
     return s
+
+
+def _check_c2h_data(got: bytes, flags: int, cid: int, slba: int, n: int, image: bytes, hd: bool,
+                    dd: bool) -> None:
+    """One C2HData PDU carrying a whole Read: its header fields (``flags`` besides the digest flags),
+    digests recomputed with crc32c, and the data equal to the namespace image's blocks."""
+    ptype, got_flags, hlen, pdo, plen = struct.unpack_from("<BBBBI", got)
+    cccid, datao, datal = struct.unpack_from("<H2xII", got, 8)
+    digest, tail = (4 if hd else 0), (4 if dd else 0)
+    digest_flags = (0x01 if hd else 0) | (0x02 if dd else 0)
+    assert (ptype, got_flags, hlen, pdo) == (C2H_DATA, flags | digest_flags, 24, 24 + digest)
+    assert (plen, cccid, datao, datal) == (24 + digest + n * 512 + tail, cid, 0, n * 512)
+    if hd:
+        assert got[24:28] == struct.pack("<I", crc32c.crc32c(got[:24]))
+    data = got[pdo:plen - tail]
+    assert data == image[slba * 512:(slba + n) * 512]
+    if dd:
+        assert got[plen - 4:] == struct.pack("<I", crc32c.crc32c(data))
 
 
 def _capsule(cid: int, slba: int, blocks: int, hd: bool) -> bytes:
@@ -87,20 +109,8 @@ def test_reads_on_the_wire_match_the_spec_and_the_file(target, hd, dd):
             if k == 1:
                 s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads[1:]))
             if k != 17:
-                c2h = _pdu(s)
-                ptype, flags, hlen, pdo, plen = struct.unpack_from("<BBBBI", c2h)
-                cccid, datao, datal = struct.unpack_from("<H2xII", c2h, 8)
-                digest_flags = (0x01 if hd else 0) | (0x02 if dd else 0)
                 # LAST_PDU without SUCCESS: this queue's Connect kept SQ flow control
-                assert (ptype, flags, hlen, pdo) == (C2H_DATA, LAST_PDU | digest_flags, 24, 24 + digest)
-                tail = 4 if dd else 0
-                assert (plen, cccid, datao, datal) == (24 + digest + n * 512 + tail, cid, 0, n * 512)
-                if hd:
-                    assert c2h[24:28] == struct.pack("<I", crc32c.crc32c(c2h[:24]))
-                data = c2h[pdo:plen - tail]
-                assert data == image[slba * 512:(slba + n) * 512]
-                if dd:
-                    assert c2h[plen - 4:] == struct.pack("<I", crc32c.crc32c(data))
+                _check_c2h_data(_pdu(s), LAST_PDU, cid, slba, n, image, hd, dd)
             resp = _pdu(s)
             assert resp[:8] == struct.pack("<BBBBI", CAPSULE_RESP, 0x01 if hd else 0, 24, 0, 24 + digest)
             sqhd, sqid, rcid, sf = struct.unpack_from("<HHHH", resp, 16)
@@ -111,19 +121,6 @@ def test_reads_on_the_wire_match_the_spec_and_the_file(target, hd, dd):
 
 
 # ---- SQ flow control disabled (Connect CATTR bit 2): C2HData SUCCESS instead of a CapsuleResp ---------
-
-
-def _queue_without_sq_flow_control(port: int, owner: NvmeTcpHost, qid: int, hd: bool,
-                                   dd: bool) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(fuzz.icreq(hd=hd, dd=dd))
-    _pdu(s)
-    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid, hd=hd, dd=dd,
-                               cattr=DISABLE_SQFLOW))
-    resp = _pdu(s)
-    sqhd, sqid, _cid, sf = struct.unpack_from("<HHHH", resp, 16)
-    assert resp[0] == CAPSULE_RESP and sf >> 1 == 0 and (sqhd, sqid) == (SQHD_NONE, qid)
-    return s
 
 
 @pytest.mark.parametrize(("hd", "dd"), [(False, False), (True, False), (True, True)],
@@ -138,11 +135,10 @@ def test_success_flag_stands_in_for_the_response_once_sq_flow_control_is_off(tar
     with NvmeTcpHost("127.0.0.1", target.port, NQN, io_queues=0) as owner:
         owner.set_features(0x07, 1 | (1 << 16))
         before = owner.smart_log()["host_read_commands"]
-        s = _queue_without_sq_flow_control(target.port, owner, 2, hd, dd)
+        s = _queue(target.port, owner, 2, hd, dd, cattr=DISABLE_SQFLOW)
         plain = _queue(target.port, owner, 1, hd, dd)  # the same controller, SQ flow control kept
         s.sendall(_capsule(*reads[0], hd))
         plain.sendall(_capsule(7, 0, 8, hd))
-        digest, tail = (4 if hd else 0), (4 if dd else 0)
         for k, (cid, slba, n) in enumerate(reads):
             if k == 1:  # as above: the rest arrives while the queue waits for its next PDU
                 s.sendall(b"".join(_capsule(cid, slba, n, hd) for cid, slba, n in reads[1:]))
@@ -152,17 +148,7 @@ def test_success_flag_stands_in_for_the_response_once_sq_flow_control_is_off(tar
                 assert got[0] == CAPSULE_RESP and (sqhd, sqid, rcid) == (SQHD_NONE, 2, cid)
                 assert sf >> 1 == STATUS_LBA_OUT_OF_RANGE
                 continue
-            ptype, flags, hlen, pdo, plen = struct.unpack_from("<BBBBI", got)
-            cccid, datao, datal = struct.unpack_from("<H2xII", got, 8)
-            digest_flags = (0x01 if hd else 0) | (0x02 if dd else 0)
-            assert (ptype, flags, hlen, pdo) == (C2H_DATA, LAST_PDU | SUCCESS | digest_flags, 24, 24 + digest)
-            assert (plen, cccid, datao, datal) == (24 + digest + n * 512 + tail, cid, 0, n * 512)
-            if hd:
-                assert got[24:28] == struct.pack("<I", crc32c.crc32c(got[:24]))
-            data = got[pdo:plen - tail]
-            assert data == image[slba * 512:(slba + n) * 512]
-            if dd:
-                assert got[plen - 4:] == struct.pack("<I", crc32c.crc32c(data))
+            _check_c2h_data(got, LAST_PDU | SUCCESS, cid, slba, n, image, hd, dd)
         # the queue that kept SQ flow control: LAST_PDU alone, then the CapsuleResp with the SQ head
         c2h = _pdu(plain)
         assert c2h[0] == C2H_DATA and c2h[1] & (LAST_PDU | SUCCESS) == LAST_PDU
