@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 from npukit.devices.nvme import nvm, pdu
 from npukit.devices.nvme.command import SGL_TRANSPORT_DATA_BLOCK, Completion
-from npukit.devices.nvme.fabrics import SQHD_DISABLED
 from npukit.devices.nvme.lifecycle import QueueState
 from npukit.devices.nvme.namespace import FileRegion, Namespace
 from npukit.devices.nvme.pdu import PduType
@@ -143,12 +142,6 @@ class ReadPath:
             return None
         return cid, ns, slba, nlb
 
-    def _consume_entry(self) -> None:
-        conn = self.conn
-        if conn.sqhd != SQHD_DISABLED:
-            sqsize = conn.fabrics.sqsize
-            conn.sqhd = (conn.sqhd + 1) % (sqsize + 1 if sqsize else 65536)
-
     def try_fast(self, p: pdu.Pdu) -> bool:
         """Serve ``p`` (a CapsuleCmd) if it is a Read that succeeds; False: take the general path."""
         if not self._decide() or len(p.data) or p.flags & 0x80:
@@ -159,7 +152,7 @@ class ReadPath:
             return False
         cid, ns, slba, nlb = accepted
         # what the general path does for a successful Read, in its order
-        self._consume_entry()
+        self.conn.consume_sq_entry()
         ctrl.last_activity = time.monotonic()
         started = time.perf_counter_ns()
         counters = ctrl.subsystem.state.counters
@@ -211,7 +204,7 @@ class ReadPath:
                     continue
                 cid, ns, slba, nlb = accepted
                 self._flush_out()
-                self._consume_entry()
+                self.conn.consume_sq_entry()
                 self._assemble(cid, ns.fd, slba * LBA_SIZE, nlb * LBA_SIZE, success)
                 reads, blocks = reads + 1, blocks + nlb
                 pos += _CAPSULE_LEN

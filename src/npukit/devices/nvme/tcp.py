@@ -223,6 +223,12 @@ class Connection:
         self.lifecycle.advance(QueueEvent.IC_REQ)
 
     # commands -------------------------------------------------------------------------------------
+    def consume_sq_entry(self) -> None:
+        """One submission queue entry consumed (the SQ head wraps at the Connect's queue size), unless
+        the host disabled SQ flow control."""
+        if self.sqhd != SQHD_DISABLED:
+            self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
+
     def capsule(self, p: pdu.Pdu) -> None:
         """A CapsuleCmd: the short way for an ordinary Read, else decoded, checked and run."""
         if self.reads.try_fast(p):
@@ -231,8 +237,7 @@ class Connection:
         in_capsule = p.data
         if len(in_capsule) > self.target.in_capsule_limit(self.fabrics.qid):
             raise FatalPduError(Fes.DATA_LIMIT_EXCEEDED, 4, p.header, f"{len(in_capsule)} bytes in-capsule")
-        if self.sqhd != SQHD_DISABLED:  # one entry consumed, unless the host disabled SQ flow control
-            self.sqhd = (self.sqhd + 1) % (self.fabrics.sqsize + 1 if self.fabrics.sqsize else 65536)
+        self.consume_sq_entry()
         try:
             spec, n_in, n_out = self._prepare(cmd)
             data = self._gather(cmd, p, n_in, spec, n_out)
