@@ -34,6 +34,16 @@ _I32X16 = ir.VectorType(ir.IntType(32), 16)
 ROWS = 4  # rows per `dot4_u4s8` pass: 8 independent vpdpbusd chains, each activation load shared
 
 
+def _prefetch(builder, addr) -> None:
+    """``llvm.prefetch`` of the cache line at integer address ``addr``: read, keep in all cache levels,
+    data (generic LLVM IR: lowered for any CPU, a no-op where there is no prefetch instruction)."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+    flags = [ir.Constant(i32, v) for v in (0, 3, 1)]
+    builder.call(fn, [builder.inttoptr(addr, i8p), *flags])
+
+
 def _vnni_rows(builder, p, stride, even, odd, n, rows, ahead):
     """LLVM IR of ``rows`` row sums (`dot_u4s8` each, rows ``stride`` bytes apart): two accumulators per
     row (low and high nibbles), so no vpdpbusd waits on the one before it in the same row, and one load
@@ -47,14 +57,6 @@ def _vnni_rows(builder, p, stride, even, odd, n, rows, ahead):
     hsum = cgutils.get_or_insert_function(
         mod, ir.FunctionType(ir.IntType(32), [_I32X16]), "llvm.vector.reduce.add.v16i32")
     zero = ir.Constant(_I32X16, None)
-    i8p = ir.IntType(8).as_pointer()
-
-    def i32(v):
-        return ir.Constant(ir.IntType(32), v)
-
-    prefetch = cgutils.get_or_insert_function(  # read, keep in all caches, data
-        mod, ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
-        "llvm.prefetch.p0i8")
     accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(rows)]
     ptr_t = _I8X64.as_pointer()
     flip = ir.Constant(_I8X64, [0x88] * 64)
@@ -71,7 +73,7 @@ def _vnni_rows(builder, p, stride, even, odd, n, rows, ahead):
         for r, (acc_lo, acc_hi) in enumerate(accs):
             row = builder.add(p, builder.mul(stride, ir.Constant(stride.type, r))) if r else p
             next_addr = builder.add(builder.add(row, off), ahead)
-            builder.call(prefetch, [builder.inttoptr(next_addr, i8p), i32(0), i32(3), i32(1)])
+            _prefetch(builder, next_addr)
             u = builder.xor(load(builder.add(row, off)), flip)
             lo = builder.bitcast(builder.and_(u, low), _I32X16)
             hi = builder.bitcast(builder.lshr(u, four), _I32X16)
@@ -89,15 +91,9 @@ def prefetch_bytes(typingctx, addr, nbytes):
 
     def codegen(context, builder, signature, args):
         addr, n = args
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
         lines = builder.udiv(builder.add(n, ir.Constant(n.type, 63)), ir.Constant(n.type, 64))
         with cgutils.for_range(builder, lines) as loop:
-            at = builder.add(addr, builder.mul(loop.index, ir.Constant(n.type, 64)))
-            builder.call(fn, [builder.inttoptr(at, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                              ir.Constant(i32, 1)])
+            _prefetch(builder, builder.add(addr, builder.mul(loop.index, ir.Constant(n.type, 64))))
         return context.get_dummy_value()
 
     return sig, codegen
