@@ -10,6 +10,9 @@ times, each figure the median:
   model on, per-token cycles reported), a 4-token prompt, ``--tokens`` and ``2·--tokens`` new
   tokens; marginal s/token = (wall(2N) − wall(N)) / N, so start-up, loading and setup cancel (their
   run-to-run spread does not: hence N = 32 by default);
+* **CLI from the start**: (wall(N) − wall(1)) / (N − 1): a 1-token run (prefill only) against the
+  N-token one, so the first decode token (its program's plan built) and the early span-bucket
+  switches (8, 16, 32) count, as in a check that starts from the prompt;
 * **CLI decode loop**: the same difference of the CLI's own ``decode_s`` (its generation loop, sampling
   and the end-of-run work included, process start-up excluded): the steadier figure;
 * **driver**: ``decode_s`` of the 2N run per decode step (every program switch included);
@@ -133,12 +136,14 @@ def decode_rounds(model: Any, mdir: Path, n: int, repeats: int) -> dict[str, lis
     """Interleaved rounds (the machine's load hits every peer alike); the order of the two CLI runs
     alternates, since the first process after the transformers runs starts slower."""
     got: dict[str, list[float]] = {k: [] for k in ("cli", "cli_decode", "driver", "transformers",
-                                                     "setup_s", "outside_generation_s")}
+                                                     "cli_from_start", "setup_s", "outside_generation_s")}
     for r in range(repeats):
         if r % 2:
             (w2, j2), (w1, j1) = cli_run(mdir, 2 * n), cli_run(mdir, n)
         else:
             (w1, j1), (w2, j2) = cli_run(mdir, n), cli_run(mdir, 2 * n)
+        w0, _ = cli_run(mdir, 1)  # no decode step: the N-token run's first N - 1 steps over it
+        got["cli_from_start"].append((w1 - w0) / (n - 1))
         got["cli"].append((w2 - w1) / n)
         got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
         got["driver"].append(figure(j2, "decode_s") / max(j2["stats"]["generated_tokens"] - 1, 1))
@@ -261,7 +266,9 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
     floor = image / host_bandwidth()
     res: dict[str, Any] = {
         "shape": {k: v for k, v in vars(args).items() if k != "probe_switch"},
-        "marginal_s_per_token": {k: med[k] for k in ("cli", "cli_decode", "driver", "transformers")},
+        "marginal_s_per_token": {k: med[k] for k in ("cli", "cli_decode", "driver", "transformers",
+                                                     "cli_from_start")},
+        "cli_from_start_vs_transformers": med["transformers"] / med["cli_from_start"],
         "cli_vs_transformers": med["transformers"] / med["cli"],
         "cli_decode_vs_transformers": med["transformers"] / med["cli_decode"],
         "driver_vs_transformers": med["transformers"] / med["driver"],
@@ -270,7 +277,7 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
                             "host memory bandwidth measured here"),
         "cli_over_floor": med["cli"] / floor, "cli_decode_over_floor": med["cli_decode"] / floor,
         "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"],
-        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "transformers")}}
+        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "cli_from_start", "transformers")}}
     probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
     for name in ("", "_cpu"):  # wall time, and the process's CPU time (steadier on a shared machine)
         ms = [p[f"switch{name}_ms"] for p in probes if p[f"switch{name}_ms"] is not None]
@@ -294,6 +301,9 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
              f"driver {m['driver']:.1f}, transformers fp32 eager {m['transformers']:.1f} -> "
              f"CLI {res['cli_vs_transformers']:.2f}x, decode loop {res['cli_decode_vs_transformers']:.2f}x, "
              f"driver {res['driver_vs_transformers']:.2f}x transformers",
+             f"  CLI from the first decode token (N-token run less a 1-token run, first steps and "
+             f"switches included) {m['cli_from_start']:.1f} ms/tok -> "
+             f"{res['cli_from_start_vs_transformers']:.2f}x",
              f"  INT4 host floor {res['host_floor_s_per_token'] * 1e3:.1f} ms/tok: "
              f"CLI {res['cli_over_floor']:.2f}x the floor, decode loop {res['cli_decode_over_floor']:.2f}x",
              f"  setup {res['setup_s']:.3f} s (outside generation {res['outside_generation_s']:.2f} s); "

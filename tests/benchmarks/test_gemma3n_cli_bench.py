@@ -19,6 +19,7 @@ def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
     assert m["transformers"] > 0 and m["driver"] > 0
     assert res["driver_vs_transformers"] == pytest.approx(m["transformers"] / m["driver"])
     assert res["cli_vs_transformers"] == pytest.approx(m["transformers"] / m["cli"])
+    assert res["cli_from_start_vs_transformers"] == pytest.approx(m["transformers"] / m["cli_from_start"])
     assert res["host_floor_s_per_token"] > 0
     assert res["cli_decode_over_floor"] == pytest.approx(m["cli_decode"] / res["host_floor_s_per_token"])
     assert 0 < res["setup_s"] < res["outside_generation_s"]

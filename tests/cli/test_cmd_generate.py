@@ -144,3 +144,39 @@ def test_bad_model_directories_are_one_line_errors(tmp_path, capsys):
     _one_line_error(capsys, d, "--prompt-ids", "1", match="invalid JSON")
     st.write_bytes(blob[:3])
     _one_line_error(capsys, d, "--prompt-ids", "1", match="truncated")
+
+
+class _Exited(Exception):
+    pass
+
+
+def test_the_process_command_ends_without_teardown_after_its_output(capsys, monkeypatch):
+    """As the process's own command line (argv None), a successful generate flushes what it printed,
+    runs the atexit handlers and ends the process at once (`os._exit`), skipping the interpreter's
+    teardown of the model's objects; a caller's argv list, or a failure, returns as before."""
+    import atexit
+    import os
+
+    from npukit.cli import main as climain
+
+    calls: list[str] = []
+
+    def fake_exit(rc: int) -> None:
+        calls.append(f"exit {rc}")
+        raise _Exited
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append("atexit"))  # (the real ones
+    monkeypatch.setattr(climain, "_SKIP_TEARDOWN", [])  # would remove this session's model copies)
+    argv = ["generate", str(cached_dir(0)), "--prompt-ids", "5,7", "--max-new-tokens", "2",
+            "--target", "golden", "--ignore-eos", "--json"]
+    monkeypatch.setattr(sys, "argv", ["npukit", *argv])
+    with pytest.raises(_Exited):
+        climain.main()
+    assert calls == ["atexit", "exit 0"]
+    assert len(json.loads(capsys.readouterr().out)["tokens"]) == 2  # the whole JSON object was out
+    climain._SKIP_TEARDOWN.clear()
+    assert climain.main(argv) == 0 and calls == ["atexit", "exit 0"]  # a caller's list: returns
+    climain._SKIP_TEARDOWN.clear()
+    monkeypatch.setattr(sys, "argv", ["npukit", *argv[:-1], "--logits"])  # --logits without --json
+    assert climain.main() == 2 and calls == ["atexit", "exit 0"]  # a failure: returns its status

@@ -124,3 +124,38 @@ def test_long_lived_frozen_defers_full_collections_and_restores_the_collector():
     with long_lived_frozen():
         assert gc.get_threshold()[2] >= 1 << 30 and gc.get_freeze_count() > 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_an_acyclic_backend_has_each_step_frozen_and_the_collector_restored(fake_backend):
+    """A backend whose steps leave no cycles (``acyclic_steps``) has what each step kept frozen after it
+    (never rescanned by young collections) and a higher young threshold during decode; the frozen
+    set and the thresholds are as before afterwards. Without the flag nothing is frozen per step."""
+    import gc
+    import itertools
+
+    from npukit.runtime.generate import YOUNG_THRESHOLD
+
+    class Acyclic(_Counting):
+        acyclic_steps = True
+
+        def __init__(self, model, kv="a"):
+            super().__init__(model, kv)
+            self.kept, self.seen = [], []
+
+        def step(self, tok):
+            self.seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+            self.kept.append([[i] for i in range(50)])  # tracked objects the backend keeps
+            return super().step(tok)
+
+    class Plain(Acyclic):
+        acyclic_steps = False
+
+    before = gc.get_threshold()
+    for cls, frozen in ((Acyclic, True), (Plain, False)):
+        b = cls(_fake_model())
+        generate(b, [1, 2], 6)
+        counts = [c for c, _ in b.seen]
+        grows = all(later > earlier for earlier, later in itertools.pairwise(counts))
+        assert grows is frozen and len(counts) == 5
+        assert all(t == (max(before[0], YOUNG_THRESHOLD) if frozen else before[0]) for _, t in b.seen)
+        assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

@@ -120,10 +120,13 @@ class _Streamer:
 
 
 def run(args: argparse.Namespace) -> int:
+    from npukit.cli.main import skip_teardown
     from npukit.runtime.generate import long_lived_frozen
 
     with long_lived_frozen():  # (a bounded run: full GC passes over the model's objects deferred)
-        return _run(args)
+        rc = _run(args)
+    skip_teardown()  # (the backend closed its workers and wrote its trace in `generate`)
+    return rc
 
 
 def _run(args: argparse.Namespace) -> int:

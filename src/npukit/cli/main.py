@@ -136,11 +136,38 @@ def _take_global_flags(argv: list[str]) -> list[str]:
     return head + argv[end:]
 
 
+_SKIP_TEARDOWN: list[bool] = []  # set by a command (`skip_teardown`) whose process may end at once
+
+
+def skip_teardown() -> None:
+    """The running command is done with everything it made (outputs written, workers closed): when it
+    succeeds as the process's own command, the process exits without the interpreter's teardown. After
+    `npukit generate --target pccx` that teardown frees ~460,000 objects (compiled programs, plans,
+    timing rows): 0.5-0.6 s of every run, measured on the 2-core Xeon host, for nothing."""
+    _SKIP_TEARDOWN.append(True)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        rc = _main(argv)
     except KeyboardInterrupt:  # during start-up or parsing, before the command ran
-        return _interrupted([])
+        rc = _interrupted([])
+    if argv is None and rc == 0 and _SKIP_TEARDOWN:  # the process's command line (not a caller's list)
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    """End the process with ``rc`` once what it printed is out: atexit handlers run, the interpreter's
+    object teardown does not."""
+    import atexit
+    import contextlib
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be delivered
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(rc)
 
 
 def _interrupted(fresh: list[str]) -> int:

@@ -66,6 +66,9 @@ def top_p_probs(logits: np.ndarray, temperature: float, top_p: float) -> np.ndar
     return p
 
 
+_FLOATS = (np.float32, np.float64)  # `apply_repetition_penalty` keeps these dtypes
+
+
 class Sampler:
     """Stateful sampler: owns the RNG so a seeded run is reproducible token for token."""
 
@@ -75,6 +78,8 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, seen: Iterable[int] = ()) -> int:
         p = self.params
+        if p.greedy and p.repetition_penalty == 1.0 and getattr(logits, "dtype", None) in _FLOATS:
+            return int(np.argmax(logits))  # what the copy below would give, without copying the vocabulary
         z = apply_repetition_penalty(np.asarray(logits), seen, p.repetition_penalty)
         if p.greedy:
             return int(np.argmax(z))

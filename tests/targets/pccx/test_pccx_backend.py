@@ -158,3 +158,30 @@ def test_timing_in_worker_processes_equals_timing_in_line():
         drv.close()
     assert [r.cycles for r in drv.records] == [t.cycles for t in inline]
     assert [o.end for o in drv.records[-1].timing.ops] == [o.end for o in inline[-1].ops]
+
+
+@pytest.mark.slow
+def test_decode_steps_leave_no_reference_cycles():
+    """The backend says its steps leave no reference cycles (`acyclic_steps`: the generation loop then
+    freezes what each step keeps instead of rescanning it); with the collector off, a collection after
+    decode steps, a span-bucket switch among them, finds nothing unreachable."""
+    import gc
+
+    from npukit.models import embedded
+    from npukit.models.loading import load_model
+    from npukit.targets.pccx.backend import Gemma3nPccx
+
+    b = Gemma3nPccx(load_model(embedded.default_model_dir()))
+    assert b.acyclic_steps
+    b.reset()
+    tok = int(np.argmax(b.prefill([2, 651, 7, 9])))
+    tok = int(np.argmax(b.step(tok)))  # the decode program's first token
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(6):  # positions 5..10, the switch to span bucket 16 at 8
+            tok = int(np.argmax(b.step(tok)))
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+        b.close()

@@ -41,6 +41,7 @@ PREFILL_MODES = ("gemm", "decode")
 
 class Gemma3nPccx:
     target = "pccx"
+    acyclic_steps = True  # a decode step leaves no reference cycles (`runtime.generate.YOUNG_THRESHOLD`)
 
     def __init__(self, model: Any, kv: str = "fp16", hw: str | None = None, overrides: Sequence[str] = (),
                  kv_max_tokens: int | None = None, kv_sink: int | None = None, kv_window: int | None = None,

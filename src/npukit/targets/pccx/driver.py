@@ -51,9 +51,12 @@ from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
 EXECUTORS = ("reference", "fast")
 # the next span bucket's program is built over the decode steps before the switch (fast executor):
-# from SWITCH_LOOKAHEAD steps ahead, at most SWITCH_SLICE changed plan steps per token (~25 µs each)
-SWITCH_LOOKAHEAD = 16
+# from SWITCH_LOOKAHEAD steps ahead (or the switch before it), an even share of what is left per token
+# and at most SWITCH_SLICE changed plan steps (~20 µs each); a segment's last slice also lowers its
+# fused runs' tables (3-13 ms at hidden 1024, counted as SWITCH_TAIL steps in the shares)
+SWITCH_LOOKAHEAD = 32
 SWITCH_SLICE = 128
+SWITCH_TAIL = 256
 
 
 class DeviceError(NpukitError):
@@ -121,6 +124,36 @@ class TokenRecord:
         self.timed = None if value is None else TimedRun(value.cycles, value)
 
 
+@dataclass
+class _AheadBuild:
+    """The next span bucket's program under construction (`PccxDriver._prepare_ahead`): per segment, the
+    steps still to compile (estimated from the words that differ from the running program) and
+    whether its slot is complete."""
+
+    key: tuple
+    todo: list[int]
+    done: list[bool]
+
+    @classmethod
+    def of(cls, key: tuple, program: Program, running: Program | None) -> _AheadBuild:
+        todo = []
+        for j, seg in enumerate(program.segments):
+            old = running.segments[j].words if running is not None and j < len(running.segments) else None
+            same_shape = old is not None and len(old) == len(seg.words)
+            todo.append(sum(a != b for a, b in zip(seg.words, old, strict=True)) if same_shape
+                        else len(seg.words))
+        return cls(key, todo, [False] * len(todo))
+
+    @property
+    def finished(self) -> bool:
+        return all(self.done)
+
+    def budget(self, calls: int) -> int:
+        """This call's share, in plan steps, of what is left over ``calls`` calls before the switch."""
+        left = sum(self.todo) + SWITCH_TAIL * self.done.count(False)
+        return max(1, -(-left // max(1, calls)))
+
+
 class PccxDriver:
     def __init__(self, hw: PccxHw | None = None, profile: str = "extended", executor: str = "reference",
                  timing: bool | str = True, prefill_chunk: int | None = None,
@@ -151,6 +184,10 @@ class PccxDriver:
         self._prefill_limit: int | None = None
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
         self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
+        self._ahead: _AheadBuild | None = None  # the program `_prepare_ahead` is building
+        self._keys: dict[int, tuple] = {}  # position -> span-bucket key (`_key_at`)
+        self._dirty: dict[tuple, list[list[int]]] = {}  # program key -> per segment, its span-patched words
+        self._switch: tuple | None = None  # (from, to, next switch): `_next_switch`'s last answer
 
     # ---- setup -------------------------------------------------------------------------------
     def open(self) -> PccxDriver:
@@ -178,6 +215,8 @@ class PccxDriver:
         cfg = self.store.config
         cap = cfg.max_position_embeddings if max_tokens is None else int(max_tokens)
         self.kv = kv
+        self._keys.clear()
+        self._switch, self._ahead = None, None
         self.ring = KVRing(cfg, kv, self.dev.host, self.image.end, cap, sink)
         return self
 
@@ -330,20 +369,42 @@ class PccxDriver:
             self._prepare_ahead()
         return logits
 
+    def _key_at(self, pos: int) -> tuple:
+        """The span-bucket key of the token at ``pos`` (memoised: every decode step asks for a few)."""
+        key = self._keys.get(pos)
+        if key is None:
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            key = self._keys[pos] = self._bucket_key(self.spans(pos + 1))
+        return key
+
+    def _next_switch(self) -> tuple[int, tuple] | None:
+        """(position, bucket key) of the first decode token within SWITCH_LOOKAHEAD that runs another
+        program than the next token, or None (memoised until that position is passed)."""
+        now = self._pos
+        cached = self._switch
+        if cached is not None and cached[0] <= now < cached[1]:
+            return cached[2]
+        key = self._key_at(now)
+        last = min(now + SWITCH_LOOKAHEAD, self.store.config.max_position_embeddings - 1)
+        found = next(((p, self._key_at(p)) for p in range(now + 1, last + 1) if self._key_at(p) != key), None)
+        # a switch found holds for every position up to it; none found, for this position only
+        self._switch = (now, found[0] if found else now + 1, found)
+        return found
+
     def _prepare_ahead(self) -> None:
-        """Build a slice of the program the decode steps switch to SWITCH_LOOKAHEAD tokens from now (a
-        new span bucket), so the token that crosses into it finds its plan made: the switch's cost is
-        spread over the tokens before it (the plans and so every result are the same either way). Only
-        a program already compiled (on disk or in memory) is built ahead; lowering a new one is not."""
+        """Build part of the program the decode steps switch to within SWITCH_LOOKAHEAD tokens (a new
+        span bucket), so the token that crosses into it finds its plan made: the switch's cost is
+        spread evenly over the tokens before it (the plans and so every result are the same either way).
+        Each call does an equal share of what is left (`_AheadBuild.budget`). Only a program already
+        compiled (on disk or in memory) is built ahead; lowering a new one is not."""
         prepare = getattr(self.dev, "prepare_program", None)
-        ahead = self._pos + SWITCH_LOOKAHEAD
-        if prepare is None or ahead >= self.store.config.max_position_embeddings:
+        nxt = self._next_switch() if prepare is not None else None
+        if nxt is None:
             return
-        key, now = self._bucket_key(self.spans(ahead + 1)), self._bucket_key(self.spans(self._pos + 1))
-        if key == now:
-            return
+        at, key = nxt
         v = self.variants.get(key)
-        if v is None:  # one slice: the disk read (a few ms); a miss is not asked again
+        if v is None:  # one call: the disk read (a few ms); a miss is not asked again
             if key not in self._ahead_missed:
                 v = self.programs.get(key, Variant)
                 if v is None:
@@ -351,16 +412,31 @@ class PccxDriver:
                 else:
                     self.variants[key] = v
             return
-        # its span-patched words as the switching token will patch them (a program not running now), so
-        # the switch recompiles none of them and the fused runs' copies are bound for their real shapes
-        at = next(p for p in range(self._pos + 1, ahead + 1) if self._bucket_key(self.spans(p + 1)) == key)
-        v.program.patch(self.spans(at + 1))
-        budget, works = SWITCH_SLICE, []
+        now = self._key_at(self._pos)
+        build = self._ahead
+        if build is None or build.key != key:
+            # its span-patched words as the switching token will patch them (a program not running now),
+            # so the switch recompiles none of them and the fused runs' copies are bound for their shapes
+            v.program.patch(self.spans(at + 1))
+            cur = self.variants.get(now)
+            build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None)
+        if build.finished:
+            return
+        works: list[Work] = []
+        budget = min(build.budget(at - self._pos), SWITCH_SLICE)
         for j, seg in enumerate(v.program.segments):
-            budget -= prepare(seg.words, (key, j), (now, j), budget, works)
             if budget <= 0:
                 break
-        if self.timing is True:  # the new steps' fixed Work records: their timing rows, made now too
+            if build.done[j]:
+                continue
+            asked = budget
+            made = prepare(seg.words, (key, j), (now, j), asked, works)
+            budget -= made
+            build.todo[j] = max(0, build.todo[j] - made)
+            if made < asked:  # fewer than asked: complete (its fused tables lowered in this call)
+                build.done[j], build.todo[j] = True, 0
+                budget -= SWITCH_TAIL if made else 0
+        if self.timing is True and works:  # the new steps' fixed Work records: their timing rows, now too
             self.timer.remember(works)
 
     def _run(self, v: Variant, ids: list[int], pos: int, spans: dict, t0: float, phase: str) -> np.ndarray:
@@ -378,10 +454,13 @@ class PccxDriver:
         stats = v.program.stats
         works: list[Work] = []
         tagged = self.executor == "fast"
+        dirty = self._dirty.get(v.key) if tagged else None
+        if tagged and dirty is None:  # per segment, the words the span patches rewrite
+            dirty = self._dirty[v.key] = [[p.index for p in v.program.patches if p.seg == j]
+                                          for j in range(len(v.program.segments))]
         for j, seg in enumerate(v.program.segments):
-            if tagged:  # the fast executor re-checks only the words the span patches rewrote
-                self.dev.load_program(seg.words, tag=(v.key, j),
-                                      dirty=[p.index for p in v.program.patches if p.seg == j])
+            if dirty is not None:  # the fast executor re-checks only the words the span patches rewrote
+                self.dev.load_program(seg.words, tag=(v.key, j), dirty=dirty[j])
             else:
                 self.dev.load_program(seg.words)
             out = self.dev.run()
@@ -391,7 +470,7 @@ class PccxDriver:
             if seg.host is not None:
                 self._host_step(seg.host, pos)
         addr, n = v.output
-        logits = nx.from_bits(host.read(addr, 2 * n).view("<u2")).astype(np.float32)
+        logits = nx.from_bits(host.read(addr, 2 * n).view("<u2"))  # (a new float32 array: no copy)
         t2 = time.perf_counter()
         timed, key = None, self._runs
         self._runs += 1

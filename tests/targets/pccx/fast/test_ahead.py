@@ -126,3 +126,62 @@ def test_prepare_in_slices_counts_steps_and_keeps_a_ready_slot():
     fmap = int(DestCache.FMAP)
     assert tuple(int(v) for v in sim.cc[fmap, 7]) == (5, 2, 3)
     assert tuple(int(v) for v in sim.cc[fmap, 6]) == (1, 2, 3)
+
+
+def test_next_switch_is_the_first_position_in_another_bucket():
+    """`_next_switch` (memoised) names the first position within SWITCH_LOOKAHEAD whose span bucket
+    differs from the next token's, as the spans say directly, in any order of positions."""
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=11))
+    drv = PccxDriver(timing=False).open().load(store).kv_init("fp16", 64)
+    last = store.config.max_position_embeddings - 1
+
+    def direct(p: int):
+        key = drv._bucket_key(drv.spans(p + 1))
+        for q in range(p + 1, min(p + drv_lookahead, last) + 1):
+            if drv._bucket_key(drv.spans(q + 1)) != key:
+                return q, drv._bucket_key(drv.spans(q + 1))
+        return None
+
+    drv_lookahead = drvmod.SWITCH_LOOKAHEAD
+    order = [*range(0, 80), *range(5, 40, 3), 70, 3, 64, 63, 31, 32]
+    found = 0
+    for p in order:
+        drv._pos = p
+        got = drv._next_switch()
+        assert got == direct(p), p
+        found += got is not None
+    assert found > 40  # (switches at 8, 16, 32, 64 and the sliding window's edge)
+
+
+@pytest.mark.slow
+def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
+    """From the switch before it, the next bucket's program is built a share per token: on most of the
+    tokens before the switch, none more than SWITCH_SLICE steps, and the switching token finds every
+    segment's slot complete."""
+    _, cold, drv = _drivers("fp16")
+    tok = int(np.argmax(cold.prefill([3, 9, 1, 4])))
+    for _ in range(13):  # positions 4..16: the switch to bucket 32 at 16 (its program lowered there)
+        tok = int(np.argmax(cold.step(tok)))
+    drv.variants.update(cold.variants)  # as a process that reads the compiled programs from disk
+    calls: dict[int, int] = {}  # position -> plan steps built after that token
+    prepare = drv.dev.prepare_program
+
+    def counted(words, tag, base=None, limit=None, works=None):
+        made = prepare(words, tag, base, limit, works)
+        calls[drv.position] = calls.get(drv.position, 0) + made
+        return made
+
+    monkeypatch.setattr(drv.dev, "prepare_program", counted)
+    tok = int(np.argmax(drv.prefill([3, 9, 1, 4])))
+    for _ in range(12):  # positions 4..15, each building its share of bucket 32's program after it
+        tok = int(np.argmax(drv.step(tok)))
+    key = drv._key_at(16)
+    assert key != drv._key_at(15)
+    building = [p for p in range(6, 17) if calls.get(p)]
+    assert len(building) >= 4, calls
+    assert all(n <= drvmod.SWITCH_SLICE for n in calls.values())
+    segments = len(drv.variants[key].program.segments)
+    assert all((key, j) in drv.dev._tagged for j in range(segments))  # complete before the switch
+    assert not any(t[0] == key for t in drv.dev._preparing)
+    drv.step(tok)  # the switching token
+    assert drv.records[-1].cycles > 0

@@ -39,6 +39,30 @@ def test_chooser_follows_the_cheaper_twin_and_backs_off_trying_the_other():
     assert rep["parallel"]["calls"] + rep["serial"]["calls"] == 80
 
 
+def test_a_first_call_that_loaded_its_kernel_does_not_decide_the_choice():
+    """The first call of each twin pays for loading its kernel: the second replaces that figure, so a
+    slow first parallel call does not keep the faster parallel twin out for the run."""
+    ch = TwinChooser(period=4, weight=0.25, threads=2)
+    loading = {0: 5e-2, 1: 1e-3}  # the parallel twin's first call: 50 ms of kernel loading
+    picks = _calls(ch, 2, loading)
+    assert picks == [0, 1]
+    picks = _calls(ch, 30, {0: 1e-4, 1: 1e-3})  # then parallel streams 10x faster
+    assert picks.index(0) <= 4 and picks[picks.index(0):].count(1) <= 2
+    assert ch.report()["parallel"]["ns_per_byte"] == pytest.approx(100.0)
+
+
+def test_one_preempted_call_does_not_shut_the_cheaper_twin_out():
+    """A call the OS preempted costs tens of times the usual: it counts as 4x, so the cheaper twin keeps
+    (or at once regains) its place, while a lasting slowdown is still followed within a few calls."""
+    ch = TwinChooser(period=4, weight=0.25, threads=2)
+    _calls(ch, 20, {0: 1e-4, 1: 2e-4})
+    ch.record(0, 5e-2, 1000)  # one parallel call preempted for 50 ms
+    picks = _calls(ch, 40, {0: 1e-4, 1: 2e-4})
+    assert picks.count(1) <= 2
+    picks = _calls(ch, 40, {0: 5e-3, 1: 2e-4})  # the parallel twin now stalls on every call
+    assert picks.index(1) <= 4 and picks[10:].count(0) <= 3
+
+
 def test_one_thread_always_takes_the_serial_twin():
     ch = TwinChooser(threads=1)
     par, ser = object(), object()

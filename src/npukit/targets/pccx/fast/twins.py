@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 _PARALLEL, _SERIAL = 0, 1
+_OUTLIER = 4.0  # a call costing more than this times its twin's mean counts as this much
 
 
 class TwinChooser:
@@ -56,7 +57,13 @@ class TwinChooser:
         best = self._best()
         per = seconds / max(nbytes, 1)
         old = self.cost[twin]
-        self.cost[twin] = per if old is None else old + self.weight * (per - old)
+        # a twin's first call in a process loads its kernel from numba's cache (milliseconds): its
+        # second call replaces that figure instead of averaging with it, or one slow load would keep
+        # that twin from being chosen for the rest of the run
+        fresh = old is None or self.calls[twin] == 1
+        if not fresh:  # a call the OS preempted (tens of times the usual) moves the mean as 4x would:
+            per = min(per, _OUTLIER * old)  # several in a row still follow a real change within calls
+        self.cost[twin] = per if fresh else old + self.weight * (per - old)
         self.calls[twin] += 1
         if twin != best and None not in self.cost:  # a try of the dearer twin: back off unless it won
             self._gap = self.period if self._best() == twin else min(2 * self._gap, self.max_gap)
