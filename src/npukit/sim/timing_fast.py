@@ -209,8 +209,11 @@ def _static(plan: Plan, c: Columns) -> nbl.OpTable:
 class Schedule:
     """One program's schedule from the compiled loop: ``cycles`` now, `result` on request."""
 
-    def __init__(self, plan: Plan, arrays: dict[str, Any], t: float) -> None:
+    def __init__(self, plan: Plan, arrays: dict[str, Any], t: float, events: int = 0) -> None:
         self.plan, self.a, self.t = plan, arrays, t
+        self.events = events  # the sample and hazard room the loop ran with
+        self.owner: Any = None  # a `timing_job.Job` whose buffers ``a`` are, and its run then
+        self.generation = 0
         end = arrays["end"]
         self.cycles = float(end.max()) if end.shape[0] else 0.0
 
@@ -278,10 +281,10 @@ class Pending:
     and releases the GIL), `done` reads the results back (a buffer that proved too small: the loop
     runs again with room, in line) and raises the loop's errors."""
 
-    def __init__(self, plan: Plan, c: Columns) -> None:
+    def __init__(self, plan: Plan, c: Columns, events: int = 0) -> None:
         self.plan, self.n = plan, c.n
         self.C = _static(plan, c)
-        self.events = 4 * self.n + 64
+        self.events = max(events, 4 * self.n + 64)
         self.args, self._finish = _setup(plan, self.C, self.n, self.events)
         self.status = -1
         self.loop_s = 0.0  # seconds `loop` took
@@ -306,7 +309,7 @@ class Pending:
             raise TimingError(f"no progress at cycle {t:.0f}")
         if status == nbl.NO_RATE:
             raise TimingError("a transfer has neither a rate cap nor a bandwidth resource on its path")
-        return Schedule(self.plan, arrays, t)
+        return Schedule(self.plan, arrays, t, events)
 
 
 def _queues(ids: np.ndarray, count: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

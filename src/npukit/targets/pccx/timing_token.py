@@ -20,7 +20,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from npukit.sim import compile_report, timing_fast
+from npukit.sim import compile_report, timing_fast, timing_job
 from npukit.sim.timing import TimingResult
 from npukit.sim.work import Work
 from npukit.targets.pccx.hw import PccxHw
@@ -97,6 +97,7 @@ class _Program:
     def __init__(self, works: list[Work], cols: timing_fast.Columns, kind: np.ndarray,
                  sfu: np.ndarray) -> None:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
+        self.job: timing_job.Job | None = None  # the loop's tables and buffers, kept between runs
         self.ids = np.fromiter(map(id, works), np.int64, len(works))  # the Works' identities
 
 
@@ -143,14 +144,21 @@ class TokenTimer:
             return f"{p} ({works[p].label or works[p].engine})"
 
         def make(sched: timing_fast.Schedule) -> TimingResult:
+            if timing_job.stale(sched):  # its program ran again since: the buffers hold that run
+                return simulate_works(hw, works, renumber=True)
             return sched.result(to_ops(hw, works, _OpRecord, renumber=True))
 
+        job = prog.job
+        if job is None or job.cols is not c:
+            job = prog.job = timing_job.Job(self.plan, c)
+        else:
+            job.refresh()  # its tables here: the thread runs the compiled loop only
         if not self.background:
-            sched = timing_fast.schedule(self.plan, c, label)
+            job.loop()
+            sched = job.done(label)
             return TimedRun(sched.cycles, make=lambda: make(sched))
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
-        job = timing_fast.Pending(self.plan, c)  # its tables here: the thread runs the compiled loop only
         run = self._last = TimedRun(make=make, pending=(self._thread.submit(job.loop), job, label))
         return run
 
