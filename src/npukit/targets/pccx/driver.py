@@ -339,9 +339,16 @@ class PccxDriver:
         ahead = self._pos + SWITCH_LOOKAHEAD
         if prepare is None or ahead >= self.store.config.max_position_embeddings:
             return
-        key, now = self._bucket_key(self.spans(ahead + 1)), self._bucket_key(self.spans(self._pos + 1))
-        if key == now:
+        now = self._bucket_key(self.spans(self._pos + 1))
+        if self._bucket_key(self.spans(ahead + 1)) == now:  # (spans only grow: no switch in between)
             return
+        # the nearest switch within the window, not the bucket at its end: from a short prompt, bucket 32
+        # was built over the tokens before the switch to 16, which then built 16's program in line
+        lo, at = self._pos + 1, ahead
+        while lo < at:  # the first position whose bucket is not this token's (bisected)
+            mid = (lo + at) // 2
+            lo, at = (lo, mid) if self._bucket_key(self.spans(mid + 1)) != now else (mid + 1, at)
+        key = self._bucket_key(self.spans(at + 1))
         v = self.variants.get(key)
         if v is None:  # one slice: the disk read (a few ms); a miss is not asked again
             if key not in self._ahead_missed:
@@ -353,9 +360,10 @@ class PccxDriver:
             return
         # its span-patched words as the switching token will patch them (a program not running now), so
         # the switch recompiles none of them and the fused runs' copies are bound for their real shapes
-        at = next(p for p in range(self._pos + 1, ahead + 1) if self._bucket_key(self.spans(p + 1)) == key)
         v.program.patch(self.spans(at + 1))
-        budget, works = SWITCH_SLICE, []
+        # a slice big enough to finish by the switch when fewer tokens than the window are left (a
+        # short prompt): the whole build is about SWITCH_LOOKAHEAD slices
+        budget, works = -(-SWITCH_SLICE * SWITCH_LOOKAHEAD // max(at - self._pos, 1)), []
         for j, seg in enumerate(v.program.segments):
             budget -= prepare(seg.words, (key, j), (now, j), budget, works)
             if budget <= 0:
