@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from operator import attrgetter
 from typing import Any
 
 import numba as nb
@@ -101,10 +102,14 @@ class _Program:
         self.ids = np.fromiter(map(id, works), np.int64, len(works))  # the Works' identities
 
 
-def _content(w: Work) -> tuple:
-    """The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, ...) depend on."""
-    return (w.engine, w.macs, w.sfu_elems, w.weight_bytes, w.ddr_read_bytes, w.ddr_write_bytes,
-            w.onchip_read_bytes + w.onchip_write_bytes, w.lanes, w.is_async)
+# The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, stream, ...) are made from: a
+# row is cached by their values. `to_ops` reads only these and UNKEYED (the ranges, kept per Work; the
+# index and label, for error text and records), and tests/targets/pccx/test_timing_token.py fails the
+# day it reads another field (a key missing a field would hand one Work another's numbers).
+KEY_FIELDS = ("engine", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "ddr_write_bytes",
+              "onchip_read_bytes", "onchip_write_bytes", "lanes", "is_async")
+UNKEYED = ("index", "label", "reads", "writes")
+_content = attrgetter(*KEY_FIELDS)
 
 
 class TokenTimer:
