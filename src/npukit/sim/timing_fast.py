@@ -287,12 +287,12 @@ class Pending:
         self.events = max(events, 4 * self.n + 64)
         self.args, self._finish = _setup(plan, self.C, self.n, self.events)
         self.status = -1
-        self.loop_s = 0.0  # seconds `loop` took
+        self.loop_s = self.loop_cpu_s = 0.0  # seconds `loop` took, and its thread's CPU seconds
 
     def loop(self) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.status = int(nbl.run(*self.args))
-        self.loop_s = time.perf_counter() - t0
+        self.loop_s, self.loop_cpu_s = time.perf_counter() - t0, time.thread_time() - c0
 
     def done(self, label: Any = None) -> Schedule:
         status = self.status

@@ -37,12 +37,13 @@ class TimedRun:
     """One program run on the timing model: its ``cycles`` (waited for while its schedule still runs on
     the timing thread), its full `TimingResult` on request (``result``; built once, then kept)."""
 
-    __slots__ = ("_cycles", "_make", "_pending", "_result", "background_s")
+    __slots__ = ("_cycles", "_make", "_pending", "_result", "background_cpu_s", "background_s")
 
     def __init__(self, cycles: float | None = None, result: TimingResult | None = None,
                  make: Callable[..., TimingResult] | None = None, pending: tuple | None = None) -> None:
         self._cycles, self._result, self._make, self._pending = cycles, result, make, pending
         self.background_s = 0.0  # seconds its compiled loop took on the timing thread (0: in line)
+        self.background_cpu_s = 0.0  # and that thread's CPU seconds
 
     @property
     def cycles(self) -> float:
@@ -50,7 +51,7 @@ class TimedRun:
             future, job, label = self._pending
             future.result()
             self._pending = None
-            self.background_s = job.loop_s
+            self.background_s, self.background_cpu_s = job.loop_s, job.loop_cpu_s
             sched = job.done(label)  # (a TimingError is raised here)
             self._cycles, make = sched.cycles, self._make
             self._make = lambda: make(sched)  # type: ignore[misc]
