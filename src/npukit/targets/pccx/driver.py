@@ -339,16 +339,9 @@ class PccxDriver:
         ahead = self._pos + SWITCH_LOOKAHEAD
         if prepare is None or ahead >= self.store.config.max_position_embeddings:
             return
-        now = self._bucket_key(self.spans(self._pos + 1))
-        if self._bucket_key(self.spans(ahead + 1)) == now:  # (spans only grow: no switch in between)
+        key, now = self._bucket_key(self.spans(ahead + 1)), self._bucket_key(self.spans(self._pos + 1))
+        if key == now:
             return
-        # the nearest switch within the window, not the bucket at its end: from a short prompt, bucket 32
-        # was built over the tokens before the switch to 16, which then built 16's program in line
-        lo, at = self._pos + 1, ahead
-        while lo < at:  # the first position whose bucket is not this token's (bisected)
-            mid = (lo + at) // 2
-            lo, at = (lo, mid) if self._bucket_key(self.spans(mid + 1)) != now else (mid + 1, at)
-        key = self._bucket_key(self.spans(at + 1))
         v = self.variants.get(key)
         if v is None:  # one slice: the disk read (a few ms); a miss is not asked again
             if key not in self._ahead_missed:
@@ -360,6 +353,7 @@ class PccxDriver:
             return
         # its span-patched words as the switching token will patch them (a program not running now), so
         # the switch recompiles none of them and the fused runs' copies are bound for their real shapes
+        at = next(p for p in range(self._pos + 1, ahead + 1) if self._bucket_key(self.spans(p + 1)) == key)
         v.program.patch(self.spans(at + 1))
         # a slice big enough to finish by the switch when fewer tokens than the window are left (a
         # short prompt): the whole build is about SWITCH_LOOKAHEAD slices
@@ -420,8 +414,10 @@ class PccxDriver:
 
     def sync(self, full: int = 16) -> None:
         """timing="pool": wait for the workers, fill every record's cycles and the schedules of the
-        latest ``full`` runs (older schedules are not kept)."""
+        latest ``full`` runs (older schedules are not kept). Else: wait for the schedule still on the
+        timing thread, if any (the backend's ``close``, inside the generation's decode time)."""
         if self.pool is None:
+            self.timer.settle()
             return
         cycles = self.pool.wait()
         recs = self.records
