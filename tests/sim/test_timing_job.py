@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npukit.sim import timing_fast, timing_job
+from npukit.sim import timing_fast, timing_job, timing_nb
 from npukit.sim.timing import TimingError
 from npukit.sim.timing_state import Sim
 
@@ -64,3 +64,30 @@ def test_a_kept_job_schedules_each_patched_run_as_the_readable_loop(data):
             assert timing_job.stale(last)  # its buffers now hold this run
         assert not timing_job.stale(sched)
         last = sched
+
+
+def test_a_job_whose_buffers_were_too_small_grows_them_and_stays_exact():
+    """The loop's sample and hazard buffers start at 4·n + 64 entries; a run that fills them is rerun
+    with room (`Pending.done`), its schedule owns that rerun's arrays, and the job keeps the room."""
+    from .test_timing_fast import Machine, Op, Resource, Stream
+
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0),),
+                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
+    ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=7.0 + i, path=("r",), xfer_bytes=3.0 + i,
+              stream="s" if i % 3 == 0 else None, stream_bytes=50.0 if i % 3 == 0 else 0.0,
+              is_async=True, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(12)]
+    plan = timing_fast.Plan.of(m)
+    job = timing_job.Job(plan, columns(plan, ops))
+    job.events = 1  # room for one sample and one hazard: the first run fills them
+    job.args, job._finish = timing_fast._setup(plan, job.C, job.n, job.events)
+    job._snapshot()
+    want = dump(Sim(m, ops).run())
+    job.loop()
+    assert job.status == timing_nb.FULL
+    first = job.done()
+    assert dump(first.result(ops)) == want and not timing_job.stale(first)
+    assert job.events > 1
+    job.refresh()
+    job.loop()
+    assert job.status == timing_nb.OK
+    assert dump(job.done().result(ops)) == want

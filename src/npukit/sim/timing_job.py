@@ -122,9 +122,10 @@ class Job(Pending):
     def done(self, label: Any = None) -> Schedule:
         full = self.status == nbl.FULL
         sched = super().done(label)
-        sched.owner, sched.generation = self, self.generation
-        if full:  # its buffers proved too small: the next run gets the room the rerun needed
+        if full:  # its buffers proved too small (the rerun's are its own): the next run gets that room
             self._rebuild(sched.events)
+        else:
+            sched.owner, sched.generation = self, self.generation
         return sched
 
 
