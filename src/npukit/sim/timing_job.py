@@ -85,7 +85,7 @@ class Job(Pending):
             else:
                 self._state.append((a, None, a.copy()))
         self._eng = C.eng.copy()
-        self._streamed = (C.sidx >= 0) & (C.sbr > 0)
+        self._streams = _stream_of(C)
 
     def refresh(self) -> None:
         """Ready the job for a run of its patched columns (as a new `Pending` on them would be)."""
@@ -102,8 +102,7 @@ class Job(Pending):
         _derive(c.cycles, c.xfer, c.path, self._narrow, self._rows, self._lens, c.sidx, c.sbr, c.fifo,
                 c.isasync, c.fifo_depth, c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen,
                 C.sb, C.link, C.full, C.haswork)
-        if not np.array_equal(C.eng, self._eng) or not np.array_equal(
-                (C.sidx >= 0) & (C.sbr > 0), self._streamed):
+        if not np.array_equal(C.eng, self._eng) or not np.array_equal(_stream_of(C), self._streams):
             self._rebuild()  # an op moved to another engine or stream: the queues again
             return
         for a, value, init in self._state:
@@ -127,6 +126,11 @@ class Job(Pending):
         else:
             sched.owner, sched.generation = self, self.generation
         return sched
+
+
+def _stream_of(C: nbl.OpTable) -> np.ndarray:
+    """Each op's stream queue (`timing_fast._setup`: an op with stream bytes), -1: none."""
+    return np.where((C.sidx >= 0) & (C.sbr > 0), C.sidx, -1)
 
 
 def stale(sched: Schedule) -> bool:
