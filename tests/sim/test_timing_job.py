@@ -44,7 +44,7 @@ def test_a_kept_job_schedules_each_patched_run_as_the_readable_loop(data):
     plan = timing_fast.Plan.of(m)
     if plan is None:
         return
-    job, last = None, None
+    job, lean, last = None, None, None
     for ops in series(data, m, 4):
         try:
             want = dump(Sim(m, ops).run())
@@ -52,14 +52,21 @@ def test_a_kept_job_schedules_each_patched_run_as_the_readable_loop(data):
             continue  # (errors: `Pending.done`'s, unchanged; tests/sim/test_timing_fast.py words them)
         fresh = columns(plan, ops)
         if job is None:
-            job = timing_job.Job(plan, fresh)
+            job, lean = timing_job.Job(plan, fresh), timing_job.Job(plan, columns(plan, ops), lean=True)
         else:
             for f in dataclasses.fields(fresh):  # the run's columns written over the kept ones
                 np.copyto(getattr(job.cols, f.name), getattr(fresh, f.name))
+                np.copyto(getattr(lean.cols, f.name), getattr(fresh, f.name))
             job.refresh()
+            lean.refresh()
         job.loop()
         sched = job.done()
         assert dump(sched.result(ops)) == want
+        lean.loop()
+        times = lean.done()  # a lean run: the same times, no sums or samples, its result made afresh
+        assert times.cycles == sched.cycles and timing_job.stale(times)
+        for k in ("issue", "start", "end", "fetch_t0", "fetch_t1"):
+            assert np.array_equal(times.a[k], sched.a[k]), k
         if last is not None:
             assert timing_job.stale(last)  # its buffers now hold this run
         assert not timing_job.stale(sched)

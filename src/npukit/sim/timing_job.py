@@ -62,8 +62,8 @@ class Job(Pending):
     """`Pending` for a program run again and again: `refresh` after its `Columns` were patched in
     place, then `loop` (any thread) and `done`, as for `Pending`."""
 
-    def __init__(self, plan: Plan, c: Columns, events: int = 0) -> None:
-        super().__init__(plan, c, events)
+    def __init__(self, plan: Plan, c: Columns, events: int = 0, lean: bool = False) -> None:
+        super().__init__(plan, c, events, lean)
         self.cols = c
         self.generation = 0
         self._paths = -1  # how many of the plan's paths the path tables hold
@@ -71,9 +71,12 @@ class Job(Pending):
 
     def _snapshot(self) -> None:
         """Remember each state array's value as `_setup` made it (the loop's inputs, not its tables;
-        the hazard buffer and the samples are written before they are read and are left as they are)."""
+        the hazard buffer and the samples are written before they are read and are left as they are,
+        as are the busy and stall sums in a lean job)."""
         C, S, E, R, W, F, _, A, _, iv, fv, _, res_bytes = self.args
         skip = {id(S.dep_buf)}
+        if self.lean:  # the sums a lean run never touches keep `_setup`'s values
+            skip |= {id(a) for a in (*A, S.busy, res_bytes)}
         arrays = [*S, *E, *R, *W, *F, *A, iv, fv, res_bytes]
         self._state = []
         for a in arrays:
@@ -115,7 +118,7 @@ class Job(Pending):
 
     def _rebuild(self, events: int = 0) -> None:
         gen = self.generation
-        Job.__init__(self, self.plan, self.cols, events)
+        Job.__init__(self, self.plan, self.cols, events, self.lean)
         self.generation = gen + 1
 
     def done(self, label: Any = None) -> Schedule:
@@ -134,7 +137,8 @@ def _stream_of(C: nbl.OpTable) -> np.ndarray:
 
 
 def stale(sched: Schedule) -> bool:
-    """Whether ``sched`` reads buffers of a `Job` that has run again since (its result must be redone)."""
-    owner = getattr(sched, "owner", None)
-    return owner is not None and owner.generation != sched.generation
+    """Whether ``sched``'s `TimingResult` must be made afresh: a lean run's (times only), or one that
+    reads the buffers of a `Job` that has run again since."""
+    owner = sched.owner
+    return sched.times_only or (owner is not None and owner.generation != sched.generation)
 

@@ -34,9 +34,11 @@ def dump(r) -> str:
                        "stall_order": [list(o.stalls) for o in r.ops]})
 
 
-def test_token_timer_equals_the_readable_model_run_after_run():
+@pytest.mark.parametrize("lean", [True, False])  # lean (the default): times only, a result made afresh
+def test_token_timer_equals_the_readable_model_run_after_run(lean):
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.timer.lean = lean
     m = machine(drv.hw)
     drv.prefill([2, 3, 5, 7])
     runs, raw = [list(drv.last_works)], []
@@ -115,7 +117,7 @@ def test_the_timing_thread_gives_the_in_line_schedules():
     runs = {}
     for background in (True, False):
         drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
-        drv.timer.background = background
+        drv.timer.background, drv.timer.lean = background, False  # (the schedules from the thread's run)
         drv.prefill([2, 3, 5])
         for tok in (4, 9, 4, 11, 13):
             drv.step(tok)

@@ -116,8 +116,11 @@ _content = attrgetter(*KEY_FIELDS)
 class TokenTimer:
     """Times the driver's program runs on ``hw``: `time(works)` → `TimedRun`."""
 
-    def __init__(self, hw: PccxHw, background: bool = True) -> None:
+    def __init__(self, hw: PccxHw, background: bool = True, lean: bool = True) -> None:
         self.hw = hw
+        # lean: the loop computes the times only (the cycles); the few runs whose full schedule is
+        # asked for (the figures' last token, a trace's last runs) are timed again in full then
+        self.lean = lean
         self.plan = timing_fast.Plan.of(machine(hw)) if timing_fast.enabled() else None
         self._rows_by_id: dict[int, tuple[Work, int]] = {}  # a Work's row: its slot in the store
         self._store = _RowStore()
@@ -151,13 +154,13 @@ class TokenTimer:
             return f"{p} ({works[p].label or works[p].engine})"
 
         def make(sched: timing_fast.Schedule) -> TimingResult:
-            if timing_job.stale(sched):  # its program ran again since: the buffers hold that run
+            if timing_job.stale(sched):  # a lean run, or its program ran again since (the buffers moved on)
                 return simulate_works(hw, works, renumber=True)
             return sched.result(to_ops(hw, works, _OpRecord, renumber=True))
 
         job = prog.job
-        if job is None or job.cols is not c:
-            job = prog.job = timing_job.Job(self.plan, c)
+        if job is None or job.cols is not c or job.lean != self.lean:
+            job = prog.job = timing_job.Job(self.plan, c, lean=self.lean)
         else:
             job.refresh()  # its tables here: the thread runs the compiled loop only
         if not self.background:
