@@ -24,7 +24,8 @@ times, each figure the median:
   tokens (GEMM chunks, default options) against one transformers forward pass over the same prompt,
   as prompt tokens/s;
 * **switch**: in a fresh process (``--probe-switch``), the wall time and the process's CPU time of
-  each decode step that enters a new attention-span bucket (a power of two) less the median step
+  each decode step that enters a new attention-span bucket (a power of two from 16: the step that
+  runs another program than the step before; position 8 was counted too) less the median step
   that built nothing ahead (the largest over the buckets); the steps before a switch that built part
   of its program ahead, and their median excess;
 * **setup**: per CLI run, the backend's ``setup_seconds`` and everything outside generation (process
@@ -200,13 +201,16 @@ def probe_switch(model_dir: str, last: int) -> dict[str, Any]:
         walls: dict[int, float] = {}
         cpus: dict[int, float] = {}  # process CPU time: what the step cost, whatever else runs here
         ahead: set[int] = set()
+        switches: list[int] = []  # the steps that ran another program than the step before (a new bucket)
         while backend.drv.position < last:
             pos, t0, c0, built[0] = backend.drv.position, time.perf_counter(), time.process_time(), 0
+            program = backend.drv._current
             tok = int(np.argmax(backend.step(tok)))
             walls[pos], cpus[pos] = time.perf_counter() - t0, time.process_time() - c0
             if built[0]:
                 ahead.add(pos)
-    switches = [p for p in sorted(walls) if p > len(PROMPT) and p & (p - 1) == 0]  # a span past 2^k
+            if backend.drv._current is not program and pos > len(PROMPT):
+                switches.append(pos)
     out: dict[str, Any] = {"ahead_steps": len([p for p in ahead if p not in switches])}
     for name, times in (("", walls), ("_cpu", cpus)):
         plain = [w for p, w in times.items() if p not in ahead and p not in switches and p > len(PROMPT)]

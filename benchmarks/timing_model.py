@@ -11,6 +11,10 @@ functional simulation only). Two costs of the timing model are measured on the s
   the compiled event loop; the token's cycles), clocked around that call as the driver makes it, plus
   the seconds its compiled loop then takes on the timing thread (`TimedRun.background_s`; the driver
   lets it run beside the next token, here it is waited for);
+* **the same in CPU time** — this thread's CPU seconds in `TokenTimer.time` plus the timing thread's in
+  its compiled loop (`TimedRun.background_cpu_s`), against the process CPU seconds of the executor's
+  part of the token (program loads, runs, host KV steps): on a loaded machine the wall figures carry
+  the time slices other processes took (a token's timing is ~1 ms, a slice several), these do not;
 * **full schedule from scratch** — ``simulate_works(drv.hw, works)`` on the token's Work list
   (`PccxDriver.last_works`): every op converted again and the whole `TimingResult` built (trace,
   stalls, usage), best of ``--repeats``; what asking for a token's schedule costs.
@@ -61,21 +65,44 @@ def driver() -> PccxDriver:
     return drv
 
 
-def clock_timer(drv: PccxDriver) -> list[float]:
-    """Clock every `TokenTimer.time` call the driver makes; the seconds of each land in the list returned."""
+def clock_timer(drv: PccxDriver) -> tuple[list[float], list[float]]:
+    """Clock every `TokenTimer.time` call the driver makes: the wall seconds of each, and the CPU
+    seconds (this thread's in the call, the timing thread's in its compiled loop), in the lists returned."""
     spent: list[float] = []
+    cpu: list[float] = []
     drv.timer.settle()  # a run timed before (not clocked) is not waited for inside a clocked call
     timer_time = drv.timer.time
 
     def clocked(works: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = timer_time(works)
-        in_line = time.perf_counter() - t0
+        in_line, in_line_cpu = time.perf_counter() - t0, time.thread_time() - c0
         _ = out.cycles  # the schedule, from the timing thread: its seconds there count too
         spent.append(in_line + out.background_s)
+        cpu.append(in_line_cpu + out.background_cpu_s)
         return out
 
     drv.timer.time = clocked  # type: ignore[method-assign]
+    return spent, cpu
+
+
+def clock_executor(drv: PccxDriver) -> list[float]:
+    """The process CPU seconds of the executor's part of each token (program loads, runs, host KV
+    steps), appended per token by `decode` (the timing thread is idle then: `clock_timer` waits for it)."""
+    spent = [0.0]
+    dev = drv.dev
+
+    def clocked(fn: Any) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            c0 = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[-1] += time.process_time() - c0
+        return call
+
+    dev.load_program, dev.run = clocked(dev.load_program), clocked(dev.run)  # type: ignore[method-assign]
+    drv._host_step = clocked(drv._host_step)  # type: ignore[method-assign]
     return spent
 
 
@@ -83,9 +110,11 @@ def decode(drv: PccxDriver, args: Any) -> dict[str, Any]:
     drv.reset()
     for _ in range(args.warmup):
         drv.step(2)
-    spent = clock_timer(drv)
+    spent, cpu = clock_timer(drv)
+    exec_cpu = clock_executor(drv)
     model_s, exec_s, n_works, cycles = [], [], 0, 0.0
     for _ in range(args.tokens):
+        exec_cpu.append(0.0)
         drv.step(2)
         rec, works = drv.records[-1], list(drv.last_works)
         exec_s.append(rec.run_s)
@@ -93,7 +122,8 @@ def decode(drv: PccxDriver, args: Any) -> dict[str, Any]:
         n_works, cycles = len(works), float(rec.cycles or 0.0)
         drv.dev.trace.clear()
     return {"model_s": statistics.median(model_s), "timer_s": statistics.median(spent),
-            "exec_s": statistics.median(exec_s), "works": n_works, "cycles": cycles}
+            "exec_s": statistics.median(exec_s), "timer_cpu_s": statistics.median(cpu),
+            "exec_cpu_s": statistics.median(exec_cpu[1:]), "works": n_works, "cycles": cycles}
 
 
 def prefill(drv: PccxDriver, args: Any) -> dict[str, Any]:
@@ -101,13 +131,13 @@ def prefill(drv: PccxDriver, args: Any) -> dict[str, Any]:
     drv.reset()
     drv.prefill(ids)  # compiles the chunk program
     drv.reset()
-    spent = clock_timer(drv)
+    spent, cpu = clock_timer(drv)
     drv.prefill(ids)
     rec, works = drv.records[-1], list(drv.last_works)
     drv.dev.trace.clear()
     model = _best(lambda: simulate_works(drv.hw, works), max(1, args.repeats // 2))
-    return {"model_s": model, "timer_s": spent[-1], "exec_s": rec.run_s, "works": len(works),
-            "tokens": rec.tokens, "cycles": float(rec.cycles or 0.0)}
+    return {"model_s": model, "timer_s": spent[-1], "exec_s": rec.run_s, "timer_cpu_s": cpu[-1],
+            "exec_cpu_s": None, "works": len(works), "tokens": rec.tokens, "cycles": float(rec.cycles or 0.0)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         ui.emit_json({"decode": dec, "prefill": pre, "ledger": led})
         return 0
     ui.table(rows, ["run", "Works", "fast executor ms", "timing in the driver ms", "driver / executor",
-                    "full schedule ms", "full / executor"], align="lrrrrrr")
+                    "timing CPU ms", "CPU / executor CPU", "full schedule ms", "full / executor"],
+             align="lrrrrrrrr")
     print(f"\ntier: measured (ratios derived); source: {src}")
     return 0
 
@@ -147,13 +178,22 @@ def _report(led: Ledger, phase: str, unit: str, m: dict[str, Any], src: str) -> 
             src + "; TokenTimer.time as PccxDriver.step calls it (changed rows, compiled loop, cycles)")
     led.add(f"{phase}: timing in the driver / fast executor", m["timer_s"] / m["exec_s"], "x", Tier.DERIVED,
             src)
+    led.add(f"{phase}: timing in the driver, CPU s/{unit}", m["timer_cpu_s"], "s", Tier.MEASURED,
+            src + "; thread CPU time of TokenTimer.time and of its compiled loop on the timing thread")
+    cpu_ratio = "n/a"
+    if m["exec_cpu_s"]:
+        led.add(f"{phase}: fast executor, CPU s/{unit}", m["exec_cpu_s"], "s", Tier.MEASURED,
+                src + "; process CPU time of the program loads, runs and host KV steps")
+        led.add(f"{phase}: timing CPU / executor CPU", m["timer_cpu_s"] / m["exec_cpu_s"], "x", Tier.DERIVED,
+                src)
+        cpu_ratio = f"{m['timer_cpu_s'] / m['exec_cpu_s']:.2f}x"
     led.add(f"{phase}: full schedule s/{unit}", m["model_s"], "s", Tier.MEASURED,
             src + f"; simulate_works on the {m['works']} Works (every op, the whole TimingResult)")
     led.add(f"{phase}: full schedule / fast executor", m["model_s"] / m["exec_s"], "x", Tier.DERIVED, src)
     name = "decode token" if phase == "decode" else f"prefill chunk ({m['tokens']} tok)"
     return [name, m["works"], f"{m['exec_s'] * 1e3:.1f}", f"{m['timer_s'] * 1e3:.2f}",
-            f"{m['timer_s'] / m['exec_s']:.2f}x", f"{m['model_s'] * 1e3:.1f}",
-            f"{m['model_s'] / m['exec_s']:.1f}x"]
+            f"{m['timer_s'] / m['exec_s']:.2f}x", f"{m['timer_cpu_s'] * 1e3:.2f}", cpu_ratio,
+            f"{m['model_s'] * 1e3:.1f}", f"{m['model_s'] / m['exec_s']:.1f}x"]
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.hf
 def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
     mod = load_benchmark("gemma3n_cli")
-    assert mod.main(["--hidden", "256", "--layers", "5", "--vocab", "2048", "--tokens", "4",
+    assert mod.main(["--hidden", "256", "--layers", "5", "--vocab", "2048", "--tokens", "7",
                      "--prefill", "12", "--repeats", "1", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["machine"].startswith("CPU ") and "int4-gemv" in res["machine"]
@@ -24,8 +24,10 @@ def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
     assert res["cli_decode_over_floor"] == pytest.approx(m["cli_decode"] / res["host_floor_s_per_token"])
     assert 0 < res["setup_s"] < res["outside_generation_s"]
     for name in ("switch", "switch_cpu"):  # wall and CPU time
-        assert "8" in res[f"{name}_ms_by_position"]  # the step at position 8 enters span bucket 16
-        assert res[f"{name}_ms"] == pytest.approx(res[f"{name}_ms_by_position"]["8"])  # the only switch
+        # the probe decodes to position 18: the step at 16 (span 17) enters bucket 32, the only switch
+        # (buckets start at 16, so position 8 is none: it was counted as one before)
+        assert list(res[f"{name}_ms_by_position"]) == ["16"]
+        assert res[f"{name}_ms"] == pytest.approx(res[f"{name}_ms_by_position"]["16"])
         ahead = res[f"{name}_ahead"]  # the steps that built a next bucket's program ahead (none this short)
         assert ahead["steps"] >= 0 and (ahead["ms_per_step"] is None) == (ahead["steps"] == 0)
     pf = res["prefill"]

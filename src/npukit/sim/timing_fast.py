@@ -209,14 +209,21 @@ def _static(plan: Plan, c: Columns) -> nbl.OpTable:
 class Schedule:
     """One program's schedule from the compiled loop: ``cycles`` now, `result` on request."""
 
-    def __init__(self, plan: Plan, arrays: dict[str, Any], t: float) -> None:
+    def __init__(self, plan: Plan, arrays: dict[str, Any], t: float, events: int = 0,
+                 times_only: bool = False) -> None:
         self.plan, self.a, self.t = plan, arrays, t
+        self.events = events  # the sample and hazard room the loop ran with
+        self.times_only = times_only  # a lean run: its times (and cycles) only, no `result`
+        self.owner: Any = None  # a `timing_job.Job` whose buffers ``a`` are, and its run then
+        self.generation = 0
         end = arrays["end"]
         self.cycles = float(end.max()) if end.shape[0] else 0.0
 
     def result(self, ops: Sequence[Any]) -> TimingResult:
         """The `TimingResult` the readable loop returns for ``ops`` (the records this schedule was made
         from, for indices, engines, labels, streams and args)."""
+        if self.times_only:
+            raise ValueError("a lean run's schedule holds its times only: run it again in full")
         with gc_paused():
             return self._result(ops)
 
@@ -278,18 +285,18 @@ class Pending:
     and releases the GIL), `done` reads the results back (a buffer that proved too small: the loop
     runs again with room, in line) and raises the loop's errors."""
 
-    def __init__(self, plan: Plan, c: Columns) -> None:
-        self.plan, self.n = plan, c.n
+    def __init__(self, plan: Plan, c: Columns, events: int = 0, lean: bool = False) -> None:
+        self.plan, self.n, self.lean = plan, c.n, lean  # lean: the times only (no sums or samples)
         self.C = _static(plan, c)
-        self.events = 4 * self.n + 64
-        self.args, self._finish = _setup(plan, self.C, self.n, self.events)
+        self.events = max(events, 4 * self.n + 64)
+        self.args, self._finish = _setup(plan, self.C, self.n, self.events, lean)
         self.status = -1
-        self.loop_s = 0.0  # seconds `loop` took
+        self.loop_s = self.loop_cpu_s = 0.0  # seconds `loop` took, and its thread's CPU seconds
 
     def loop(self) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.status = int(nbl.run(*self.args))
-        self.loop_s = time.perf_counter() - t0
+        self.loop_s, self.loop_cpu_s = time.perf_counter() - t0, time.thread_time() - c0
 
     def done(self, label: Any = None) -> Schedule:
         status = self.status
@@ -306,7 +313,7 @@ class Pending:
             raise TimingError(f"no progress at cycle {t:.0f}")
         if status == nbl.NO_RATE:
             raise TimingError("a transfer has neither a rate cap nor a bandwidth resource on its path")
-        return Schedule(self.plan, arrays, t)
+        return Schedule(self.plan, arrays, t, events, self.lean and events == self.events)
 
 
 def _queues(ids: np.ndarray, count: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -325,7 +332,7 @@ def _run(plan: Plan, C: nbl.OpTable, n: int, events: int) -> tuple[int, dict[str
     return (int(status), *finish())
 
 
-def _setup(plan: Plan, C: nbl.OpTable, n: int, events: int
+def _setup(plan: Plan, C: nbl.OpTable, n: int, events: int, lean: bool = False
            ) -> tuple[tuple, Callable[[], tuple[dict[str, Any], float]]]:
     """The compiled loop's arguments for ``C`` (its state and scratch, allocated here) and what reads
     its results back (the arrays `Schedule` takes, the final time) once it has run."""
@@ -372,6 +379,7 @@ def _setup(plan: Plan, C: nbl.OpTable, n: int, events: int
     iv = np.zeros(nbl.IV_SIZE, i64)
     m = plan.machine
     iv[nbl.IV_WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)
+    iv[nbl.IV_LEAN] = int(lean)
     fv = np.zeros(nbl.FV_SIZE)
     fv[nbl.FV_IC] = m.issue_cycles
     res_bytes = np.zeros(nres)

@@ -37,9 +37,9 @@ compile_report.install()  # first-run compiles are announced, never silent
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _INF = np.inf
 
-# iv (ints in/out): the issue window in, the counts of samples out
-IV_WIN, IV_NUSAGE, IV_NLEVEL = range(3)
-IV_SIZE = 3
+# iv (ints in/out): the issue window and lean (1: times only) in, the counts of samples out
+IV_WIN, IV_NUSAGE, IV_NLEVEL, IV_LEAN = range(4)
+IV_SIZE = 4
 # fv (floats in/out): issue cycles in, t out
 FV_IC, FV_T = range(2)
 FV_SIZE = 2
@@ -104,6 +104,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
     u_t, u_v, l_t, l_v = O.u_t, O.u_v, O.l_t, O.l_v
     n, ne, nstr, nres = eng.shape[0], cur.shape[0], tg.shape[0], capacity.shape[0]
     win, ic = iv[IV_WIN], fv[FV_IC]
+    lean = iv[IV_LEAN] != 0  # times only: no resource bytes, samples, busy or stall sums
     k, blocker, unstarted, n_done, next_issue = 0, -1, 0, 0, 0.0
     n_infl = n_act = n_dep = 0
     stamp = event = n_usage = n_level = 0
@@ -503,84 +504,85 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                     s_fetched[si] += g
                     for a in range(s_plen[si]):
                         used[s_path[si, a]] += f
-        for r in range(nres):  # (an untouched resource adds 0.0: no change)
-            res_bytes[r] += used[r] * dt
-        same = last_usage >= 0
-        if same:
-            for r in range(nres):
-                if u_v[last_usage, r] != used[r]:
-                    same = False
-        if not same:
-            if n_usage >= u_t.shape[0]:
-                return FULL
-            u_t[n_usage] = t
-            for r in range(nres):
-                u_v[n_usage, r] = used[r]
-            last_usage = n_usage
-            n_usage += 1
-        if nstr:
-            if n_level >= l_t.shape[0]:
-                return FULL
-            l_t[n_level] = t
-            for si in range(nstr):
-                drawn = 0.0
-                for j in range(n_rs):
-                    q = rs[j]
-                    if sidx[q] == si:
-                        drawn += frac[q] * sbr[q]
-                l_v[n_level, si] = s_fetched[si] - s_consumed[si] - drawn
-            n_level += 1
-        # ---- attribute: busy, idle or a named stall, per engine and op (first touch kept: key order) -----
-        for e in range(ne):  # drained engines idle
-            if cur[e] < 0 and q_len[e] > 0:
-                e_idle[e] += dt
-        reason = base[0] if blocker >= 0 else base[1]  # sync / issue
-        for j in range(n_wait):
-            e = waiting[j]
-            if e_first[e, reason] < 0:
-                e_first[e, reason] = event
-            e_st[e, reason] += dt
-        for j in range(n_block):
-            e = blocked[j]
-            p = cur[e]
-            reason = base[1]
-            i, dn, off = dptr[p], dep_len[p], dep_off[p]
-            while i < dn and end[dep_buf[off + i]] != _INF:
-                i += 1
-            dptr[p] = i
-            if i < dn:
-                reason = dep_code[eng[dep_buf[off + i]]]
-            if e_first[e, reason] < 0:
-                e_first[e, reason] = event
-            e_st[e, reason] += dt
-            if o_first[p, reason] < 0:
-                o_first[p, reason] = event
-            o_st[p, reason] += dt
-        for j in range(n_fill):  # pipeline fill, drain and setup latency count as busy
-            p = filling[j]
-            e_busy[eng[p]] += dt
-            busy[p] += dt
-        for j in range(n_run):
-            p = running[j]
-            e = eng[p]
-            nom = nominal[p]
-            fr = 1.0
-            if nom > 0:
-                fr = rate[p] / nom
-                if not fr < 1.0:
-                    fr = 1.0
-            e_busy[e] += dt * fr
-            busy[p] += dt * fr
-            if fr >= 1 - 1e-9:
-                continue
-            reason = base[2] if why[p] < 0 else why[p]  # "" → bandwidth
-            dt_s = dt * (1 - fr)
-            if e_first[e, reason] < 0:
-                e_first[e, reason] = event
-            e_st[e, reason] += dt_s
-            if o_first[p, reason] < 0:
-                o_first[p, reason] = event
-            o_st[p, reason] += dt_s
+        if not lean:  # the sums and samples only a full `TimingResult` reads (never the schedule's times)
+            for r in range(nres):  # (an untouched resource adds 0.0: no change)
+                res_bytes[r] += used[r] * dt
+            same = last_usage >= 0
+            if same:
+                for r in range(nres):
+                    if u_v[last_usage, r] != used[r]:
+                        same = False
+            if not same:
+                if n_usage >= u_t.shape[0]:
+                    return FULL
+                u_t[n_usage] = t
+                for r in range(nres):
+                    u_v[n_usage, r] = used[r]
+                last_usage = n_usage
+                n_usage += 1
+            if nstr:
+                if n_level >= l_t.shape[0]:
+                    return FULL
+                l_t[n_level] = t
+                for si in range(nstr):
+                    drawn = 0.0
+                    for j in range(n_rs):
+                        q = rs[j]
+                        if sidx[q] == si:
+                            drawn += frac[q] * sbr[q]
+                    l_v[n_level, si] = s_fetched[si] - s_consumed[si] - drawn
+                n_level += 1
+            # ---- attribute: busy, idle or a named stall, per engine and op (first touch kept: key order) -
+            for e in range(ne):  # drained engines idle
+                if cur[e] < 0 and q_len[e] > 0:
+                    e_idle[e] += dt
+            reason = base[0] if blocker >= 0 else base[1]  # sync / issue
+            for j in range(n_wait):
+                e = waiting[j]
+                if e_first[e, reason] < 0:
+                    e_first[e, reason] = event
+                e_st[e, reason] += dt
+            for j in range(n_block):
+                e = blocked[j]
+                p = cur[e]
+                reason = base[1]
+                i, dn, off = dptr[p], dep_len[p], dep_off[p]
+                while i < dn and end[dep_buf[off + i]] != _INF:
+                    i += 1
+                dptr[p] = i
+                if i < dn:
+                    reason = dep_code[eng[dep_buf[off + i]]]
+                if e_first[e, reason] < 0:
+                    e_first[e, reason] = event
+                e_st[e, reason] += dt
+                if o_first[p, reason] < 0:
+                    o_first[p, reason] = event
+                o_st[p, reason] += dt
+            for j in range(n_fill):  # pipeline fill, drain and setup latency count as busy
+                p = filling[j]
+                e_busy[eng[p]] += dt
+                busy[p] += dt
+            for j in range(n_run):
+                p = running[j]
+                e = eng[p]
+                nom = nominal[p]
+                fr = 1.0
+                if nom > 0:
+                    fr = rate[p] / nom
+                    if not fr < 1.0:
+                        fr = 1.0
+                e_busy[e] += dt * fr
+                busy[p] += dt * fr
+                if fr >= 1 - 1e-9:
+                    continue
+                reason = base[2] if why[p] < 0 else why[p]  # "" → bandwidth
+                dt_s = dt * (1 - fr)
+                if e_first[e, reason] < 0:
+                    e_first[e, reason] = event
+                e_st[e, reason] += dt_s
+                if o_first[p, reason] < 0:
+                    o_first[p, reason] = event
+                o_st[p, reason] += dt_s
         event += 1
         t += dt
     fv[FV_T] = t

@@ -34,9 +34,11 @@ def dump(r) -> str:
                        "stall_order": [list(o.stalls) for o in r.ops]})
 
 
-def test_token_timer_equals_the_readable_model_run_after_run():
+@pytest.mark.parametrize("lean", [True, False])  # lean (the default): times only, a result made afresh
+def test_token_timer_equals_the_readable_model_run_after_run(lean):
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.timer.lean = lean
     m = machine(drv.hw)
     drv.prefill([2, 3, 5, 7])
     runs, raw = [list(drv.last_works)], []
@@ -115,7 +117,7 @@ def test_the_timing_thread_gives_the_in_line_schedules():
     runs = {}
     for background in (True, False):
         drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
-        drv.timer.background = background
+        drv.timer.background, drv.timer.lean = background, False  # (the schedules from the thread's run)
         drv.prefill([2, 3, 5])
         for tok in (4, 9, 4, 11, 13):
             drv.step(tok)
@@ -129,3 +131,43 @@ def test_the_timing_thread_gives_the_in_line_schedules():
     assert [c for c, _ in runs[True][:2]] == [c for c, _ in runs[False][:2]]
     assert runs[True][2] == runs[False][2]
     assert all(b for _, b in runs[True][:2]) and not any(b for _, b in runs[False][:2])
+
+
+class _Reads:
+    """A Work seen through a recorder: every field `to_ops` reads lands in ``seen``."""
+
+    def __init__(self, work, seen: set) -> None:
+        self._work, self._seen = work, seen
+
+    def __getattr__(self, name):
+        self._seen.add(name)
+        return getattr(self._work, name)
+
+
+def test_to_ops_reads_only_the_fields_the_row_cache_keys_on():
+    """`TokenTimer` caches a row by the values of `KEY_FIELDS` (`_content`): exact only while `to_ops`
+    reads no other field but `UNKEYED` ones. Every engine's branch (a driver's token and a Work of each
+    kind, an SFU op on the FIFO of an async GEMV among them) is read through a recorder."""
+    from dataclasses import fields
+
+    from npukit.sim.work import Work
+    from npukit.targets.pccx.timing_token import KEY_FIELDS, UNKEYED
+
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.prefill([2, 3])
+    drv.step(4)
+    kinds = [Work(0, "gemv", "g", macs=640, weight_bytes=320, ddr_read_bytes=8, lanes=2, is_async=True,
+                  writes=((0, 64),), sfu_elems=32),
+             Work(1, "sfu", "s", sfu_elems=64, onchip_read_bytes=128, reads=((0, 64),), writes=((64, 128),)),
+             Work(2, "gemm", "m", macs=4096, weight_bytes=512, ddr_write_bytes=64, reads=((64, 128),)),
+             Work(3, "dma", "d", ddr_read_bytes=256, writes=((200, 300),)),
+             Work(4, "dma", "c", onchip_read_bytes=64, onchip_write_bytes=64, reads=((0, 8),)),
+             Work(5, "ctrl", "z", is_async=True)]
+    seen: set[str] = set()
+    ops = to_ops(drv.hw, [_Reads(w, seen) for w in [*drv.last_works, *kinds]], _OpRecord)
+    assert ops[-5].fifo_from is not None  # the FIFO branch ran
+    assert {o.engine for o in ops} == {"gemv", "gemm", "sfu", "dma", "ctrl"}
+    assert seen <= set(KEY_FIELDS) | set(UNKEYED), f"to_ops reads {seen - set(KEY_FIELDS) - set(UNKEYED)}"
+    assert set(KEY_FIELDS) <= seen  # (and the key holds nothing to_ops ignores)
+    assert set(KEY_FIELDS) | set(UNKEYED) <= {f.name for f in fields(Work)}

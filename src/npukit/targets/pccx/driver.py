@@ -52,7 +52,7 @@ from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 EXECUTORS = ("reference", "fast")
 # the next span bucket's program is built over the decode steps before the switch (fast executor):
 # from SWITCH_LOOKAHEAD steps ahead (or the switch before it), an even share of what is left per token
-# and at most SWITCH_SLICE changed plan steps (~20 µs each); a segment's last slice also lowers its
+# and at most `slice_cap` changed plan steps (~20 µs each); a segment's last slice also lowers its
 # fused runs' tables (3-13 ms at hidden 1024, counted as SWITCH_TAIL steps in the shares)
 SWITCH_LOOKAHEAD = 32
 SWITCH_SLICE = 128
@@ -122,6 +122,13 @@ class TokenRecord:
     @timing.setter
     def timing(self, value: TimingResult | None) -> None:
         self.timed = None if value is None else TimedRun(value.cycles, value)
+
+
+def slice_cap(calls: int) -> int:
+    """The most plan steps one decode token builds ahead with ``calls`` tokens left before the switch:
+    SWITCH_SLICE, or more when fewer tokens than the window are left (a short prompt), so that the
+    build still finishes by the switch (about SWITCH_LOOKAHEAD slices in all)."""
+    return max(SWITCH_SLICE, -(-SWITCH_SLICE * SWITCH_LOOKAHEAD // max(calls, 1)))
 
 
 @dataclass
@@ -423,19 +430,17 @@ class PccxDriver:
         if build.finished:
             return
         works: list[Work] = []
-        budget = min(build.budget(at - self._pos), SWITCH_SLICE)
+        budget = min(build.budget(at - self._pos), slice_cap(at - self._pos))
         for j, seg in enumerate(v.program.segments):
             if budget <= 0:
                 break
             if build.done[j]:
                 continue
-            asked = budget
-            made = prepare(seg.words, (key, j), (now, j), asked, works)
+            made = prepare(seg.words, (key, j), (now, j), budget, works)  # (tables counted as steps)
             budget -= made
             build.todo[j] = max(0, build.todo[j] - made)
-            if made < asked:  # fewer than asked: complete (its fused tables lowered in this call)
+            if made == 0:  # the slot is ready (steps and fused tables): `prepare` had nothing to do
                 build.done[j], build.todo[j] = True, 0
-                budget -= SWITCH_TAIL if made else 0
         if self.timing is True and works:  # the new steps' fixed Work records: their timing rows, now too
             self.timer.remember(works)
 
@@ -491,8 +496,10 @@ class PccxDriver:
 
     def sync(self, full: int = 16) -> None:
         """timing="pool": wait for the workers, fill every record's cycles and the schedules of the
-        latest ``full`` runs (older schedules are not kept)."""
+        latest ``full`` runs (older schedules are not kept). Else: wait for the schedule still on the
+        timing thread, if any (the backend's ``close``, inside the generation's decode time)."""
         if self.pool is None:
+            self.timer.settle()
             return
         cycles = self.pool.wait()
         recs = self.records

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import compress
+from operator import attrgetter, is_not
 from typing import Any
 
 import numba as nb
 import numpy as np
 
-from npukit.sim import compile_report, timing_fast
+from npukit.sim import compile_report, timing_fast, timing_job
 from npukit.sim.timing import TimingResult
 from npukit.sim.work import Work
 from npukit.targets.pccx.hw import PccxHw
@@ -36,12 +38,13 @@ class TimedRun:
     """One program run on the timing model: its ``cycles`` (waited for while its schedule still runs on
     the timing thread), its full `TimingResult` on request (``result``; built once, then kept)."""
 
-    __slots__ = ("_cycles", "_make", "_pending", "_result", "background_s")
+    __slots__ = ("_cycles", "_make", "_pending", "_result", "background_cpu_s", "background_s")
 
     def __init__(self, cycles: float | None = None, result: TimingResult | None = None,
                  make: Callable[..., TimingResult] | None = None, pending: tuple | None = None) -> None:
         self._cycles, self._result, self._make, self._pending = cycles, result, make, pending
         self.background_s = 0.0  # seconds its compiled loop took on the timing thread (0: in line)
+        self.background_cpu_s = 0.0  # and that thread's CPU seconds
 
     @property
     def cycles(self) -> float:
@@ -49,7 +52,7 @@ class TimedRun:
             future, job, label = self._pending
             future.result()
             self._pending = None
-            self.background_s = job.loop_s
+            self.background_s, self.background_cpu_s = job.loop_s, job.loop_cpu_s
             sched = job.done(label)  # (a TimingError is raised here)
             self._cycles, make = sched.cycles, self._make
             self._make = lambda: make(sched)  # type: ignore[misc]
@@ -97,22 +100,30 @@ class _Program:
     def __init__(self, works: list[Work], cols: timing_fast.Columns, kind: np.ndarray,
                  sfu: np.ndarray) -> None:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
-        self.ids = np.fromiter(map(id, works), np.int64, len(works))  # the Works' identities
+        self.job: timing_job.Job | None = None  # the loop's tables and buffers, kept between runs
 
 
-def _content(w: Work) -> tuple:
-    """The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, ...) depend on."""
-    return (w.engine, w.macs, w.sfu_elems, w.weight_bytes, w.ddr_read_bytes, w.ddr_write_bytes,
-            w.onchip_read_bytes + w.onchip_write_bytes, w.lanes, w.is_async)
+# The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, stream, ...) are made from: a
+# row is cached by their values. `to_ops` reads only these and UNKEYED (the ranges, kept per Work; the
+# index and label, for error text and records), and tests/targets/pccx/test_timing_token.py fails the
+# day it reads another field (a key missing a field would hand one Work another's numbers).
+KEY_FIELDS = ("engine", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "ddr_write_bytes",
+              "onchip_read_bytes", "onchip_write_bytes", "lanes", "is_async")
+UNKEYED = ("index", "label", "reads", "writes")
+_content = attrgetter(*KEY_FIELDS)
 
 
 class TokenTimer:
     """Times the driver's program runs on ``hw``: `time(works)` → `TimedRun`."""
 
-    def __init__(self, hw: PccxHw, background: bool = True) -> None:
+    def __init__(self, hw: PccxHw, background: bool = True, lean: bool = True) -> None:
         self.hw = hw
+        # lean: the loop computes the times only (the cycles); the few runs whose full schedule is
+        # asked for (the figures' last token, a trace's last runs) are timed again in full then
+        self.lean = lean
         self.plan = timing_fast.Plan.of(machine(hw)) if timing_fast.enabled() else None
-        self._rows_by_id: dict[int, tuple[Work, tuple]] = {}
+        self._rows_by_id: dict[int, tuple[Work, int]] = {}  # a Work's row: its slot in the store
+        self._store = _RowStore()
         # a row less its ranges, by the Work fields `to_ops` derives it from: a span-grown GEMV or
         # softmax step is a new Work each token, but its heads (and the layers) repeat its numbers
         self._by_content: dict[tuple, tuple] = {}
@@ -131,7 +142,7 @@ class TokenTimer:
         self.settle()  # its columns are patched next: the last schedule must be done reading them
         works = list(works)
         prog = self._programs.get(len(works))
-        if prog is None:
+        if prog is None:  # a new length (a new span bucket, a prefill chunk): gathered from the store
             prog = self._programs[len(works)] = self._build(works)
         else:
             self._patch(prog, works)
@@ -143,14 +154,21 @@ class TokenTimer:
             return f"{p} ({works[p].label or works[p].engine})"
 
         def make(sched: timing_fast.Schedule) -> TimingResult:
+            if timing_job.stale(sched):  # a lean run, or its program ran again since (the buffers moved on)
+                return simulate_works(hw, works, renumber=True)
             return sched.result(to_ops(hw, works, _OpRecord, renumber=True))
 
+        job = prog.job
+        if job is None or job.cols is not c or job.lean != self.lean:
+            job = prog.job = timing_job.Job(self.plan, c, lean=self.lean)
+        else:
+            job.refresh()  # its tables here: the thread runs the compiled loop only
         if not self.background:
-            sched = timing_fast.schedule(self.plan, c, label)
+            job.loop()
+            sched = job.done(label)
             return TimedRun(sched.cycles, make=lambda: make(sched))
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
-        job = timing_fast.Pending(self.plan, c)  # its tables here: the thread runs the compiled loop only
         run = self._last = TimedRun(make=make, pending=(self._thread.submit(job.loop), job, label))
         return run
 
@@ -174,83 +192,121 @@ class TokenTimer:
             self._rows(list(works))
 
     # ---- rows -------------------------------------------------------------------------------------
-    def _row(self, w: Work) -> tuple:
-        """(engine, cycles, latency, tail, path id, xfer, stream, stream bytes, async, fifo depth, kind,
-        sfu elems, reads, writes) of one Work already cached by `_rows`."""
-        return self._rows_by_id[id(w)][1]
-
-    def _remember(self, w: Work, o: Any) -> tuple:
-        """The row of Work ``w`` from its op record ``o`` (its FIFO fields are ignored: `_link_fifos`)."""
+    def _head(self, w: Work, o: Any) -> tuple:
+        """The numbers of Work ``w``'s row from its op record ``o`` (`_NUM` order; its FIFO fields are
+        ignored: `_link_fifos`)."""
         plan = self.plan
         kind = _MAT if o.engine in ("gemv", "gemm") else _SFU if o.engine == "sfu" else _OTHER
-        row = (plan.eix[o.engine], o.cycles, o.latency, o.tail, plan.path_id(o.path), o.xfer_bytes,
-               -1 if o.stream is None else plan.six[o.stream], o.stream_bytes, o.is_async,
-               self._sfu_depth if kind == _SFU else 0.0, kind, w.sfu_elems, o.reads, o.writes)
-        self._rows_by_id[id(w)] = (w, row)  # (the Work is kept alive with its row: its id stays its own)
-        return row
+        return (plan.eix[o.engine], o.cycles, o.latency, o.tail, plan.path_id(o.path), o.xfer_bytes,
+                -1 if o.stream is None else plan.six[o.stream], o.stream_bytes, o.is_async,
+                self._sfu_depth if kind == _SFU else 0.0, kind, w.sfu_elems)
 
-    def _rows(self, works: list[Work]) -> None:
-        """Cache the rows of the Works not seen yet (by identity), with one `to_ops` over them all."""
+    def _rows(self, works: list[Work]) -> list[int]:
+        """The store slots of ``works``' rows: the Works not seen yet (by identity) get theirs, made with
+        one `to_ops` over the ones whose numbers no earlier Work had (`_content`)."""
         rows = self._rows_by_id
-        new = [w for w in works if (hit := rows.get(id(w))) is None or hit[0] is not w]
-        if new and len(rows) + len(new) > _MAX_ROWS:
+        slots = [hit[1] if (hit := rows.get(id(w))) is not None and hit[0] is w else -1 for w in works]
+        if -1 not in slots:
+            return slots
+        new = [w for w, i in zip(works, slots, strict=True) if i < 0]
+        if len(rows) + len(new) > _MAX_ROWS:
             # full: start over with this batch, never part-way through it (its rows are looked up next)
             rows.clear()
+            self._store.clear()
             new = works
-        if not new:
-            return
-        by_content, misses = self._by_content, []
-        for w in new:  # an op's numbers are a function of these fields (the FIFO link is `_link_fifos`')
-            head = by_content.get(_content(w))
-            if head is None:
-                misses.append(w)
-            else:
-                rows[id(w)] = (w, (*head, tuple(w.reads), tuple(w.writes)))
-        if misses:
-            if len(by_content) > _MAX_ROWS:
-                by_content.clear()
-            for w, o in zip(misses, to_ops(self.hw, misses, _OpRecord), strict=True):
-                by_content[_content(w)] = self._remember(w, o)[:12]
+        if new:
+            by_content, misses = self._by_content, []
+            heads = [by_content.get(_content(w)) for w in new]
+            misses = [w for w, h in zip(new, heads, strict=True) if h is None]
+            if misses:
+                if len(by_content) > _MAX_ROWS:
+                    by_content.clear()
+                made = {}
+                for w, o in zip(misses, to_ops(self.hw, misses, _OpRecord), strict=True):
+                    made[id(w)] = by_content[_content(w)] = self._head(w, o)
+                heads = [made[id(w)] if h is None else h for w, h in zip(new, heads, strict=True)]
+            first = self._store.add(heads, [w.reads for w in new], [w.writes for w in new])
+            for i, w in enumerate(new, first):
+                rows[id(w)] = (w, i)  # (the Work is kept alive with its slot: its id stays its own)
+        return [rows[id(w)][1] for w in works]
 
     def _build(self, works: list[Work]) -> _Program:
-        self._rows(works)
-        rows = [self._row(w) for w in works]
-        n = len(rows)
-        f64 = np.float64
+        at = np.array(self._rows(works), np.int64)
+        st, n = self._store, len(works)
+        num = np.ascontiguousarray(st.num[at].T)  # (each column a contiguous array, as numba's loop takes)
+        i64 = np.int64
         cols = timing_fast.Columns(
-            np.array([r[0] for r in rows], np.int64), np.array([r[1] for r in rows], f64),
-            np.array([r[2] for r in rows], f64), np.array([r[3] for r in rows], f64),
-            np.array([r[5] for r in rows], f64), np.array([r[4] for r in rows], np.int64),
-            np.array([r[6] for r in rows], np.int64), np.array([r[7] for r in rows], f64),
-            np.full(n, -1, np.int64), np.array([r[9] for r in rows], f64), np.zeros(n),
-            np.array([r[8] for r in rows], np.bool_),
-            *timing_fast.range_columns([r[12] for r in rows], max((len(r[12]) for r in rows), default=0)),
-            *timing_fast.range_columns([r[13] for r in rows], max((len(r[13]) for r in rows), default=0)))
-        return _Program(works, cols, np.array([r[10] for r in rows], np.int64),
-                        np.array([r[11] for r in rows], np.int64))
+            num[0].astype(i64), num[1], num[2], num[3], num[5], num[4].astype(i64), num[6].astype(i64),
+            num[7], np.full(n, -1, i64), num[9], np.zeros(n), num[8] != 0, st.rd[at], st.nrd[at], st.wr[at],
+            st.nwr[at])
+        return _Program(works, cols, num[10].astype(i64), num[11].astype(i64))
 
     def _patch(self, prog: _Program, works: list[Work]) -> None:
         """Rewrite the rows whose Work changed since this program length's last run (a few hundred of
-        thousands: the attention's spans, the sparse rows): found by identity, written as columns."""
-        ids = np.fromiter(map(id, works), np.int64, len(works))
-        # (the old Works are alive in prog.works, so an equal id is the same object)
-        changed = np.flatnonzero(ids != prog.ids)
-        prog.works, prog.ids = works, ids
-        if not changed.size:
+        thousands: the attention's spans, the sparse rows; at a span bucket switch most rows): found by
+        identity, gathered from the store."""
+        at = list(compress(range(len(works)), map(is_not, works, prog.works)))  # (by identity, in C)
+        prog.works = works
+        if not at:
             return
-        new = [works[i] for i in changed.tolist()]
-        self._rows(new)
-        rows = [self._row(w) for w in new]
-        c = prog.cols
-        if max(len(r[12]) for r in rows) > c.rd.shape[1] or max(len(r[13]) for r in rows) > c.wr.shape[1]:
-            fresh = self._build(works)  # wider ranges: start over
+        changed = np.array(at, np.int64)
+        slots = np.array(self._rows([works[i] for i in at]), np.int64)
+        c, st = prog.cols, self._store
+        if st.rd.shape[1] != c.rd.shape[1] or st.wr.shape[1] != c.wr.shape[1]:
+            fresh = self._build(works)  # the store's ranges widened: the columns again
             prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
             return
-        eng, cyc, lat, tail, path, xfer, sidx, sbr, isasync, depth, kind, sfu, rd, wr = zip(*rows,
-                                                                                        strict=True)
-        c.eng[changed], c.cycles[changed], c.lat[changed], c.tail[changed] = eng, cyc, lat, tail
-        c.path[changed], c.xfer[changed], c.sidx[changed], c.sbr[changed] = path, xfer, sidx, sbr
-        c.isasync[changed], c.fifo_depth[changed] = isasync, depth
-        prog.kind[changed], prog.sfu[changed] = kind, sfu
-        c.rd[changed], c.nrd[changed] = timing_fast.range_columns(rd, c.rd.shape[1])
-        c.wr[changed], c.nwr[changed] = timing_fast.range_columns(wr, c.wr.shape[1])
+        num = st.num[slots].T
+        c.eng[changed], c.cycles[changed], c.lat[changed], c.tail[changed] = num[0], num[1], num[2], num[3]
+        c.path[changed], c.xfer[changed], c.sidx[changed], c.sbr[changed] = num[4], num[5], num[6], num[7]
+        c.isasync[changed], c.fifo_depth[changed] = num[8] != 0, num[9]
+        prog.kind[changed], prog.sfu[changed] = num[10], num[11]
+        c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
+        c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+class _RowStore:
+    """Rows as arrays, a slot each: the 12 numbers of `TokenTimer._head` (float64: integers and flags
+    below 2**53 are exact) and the read/write ranges padded to the widest seen; grown by doubling."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.n = 0
+        self.num = np.zeros((0, 12))
+        self.rd, self.nrd = np.zeros((0, 1, 2), np.int64), np.zeros(0, np.int64)
+        self.wr, self.nwr = np.zeros((0, 1, 2), np.int64), np.zeros(0, np.int64)
+
+    def add(self, heads: list[tuple], reads: list, writes: list) -> int:
+        """Store rows (raises TypeError/ValueError for ranges that are not pairs of integers); the first
+        one's slot."""
+        k, first = len(heads), self.n
+        rd, nrd = timing_fast.range_columns(reads, max(map(len, reads), default=0))
+        wr, nwr = timing_fast.range_columns(writes, max(map(len, writes), default=0))
+        if first + k > self.num.shape[0]:
+            cap = max(2 * self.num.shape[0], first + k, 1024)
+            self.num = _grown(self.num, cap)
+            self.nrd, self.nwr = _grown(self.nrd, cap), _grown(self.nwr, cap)
+            self.rd, self.wr = _grown(self.rd, cap), _grown(self.wr, cap)
+        if rd.shape[1] > self.rd.shape[1]:
+            self.rd = _widened(self.rd, rd.shape[1])
+        if wr.shape[1] > self.wr.shape[1]:
+            self.wr = _widened(self.wr, wr.shape[1])
+        self.num[first:first + k] = heads
+        self.rd[first:first + k, :rd.shape[1]], self.nrd[first:first + k] = rd, nrd
+        self.wr[first:first + k, :wr.shape[1]], self.nwr[first:first + k] = wr, nwr
+        self.n = first + k
+        return first
+
+
+def _grown(a: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros((rows, *a.shape[1:]), a.dtype)
+    out[:a.shape[0]] = a
+    return out
+
+
+def _widened(a: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros((a.shape[0], width, 2), a.dtype)
+    out[:, :a.shape[1]] = a
+    return out

@@ -156,7 +156,7 @@ def test_next_switch_is_the_first_position_in_another_bucket():
 @pytest.mark.slow
 def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
     """From the switch before it, the next bucket's program is built a share per token: on most of the
-    tokens before the switch, none more than SWITCH_SLICE steps, and the switching token finds every
+    tokens before the switch, none more than its `slice_cap` steps, and the switching token finds every
     segment's slot complete."""
     _, cold, drv = _drivers("fp16")
     tok = int(np.argmax(cold.prefill([3, 9, 1, 4])))
@@ -179,7 +179,10 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
     assert key != drv._key_at(15)
     building = [p for p in range(6, 17) if calls.get(p)]
     assert len(building) >= 4, calls
-    assert all(n <= drvmod.SWITCH_SLICE for n in calls.values())
+    # a share is at most the cap for the tokens left (fused tables counted as steps may top it up
+    # once per segment: `prepare` lowers them in the call that finishes the segment's steps)
+    tables = drvmod.SWITCH_TAIL
+    assert all(n <= drvmod.slice_cap(16 - p) + tables for p, n in calls.items()), calls
     segments = len(drv.variants[key].program.segments)
     assert all((key, j) in drv.dev._tagged for j in range(segments))  # complete before the switch
     assert not any(t[0] == key for t in drv.dev._preparing)

@@ -1,0 +1,144 @@
+"""The compiled loop's tables and buffers kept between runs of one program (`Job`).
+
+A decode token re-runs the program of the token before it with a few rows changed (the attention
+spans, the sparse rows: ~50 of ~2,100 on the embedded Gemma 3n). `timing_fast.Pending` derives every
+per-op table and allocates every state and scratch array for each run; a `Job` keeps them: each run
+re-derives the per-op tables over the (patched in place) `Columns` in one compiled pass, rebuilds the
+engine and stream queues only when an op changed engine or stream membership, and puts every state
+array back to the value `timing_fast._setup` gives it. The loop then runs on exactly what a fresh
+`Pending` would hand it, so the schedules are the same bit for bit (`tests/sim/test_timing_job.py`).
+
+A `Schedule` made from a job reads the job's buffers: it is ``stale`` once the job runs again (its
+cycles were read at once; its full `TimingResult` must then be made afresh, `TokenTimer` does so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from npukit.sim import compile_report
+from npukit.sim import timing_nb as nbl
+from npukit.sim.timing_fast import Columns, Pending, Plan, Schedule, _pad
+
+compile_report.install()  # first-run compiles are announced, never silent
+
+_INF = np.inf
+_LOW = 1 - 1e-6  # `timing_fast._static`'s bandwidth-bound threshold factor (the same double)
+
+
+@nb.njit(cache=True, nogil=True, error_model="numpy")
+def _derive(cycles, xfer, pid, narrow, rows, lens, sidx, sbr, fifo, isasync, depth, elems,
+            cap, xcap, xlow, nominal, path, plen, sb, link, full, haswork):  # pragma: no cover - numba
+    """`timing_fast._static`'s per-op tables, written in place (the same IEEE operations per op)."""
+    for p in range(cycles.shape[0]):
+        c = _INF
+        if cycles[p] > 0:
+            c = 1.0 / cycles[p]
+        cap[p] = c
+        xc = c * xfer[p]
+        xcap[p], xlow[p] = xc, xc * _LOW
+        if xfer[p] > 0:
+            v = narrow[pid[p]] / xfer[p]
+            nominal[p] = v if v < c else c
+        else:
+            nominal[p] = c
+        for a in range(path.shape[1]):
+            path[p, a] = rows[pid[p], a]
+        plen[p] = lens[pid[p]]
+        s = sbr[p] if sidx[p] >= 0 else 0.0
+        sb[p] = s
+        lk, fl = -1, 0.0
+        pr = fifo[p]
+        if pr >= 0 and isasync[pr] and elems[p] > 0:
+            lk, fl = pr, depth[p] / elems[p]
+        link[p], full[p] = lk, fl
+        haswork[p] = cycles[p] != 0 or xfer[p] != 0 or s != 0 or lk >= 0
+
+
+class Job(Pending):
+    """`Pending` for a program run again and again: `refresh` after its `Columns` were patched in
+    place, then `loop` (any thread) and `done`, as for `Pending`."""
+
+    def __init__(self, plan: Plan, c: Columns, events: int = 0, lean: bool = False) -> None:
+        super().__init__(plan, c, events, lean)
+        self.cols = c
+        self.generation = 0
+        self._paths = -1  # how many of the plan's paths the path tables hold
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        """Remember each state array's value as `_setup` made it (the loop's inputs, not its tables;
+        the hazard buffer and the samples are written before they are read and are left as they are,
+        as are the busy and stall sums in a lean job)."""
+        C, S, E, R, W, F, _, A, _, iv, fv, _, res_bytes = self.args
+        skip = {id(S.dep_buf)}
+        if self.lean:  # the sums a lean run never touches keep `_setup`'s values
+            skip |= {id(a) for a in (*A, S.busy, res_bytes)}
+        arrays = [*S, *E, *R, *W, *F, *A, iv, fv, res_bytes]
+        self._state = []
+        for a in arrays:
+            if id(a) in skip:
+                continue
+            first = a.flat[0] if a.size else None
+            if a.size and (a == first).all():
+                self._state.append((a, first, None))
+            else:
+                self._state.append((a, None, a.copy()))
+        self._eng = C.eng.copy()
+        self._streams = _stream_of(C)
+
+    def refresh(self) -> None:
+        """Ready the job for a run of its patched columns (as a new `Pending` on them would be)."""
+        c, C = self.cols, self.C
+        plan = self.plan
+        if len(plan.path_rows) != self._paths:  # paths registered since: the padded tables again
+            self._rows = _pad(plan.path_rows)
+            self._lens = np.array([len(r) for r in plan.path_rows], np.int64)
+            self._narrow = np.array(plan.narrow, np.float64)
+            self._paths = len(plan.path_rows)
+        if self._rows.shape[1] != C.path.shape[1]:  # a longer path than the tables were made for
+            self._rebuild()
+            return
+        _derive(c.cycles, c.xfer, c.path, self._narrow, self._rows, self._lens, c.sidx, c.sbr, c.fifo,
+                c.isasync, c.fifo_depth, c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen,
+                C.sb, C.link, C.full, C.haswork)
+        if not np.array_equal(C.eng, self._eng) or not np.array_equal(_stream_of(C), self._streams):
+            self._rebuild()  # an op moved to another engine or stream: the queues again
+            return
+        for a, value, init in self._state:
+            if init is None:
+                a.fill(value)
+            else:
+                np.copyto(a, init)
+        self.generation += 1
+        self.status = -1
+
+    def _rebuild(self, events: int = 0) -> None:
+        gen = self.generation
+        Job.__init__(self, self.plan, self.cols, events, self.lean)
+        self.generation = gen + 1
+
+    def done(self, label: Any = None) -> Schedule:
+        full = self.status == nbl.FULL
+        sched = super().done(label)
+        if full:  # its buffers proved too small (the rerun's are its own): the next run gets that room
+            self._rebuild(sched.events)
+        else:
+            sched.owner, sched.generation = self, self.generation
+        return sched
+
+
+def _stream_of(C: nbl.OpTable) -> np.ndarray:
+    """Each op's stream queue (`timing_fast._setup`: an op with stream bytes), -1: none."""
+    return np.where((C.sidx >= 0) & (C.sbr > 0), C.sidx, -1)
+
+
+def stale(sched: Schedule) -> bool:
+    """Whether ``sched``'s `TimingResult` must be made afresh: a lean run's (times only), or one that
+    reads the buffers of a `Job` that has run again since."""
+    owner = sched.owner
+    return sched.times_only or (owner is not None and owner.generation != sched.generation)
+

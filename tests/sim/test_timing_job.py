@@ -1,0 +1,100 @@
+"""`timing_job.Job` (the compiled loop's tables and buffers kept between runs of a program whose columns
+are patched in place) against the readable loop (`timing_state.Sim`, the model's definition) on each
+program of a random series of the same length: every schedule bit for bit, engines, streams, paths and
+FIFO links changing between runs, and a schedule read after its job ran again marked stale."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from npukit.sim import timing_fast, timing_job, timing_nb
+from npukit.sim.timing import TimingError
+from npukit.sim.timing_state import Sim
+
+from .test_timing_fast import dump, machines, programs
+
+WIDTH = 2  # the programs' most ranges per op (`programs`): every run's columns share one shape
+
+
+def columns(plan: timing_fast.Plan, ops: list) -> timing_fast.Columns:
+    c = timing_fast.Columns.from_ops(plan, ops)
+    rd, nrd = timing_fast.range_columns([o.reads for o in ops], WIDTH)
+    wr, nwr = timing_fast.range_columns([o.writes for o in ops], WIDTH)
+    return dataclasses.replace(c, rd=rd, nrd=nrd, wr=wr, nwr=nwr)
+
+
+def series(data, m, runs: int) -> list[list]:
+    """``runs`` random programs cut to the shortest one's length (a FIFO producer precedes its consumer,
+    so a cut program stays whole)."""
+    progs = [data.draw(programs(m)) for _ in range(runs)]
+    n = min(map(len, progs))
+    return [ops[:n] for ops in progs]
+
+
+@pytest.mark.slow  # (about 8 s)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_kept_job_schedules_each_patched_run_as_the_readable_loop(data):
+    m = data.draw(machines())
+    plan = timing_fast.Plan.of(m)
+    if plan is None:
+        return
+    job, lean, last = None, None, None
+    for ops in series(data, m, 4):
+        try:
+            want = dump(Sim(m, ops).run())
+        except TimingError:
+            continue  # (errors: `Pending.done`'s, unchanged; tests/sim/test_timing_fast.py words them)
+        fresh = columns(plan, ops)
+        if job is None:
+            job, lean = timing_job.Job(plan, fresh), timing_job.Job(plan, columns(plan, ops), lean=True)
+        else:
+            for f in dataclasses.fields(fresh):  # the run's columns written over the kept ones
+                np.copyto(getattr(job.cols, f.name), getattr(fresh, f.name))
+                np.copyto(getattr(lean.cols, f.name), getattr(fresh, f.name))
+            job.refresh()
+            lean.refresh()
+        job.loop()
+        sched = job.done()
+        assert dump(sched.result(ops)) == want
+        lean.loop()
+        times = lean.done()  # a lean run: the same times, no sums or samples, its result made afresh
+        assert times.cycles == sched.cycles and timing_job.stale(times)
+        for k in ("issue", "start", "end", "fetch_t0", "fetch_t1"):
+            assert np.array_equal(times.a[k], sched.a[k]), k
+        if last is not None:
+            assert timing_job.stale(last)  # its buffers now hold this run
+        assert not timing_job.stale(sched)
+        last = sched
+
+
+def test_a_job_whose_buffers_were_too_small_grows_them_and_stays_exact():
+    """The loop's sample and hazard buffers start at 4·n + 64 entries; a run that fills them is rerun
+    with room (`Pending.done`), its schedule owns that rerun's arrays, and the job keeps the room."""
+    from .test_timing_fast import Machine, Op, Resource, Stream
+
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0),),
+                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
+    ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=7.0 + i, path=("r",), xfer_bytes=3.0 + i,
+              stream="s" if i % 3 == 0 else None, stream_bytes=50.0 if i % 3 == 0 else 0.0,
+              is_async=True, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(12)]
+    plan = timing_fast.Plan.of(m)
+    job = timing_job.Job(plan, columns(plan, ops))
+    job.events = 1  # room for one sample and one hazard: the first run fills them
+    job.args, job._finish = timing_fast._setup(plan, job.C, job.n, job.events)
+    job._snapshot()
+    want = dump(Sim(m, ops).run())
+    job.loop()
+    assert job.status == timing_nb.FULL
+    first = job.done()
+    assert dump(first.result(ops)) == want and not timing_job.stale(first)
+    assert job.events > 1
+    job.refresh()
+    job.loop()
+    assert job.status == timing_nb.OK
+    assert dump(job.done().result(ops)) == want
