@@ -3,9 +3,9 @@
 Run: ``python benchmarks/pccx_gemv.py [--mib 64] [--calls 60] [--quick] [--json]``. Shapes: the decode
 GEMVs of a Gemma 3n at hidden 1024 and 2048 (q/o, gate/up, down, the 32 768-row LM head, a 256-row K/V
 projection). Each build (the portable loop; the AVX-512 VNNI or the AVX2 one where `npukit.sim.cpu`
-chose it; each serial and parallel) reads its own set of random packed matrices, ``--mib`` MiB in all, one after
-another, so every call streams weights that are not in the caches, as a decode token does; the builds
-take turns call by call so that the machine's load hits them alike. A NumPy ``uint64`` sum over the
+chose it; each serial and parallel) reads its own set of random packed matrices, ``--mib`` MiB in all,
+one after another, so every call streams weights that are not in the caches, as a decode token does;
+the builds take turns call by call so that the machine's load hits them alike. A NumPy ``uint64`` sum over the
 same bytes (a fourth set) is the reference stream: what one core reads from memory here. Before
 timing, every build's output is checked bit for bit against the readable reference GEMV
 (`numerics.gemv`) on the first matrix of a smaller shape. Figures: the lower quartile of the call
