@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="two small shapes (a smoke run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    machine = machine_line("npukit.sim.nb_simd")
+    machine = machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2")
     print(machine, file=sys.stderr)
     kernels = builds()
     check(kernels)

@@ -174,8 +174,3 @@ def probe() -> tuple[str, str]:
     process). ``NPUKIT_SIMD=portable`` forces the portable loops."""
     chosen = cpu.choose(FAMILY)
     return chosen.path, chosen.reason
-
-
-# the family's AVX2 sibling (used where VNNI is not fast) registers too, so that every
-# `cpu.describe("npukit.sim.nb_simd")` and benchmark line names both INT4 paths
-from npukit.sim import nb_avx2  # noqa: E402, F401  (imports this module's names, defined above)
