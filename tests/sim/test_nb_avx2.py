@@ -140,6 +140,7 @@ def test_kernel_table_follows_the_chosen_path() -> None:
     assert (vnni if vnni != "portable" else avx2) == nbk.SIMD
 
 
+@pytest.mark.slow  # two child processes, each asking LLVM and running a trial (~9 s)
 @pytest.mark.skipif(cpu.compile_target().arch not in ("x86_64", "amd64"), reason="x86 CPU names")
 def test_haswell_target_takes_avx2_and_generic_does_not(tmp_path) -> None:
     """A Haswell compile target (AVX2, no AVX-512) takes the AVX2 build where this silicon runs it;
