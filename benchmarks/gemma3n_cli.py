@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
-    machine = machine_line("npukit.sim.nb_simd")  # the CPU and kernel paths measured
+    machine = machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2")  # the CPU and kernel paths
     print(machine, file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         res = measure(args, Path(tmp) / "m")

@@ -210,7 +210,8 @@ def run_case(name: str, hf: Any, weights: Gemma3nWeights, args: Any, led: Ledger
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
+    # the CPU and kernel paths measured (both INT4 families: VNNI and AVX2)
+    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32768)

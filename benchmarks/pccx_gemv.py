@@ -2,10 +2,10 @@
 
 Run: ``python benchmarks/pccx_gemv.py [--mib 64] [--calls 60] [--quick] [--json]``. Shapes: the decode
 GEMVs of a Gemma 3n at hidden 1024 and 2048 (q/o, gate/up, down, the 32 768-row LM head, a 256-row K/V
-projection). Each build (the portable loop; the AVX-512 VNNI one where `npukit.sim.cpu` chose it; each
-serial and parallel) reads its own set of random packed matrices, ``--mib`` MiB in all, one after
-another, so every call streams weights that are not in the caches, as a decode token does; the builds
-take turns call by call so that the machine's load hits them alike. A NumPy ``uint64`` sum over the
+projection). Each build (the portable loop; the AVX-512 VNNI or the AVX2 one where `npukit.sim.cpu`
+chose it; each serial and parallel) reads its own set of random packed matrices, ``--mib`` MiB in all,
+one after another, so every call streams weights that are not in the caches, as a decode token does;
+the builds take turns call by call so that the machine's load hits them alike. A NumPy ``uint64`` sum over the
 same bytes (a fourth set) is the reference stream: what one core reads from memory here. Before
 timing, every build's output is checked bit for bit against the readable reference GEMV
 (`numerics.gemv`) on the first matrix of a smaller shape. Figures: the lower quartile of the call
@@ -36,6 +36,8 @@ def builds() -> dict:
     out = {"portable serial": nbk.KERNELS["gemv_p4_portable_1"], "portable parallel": nbk.gemv_p4}
     if nbk.SIMD == "avx512-vnni":
         out |= {"vnni serial": nbk.KERNELS["gemv_p4_vnni_1"], "vnni parallel": nbk.gemv_p4_vnni}
+    if nbk.SIMD == "avx2":
+        out |= {"avx2 serial": nbk.KERNELS["gemv_p4_avx2_1"], "avx2 parallel": nbk.gemv_p4_avx2}
     return out
 
 
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="two small shapes (a smoke run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    machine = machine_line("npukit.sim.nb_simd")
+    machine = machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2")
     print(machine, file=sys.stderr)
     kernels = builds()
     check(kernels)

@@ -69,7 +69,8 @@ def bench(m: int, k: int, repeat: int) -> dict[str, float]:
 
 
 def main() -> int:
-    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
+    # the CPU and kernel paths measured (both INT4 families: VNNI and AVX2)
+    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")

@@ -141,7 +141,8 @@ def prefill(drv: PccxDriver, args: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(machine_line("npukit.sim.nb_simd"), file=sys.stderr)  # the CPU and kernel paths measured
+    # the CPU and kernel paths measured (both INT4 families: VNNI and AVX2)
+    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)

@@ -35,21 +35,29 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.skipif(cpu.compile_target().arch not in ("x86_64", "amd64"),
                                  reason="x86-64 CPU names; aarch64 has its own smoke test")]
 
-# the fast paths each target may take (int4 GEMV, FP8 GEMM, TFLite int8 conv), from the vendors' ISA tables
+# the fast paths each target may take (int4 GEMV on VNNI, FP8 GEMM, TFLite int8 conv, int4 GEMV on AVX2),
+# from the vendors' ISA tables
 ALLOWED = {
-    "generic": ("portable", "portable", "portable"), "x86-64-v2": ("portable", "portable", "portable"),
-    "haswell": ("portable", "portable", "portable"), "znver3": ("portable", "portable", "portable"),
-    "skylake-avx512": ("portable", "portable", "portable"),
-    "cascadelake": ("avx512-vnni", "portable", "avx512-vnni"),
-    "host-without-vbmi": ("avx512-vnni", "portable", "avx512-vnni"),
+    "generic": ("portable", "portable", "portable", "portable"),
+    "x86-64-v2": ("portable", "portable", "portable", "portable"),
+    "haswell": ("portable", "portable", "portable", "avx2"),
+    "znver3": ("portable", "portable", "portable", "avx2"),
+    "skylake-avx512": ("portable", "portable", "portable", "avx2"),
+    "cascadelake": ("avx512-vnni", "portable", "avx512-vnni", "avx2"),
+    "host-without-vbmi": ("avx512-vnni", "portable", "avx512-vnni", "avx2"),
 }
+# the INT4 path the pccx fast executor takes where this host's silicon runs every build: VNNI first, then
+# AVX2 (the AVX2 classes must not fall back to the portable loop: that is the speed issue 29 is about)
+PCCX_INT4 = {"generic": "portable", "x86-64-v2": "portable", "haswell": "avx2", "znver3": "avx2",
+             "skylake-avx512": "avx2", "cascadelake": "avx512-vnni", "host-without-vbmi": "avx512-vnni"}
 # instructions LLVM may emit for each CPU when it vectorises (vendor tables): a CPU whose set this host
 # lacks is not run here (its code would fault), it is reported as skipped with what is missing
 _HASWELL = ("sse4.2", "popcnt", "avx", "avx2", "fma", "bmi", "bmi2", "lzcnt", "f16c", "movbe")
 _SKX = (*_HASWELL, "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
 NEEDS = {"generic": (), "x86-64-v2": ("sse4.2", "popcnt", "ssse3"), "haswell": _HASWELL, "znver3": _HASWELL,
          "skylake-avx512": _SKX, "cascadelake": (*_SKX, "avx512vnni"), "host-without-vbmi": ()}
-KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/kernels/test_fp8_contract.py",
+KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/sim/test_nb_avx2.py",
+                "tests/kernels/test_fp8_contract.py",
                 "tests/models/tflite/test_tflite_int8_kernels.py"]
 
 
@@ -79,6 +87,13 @@ def _npukit(env: dict[str, str], *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+def _pccx_int4_path(env: dict[str, str]) -> str:
+    """The INT4 build the pccx fast executor's kernel table took for this target (`_nbkernels.SIMD`)."""
+    code = "from npukit.targets.pccx.fast import _nbkernels as k; print(k.SIMD)"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          timeout=600, cwd=ROOT).stdout.strip()
+
+
 def run_jobs(name: str, bitnet_dir: Path) -> dict:
     env = cpu_env(name)
     doctor = _npukit(env, "doctor", "--json")
@@ -90,6 +105,7 @@ def run_jobs(name: str, bitnet_dir: Path) -> dict:
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
                            *KERNEL_TESTS], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     return {"target": doctor["cpu"]["compile_target"], "paths": paths, "fp8": fp8,
+            "pccx_int4": _pccx_int4_path(env),
             "pccx": _essence(pccx), "tern": _essence(tern),
             "kernel_tests": (done.returncode, done.stdout[-2500:] + done.stderr[-1500:])}
 
@@ -134,10 +150,13 @@ def test_cpu_target_is_exact_and_takes_only_its_paths(name: str, host: dict, bit
     res = run_jobs(name, bitnet_dir)
     assert res["target"] == cpu_env(name)["NUMBA_CPU_NAME"]
     _check_alone(res)
-    int4_max, fp8_max, conv_max = ALLOWED[name]
+    int4_max, fp8_max, conv_max, avx2_max = ALLOWED[name]
     assert res["paths"]["int4-gemv"] in {"portable", int4_max}
     assert res["paths"]["fp8-gemm"] in {"portable", fp8_max}
     assert res["paths"]["int8-conv"] in {"portable", conv_max}
+    assert res["paths"]["int4-gemv-avx2"] in {"portable", avx2_max}
+    if host["paths"]["int4-gemv-avx2"] == "avx2" and host["paths"]["int4-gemv"] == "avx512-vnni":
+        assert res["pccx_int4"] == PCCX_INT4[name]  # this silicon runs both: each class takes its best
     assert res["fp8"]["simd"] == res["paths"]["fp8-gemm"]
     for job in ("pccx", "tern"):
         assert res[job] == host[job], f"{job} on {name} differs from the host's"

@@ -27,9 +27,11 @@ def test_doctor_json_reports_cpu_paths_and_peers(capsys) -> None:
     paths = {k["family"]: k for k in rep["kernels"]}
     from npukit.kernels.fp8 import _nb
     from npukit.models.tflite.kernels import _nb_gemm
-    from npukit.sim import nb_simd
+    from npukit.sim import nb_avx2, nb_simd
 
     assert paths["int4-gemv"]["path"] == nb_simd.probe()[0]
+    assert paths["int4-gemv-avx2"]["path"] == nb_avx2.probe()[0]
+    assert paths["int4-gemv-avx2"]["needs"] == "vpmaddubsw+vpmaddwd"
     assert paths["fp8-gemm"]["path"] == _nb.probe()[0]
     assert paths["int8-conv"]["path"] == _nb_gemm.probe()[0]
     assert all(k["reason"] for k in rep["kernels"])
@@ -42,7 +44,7 @@ def test_doctor_human_names_the_cpu_and_each_family(capsys) -> None:
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert cpu.host_cpu_model() in out
-    assert "int4-gemv" in out and "fp8-gemm" in out and "numba" in out
+    assert "int4-gemv" in out and "int4-gemv-avx2" in out and "fp8-gemm" in out and "numba" in out
 
 
 @pytest.mark.slow

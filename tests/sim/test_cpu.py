@@ -23,6 +23,11 @@ VENDOR_TABLE = {
     "znver3": (False, False), "skylake-avx512": (False, False), "cascadelake": (True, False),
     "icelake-server": (True, True), "sapphirerapids": (True, True), "znver4": (True, True),
 }
+# AVX2 (256-bit vpmaddubsw / vpmaddwd): Intel from Haswell, AMD from Excavator/Zen 1; x86-64-v3 and up.
+# Sandy/Ivy Bridge have AVX without AVX2.
+AVX2 = {"x86-64": False, "x86-64-v2": False, "sandybridge": False, "ivybridge": False, "haswell": True,
+        "znver1": True, "znver3": True, "skylake-avx512": True, "cascadelake": True, "icelake-server": True,
+        "sapphirerapids": True, "znver4": True}
 
 
 def _target(name: str) -> cpu.CompileTarget:
@@ -45,6 +50,13 @@ def test_llvm_verdict_matches_vendor_isa_tables(name: str) -> None:
     vnni, vbmi = VENDOR_TABLE[name]
     assert cpu.llvm_compiles("vpdpbusd", _target(name))[0] is vnni
     assert cpu.llvm_compiles("vpermi2b", _target(name))[0] is vbmi
+
+
+@pytest.mark.skipif(not X86, reason="the intrinsics are x86 ones; other CPUs take the portable builds")
+@pytest.mark.parametrize("name", sorted(AVX2))
+def test_llvm_avx2_verdict_matches_vendor_isa_tables(name: str) -> None:
+    assert cpu.llvm_compiles("vpmaddubsw", _target(name))[0] is AVX2[name]
+    assert cpu.llvm_compiles("vpmaddwd", _target(name))[0] is AVX2[name]
 
 
 def test_llvm_verdict_is_remembered_and_explains_itself(tmp_path) -> None:
@@ -117,12 +129,15 @@ def test_compile_target_follows_numba_environment() -> None:
 @pytest.mark.skipif(not X86, reason="x86 targets")
 def test_families_never_take_a_path_the_target_lacks(tmp_path) -> None:
     """cascadelake has VNNI but not VBMI: the FP8 family must be portable there whatever the host."""
-    code = ("from npukit.sim import nb_simd; from npukit.kernels.fp8 import _nb;"
-            "print(nb_simd.probe()[0], _nb.probe()[0])")
+    code = ("from npukit.sim import nb_avx2, nb_simd; from npukit.kernels.fp8 import _nb;"
+            "print(nb_simd.probe()[0], _nb.probe()[0], nb_avx2.probe()[0])")
     env = {"NUMBA_CPU_NAME": "cascadelake", "NUMBA_CPU_FEATURES": "+64bit",
            "NUMBA_CACHE_DIR": str(tmp_path / "nb")}
-    int4, fp8 = _in_child(env, code).split()
+    int4, fp8, avx2 = _in_child(env, code).split()
     assert fp8 == "portable"
     assert int4 in ("avx512-vnni", "portable")  # VNNI where this host's silicon runs it (trial)
+    assert avx2 in ("avx2", "portable")
     env["NUMBA_CPU_NAME"] = "haswell"
-    assert _in_child(env, code).split() == ["portable", "portable"]
+    assert _in_child(env, code).split()[:2] == ["portable", "portable"]
+    env["NUMBA_CPU_NAME"] = "x86-64-v2"  # SSE4.2, no AVX2: every family portable
+    assert _in_child(env, code).split() == ["portable", "portable", "portable"]

@@ -35,9 +35,12 @@ PORTABLE = "portable"
 _TRIAL_TIMEOUT_S = 300.0  # a trial compiles its kernel first (seconds; minutes on a loaded machine)
 
 # One tiny LLVM function per intrinsic a fast build calls: compiling it for the target is the test.
+# Each entry: (result type, operand types, LLVM name).
 INTRINSIC_IR = {
-    "vpdpbusd": ("<16 x i32>", "llvm.x86.avx512.vpdpbusd.512"),  # AVX-512 VNNI
-    "vpermi2b": ("<64 x i8>", "llvm.x86.avx512.vpermi2var.qi.512"),  # AVX-512 VBMI
+    "vpdpbusd": ("<16 x i32>", ("<16 x i32>",) * 3, "llvm.x86.avx512.vpdpbusd.512"),  # AVX-512 VNNI
+    "vpermi2b": ("<64 x i8>", ("<64 x i8>",) * 3, "llvm.x86.avx512.vpermi2var.qi.512"),  # AVX-512 VBMI
+    "vpmaddubsw": ("<16 x i16>", ("<32 x i8>",) * 2, "llvm.x86.avx2.pmadd.ub.sw"),  # AVX2 (256-bit)
+    "vpmaddwd": ("<8 x i32>", ("<16 x i16>",) * 2, "llvm.x86.avx2.pmadd.wd"),  # AVX2 (256-bit)
 }
 # the feature names doctor shows for the target (LLVM's spelling)
 SHOWN_FEATURES = ("sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
@@ -155,10 +158,11 @@ def _memo_put(key: str, value: dict) -> None:
 _LLVM_CHILD = """
 import sys, llvmlite.binding as ll
 ll.initialize_native_target(); ll.initialize_native_asmprinter()
-vt, name = sys.argv[3], sys.argv[4]
-ir = (f"declare {vt} @{name}({vt}, {vt}, {vt})\\n"
-      f"define {vt} @f({vt} %a, {vt} %b, {vt} %c) {{\\n"
-      f"  %r = call {vt} @{name}({vt} %a, {vt} %b, {vt} %c)\\n  ret {vt} %r\\n}}\\n")
+rt, name, ops = sys.argv[3], sys.argv[4], sys.argv[5].split(";")
+args = ", ".join(f"{t} %a{i}" for i, t in enumerate(ops))
+ir = (f"declare {rt} @{name}({', '.join(ops)})\\n"
+      f"define {rt} @f({args}) {{\\n"
+      f"  %r = call {rt} @{name}({args})\\n  ret {rt} %r\\n}}\\n")
 m = ll.parse_assembly(ir)
 m.triple = ll.get_process_triple()
 ll.Target.from_default_triple().create_target_machine(cpu=sys.argv[1], features=sys.argv[2]).emit_object(m)
@@ -176,9 +180,10 @@ def llvm_compiles(intrinsic: str, target: CompileTarget | None = None) -> tuple[
     key = "llvm:" + _digest(intrinsic, target.key(), llvmlite.__version__)
     known = _memo_get(key)
     if known is None:
-        vt, name = INTRINSIC_IR[intrinsic]
+        rt, ops, name = INTRINSIC_IR[intrinsic]
         try:
-            done = subprocess.run([sys.executable, "-c", _LLVM_CHILD, target.cpu, target.features, vt, name],
+            done = subprocess.run([sys.executable, "-c", _LLVM_CHILD, target.cpu, target.features, rt, name,
+                                   ";".join(ops)],
                                   capture_output=True, text=True, timeout=120)
             ok, err = done.returncode == 0, done.stderr
         except subprocess.TimeoutExpired:

@@ -22,7 +22,7 @@ def test_without_vnni_large_matrices_are_read_packed_and_match_reference(monkeyp
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=11))
     ref = PccxDriver(timing=False).open().load(store).kv_init("fp16", 64).start()
     fast = PccxDriver(executor="fast", timing=False, prefill_chunk=4).open()
-    fast.dev.vnni = False  # the path of a CPU without VNNI (the kernels stay exact either way)
+    fast.dev.simd_rows = False  # the path of a CPU without VNNI or AVX2 (the kernels stay exact either way)
     fast.load(store).kv_init("fp16", 64).start()
     prompt = [3, 9, 1, 4, 7, 2]  # two GEMM chunks (packed image), then decode GEMVs
     assert_fast_follows_reference(ref, fast, prompt, steps=4)

@@ -13,7 +13,7 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
 * 8 EXP (optionally of x − e_max), see `_exp_row`;
 * 10 a small packed INT4 GEMV with its row scales (the projections between the attention and the
   large matrices), on the serial twin the single step runs (`_nbkernels._SERIAL["gemv_p4_1"]`: the
-  VNNI or the portable build, whichever this CPU took, so `block` is built once per path under its
+  VNNI, the AVX2 or the portable build, whichever this CPU took, so `block` is built once per path under its
   own name); the image is read in place at the host address the row was built for, while the
   descriptors hold exactly the binding key it was built from (else the single step rebinds);
 * 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastcvo.TLUT`,
@@ -44,7 +44,7 @@ _EPS = 2.0 ** -40  # the exp rows' margin, relative (`_exp_row`)
 _NO_SCALE = np.zeros(0, np.float32)
 gemv_f16_1 = nbk._SERIAL["gemv_f16_1"]
 gemv_km_f16 = nbk.gemv_km_f16
-_p4 = nbk._SERIAL["gemv_p4_1"]  # the serial packed INT4 twin of this CPU's path (VNNI or portable)
+_p4 = nbk._SERIAL["gemv_p4_1"]  # the serial packed INT4 twin of this CPU's path (VNNI, AVX2, portable)
 _i8 = nbk._SERIAL["gemv_i8_1"]  # the serial int8-codes twin (portable)
 # kinds 10 and 11: 6 image (codes) address, 7 m, 8 k, 9 scale address (0: none), 10 bytes per row,
 # 11..19 the binding key (shape entry m, n, k; weight slot a, hi, lo; slot + 1 a, hi, lo)
@@ -260,8 +260,8 @@ def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma
 
 
 
-# one build per INT4 path (`_nbkernels.SIMD`, chosen before anything compiles), each under its own
-# name so numba's disk cache never hands one path the other's code
-_PATH = "_vnni" if nbk.SIMD == "avx512-vnni" else ""
+# one build per INT4 path (`_nbkernels.SIMD`: VNNI, AVX2 or portable, chosen before anything compiles),
+# each under its own name so numba's disk cache never hands one path the other's code
+_PATH = {"avx512-vnni": "_vnni", "avx2": "_avx2"}.get(nbk.SIMD, "")
 _int4_row_nb = njit_variant(_int4_row, "block_int4_row" + _PATH, _OPTS, _p4=_p4)
 block = njit_variant(_block, "cvo_block" + _PATH, _OPTS, _int4_row_nb=_int4_row_nb)

@@ -11,8 +11,9 @@ import math
 import numba as nb
 import numpy as np
 
-from npukit.sim import compile_report
+from npukit.sim import compile_report, nb_avx2
 from npukit.sim.cpu import njit_variant
+from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
 from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
 
 compile_report.install()  # first-run compiles are announced, never silent
@@ -197,12 +198,11 @@ def _tail_p4(p, m, j0, qe, qo):
     return acc
 
 
-@nb.njit(parallel=True, **_OPTS)
-def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
-    """`gemv_p4` with the row dot products on AVX-512 VNNI over whole 64-byte runs of each row, `ROWS`
-    rows per pass (`npukit.sim.nb_simd.dot4_u4s8`: each activation load serves them all, and their
-    vpdpbusd chains overlap), leftover rows one at a time, the tail in the portable loop; the same
-    exact int32 sums."""
+def _gemv_p4_simd(x, p, scale, dst, accm, q, lut32, lut64):  # pragma: no cover - numba
+    """`gemv_p4` with the row dot products on SIMD intrinsics over whole 64-byte runs of each row
+    (bound per build: AVX-512 VNNI `nb_simd.dot4_u4s8` or AVX2 `nb_avx2.dot4_u4s8_avx2`), `ROWS` rows
+    per pass (each activation load serves them all, and their chains overlap), leftover rows one at a
+    time, the tail in the portable loop; the same exact int32 sums."""
     e = quantize(x, q, lut64)
     if e == 999:
         return 1
@@ -219,9 +219,9 @@ def gemv_p4_vnni(x, p, scale, dst, accm, q, lut32, lut64):
     groups = mm // ROWS
     for g in nb.prange(groups):
         m = g * ROWS
-        dot4_u4s8(base + m * stride, stride, ea, oa, chunks, out + 4 * m)
+        _rows_dot(base + m * stride, stride, ea, oa, chunks, out + 4 * m)
     for m in range(groups * ROWS, mm):
-        accs[m] = dot_u4s8(base + m * stride, ea, oa, chunks)
+        accs[m] = _row_dot(base + m * stride, ea, oa, chunks)
     for m in range(mm):
         acc = accs[m] - 8 * offset
         if body < kb:
@@ -237,7 +237,12 @@ def _dot_vnni(p_addr, even_addr, odd_addr, chunks):
 
 
 @nb.njit(**_OPTS)
-def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0 without VNNI
+def _dot_avx2(p_addr, even_addr, odd_addr, chunks):
+    return dot_u4s8_avx2(p_addr, even_addr, odd_addr, chunks)
+
+
+@nb.njit(**_OPTS)
+def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0 in the portable build
     return np.int32(0)
 
 
@@ -247,11 +252,16 @@ def _dot4_vnni(p_addr, stride, even_addr, odd_addr, chunks, out_addr):
 
 
 @nb.njit(**_OPTS)
+def _dot4_avx2(p_addr, stride, even_addr, odd_addr, chunks, out_addr):
+    dot4_u4s8_avx2(p_addr, stride, even_addr, odd_addr, chunks, out_addr)
+
+
+@nb.njit(**_OPTS)
 def _dot4_none(p_addr, stride, even_addr, odd_addr, chunks, out_addr):  # never called: no chunks
     return
 
 
-_row_dot, _rows_dot, _ROW_VNNI = _dot_none, _dot4_none, False  # bound per build by `njit_variant`
+_row_dot, _rows_dot, _ROW_SIMD = _dot_none, _dot4_none, False  # bound per build by `njit_variant`
 
 
 def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
@@ -263,7 +273,7 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
     qe = np.empty((nt, kb), np.int8)
     qo = np.empty((nt, kb), np.int8)
     offset = np.zeros(nt, np.int32)
-    chunks = kb // 64 if (_ROW_VNNI and p.strides[1] == 1) else 0
+    chunks = kb // 64 if (_ROW_SIMD and p.strides[1] == 1) else 0
     body = chunks * 64
     for t in range(nt):
         es[t] = quantize(flat[xoff[t]: xoff[t] + k], q2[t], lut64)
@@ -296,12 +306,17 @@ def _gemm_p4(flat, xoff, k, doff, p, scale, accm, q2, lut32, lut64):
             _epilogue(accs[t].astype(np.float32), es[t], scale, d, accm, lut32)
 
 
-# separate builds (npukit.sim.cpu.njit_variant): the portable one never types the VNNI intrinsic
+# separate builds (npukit.sim.cpu.njit_variant): the portable one never types an x86 intrinsic, the
+# AVX2 one never the VNNI one
 _PAR = {"parallel": True, **_OPTS}
-gemm_p4_vnni = njit_variant(_gemm_p4, "gemm_p4_vnni", _PAR, _row_dot=_dot_vnni, _rows_dot=_dot4_vnni,
-                            _ROW_VNNI=True)
+_VNNI = {"_row_dot": _dot_vnni, "_rows_dot": _dot4_vnni, "_ROW_SIMD": True}
+_AVX2 = {"_row_dot": _dot_avx2, "_rows_dot": _dot4_avx2, "_ROW_SIMD": True}
+gemv_p4_vnni = njit_variant(_gemv_p4_simd, "gemv_p4_vnni", _PAR, **_VNNI)
+gemv_p4_avx2 = njit_variant(_gemv_p4_simd, "gemv_p4_avx2", _PAR, **_AVX2)
+gemm_p4_vnni = njit_variant(_gemm_p4, "gemm_p4_vnni", _PAR, **_VNNI)
+gemm_p4_avx2 = njit_variant(_gemm_p4, "gemm_p4_avx2", _PAR, **_AVX2)
 gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_dot_none, _rows_dot=_dot4_none,
-                                _ROW_VNNI=False)
+                                _ROW_SIMD=False)
 
 
 @nb.njit(parallel=True, **_OPTS)
@@ -479,18 +494,22 @@ def max_bits(e_bits, d, lut32):
     return bb
 
 
-# "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial ran it exactly, else
-# "portable" (chosen before any kernel is compiled; remembered per CPU and target: npukit.sim.cpu)
+# "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial ran it exactly, else "avx2"
+# where the same holds for vpmaddubsw/vpmaddwd, else "portable" (chosen before any kernel is compiled;
+# remembered per CPU and target: npukit.sim.cpu). The AVX2 family is asked only where VNNI is not fast.
 SIMD, SIMD_REASON = probe()
-_P4 = gemv_p4_vnni if SIMD == "avx512-vnni" else gemv_p4
+if SIMD != "avx512-vnni" and nb_avx2.probe()[0] == "avx2":
+    SIMD, SIMD_REASON = nb_avx2.probe()
+_P4 = {"avx512-vnni": gemv_p4_vnni, "avx2": gemv_p4_avx2}.get(SIMD, gemv_p4)
 # the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
 # region even with one thread waits on the pool (a descheduled worker on a shared machine). Each under
 # its own name: numba's disk cache is keyed by the name, so a twin sharing it would get the other build.
 _SERIAL = {name: njit_variant(f.py_func, name, _OPTS) for name, f in
-           (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16),
-            ("gemv_p4_1", gemv_p4), ("gemv_p4_vnni_1", gemv_p4_vnni))}
+           (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16), ("gemv_p4_1", gemv_p4),
+            ("gemv_p4_vnni_1", gemv_p4_vnni), ("gemv_p4_avx2_1", gemv_p4_avx2))}
 _SERIAL["gemv_p4_portable_1"] = _SERIAL["gemv_p4_1"]
-_SERIAL["gemv_p4_1"] = _SERIAL["gemv_p4_vnni_1" if _P4 is gemv_p4_vnni else "gemv_p4_portable_1"]
+_SERIAL["gemv_p4_1"] = _SERIAL[{"avx512-vnni": "gemv_p4_vnni_1", "avx2": "gemv_p4_avx2_1"}.get(
+    SIMD, "gemv_p4_portable_1")]
 
 
 @nb.njit(**_OPTS)
@@ -510,8 +529,8 @@ def reduce_sum_bits(x, lut32):
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
            "max_bits": max_bits,
-           "gemm_p4": gemm_p4_vnni if SIMD == "avx512-vnni" else gemm_p4_portable,
+           "gemm_p4": {"avx512-vnni": gemm_p4_vnni, "avx2": gemm_p4_avx2}.get(SIMD, gemm_p4_portable),
            "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
-           "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni,
+           "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni, "gemv_p4_avx2": gemv_p4_avx2,
            "cvo": cvo,
            "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

@@ -251,7 +251,7 @@ def bind_mat(sim: FastState, site: MatSite, key: bytes) -> MatBinding | None:
 def _unpacked(sim: FastState, m: int, n: int, k: int) -> bool:
     """Whether an INT4 GEMV/GEMM reads cached int8 codes rather than the packed image in place.
     ``weights="auto"``: small matrices (< PARALLEL_MIN_MACS weights, they stay in cache) only, except
-    on VNNI from K = 128 on (two 64-byte runs per row beat int8 codes). A large matrix is read packed
+    on VNNI or AVX2 from K = 128 on (two 64-byte runs per row beat int8 codes). A large matrix is read packed
     on every CPU: the portable packed loop (offset-binary nibbles, the next rows prefetched) streamed
     a 2 MB matrix in 0.31-0.47 ms against 0.56-1.6 ms for its int8 codes on this host's Haswell,
     Skylake-SP and x86-64-v2 builds (docs/targets/pccx.md), and holds no second copy."""
@@ -259,7 +259,7 @@ def _unpacked(sim: FastState, m: int, n: int, k: int) -> bool:
         return True
     if sim.weights != "auto":
         return False
-    return m * k < kx.PARALLEL_MIN_MACS and not (sim.vnni and k >= 128)
+    return m * k < kx.PARALLEL_MIN_MACS and not (sim.simd_rows and k >= 128)
 
 
 def _gemm_kernel(sim: FastState, flat: np.ndarray, s0: int, d0: int, kw: int, mw: int, n: int, k: int,

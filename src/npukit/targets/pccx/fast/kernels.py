@@ -194,7 +194,8 @@ def one_thread() -> Iterator[None]:
 
 
 def simd() -> str:
-    """The numba kernels' SIMD path: "avx512-vnni" (probed by a trial run), "portable", or "none"."""
+    """The numba kernels' INT4 SIMD path: "avx512-vnni" or "avx2" (each probed by a trial run),
+    "portable", or "none"."""
     if _nb is None:
         return "none"
     from npukit.targets.pccx.fast import _nbkernels

@@ -48,7 +48,7 @@ class FastState(Protocol):
     profile: str
     backend: str  # "numba" | "numpy"
     weights: str  # "int8" | "packed" | "auto"
-    vnni: bool
+    simd_rows: bool  # packed INT4 row dots on SIMD intrinsics (AVX-512 VNNI or AVX2)
     s_reg: np.uint16
     e_max: np.uint16
     _regs: np.ndarray  # [S, e_max] bits: the storage behind s_reg and e_max
