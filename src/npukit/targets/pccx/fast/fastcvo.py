@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from time import perf_counter
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastmat import MatSite, _mat_work, _unpacked, key_fields, update_emax
 from npukit.targets.pccx.fast.state import Codes, FastState
+from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
 
@@ -30,7 +32,6 @@ _E = 8
 _ARITH = {nx.cvo_square: kx.SQUARE, nx.cvo_recip: kx.RECIP, nx.cvo_rsqrt: kx.RSQRT, nx.cvo_sqrt: kx.SQRT,
           nx.cvo_mul: kx.MUL, nx.cvo_add: kx.ADD}
 _ZEROS7 = np.zeros(_E - 1, np.uint16)
-_NO_HOST = np.zeros(0, np.uint16)  # an unused host-region argument of `cvo_block`
 
 
 _KEYS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "ddr_write_bytes",
@@ -252,10 +253,12 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
     """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, EXP, REDUCE_SUM, LOAD_SCALAR,
     MEMSET, MEMCPY, FP16 GEMV, on the numba backend) as one compiled call each (`_nbblock.block`):
     ``out[i] = (end, run)`` for a run starting at i, and also after each step that may end a run (a
-    GEMV whose binding the compiled loop does not cover: `fastmat.fused_row` says False), so that the
-    rest of the run is one call too. The table rows replay exactly what the single steps do, in order;
-    a row that cannot (a fault, an operand outside its bound region, a copy whose shape entry changed,
-    an ambiguous exp) stops the call before it, and the caller runs the remaining steps one by one.
+    GEMV whose binding the compiled loop does not cover: `fastmat.fused_row` says False), a `_Resume`
+    of the run from there, so that the rest of the run is one call too. The table rows replay exactly
+    what the single steps do, in order; a GEMV the loop does not cover is a `_YIELD` row (the call
+    returns, the caller runs that step, then resumes the table after it); a row that cannot run (a
+    fault, an operand outside its bound region, a copy whose shape entry changed, an ambiguous exp)
+    stops the call before it, and the caller runs the remaining steps one by one.
     ``run()`` returns the Work records of the steps it executed, in order (possibly none).
     ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
     with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`)."""
@@ -268,15 +271,17 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
         starts = [i] + [p + 1 for p in range(i, j) if getattr(plan[p], "fuse_may_end", False)]
-        for s0 in starts:
-            if j - s0 < 2:
-                continue
-            prev = old[s0] if old is not None else None
-            inside = _within(marks, s0, j)
+        if j - i >= 2:
+            prev = old[i] if old is not None else None
+            inside = _within(marks, i, j)
             if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun):
-                out[s0] = (j, prev[1].patched(inside, plan[s0:j]) if inside else prev[1])
+                run = prev[1].patched(inside, plan[i:j]) if inside else prev[1]
             else:
-                out[s0] = (j, _FusedRun(sim, plan[s0:j]))
+                run = _FusedRun(sim, plan[i:j])
+            out[i] = (j, run)
+            for s0 in starts[1:]:
+                if j - s0 >= 2:
+                    out[s0] = (j, _Resume(run, s0 - i, plan[s0:j]))
         i = max(j, i + 1)
     return out
 
@@ -292,32 +297,47 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
     fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy."""
     out = list(groups)
     marks = sorted(changed)
+    moved: dict[int, _FusedRun] = {}  # id(run) -> its patched copy (the resumes after it follow it)
     for s0, g in enumerate(groups):
-        if g is None or not isinstance(g[1], _FusedRun):
+        run = g[1] if g is not None else None
+        if isinstance(run, _Resume):
+            parent = moved.get(id(run.parent), run.parent)
+            if parent is not run.parent or _within(marks, s0, g[0]):
+                out[s0] = (g[0], _Resume(parent, run.offset, plan[s0: g[0]]))
+            continue
+        if not isinstance(run, _FusedRun):
             continue
         inside = _within(marks, s0, g[0])
         if inside:
-            out[s0] = (g[0], g[1].patched(inside, plan[s0: g[0]]))
+            new = moved[id(run)] = run.patched(inside, plan[s0: g[0]])
+            out[s0] = (g[0], new)
     return out
 
 
 @dataclass
 class _Table:
     """A fused run lowered for `_nbblock.block`: rows, Work records (None: made from ``info`` after
-    the call, ``makers``), the host regions the rows read, and whether a longer prefix may follow."""
+    the call, ``makers``), the host regions the rows read (any number: a row names one by its index
+    in column 6, the call gets their addresses, ``hosts``), and whether a longer prefix may follow."""
 
     tab: np.ndarray
     ins: list
     works: list
     makers: dict[int, Callable[[np.ndarray], Work]]
-    h0: np.ndarray
-    h1: np.ndarray
+    regions: list[np.ndarray]  # uint16 views of host regions (held: the call reads them by address)
     info: np.ndarray
     retry: bool
     keep: list = field(default_factory=list)  # what INT4 rows (kinds 10, 11) read by address
 
     def __post_init__(self) -> None:
+        self.hosts = np.array([(h.ctypes.data, h.size) for h in self.regions], np.int64).reshape(-1, 2)
         self.codes = [held[1] for held in self.keep if isinstance(held[1], Codes)]  # kind 11's
+        tab = self.tab
+        large = np.isin(tab[:, 0], (10, 11)) & (tab[:, 5] & _LARGE != 0)
+        # the weight bytes its large rows stream, summed up to each row (the twin chooser's costs are
+        # per such byte)
+        per_row = np.where(large, tab[:, 7] * np.where(tab[:, 0] == 10, tab[:, 10], tab[:, 8]), 0)
+        self.large_upto = np.concatenate([[0], np.cumsum(per_row)]).tolist()
 
     @property
     def stale(self) -> bool:
@@ -335,20 +355,23 @@ class _Table:
 
 _COLS = 20  # table columns (`_nbblock.COLS`)
 _INT4 = FORMAT_CODES["int4"]
+_LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
+_YIELD = 13  # a row `_nbblock.block` returns at: the caller runs that step, then resumes after it
 
 
 def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
-    """The `_nbblock` row of a small plain INT4 GEMV for the binding key ``key``, and its Work: the
-    GEMVs the single step runs on a serial kernel (`fastmat.bind_mat`: below `kernels.PARALLEL_MIN_MACS`),
-    as kind 11 where it reads cached int8 codes, else kind 10 (the packed image in place), so a run of
-    fused steps goes on through them; False for every other binding (large ones keep their parallel
-    twin, a step of their own). The last item holds what the row reads by address (kept alive), and
-    the codes whose validity the table depends on."""
+    """The `_nbblock` row of a plain INT4 GEMV for the binding key ``key``, and its Work: kind 11
+    where the single step reads cached int8 codes, else kind 10 (the packed image in place), so a run
+    of fused steps goes on through every projection of a decode step (a layer between two host
+    interactions is one compiled call). A large matrix (from `kernels.PARALLEL_MIN_MACS` weights) is
+    flagged `_nbblock.LARGE`: the run's call then takes the twin `twins.TwinChooser` picks, as the
+    single step would. False for every other binding. The last item holds what the row reads by
+    address (kept alive), and the codes whose validity the table depends on."""
     f = key_fields(key)
     if sim.backend != "numba" or len(f) != 9:
         return False
     m, n, k, a, hi, lo = f[:6]
-    if a != _INT4 or n > 1 or m == 0 or k == 0 or m * k >= kx.PARALLEL_MIN_MACS:
+    if a != _INT4 or n > 1 or m == 0 or k == 0:
         return False
     ins, rb = site.ins, row_bytes("int4", k)
     s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
@@ -360,7 +383,7 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     if body is None or (site.w_scale and sb is None):
         return False
     codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
-    flags = int(site.accm) | int(site.findemax) << 1
+    flags = int(site.accm) | int(site.findemax) << 1 | (_LARGE if m * k >= kx.PARALLEL_MIN_MACS else 0)
     work = _mat_work(site, m, 1, k, "int4")
     if codes is not None:
         c = np.ascontiguousarray(codes.codes)
@@ -370,6 +393,20 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body.ctypes.data, m, k,
            0 if sb is None else sb.ctypes.data, rb, *f)
     return row, work, None, None, (body, sb)
+
+
+def _lowered(step: Callable[[], Work], cc: np.ndarray | None) -> tuple | None:
+    """A step's table row (and what goes with it: `fuse_groups`) for the constant caches ``cc``: a
+    `_YIELD` row for a GEMV the compiled loop does not cover (the caller runs it between two calls);
+    None where the step cannot be bound now (the table ends before it)."""
+    got = step.fuse(cc) if callable(step.fuse) else step.fuse
+    if got is False and getattr(step, "fuse_may_end", False) and cc is not None:
+        ins = step.fuse_ins  # a GEMV: a yield while its descriptors hold this binding key
+        shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
+        if siz + 2 <= cc.shape[1]:
+            key = [*cc[0, shp].tolist(), *cc[1, siz: siz + 2].reshape(-1).tolist()]
+            return (_YIELD, shp, siz, *(0,) * 8, *key), None
+    return None if got is False else got
 
 
 def _cc_before(cc: np.ndarray, tab: np.ndarray, row: int) -> np.ndarray:
@@ -407,23 +444,28 @@ class _FusedRun:
             new.dead = False
             return new  # the prefix may now run further: build it again
         tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
-        for o in sorted(x for x in offsets if x < done):
+        # the patched rows, and the yields after the first (a MEMSET patched before a GEMV's yield may
+        # give it a binding the loop covers: lowered again, with the entries the rows before leave)
+        yields = np.flatnonzero(t.tab[:, 0] == _YIELD)
+        first = min(offsets, default=done)
+        for o in sorted({*(x for x in offsets if x < done), *(int(y) for y in yields if y > first)}):
             st = steps[o]
-            got = st.fuse(_cc_before(self.sim.cc, tab, o)) if callable(st.fuse) else st.fuse
-            if got is None or got is False:
+            got = _lowered(st, _cc_before(self.sim.cc, tab, o) if callable(st.fuse) else None)
+            if got is None:
                 return new
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] in (10, 11):
                 keep.append(got[4])
             elif len(got) > 2:
-                if got[2] is not t.h0 and got[2] is not t.h1:
+                j = next((j for j, h in enumerate(t.regions) if h is got[2]), None)
+                if j is None:
                     return new
-                row[6] = 0 if got[2] is t.h0 else 1
+                row[6] = j
             makers.pop(o, None)
             if len(got) > 3 and got[3] is not None:
                 makers[o] = got[3]
             tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
-        new.table = _Table(tab, ins, works, makers, t.h0, t.h1, np.zeros_like(t.info), t.retry, keep)
+        new.table = _Table(tab, ins, works, makers, t.regions, np.zeros_like(t.info), t.retry, keep)
         return new
 
     def _build(self, cc: np.ndarray | None = None) -> _Table | None:
@@ -434,19 +476,17 @@ class _FusedRun:
         retry = False
         cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
         for st in self.steps:
-            got = st.fuse(cc) if callable(st.fuse) else st.fuse
-            if got is None or got is False:
-                retry = got is None and self.builds < _RETRIES
+            got = _lowered(st, cc)
+            if got is None:
+                retry = self.builds < _RETRIES
                 break
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] == 6:  # a MEMSET of an entry
                 cc[row[1], row[2]] = row[3:6]
             if row[0] in (10, 11):  # an INT4 GEMV reads its image by address: the table keeps the arrays
                 keep.append(got[4])
-            elif len(got) > 2:  # a host region the row reads, by identity (at most two per table)
+            elif len(got) > 2:  # a host region the row reads, by identity
                 j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
-                if j == 2:
-                    break
                 if j == len(regions):
                     regions.append(got[2])
                 row[6] = j
@@ -458,9 +498,25 @@ class _FusedRun:
         if len(rows) < 2:
             self.dead = not retry
             return None
-        h0, h1 = [*regions, _NO_HOST, _NO_HOST][:2]
-        return _Table(np.array(rows, np.int64), ins, works, makers, h0, h1,
+        return _Table(np.array(rows, np.int64), ins, works, makers, regions,
                       np.zeros((len(rows), 3), np.int64), retry, keep)
+
+    def _run(self, t: _Table, start: int) -> int:
+        """One compiled call of the table from row ``start``; where the rows hold large INT4 GEMVs, on
+        the twin the executor's chooser picks (the call timed as a whole: their bytes dominate it)."""
+        sim = self.sim
+        args = (t.tab, start, sim.flat, sim.cc, sim._regs, t.hosts, sim._qbuf, t.info, kx.LUT32, kx.LUT64,
+                TLUT)
+        twins, upto = sim.twins, t.large_upto
+        if upto[-1] == upto[start] or twins.single:
+            return sim._k["cvo_block"](*args, 0)
+        twin = twins.pick()
+        t0 = perf_counter()
+        r = sim._k["cvo_block"](*args, int(twin == _PARALLEL))
+        end = len(upto) - 1 if r == -1 else -2 - r  # (a run cut short by a rebind: its cost unknown)
+        if r < 0 and upto[end] > upto[start]:
+            twins.record(twin, perf_counter() - t0, upto[end] - upto[start])
+        return r
 
     def __call__(self) -> list[Work]:
         if self.dead:
@@ -470,21 +526,56 @@ class _FusedRun:
             t = self.table = self._build()
             if t is None:
                 return []
+        return self.resume(t, 0)
+
+    def resume(self, t: _Table, start: int) -> list[Work]:
+        """Run the table ``t`` (this run's, valid) from row ``start``: the Work records of the steps run."""
         sim = self.sim
-        r = sim._k["cvo_block"](t.tab, sim.flat, sim.cc, sim._regs, t.h0, t.h1, sim._qbuf, t.info,
-                                kx.LUT32, kx.LUT64, TLUT)
+        r = self._run(t, start)
         rows = len(t.works)
-        done = rows if r < 0 else (r - rows + 1 if r >= rows else r)
+        done = rows if r == -1 else (-2 - r if r < 0 else (r - rows + 1 if r >= rows else r))
         if 0 <= r < rows or t.retry:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
-        works, items = t.works[:done], t.items[:done]
+        works, items = t.works[start:done], t.items[start:done]
         for i, make in t.makers.items():  # the Work of a GEMV row, from the shape it ran with
-            if i < done:
-                works[i] = make(t.info[i])
-                items[i] = (t.ins[i], works[i])
+            if start <= i < done:
+                works[i - start] = make(t.info[i])
+                items[i - start] = (t.ins[i], works[i - start])
         if r >= rows:  # the last row ran, its e_max update is the reference reduction's
             i = r - rows
             m, d0 = int(t.info[i, 0]), int(t.tab[i, 4]) * _E
             update_emax(sim, [sim.flat[d0: d0 + m]])
         sim.trace.extend(items)
         return works
+
+
+class _Resume:
+    """The rest of a fused run from step ``offset`` on (`fuse_groups`: after a step that may end the
+    run): the run's own table resumed there when it holds that row (one compiled call, no table of
+    its own to lower, ahead or not), else a run of those steps lowered on its first call (the run's
+    table stopped before it, e.g. at a binding that changed)."""
+
+    dead = False
+    builds = 0
+
+    def __init__(self, parent: _FusedRun, offset: int, steps: list[Callable[[], Work]]) -> None:
+        self.parent, self.offset, self.steps = parent, offset, steps
+        self.own: _FusedRun | None = None
+
+    @property
+    def table(self) -> _Table | None:
+        """The run's table where it holds row ``offset`` (what a call resumes), else None."""
+        t = self.parent.table
+        return t if t is not None and self.offset < len(t.works) else None
+
+    def _build(self, cc: np.ndarray | None = None) -> None:
+        return None  # (lowering ahead: the run's own table serves)
+
+    def __call__(self) -> list[Work]:
+        p = self.parent
+        t = p.table
+        if t is not None and self.offset < len(t.works) and not (t.codes and t.stale):
+            return p.resume(t, self.offset)
+        if self.own is None:
+            self.own = _FusedRun(p.sim, self.steps)
+        return self.own()
