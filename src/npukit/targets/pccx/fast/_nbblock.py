@@ -272,8 +272,8 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
         elif kind == 8:  # EXP (op: less e_max)
             if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], lut64):
                 return r
-        else:  # MEMCPY (4: L2 -> L2, 5: host region ``hosts[col 6]`` -> L2) of shape entry ``op``, bound for the
-            # (a, b, c) packed in column 5
+        else:  # MEMCPY (4: L2 -> L2, 5: host region ``hosts[col 6]`` -> L2) of shape entry ``op``,
+            # bound for the (a, b, c) packed in column 5
             if (np.int64(cc[0, op, 0]) != (accm & 0xFFFF) or np.int64(cc[0, op, 1]) != ((accm >> 16) & 0xFFFF)
                     or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
                 return r
