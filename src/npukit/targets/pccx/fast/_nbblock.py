@@ -15,9 +15,9 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   serial twin (`_nbkernels._SERIAL["gemv_p4_1"]`) or, for a large matrix (flag 4 in column 5) when
   the caller asks (``par``), on the parallel twin (`_nbkernels._P4`): both the build of the INT4 path
   this CPU took, so `block` is built once per path under its own name; the image is read in place at
-  the host address the row was built for, while the descriptors hold exactly the binding key it was
-  built from (else the single step rebinds);
-* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastcvo.TLUT`,
+  the host address the row was built for, while the descriptors hold the binding key it was built
+  from (`_key_holds`; else the single step rebinds);
+* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastrun.TLUT`,
   made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
   its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
@@ -152,11 +152,14 @@ def _gemv_row(tab_r, flat, cc, state, h, q, lut32, lut64, info_r):
 
 @nb.njit(**_OPTS)
 def _key_holds(t, cc):
-    """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) was built for."""
+    """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) or a yield (13)
+    was built for: the shape entry and the weight slot. Not slot + 1 (the key's last three columns):
+    a plain INT4 binding never reads it, and whether a GEMV is a row or a yield depends on the first
+    six fields only (`fastmat.fused_row`, `fastrun.int4_row`); a decode program's slot + 1 may be an
+    entry the next GEMV reads, rewritten every token."""
     shp, siz = t[1], t[2]
     for j in range(3):
-        if (np.int64(cc[0, shp, j]) != t[INT4_KEY + j] or np.int64(cc[1, siz, j]) != t[INT4_KEY + 3 + j]
-                or np.int64(cc[1, siz + 1, j]) != t[INT4_KEY + 6 + j]):
+        if np.int64(cc[0, shp, j]) != t[INT4_KEY + j] or np.int64(cc[1, siz, j]) != t[INT4_KEY + 3 + j]:
             return False
     return True
 
