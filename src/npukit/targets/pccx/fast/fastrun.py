@@ -101,7 +101,9 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
     marks = sorted(changed)
     moved: dict[int, _FusedRun] = {}  # id(run) -> its patched copy (the resumes after it follow it)
     for s0, g in enumerate(groups):
-        run = g[1] if g is not None else None
+        if g is None:
+            continue
+        run = g[1]
         if isinstance(run, _Resume):
             parent = moved.get(id(run.parent), run.parent)
             if parent is not run.parent or _within(marks, s0, g[0]):
