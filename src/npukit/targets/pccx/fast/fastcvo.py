@@ -273,7 +273,7 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
                 continue
             prev = old[s0] if old is not None else None
             inside = _within(marks, s0, j)
-            if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun):
+            if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun | _Repatch):
                 out[s0] = (j, prev[1].patched(inside, plan[s0:j]) if inside else prev[1])
             else:
                 out[s0] = (j, _FusedRun(sim, plan[s0:j]))
@@ -289,15 +289,25 @@ def _within(marks: list[int], start: int, end: int) -> list[int]:
 
 def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int]) -> list:
     """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
-    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy."""
+    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy,
+    made when it is first called (`_Repatch`). A prefill chunk program patches thousands of span
+    words, and its runs overlap (one starts after each GEMV of a longer run, all ending together),
+    while only the runs the loop reaches are ever called: patching every one of them at load time
+    cost ~50 ms a prompt token. The runs sharing an end share one copy of their steps."""
     out = list(groups)
     marks = sorted(changed)
+    snaps: dict[int, tuple[int, list]] = {}  # run end -> (first start, plan[start:end] now)
     for s0, g in enumerate(groups):
-        if g is None or not isinstance(g[1], _FusedRun):
+        if g is None or not isinstance(g[1], _FusedRun | _Repatch):
             continue
-        inside = _within(marks, s0, g[0])
-        if inside:
-            out[s0] = (g[0], g[1].patched(inside, plan[s0: g[0]]))
+        end = g[0]
+        lo = bisect_left(marks, s0)
+        hi = bisect_left(marks, end, lo)
+        if lo < hi:
+            snap = snaps.get(end)
+            if snap is None:
+                snap = snaps[end] = (s0, plan[s0:end])
+            out[s0] = (end, _Repatch.of(g[1], snap[1], s0 - snap[0], (marks, lo, hi), s0))
     return out
 
 
@@ -488,3 +498,70 @@ class _FusedRun:
             update_emax(sim, [sim.flat[d0: d0 + m]])
         sim.trace.extend(items)
         return works
+
+
+class _Repatch:
+    """A `_FusedRun.patched` copy made on first use (`repatch_groups`): the run it patches, the
+    steps of the program now (``steps[at:]``), and the patched step indices (absolute, as ranges
+    ``marks[lo:hi]`` of sorted lists) gathered over every patch since that run. Patching a run at
+    once with all the offsets of several patches gives the table patching it patch by patch gives:
+    a step outside the newest patch is the same in every program since, and a recompiled row is
+    bound for the entries the rows before it leave, whenever it is bound (its own check at run time
+    keeps the call exact either way). Reads and writes of the run's state resolve it."""
+
+    def __init__(self, base: _FusedRun, steps: list, at: int, ranges: list[tuple[list[int], int, int]],
+                 s0: int) -> None:
+        self.base, self._steps, self.at, self.ranges, self.s0 = base, steps, at, ranges, s0
+        self._real: _FusedRun | None = None
+
+    @classmethod
+    def of(cls, run: _FusedRun | _Repatch, steps: list, at: int, marks: tuple[list[int], int, int],
+           s0: int) -> _Repatch:
+        if isinstance(run, _Repatch) and run._real is None:
+            return cls(run.base, steps, at, [*run.ranges, marks], s0)
+        return cls(run._real if isinstance(run, _Repatch) else run, steps, at, [marks], s0)
+
+    def offsets(self) -> list[int]:
+        return sorted({c - self.s0 for m, lo, hi in self.ranges for c in m[lo:hi]})
+
+    def resolve(self) -> _FusedRun:
+        real = self._real
+        if real is None:
+            real = self._real = self.base.patched(self.offsets(), self._steps[self.at:])
+            self.base = self._steps = None  # type: ignore[assignment]  (what the copy no longer needs)
+        return real
+
+    def __call__(self) -> list[Work]:
+        return self.resolve()()
+
+    def patched(self, offsets: list[int], steps: list[Callable[[], Work]]) -> _FusedRun:
+        if self._real is not None:
+            return self._real.patched(offsets, steps)
+        return self.base.patched(sorted({*self.offsets(), *offsets}), steps)
+
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+        return self.resolve()._build(cc)
+
+    @property
+    def steps(self) -> list[Callable[[], Work]]:
+        return self.resolve().steps
+
+    @property
+    def table(self) -> _Table | None:
+        return self.resolve().table
+
+    @table.setter
+    def table(self, value: _Table | None) -> None:
+        self.resolve().table = value
+
+    @property
+    def dead(self) -> bool:
+        return self.resolve().dead
+
+    @property
+    def builds(self) -> int:
+        return self.resolve().builds
+
+    @builds.setter
+    def builds(self, value: int) -> None:
+        self.resolve().builds = value
