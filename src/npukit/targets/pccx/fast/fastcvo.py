@@ -268,23 +268,22 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
         starts = [i] + [p + 1 for p in range(i, j) if getattr(plan[p], "fuse_may_end", False)]
+        snap: tuple[int, list] | None = None  # the runs ending at j share one copy of their steps
         for s0 in starts:
             if j - s0 < 2:
                 continue
+            if snap is None:
+                snap = (s0, plan[s0:j])
             prev = old[s0] if old is not None else None
-            inside = _within(marks, s0, j)
             if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun | _Repatch):
-                out[s0] = (j, prev[1].patched(inside, plan[s0:j]) if inside else prev[1])
+                lo = bisect_left(marks, s0)
+                hi = bisect_left(marks, j, lo)
+                out[s0] = (j, _Repatch.of(prev[1], snap[1], s0 - snap[0], (marks, lo, hi), s0)
+                           if lo < hi else prev[1])
             else:
-                out[s0] = (j, _FusedRun(sim, plan[s0:j]))
+                out[s0] = (j, _Repatch(None, snap[1], s0 - snap[0], [], s0, sim))
         i = max(j, i + 1)
     return out
-
-
-def _within(marks: list[int], start: int, end: int) -> list[int]:
-    """The sorted ``marks`` in [start, end), as offsets from ``start``."""
-    lo = bisect_left(marks, start)
-    return [c - start for c in marks[lo: bisect_left(marks, end, lo)]]
 
 
 def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int]) -> list:
@@ -501,7 +500,8 @@ class _FusedRun:
 
 
 class _Repatch:
-    """A `_FusedRun.patched` copy made on first use (`repatch_groups`): the run it patches, the
+    """A fused run made on first use (`fuse_groups`, `repatch_groups`): new (``base`` None), or the
+    `_FusedRun.patched` copy of ``base``. It holds the run it patches, the
     steps of the program now (``steps[at:]``), and the patched step indices (absolute, as ranges
     ``marks[lo:hi]`` of sorted lists) gathered over every patch since that run. Patching a run at
     once with all the offsets of several patches gives the table patching it patch by patch gives:
@@ -509,16 +509,17 @@ class _Repatch:
     bound for the entries the rows before it leave, whenever it is bound (its own check at run time
     keeps the call exact either way). Reads and writes of the run's state resolve it."""
 
-    def __init__(self, base: _FusedRun, steps: list, at: int, ranges: list[tuple[list[int], int, int]],
-                 s0: int) -> None:
+    def __init__(self, base: _FusedRun | None, steps: list, at: int, ranges: list[tuple[list[int], int, int]],
+                 s0: int, sim: FastState | None = None) -> None:
         self.base, self._steps, self.at, self.ranges, self.s0 = base, steps, at, ranges, s0
+        self.sim = sim if base is None else base.sim
         self._real: _FusedRun | None = None
 
     @classmethod
     def of(cls, run: _FusedRun | _Repatch, steps: list, at: int, marks: tuple[list[int], int, int],
            s0: int) -> _Repatch:
         if isinstance(run, _Repatch) and run._real is None:
-            return cls(run.base, steps, at, [*run.ranges, marks], s0)
+            return cls(run.base, steps, at, [*run.ranges, marks], s0, run.sim)
         return cls(run._real if isinstance(run, _Repatch) else run, steps, at, [marks], s0)
 
     def offsets(self) -> list[int]:
@@ -527,7 +528,9 @@ class _Repatch:
     def resolve(self) -> _FusedRun:
         real = self._real
         if real is None:
-            real = self._real = self.base.patched(self.offsets(), self._steps[self.at:])
+            steps = self._steps[self.at:]
+            real = self._real = _FusedRun(self.sim, steps) if self.base is None else \
+                self.base.patched(self.offsets(), steps)
             self.base = self._steps = None  # type: ignore[assignment]  (what the copy no longer needs)
         return real
 
@@ -537,6 +540,8 @@ class _Repatch:
     def patched(self, offsets: list[int], steps: list[Callable[[], Work]]) -> _FusedRun:
         if self._real is not None:
             return self._real.patched(offsets, steps)
+        if self.base is None:  # never called: nothing to keep
+            return _FusedRun(self.sim, steps)
         return self.base.patched(sorted({*self.offsets(), *offsets}), steps)
 
     def _build(self, cc: np.ndarray | None = None) -> _Table | None:
