@@ -5,6 +5,9 @@ word through the ISA decoder); an entry that does not fit its program changes no
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -93,3 +96,17 @@ def test_an_entry_that_does_not_fit_is_ignored(ckpt, decodes, monkeypatch):
     bits2, cycles2, _ = _prefill(ckpt)
     assert decodes[0] == 2 * first
     assert np.array_equal(bits2, bits) and cycles2 == cycles
+
+
+def test_seed_fills_the_memos_within_their_bounds(monkeypatch):
+    root = Path(__file__).resolve().parents[4]
+    words = sorted(set(asm.assemble((root / "examples" / "pccx" / "softmax.s").read_text())))
+    instrs = [isa.decode(w) for w in words]
+    entry = decoded.DecodedWords(np.array(words, np.uint64), instrs, [asm.format_instr(i) for i in instrs])
+    dev = SimpleNamespace(_decoded={})
+    assert decoded.seed(dev, entry) == len(words) > 3
+    assert dev._decoded == dict(zip(words, instrs, strict=True))
+    monkeypatch.setattr(decoded, "_MAX_MEMO", 3)  # a memo near its bound takes only what fits
+    small = SimpleNamespace(_decoded={})
+    assert decoded.seed(small, entry) == 3 and len(small._decoded) == 3
+    assert all(small._decoded[w] == isa.decode(w) for w in small._decoded)

@@ -87,8 +87,14 @@ def seed(dev: Any, entry: DecodedWords) -> int:
     memo = getattr(dev, "_decoded", None)
     if memo is None or len(entry.instrs) != len(entry.words) or len(entry.texts) != len(entry.words):
         return 0
-    labels, added = asm._TEXT, 0
-    for w, ins, text in zip(entry.words.tolist(), entry.instrs, entry.texts, strict=True):
+    labels, words = asm._TEXT, entry.words.tolist()
+    if len(memo) + len(words) <= _MAX_MEMO and len(labels) + len(words) <= _MAX_MEMO:
+        before = len(memo)  # room for all: two bulk updates (equal words decode to equal instructions)
+        memo.update(zip(words, entry.instrs, strict=True))
+        labels.update(zip(entry.instrs, entry.texts, strict=True))
+        return len(memo) - before
+    added = 0
+    for w, ins, text in zip(words, entry.instrs, entry.texts, strict=True):
         if len(memo) >= _MAX_MEMO:
             break
         if w not in memo:
