@@ -315,7 +315,7 @@ class PccxDriver:
         first = ("prefill", n, self._bucket_key(self.spans(pos0 + n))) not in self.variants
         v = self.prefill_variant(n, self.spans(pos0 + n))
         spans = {(wk, t): sp for t in range(n) for wk, sp in self.spans(pos0 + t + 1).items()}
-        if not first or self.executor != "fast":
+        if not first or self.executor != "fast" or not self.programs.active:
             return self._run(v, ids, pos0, spans, t0, "prefill")
         from npukit.targets.pccx.fast import decoded
 

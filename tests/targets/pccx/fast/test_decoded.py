@@ -110,3 +110,17 @@ def test_seed_fills_the_memos_within_their_bounds(monkeypatch):
     small = SimpleNamespace(_decoded={})
     assert decoded.seed(small, entry) == 3 and len(small._decoded) == 3
     assert all(small._decoded[w] == isa.decode(w) for w in small._decoded)
+
+
+def test_nothing_is_collected_without_a_program_cache(ckpt, monkeypatch):
+    monkeypatch.setenv("NPUKIT_PROGRAM_CACHE", "off")
+    collected = [0]
+    real = decoded.collect
+
+    def counted(*args):
+        collected[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(decoded, "collect", counted)
+    _, cycles, drv = _prefill(ckpt)
+    assert collected[0] == 0 and drv.programs.writes == 0 and all(c > 0 for c in cycles)
