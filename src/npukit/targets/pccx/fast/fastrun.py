@@ -60,7 +60,9 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
     stops the call before it, and the caller runs the remaining steps one by one.
     ``run()`` returns the Work records of the steps it executed, in order (possibly none).
     ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
-    with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`)."""
+    with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`). New
+    and patched runs are made on their first call (`_Repatch`: a chunk program has thousands of runs
+    and patches most of them), and a run's resumes read its copy of the steps (one per run)."""
     n = len(plan)
     out: list[tuple[int, Callable] | None] = [None] * n
     marks = sorted(changed)  # (a chunk program changes tens of thousands of steps: find a run's by bisection)
@@ -69,55 +71,67 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
         j = i
         while j < n and getattr(plan[j], "fuse", None) is not None:
             j += 1
-        starts = [i] + [p + 1 for p in range(i, j) if getattr(plan[p], "fuse_may_end", False)]
         if j - i >= 2:
             prev = old[i] if old is not None else None
-            inside = _within(marks, i, j)
-            if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun):
-                run = prev[1].patched(inside, plan[i:j]) if inside else prev[1]
+            run: _FusedRun | _Repatch
+            if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun | _Repatch):
+                lo = bisect_left(marks, i)
+                hi = bisect_left(marks, j, lo)
+                kept = prev[1].made or prev[1]  # (a run made since: no wrapper from now on)
+                run = _Repatch.of(kept, plan[i:j], (marks, lo, hi), i) if lo < hi else kept
             else:
-                run = _FusedRun(sim, plan[i:j])
+                run = _Repatch(None, plan[i:j], [], i, sim)
             run.private = False  # (held by the groups of more than one program from now on)
             out[i] = (j, run)
-            for s0 in starts[1:]:
-                if j - s0 >= 2:
-                    out[s0] = (j, _Resume(run, s0 - i, plan[s0:j]))
+            for p in range(i, j - 2):  # (a resume of at least two steps after each step that may end it)
+                if getattr(plan[p], "fuse_may_end", False):
+                    out[p + 1] = (j, _Resume(run, p + 1 - i))
         i = max(j, i + 1)
     return out
-
-
-def _within(marks: list[int], start: int, end: int) -> list[int]:
-    """The sorted ``marks`` in [start, end), as offsets from ``start``."""
-    lo = bisect_left(marks, start)
-    return [c - start for c in marks[lo: bisect_left(marks, end, lo)]]
 
 
 def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int], in_place: bool = False
                    ) -> list:
     """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
-    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy
-    (``in_place``: a run only these groups hold is patched itself, `_FusedRun.patched`)."""
+    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy,
+    made on its first call (`_Repatch`: a prefill chunk program re-run at new positions patches
+    thousands of span words, and patching every run at load cost ~50 ms a prompt token). With
+    ``in_place``, a `private` run already made is patched itself at once (a decode token's few span
+    patches: no new table, the resumes after it stay valid)."""
     out = list(groups)
     marks = sorted(changed)
-    moved: dict[int, _FusedRun] = {}  # id(run) -> its patched copy (the resumes after it follow it)
+    moved: dict[int, _FusedRun | _Repatch] = {}  # id(run) -> what replaces it (the resumes after it follow)
     for s0, g in enumerate(groups):
         if g is None:
             continue
-        run = g[1]
+        end, run = g
         if isinstance(run, _Resume):
             parent = moved.get(id(run.parent), run.parent)
-            if parent is not run.parent or _within(marks, s0, g[0]):
-                out[s0] = (g[0], _Resume(parent, run.offset, plan[s0: g[0]]))
+            if parent is not run.parent or _any_within(marks, s0, end):
+                out[s0] = (end, _Resume(parent, run.offset))
             continue
-        if not isinstance(run, _FusedRun):
+        if not isinstance(run, _FusedRun | _Repatch):
             continue
-        inside = _within(marks, s0, g[0])
-        if inside:
-            new = run.patched(inside, plan[s0: g[0]], in_place)
-            if new is not run:
-                moved[id(run)] = new
-                out[s0] = (g[0], new)
+        real = run.made
+        lo = bisect_left(marks, s0)
+        hi = bisect_left(marks, end, lo)
+        new: _FusedRun | _Repatch
+        if lo == hi:
+            new = run if real is None else real  # (a run made since: no wrapper from now on)
+        elif in_place and real is not None and real.private:
+            new = real.patched([c - s0 for c in marks[lo:hi]], plan[s0:end], True)
+        else:
+            new = _Repatch.of(run, plan[s0:end], (marks, lo, hi), s0)
+        if new is not run:
+            moved[id(run)] = new
+            out[s0] = (end, new)
     return out
+
+
+def _any_within(marks: list[int], start: int, end: int) -> bool:
+    """Whether a sorted ``marks`` entry lies in [start, end)."""
+    lo = bisect_left(marks, start)
+    return lo < len(marks) and marks[lo] < end
 
 
 @dataclass
@@ -234,6 +248,13 @@ class _FusedRun:
         self.dead = False  # fewer than two leading rows can ever be fused: the caller runs the steps
         self.builds = 0
         self.private = False  # held by one program slot's groups only (`patched` may edit it in place)
+
+    @property
+    def made(self) -> _FusedRun:
+        return self  # (as `_Repatch.made`: this run exists)
+
+    def resolve(self) -> _FusedRun:
+        return self  # (as `_Repatch.resolve`)
 
     def patched(self, offsets: list[int], steps: list[Callable[[], Work]], in_place: bool = False
                 ) -> _FusedRun:
@@ -372,30 +393,116 @@ class _FusedRun:
 class _Resume:
     """The rest of a fused run from step ``offset`` on (`fuse_groups`: after a step that may end the
     run): the run's own table resumed there when it holds that row (one compiled call, no table of
-    its own to lower, ahead or not), else a run of those steps lowered on its first call (the run's
-    table stopped before it, e.g. at a binding that changed)."""
+    its own to lower, ahead or not), else a run of those steps (the run's own copy of them, from
+    ``offset``) lowered on its first call (the run's table stopped before it, e.g. at a binding that
+    changed). ``parent`` is the run's `_FusedRun` or the `_Repatch` that makes it."""
 
     dead = False
     builds = 0
 
-    def __init__(self, parent: _FusedRun, offset: int, steps: list[Callable[[], Work]]) -> None:
-        self.parent, self.offset, self.steps = parent, offset, steps
+    def __init__(self, parent: _FusedRun | _Repatch, offset: int) -> None:
+        self.parent, self.offset = parent, offset
         self.own: _FusedRun | None = None
 
     @property
     def table(self) -> _Table | None:
         """The run's table where it holds row ``offset`` (what a call resumes), else None."""
-        t = self.parent.table
+        t = self.parent.resolve().table
         return t if t is not None and self.offset < len(t.works) else None
 
     def _build(self, cc: np.ndarray | None = None) -> None:
         return None  # (lowering ahead: the run's own table serves)
 
     def __call__(self) -> list[Work]:
-        p = self.parent
+        p = self.parent.resolve()
         t = p.table
         if t is not None and self.offset < len(t.works) and not (t.codes and t.stale):
             return p.resume(t, self.offset)
         if self.own is None:
-            self.own = _FusedRun(p.sim, self.steps)
+            self.own = _FusedRun(p.sim, p.steps[self.offset:])
         return self.own()
+
+
+class _Repatch:
+    """A fused run made on its first call (`fuse_groups`, `repatch_groups`): new (``base`` None), or
+    the `_FusedRun.patched` copy of ``base``. It holds the run it patches, the steps of the program
+    now, and the patched step indices (absolute, as ranges ``marks[lo:hi]`` of sorted lists) gathered
+    over every patch since that run was made. Patching a run at once with the offsets of several
+    patches gives the table that patching it patch by patch gives: a step outside the newest patch
+    is the same in every program since, and a recompiled row is lowered for the entries the rows
+    before it leave, whenever it is (its own check at run time keeps the call exact either way).
+    Reading or writing the run's state makes it (`resolve`); ``private`` is the made run's."""
+
+    def __init__(self, base: _FusedRun | None, steps: list[Callable[[], Work]],
+                 ranges: list[tuple[list[int], int, int]], s0: int, sim: FastState) -> None:
+        self.base, self._steps, self.ranges, self.s0, self.sim = base, steps, ranges, s0, sim
+        self.made: _FusedRun | None = None
+        self._private = True  # (a patched copy is its slot's own; `fuse_groups` says otherwise)
+
+    @classmethod
+    def of(cls, run: _FusedRun | _Repatch, steps: list[Callable[[], Work]],
+           marks: tuple[list[int], int, int], s0: int) -> _Repatch:
+        """``run`` (made or not) patched at ``marks`` for the program whose run steps are ``steps``."""
+        if isinstance(run, _Repatch) and run.made is None:
+            return cls(run.base, steps, [*run.ranges, marks], s0, run.sim)
+        real = run.resolve()
+        real.private = False  # (its table is this copy's base now: never patched in place again)
+        return cls(real, steps, [marks], s0, real.sim)
+
+    def resolve(self) -> _FusedRun:
+        real = self.made
+        if real is None:
+            if self.base is None:
+                real = _FusedRun(self.sim, self._steps)
+            else:
+                offsets = sorted({c - self.s0 for m, lo, hi in self.ranges for c in m[lo:hi]})
+                real = self.base.patched(offsets, self._steps)
+            real.private = self._private
+            self.made = real
+            self.base = self._steps = self.ranges = None  # type: ignore[assignment]  (no longer needed)
+        return real
+
+    def __call__(self) -> list[Work]:
+        return self.resolve()()
+
+    @property
+    def private(self) -> bool:
+        return self._private if self.made is None else self.made.private
+
+    @private.setter
+    def private(self, value: bool) -> None:
+        if self.made is None:
+            self._private = value
+        else:
+            self.made.private = value
+
+    # what callers read and write of a run (`ahead.build_tables`), on the run made
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+        return self.resolve()._build(cc)
+
+    def resume(self, t: _Table, start: int) -> list[Work]:
+        return self.resolve().resume(t, start)
+
+    @property
+    def steps(self) -> list[Callable[[], Work]]:
+        return self.resolve().steps
+
+    @property
+    def table(self) -> _Table | None:
+        return self.resolve().table
+
+    @table.setter
+    def table(self, value: _Table | None) -> None:
+        self.resolve().table = value
+
+    @property
+    def dead(self) -> bool:
+        return self.resolve().dead
+
+    @property
+    def builds(self) -> int:
+        return self.resolve().builds
+
+    @builds.setter
+    def builds(self, value: int) -> None:
+        self.resolve().builds = value
