@@ -6,10 +6,12 @@ the fused runs the executor reaches are ever patched or built."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.fast import fastcvo, fastrun
+from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
 from .tiny_gemma3n import CFG
@@ -54,3 +56,34 @@ def test_patched_chunk_programs_follow_the_reference_and_patch_only_runs_called(
 def test_fastcvo_still_exports_the_fused_runs_for_its_callers():
     for name in ("fuse_groups", "repatch_groups", "int4_row", "_FusedRun", "_Repatch", "_Resume", "_Table"):
         assert getattr(fastcvo, name) is getattr(fastrun, name), name
+
+
+@pytest.mark.skipif(not kx.HAVE_NUMBA, reason="fused runs are a numba-backend path")
+def test_a_run_made_later_patches_its_base_as_it_was_before_an_in_place_patch():
+    """A copy made on first call (`fastrun._Repatch`) patches the run it was made from as that run
+    was then: the base slot's own run, patched in place afterwards (a decode token's span words),
+    must not leak those rows into the copy (the MEMSETs' values are what the constant caches show)."""
+    from npukit.targets.pccx import asm
+    from npukit.targets.pccx.fast.fastsim import FastSimulator
+    from npukit.targets.pccx.isa import DestCache
+
+    def program(values: list[int]) -> list[int]:
+        lines = [f"memset cache=fmap slot={i} a={v} b=2 c=3" for i, v in enumerate(values)]
+        return asm.assemble("\n".join(lines))
+
+    sim, fmap = FastSimulator(backend="numba"), int(DestCache.FMAP)
+    sim.load_program(program([1] * 8), tag="a")
+    sim.run()
+    sim.load_program(program([1, 1, 1, 5, 1, 1, 1, 1]), tag="a", dirty=[3])  # slot a's own copy
+    sim.run()
+    slot = sim._tagged["a"]
+    wanted = [1, 1, 1, 5, 1, 1, 7, 1]  # another program, one word apart, its run made from slot a's
+    plan = list(slot.plan)
+    plan[6] = sim._compile(6, program(wanted)[6])
+    groups = fastrun.fuse_groups(sim, plan, slot.groups, frozenset([6]))
+    assert isinstance(groups[0][1], fastrun._Repatch) and groups[0][1].made is None
+    sim.load_program(program([9, 1, 1, 5, 1, 1, 1, 1]), tag="a", dirty=[0])  # slot a patched again
+    sim.run()
+    assert [int(sim.cc[fmap, i, 0]) for i in range(8)] == [9, 1, 1, 5, 1, 1, 1, 1]
+    assert len(groups[0][1]()) == 8  # the other program's run, made now: one compiled call
+    assert [int(sim.cc[fmap, i, 0]) for i in range(8)] == wanted
