@@ -358,9 +358,25 @@ class PccxDriver:
     def _prefill_chunk(self, ids: list[int]) -> np.ndarray:
         t0 = time.perf_counter()
         pos0, n = self._pos, len(ids)
+        first = ("prefill", n, self._bucket_key(self.spans(pos0 + n))) not in self.variants
         v = self.prefill_variant(n, self.spans(pos0 + n))
         spans = {(wk, t): sp for t in range(n) for wk, sp in self.spans(pos0 + t + 1).items()}
-        return self._run(v, ids, pos0, spans, t0, "prefill")
+        if not first or self.executor != "fast" or not self.programs.active:
+            return self._run(v, ids, pos0, spans, t0, "prefill")
+        from npukit.targets.pccx.fast import decoded
+
+        # a program's first run in this process: its words decoded by an earlier one (on disk), or
+        # stored for a later one (named by the words as compiled, before this run's span patches)
+        name = decoded.entry_name(v.key, [seg.words for seg in v.program.segments])
+        entry = self.programs.get(name, decoded.DecodedWords)
+        if entry is not None:
+            decoded.seed(self.dev, entry)
+        logits = self._run(v, ids, pos0, spans, t0, "prefill")
+        if entry is None:
+            got = decoded.collect(self.dev, [seg.words for seg in v.program.segments])
+            if got is not None:
+                self.programs.put(name, got)
+        return logits
 
     # ---- one token ---------------------------------------------------------------------------
     def step(self, token: int, phase: str = "decode") -> np.ndarray:

@@ -117,6 +117,11 @@ class ProgramCache:
                           str(ring.max_tokens), str(ring.sink), str(drv.image.end)])
         return root, base
 
+    @property
+    def active(self) -> bool:
+        """Whether this driver's entries are stored at all (a file-backed checkpoint, not switched off)."""
+        return self._where() is not None
+
     def _path(self, name: tuple) -> tuple[Path, bytes] | None:
         where = self._where()
         if where is None:

@@ -11,15 +11,21 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   their shape and address come from the constant caches at run time, as the span grows token by
   token; the image must lie in the host region the row was built with);
 * 8 EXP (optionally of x − e_max), see `_exp_row`;
-* 10 a small packed INT4 GEMV with its row scales (the projections between the attention and the
-  large matrices), on the serial twin the single step runs (`_nbkernels._SERIAL["gemv_p4_1"]`: the
-  VNNI, the AVX2 or the portable build, whichever this CPU took, so `block` is built once per path under its
-  own name); the image is read in place at the host address the row was built for, while the
-  descriptors hold exactly the binding key it was built from (else the single step rebinds);
-* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastcvo.TLUT`,
+* 10 a packed INT4 GEMV with its row scales (every plain INT4 projection of a decode step), on the
+  serial twin (`_nbkernels._SERIAL["gemv_p4_1"]`) or, for a large matrix (flag 4 in column 5) when
+  the caller asks (``par``), on the parallel twin (`_nbkernels._P4`): both the build of the INT4 path
+  this CPU took (VNNI, AVX2 or portable), so `block` is built once per path under its own name; the
+  image is read in place at the host address the row was built for, while the descriptors hold the
+  binding key it was built from (`_key_holds`; else the single step rebinds);
+* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastrun.TLUT`,
   made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
-* 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel), where
-  the single step would read codes (the caller rebuilds the table once a host write drops them).
+* 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
+  its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
+  table once a host write drops them);
+* 13 a step the loop does not run (a GEMV binding it does not cover, e.g. a K-major INT4 image): the
+  call returns ``-2 - index``, the caller runs it and calls again from the next row
+  (`fastcvo._Resume`); while the descriptors hold the binding key (columns 11..19, as kinds 10 and
+  11) it was lowered for, else it returns the index as a row not run (the table is made again).
 
 A row the compiled loop cannot finish exactly as the single step would — a fault, an operand outside
 its region, an ambiguous e_max or exp — is left undone (nothing written) and `block` returns its
@@ -46,6 +52,8 @@ gemv_f16_1 = nbk._SERIAL["gemv_f16_1"]
 gemv_km_f16 = nbk.gemv_km_f16
 _p4 = nbk._SERIAL["gemv_p4_1"]  # the serial packed INT4 twin of this CPU's path (VNNI, AVX2, portable)
 _i8 = nbk._SERIAL["gemv_i8_1"]  # the serial int8-codes twin (portable)
+_p4_par, _i8_par = nbk._P4, nbk.gemv_i8  # their parallel twins (large rows, when ``par``)
+LARGE = 4  # column-5 flag of an INT4 row over `kernels.PARALLEL_MIN_MACS` weights
 # kinds 10 and 11: 6 image (codes) address, 7 m, 8 k, 9 scale address (0: none), 10 bytes per row,
 # 11..19 the binding key (shape entry m, n, k; weight slot a, hi, lo; slot + 1 a, hi, lo)
 COLS = 20
@@ -144,11 +152,14 @@ def _gemv_row(tab_r, flat, cc, state, h, q, lut32, lut64, info_r):
 
 @nb.njit(**_OPTS)
 def _key_holds(t, cc):
-    """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) was built for."""
+    """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) or a yield (13)
+    was built for: the shape entry and the weight slot. Not slot + 1 (the key's last three columns):
+    a plain INT4 binding never reads it, and whether a GEMV is a row or a yield depends on the first
+    six fields only (`fastmat.fused_row`, `fastrun.int4_row`); a decode program's slot + 1 may be an
+    entry the next GEMV reads, rewritten every token."""
     shp, siz = t[1], t[2]
     for j in range(3):
-        if (np.int64(cc[0, shp, j]) != t[INT4_KEY + j] or np.int64(cc[1, siz, j]) != t[INT4_KEY + 3 + j]
-                or np.int64(cc[1, siz + 1, j]) != t[INT4_KEY + 6 + j]):
+        if np.int64(cc[0, shp, j]) != t[INT4_KEY + j] or np.int64(cc[1, siz, j]) != t[INT4_KEY + 3 + j]:
             return False
     return True
 
@@ -168,9 +179,10 @@ def _int4_done(t, d, st, state, lut32, info_r):
     return 0
 
 
-def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r):  # pragma: no cover - numba
+def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r, par):  # pragma: no cover - numba
     """Kind 10 (packed image) and 11 (cached int8 codes, column 10 unused): 0 done, 1 not run (the
-    descriptors changed: the single step rebinds), 2 done but e_max left to the caller."""
+    descriptors changed: the single step rebinds), 2 done but e_max left to the caller. A large row
+    runs on the parallel twin when ``par`` (the same exact sums: the rows' partition changes no bit)."""
     if not _key_holds(t, cc):
         return 1
     m, k = t[7], t[8]
@@ -180,20 +192,39 @@ def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r):  # pragma: no cover 
     x = flat[t[3] * 8: t[3] * 8 + k]
     d = flat[t[4] * 8: t[4] * 8 + m]
     accm = (t[5] & 1) != 0
+    wide = par and (t[5] & LARGE) != 0
     if t[0] == 10:
-        st = _p4(x, nb.carray(_u8_at(t[6]), (m, t[10])), scale, d, accm, q, lut32, lut64)
+        p = nb.carray(_u8_at(t[6]), (m, t[10]))
+        if wide:
+            st = _p4_par(x, p, scale, d, accm, q, lut32, lut64)
+        else:
+            st = _p4(x, p, scale, d, accm, q, lut32, lut64)
     else:
-        st = _i8(x, nb.carray(_u8_at(t[6]), (m, k)).view(np.int8), scale, d, accm, q, lut32, lut64)
+        w = nb.carray(_u8_at(t[6]), (m, k)).view(np.int8)
+        if wide:
+            st = _i8_par(x, w, scale, d, accm, q, lut32, lut64)
+        else:
+            st = _i8(x, w, scale, d, accm, q, lut32, lut64)
     return _int4_done(t, d, st, state, lut32, info_r)
 
 
-def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma: no cover - numba
-    """Execute table rows in order (module docstring): -1 when all ran, else the row to resume at
-    (``rows + r``: row r ran but its e_max update is the caller's)."""
+@nb.njit(**_OPTS)
+def _region(hosts, j):
+    """Host region ``j`` of a table (`hosts[j]`: its address and length in BF16 words) as uint16 words."""
+    return nb.carray(_u8_at(hosts[j, 0]), (2 * hosts[j, 1],)).view(np.uint16)
+
+
+def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par):  # pragma: no cover
+    """Execute table rows in order from row ``start`` (module docstring): -1 when all ran, ``-2 - r``
+    at a yield row r, else the row to resume at (``rows + r``: row r ran but its e_max update is the
+    caller's). ``par``: large INT4
+    rows on the parallel twin (`twins.TwinChooser` picks it per call)."""
     one = np.empty(1, np.float64)
     bits = np.empty(1, np.uint16)
-    for r in range(tab.shape[0]):
+    for r in range(start, tab.shape[0]):
         kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
+        if kind == 13:  # a step the caller runs (a GEMV this loop does not cover), then resumes after;
+            return -2 - r if _key_holds(tab[r], cc) else r  # its descriptors changed: rebuild
         if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
             s = 0.0
             if op < 0:
@@ -224,13 +255,13 @@ def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma
         elif kind == 6:  # MEMSET of constant-cache entry (cache op, slot s0) to (n, d0, accm)
             cc[op, s0, 0], cc[op, s0, 1], cc[op, s0, 2] = n, d0, accm
         elif kind == 7 or kind == 9:
-            st = _gemv_row(tab[r], flat, cc, state, h0 if tab[r, 6] == 0 else h1, q, lut32, lut64, info[r])
+            st = _gemv_row(tab[r], flat, cc, state, _region(hosts, tab[r, 6]), q, lut32, lut64, info[r])
             if st == 1:
                 return r
             if st == 2:
                 return tab.shape[0] + r
         elif kind == 10 or kind == 11:
-            st = _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r])
+            st = _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r], par)
             if st == 1:
                 return r
             if st == 2:
@@ -244,18 +275,16 @@ def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma
         elif kind == 8:  # EXP (op: less e_max)
             if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], lut64):
                 return r
-        else:  # MEMCPY (4: L2 -> L2, 5: host region h0/h1 -> L2) of shape entry ``op``, bound for the
-            # (a, b, c) packed in column 5
+        else:  # MEMCPY (4: L2 -> L2, 5: host region ``hosts[col 6]`` -> L2) of shape entry ``op``,
+            # bound for the (a, b, c) packed in column 5
             if (np.int64(cc[0, op, 0]) != (accm & 0xFFFF) or np.int64(cc[0, op, 1]) != ((accm >> 16) & 0xFFFF)
                     or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
                 return r
             if kind == 4:
                 tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
                 flat[d0: d0 + n] = tmp
-            elif tab[r, 6] == 0:
-                flat[d0: d0 + n] = h0[s0: s0 + n]
             else:
-                flat[d0: d0 + n] = h1[s0: s0 + n]
+                flat[d0: d0 + n] = _region(hosts, tab[r, 6])[s0: s0 + n]
     return -1
 
 
@@ -263,5 +292,5 @@ def _block(tab, flat, cc, state, h0, h1, q, info, lut32, lut64, tlut):  # pragma
 # one build per INT4 path (`_nbkernels.SIMD`: VNNI, AVX2 or portable, chosen before anything compiles),
 # each under its own name so numba's disk cache never hands one path the other's code
 _PATH = {"avx512-vnni": "_vnni", "avx2": "_avx2"}.get(nbk.SIMD, "")
-_int4_row_nb = njit_variant(_int4_row, "block_int4_row" + _PATH, _OPTS, _p4=_p4)
+_int4_row_nb = njit_variant(_int4_row, "block_int4_row" + _PATH, _OPTS, _p4=_p4, _p4_par=_p4_par)
 block = njit_variant(_block, "cvo_block" + _PATH, _OPTS, _int4_row_nb=_int4_row_nb)

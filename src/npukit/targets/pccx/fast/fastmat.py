@@ -157,11 +157,10 @@ def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     row = (kind, ins.shape_ptr_addr, ins.size_ptr_addr, ins.src_addr, ins.dest_reg,
            int(site.accm) | int(site.findemax) << 1, 0, addr - 2 * hit[1], sim.limits.l2_words)
 
-    def work(info: np.ndarray) -> Work:  # (m, k, live rows) the row ran with
-        fm, fk = int(info[0]), int(info[1])
+    def work(info: list[int]) -> Work:  # (m, k, live rows) the row ran with
         if kind == 7:
-            return _mat_work(site, fm, 1, fk, "fp16")
-        return _kmajor_work(site, fm, 1, fk, "fp16", int(info[2]), False)
+            return _mat_work(site, info[0], 1, info[1], "fp16")
+        return _kmajor_work(site, info[0], 1, info[1], "fp16", info[2], False)
 
     return row, None, hit[0], work
 

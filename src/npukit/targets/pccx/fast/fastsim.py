@@ -34,8 +34,9 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastcvo import compile_cvo, fuse_groups, int4_row, repatch_groups
+from npukit.targets.pccx.fast.fastcvo import compile_cvo
 from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site, prebind_mat
+from npukit.targets.pccx.fast.fastrun import fuse_groups, int4_row, repatch_groups
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
@@ -138,8 +139,7 @@ class FastSimulator(Simulator):
         self.fallbacks = 0
         self._k = kx._numba_kernels() if backend == "numba" else {}
         self.twins = TwinChooser()  # large GEMVs: parallel or serial twin, by what each costs now
-        # packed INT4 on VNNI or AVX2 beats unpacked int8 codes from K = 128 (two 64-byte runs per row;
-        # AVX2 build, 256 x 1024 in cache: 5.1 us against 11.5 us for the int8 codes, this host)
+        # packed INT4 on VNNI or AVX2 beats unpacked int8 codes from K = 128 (AVX2 256x1024: 5.1 vs 11.5 us)
         self.simd_rows = backend == "numba" and kx.simd() in ("avx512-vnni", "avx2")
         self._codes: dict[tuple, Codes] = {}
         self._cached_bytes = 0
@@ -262,7 +262,7 @@ class FastSimulator(Simulator):
                 refuse = refuse or before[0] or after[0]
                 same = same and before == after
             if refuse and same:  # the runs keep their bounds: patch the ones holding a patched step
-                slot.groups = repatch_groups(plan, slot.groups, changed)
+                slot.groups = repatch_groups(plan, slot.groups, changed, not self._preparing)
             elif refuse:  # a step became (or stopped being) fusable: regroup
                 slot.groups = fuse_groups(self, plan, slot.groups, frozenset(changed))
         self.program, self.pc, self.error = slot.words, 0, None
@@ -522,7 +522,6 @@ class FastSimulator(Simulator):
         return memcpy
 
     def _compile_mat(self, idx: int, ins: _Instr) -> Callable[[], Work]:
-
         ref = self._reference(idx, ins)
         trace = self.trace
         shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr

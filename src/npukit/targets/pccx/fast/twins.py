@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-_PARALLEL, _SERIAL = 0, 1
+PARALLEL, SERIAL = 0, 1  # the twins, as `TwinChooser.pick` names them
+_PARALLEL, _SERIAL = PARALLEL, SERIAL
 _OUTLIER = 4.0  # a call costing more than this times its twin's mean counts as this much
 
 

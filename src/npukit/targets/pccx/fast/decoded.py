@@ -1,0 +1,105 @@
+"""A prefill chunk program's decoded instructions kept on disk beside the compiled programs.
+
+Planning a new chunk program in a fresh process decodes and validates its ~70 000 distinct words
+and labels each for its Work record (~30 µs a word, ~2 s of a 36-token chunk's planning). Both are
+pure functions of the word (the ISA profile and limits fixed by the key), so the driver stores them
+once per program (`PccxDriver._prefill_chunk`, through its `ProgramCache`) and a later process seeds
+the executor's decode memo and the label memo from the entry instead of decoding anew.
+
+Key: the program cache's own (checkpoint, compiler, hardware, profile, KV ring), the chunk
+program's name, SHA-256 of its words and `VERSION` (the source of the decoder and the label
+format). Only valid words are stored; a word the entry lacks (a span patch of a later chunk) is
+decoded as before, so a stale or partial entry changes nothing but the time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import npukit
+from npukit.targets.pccx import asm
+
+# what a word's decoded instruction and its label depend on (relative to the npukit package)
+_SOURCES = ("targets/pccx/isa.py", "isa/spec.py", "isa/text.py", "targets/pccx/asm.py",
+            "targets/pccx/fast/decoded.py")
+_MAX_MEMO = 1 << 18  # the memos' own bounds (`fastsim._MAX_DECODED`, `asm.format_instr`)
+
+
+@functools.cache
+def version() -> str:
+    """SHA-256 of the decoder's and the label format's source, once per process."""
+    pkg = Path(npukit.__file__).parent
+    h = hashlib.sha256()
+    for rel in _SOURCES:
+        h.update(rel.encode() + b"\0" + (pkg / rel).read_bytes())
+    return h.hexdigest()[:32]
+
+
+@dataclass
+class DecodedWords:
+    """Distinct valid words of a program, their decoded instructions and labels (same order)."""
+
+    words: np.ndarray  # uint64
+    instrs: list
+    texts: list[str]
+
+
+def words_hash(segments: Iterable[Sequence[int]]) -> str:
+    """SHA-256 over a program's segments' words (its content key)."""
+    h = hashlib.sha256()
+    for words in segments:
+        h.update(np.asarray(words, dtype=np.uint64).tobytes() + b"\xff")
+    return h.hexdigest()[:32]
+
+
+def entry_name(name: tuple, segments: Iterable[Sequence[int]]) -> tuple:
+    """The program cache name of a program's decoded words."""
+    return ("decoded", version(), name, words_hash(segments))
+
+
+def collect(dev: Any, segments: Iterable[Sequence[int]]) -> DecodedWords | None:
+    """What ``dev`` (a `FastSimulator` that has run the program) decoded for its words; None for
+    another executor."""
+    memo = getattr(dev, "_decoded", None)
+    if memo is None:
+        return None
+    words, instrs, texts = [], [], []
+    for w in sorted({int(x) for seg in segments for x in seg}):
+        ins = memo.get(w)
+        if ins is None or isinstance(ins, Exception):
+            continue
+        words.append(w)
+        instrs.append(ins)
+        texts.append(asm.format_instr(ins))
+    return DecodedWords(np.array(words, dtype=np.uint64), instrs, texts)
+
+
+def seed(dev: Any, entry: DecodedWords) -> int:
+    """Fill ``dev``'s decode memo and the label memo from ``entry`` (within their bounds); the words
+    added."""
+    memo = getattr(dev, "_decoded", None)
+    if memo is None or len(entry.instrs) != len(entry.words) or len(entry.texts) != len(entry.words):
+        return 0
+    labels, words = asm._TEXT, entry.words.tolist()
+    if len(memo) + len(words) <= _MAX_MEMO and len(labels) + len(words) <= _MAX_MEMO:
+        before = len(memo)  # room for all: two bulk updates (equal words decode to equal instructions)
+        memo.update(zip(words, entry.instrs, strict=True))
+        labels.update(zip(entry.instrs, entry.texts, strict=True))
+        return len(memo) - before
+    added = 0
+    for w, ins, text in zip(words, entry.instrs, entry.texts, strict=True):
+        if len(memo) >= _MAX_MEMO:
+            break
+        if w not in memo:
+            memo[w] = ins
+            added += 1
+        if len(labels) < _MAX_MEMO:
+            labels.setdefault(ins, text)
+    return added

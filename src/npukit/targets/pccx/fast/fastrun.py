@@ -1,0 +1,517 @@
+"""Fused runs of the fast executor's steps: one compiled call (`_nbblock.block`) per run of steps.
+
+`fuse_groups` finds the runs of a plan (`fastsim.FastSimulator`), a `_FusedRun` lowers one into a
+table of int64 rows on its first call (the rows each step's ``fuse`` gives: `fastcvo` for CVOs,
+`fastmat.fused_row` and `int4_row` for GEMVs, `fastsim` for MEMSET and MEMCPY), and a `_Resume`
+runs the rest of a run after a step the compiled loop left to the caller. A decode step's layer,
+its INT4 projections included, is one such call.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import perf_counter
+
+import numpy as np
+
+from npukit.sim.work import Work
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.fast.fastmat import MatSite, _mat_work, _unpacked, key_fields, update_emax
+from npukit.targets.pccx.fast.state import Codes, FastState
+from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
+from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
+
+_E = 8
+
+# Unary cores a fused run reads from a table (`_nbblock` kind 12, the steps `fastcvo` marks): a BF16
+# input has 2^16 values, so core(x) for each, computed once by the core itself (NumPy, float64, as the
+# single step calls it on its slice; the loops are elementwise), is what every single step would
+# compute; the rounding (and accm's add) is then the single step's own `round_store`.
+_TABLED = (nx.gelu_core, nx.tanh_core, nx.sin_core, nx.cos_core)
+TLUT = np.zeros((len(_TABLED), 1 << 16), np.float64)
+_TLUT_MADE = [False] * len(_TABLED)
+
+
+def tabled(core: Callable[[np.ndarray], np.ndarray]) -> int:
+    """`TLUT`'s row holding ``core`` of every BF16 value (made on first use), or -1: not tabled."""
+    for i, c in enumerate(_TABLED):
+        if c is core:
+            if not _TLUT_MADE[i]:
+                with np.errstate(all="ignore"):
+                    TLUT[i] = core(kx.LUT64.copy())
+                _TLUT_MADE[i] = True
+            return i
+    return -1
+
+
+def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None = None,
+                changed: frozenset[int] = frozenset()) -> list[tuple[int, Callable] | None]:
+    """Runs of >= 2 consecutive steps marked ``fuse`` (arithmetic CVO, EXP, REDUCE_SUM, LOAD_SCALAR,
+    MEMSET, MEMCPY, FP16 GEMV, on the numba backend) as one compiled call each (`_nbblock.block`):
+    ``out[i] = (end, run)`` for a run starting at i, and also after each step that may end a run (a
+    GEMV whose binding the compiled loop does not cover: `fastmat.fused_row` says False), a `_Resume`
+    of the run from there, so that the rest of the run is one call too. The table rows replay exactly
+    what the single steps do, in order; a GEMV the loop does not cover is a `_YIELD` row (the call
+    returns, the caller runs that step, then resumes the table after it); a row that cannot run (a
+    fault, an operand outside its bound region, a copy whose shape entry changed, an ambiguous exp)
+    stops the call before it, and the caller runs the remaining steps one by one.
+    ``run()`` returns the Work records of the steps it executed, in order (possibly none).
+    ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
+    with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`). New
+    and patched runs are made on their first call (`_Repatch`: a chunk program has thousands of runs
+    and patches most of them), and a run's resumes read its copy of the steps (one per run)."""
+    n = len(plan)
+    out: list[tuple[int, Callable] | None] = [None] * n
+    marks = sorted(changed)  # (a chunk program changes tens of thousands of steps: find a run's by bisection)
+    i = 0
+    while i < n:
+        j = i
+        while j < n and getattr(plan[j], "fuse", None) is not None:
+            j += 1
+        if j - i >= 2:
+            prev = old[i] if old is not None else None
+            run: _FusedRun | _Repatch
+            if prev is not None and prev[0] == j and isinstance(prev[1], _FusedRun | _Repatch):
+                lo = bisect_left(marks, i)
+                hi = bisect_left(marks, j, lo)
+                kept = prev[1].made or prev[1]  # (a run made since: no wrapper from now on)
+                run = _Repatch.of(kept, plan[i:j], (marks, lo, hi), i) if lo < hi else kept
+            else:
+                run = _Repatch(None, plan[i:j], [], i, sim)
+            run.private = False  # (held by the groups of more than one program from now on)
+            out[i] = (j, run)
+            for p in range(i, j - 2):  # (a resume of at least two steps after each step that may end it)
+                if getattr(plan[p], "fuse_may_end", False):
+                    out[p + 1] = (j, _Resume(run, p + 1 - i))
+        i = max(j, i + 1)
+    return out
+
+
+def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int], in_place: bool = False
+                   ) -> list:
+    """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
+    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy,
+    made on its first call (`_Repatch`: a prefill chunk program re-run at new positions patches
+    thousands of span words, and patching every run at load cost ~50 ms a prompt token). With
+    ``in_place``, a `private` run already made is patched itself at once (a decode token's few span
+    patches: no new table, the resumes after it stay valid)."""
+    out = list(groups)
+    marks = sorted(changed)
+    moved: dict[int, _FusedRun | _Repatch] = {}  # id(run) -> what replaces it (the resumes after it follow)
+    for s0, g in enumerate(groups):
+        if g is None:
+            continue
+        end, run = g
+        if isinstance(run, _Resume):
+            parent = moved.get(id(run.parent), run.parent)
+            if parent is not run.parent or _any_within(marks, s0, end):
+                out[s0] = (end, _Resume(parent, run.offset))
+            continue
+        if not isinstance(run, _FusedRun | _Repatch):
+            continue
+        real = run.made
+        lo = bisect_left(marks, s0)
+        hi = bisect_left(marks, end, lo)
+        new: _FusedRun | _Repatch
+        if lo == hi:
+            new = run if real is None else real  # (a run made since: no wrapper from now on)
+        elif in_place and real is not None and real.private:
+            new = real.patched([c - s0 for c in marks[lo:hi]], plan[s0:end], True)
+        else:
+            new = _Repatch.of(run, plan[s0:end], (marks, lo, hi), s0)
+        if new is not run:
+            moved[id(run)] = new
+            out[s0] = (end, new)
+    return out
+
+
+def _any_within(marks: list[int], start: int, end: int) -> bool:
+    """Whether a sorted ``marks`` entry lies in [start, end)."""
+    lo = bisect_left(marks, start)
+    return lo < len(marks) and marks[lo] < end
+
+
+@dataclass
+class _Table:
+    """A fused run lowered for `_nbblock.block`: rows, Work records (None: made from ``info`` after
+    the call, ``makers``), the host regions the rows read (any number: a row names one by its index
+    in column 6, the call gets their addresses, ``hosts``), and whether a longer prefix may follow."""
+
+    tab: np.ndarray
+    ins: list
+    works: list
+    makers: dict[int, Callable[[np.ndarray], Work]]
+    regions: list[np.ndarray]  # uint16 views of host regions (held: the call reads them by address)
+    info: np.ndarray
+    retry: bool
+    keep: list = field(default_factory=list)  # what INT4 rows (kinds 10, 11) read by address
+
+    def __post_init__(self) -> None:
+        self.hosts = np.array([(h.ctypes.data, h.size) for h in self.regions], np.int64).reshape(-1, 2)
+        self.codes = [held[1] for held in self.keep if isinstance(held[1], Codes)]  # kind 11's
+        tab = self.tab
+        large = np.isin(tab[:, 0], (10, 11)) & (tab[:, 5] & _LARGE != 0)
+        # the weight bytes its large rows stream, summed up to each row (the twin chooser's costs are
+        # per such byte)
+        per_row = np.where(large, tab[:, 7] * np.where(tab[:, 0] == 10, tab[:, 10], tab[:, 8]), 0)
+        self.large_upto = np.concatenate([[0], np.cumsum(per_row)]).tolist()
+
+    @property
+    def stale(self) -> bool:
+        """Whether cached codes an INT4 row reads were dropped (a host write over their image)."""
+        return not all(c.valid for c in self.codes)
+
+    @property
+    def items(self) -> list:
+        """The trace entries (instruction, Work) of the rows (made once per table)."""
+        got = self.__dict__.get("_items")
+        if got is None:
+            got = self.__dict__["_items"] = list(zip(self.ins, self.works, strict=True))
+        return got
+
+
+_COLS = 20  # table columns (`_nbblock.COLS`)
+_INT4 = FORMAT_CODES["int4"]
+_LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
+_YIELD = 13  # a row `_nbblock.block` returns at: the caller runs that step, then resumes after it
+
+
+def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
+    """The `_nbblock` row of a plain INT4 GEMV for the binding key ``key``, and its Work: kind 11
+    where the single step reads cached int8 codes, else kind 10 (the packed image in place), so a run
+    of fused steps goes on through every projection of a decode step (a layer between two host
+    interactions is one compiled call). A large matrix (from `kernels.PARALLEL_MIN_MACS` weights) is
+    flagged `_nbblock.LARGE`: the run's call then takes the twin `twins.TwinChooser` picks, as the
+    single step would. False for every other binding. The last item holds what the row reads by
+    address (kept alive), and the codes whose validity the table depends on."""
+    f = key_fields(key)
+    if sim.backend != "numba" or len(f) != 9:
+        return False
+    m, n, k, a, hi, lo = f[:6]
+    if a != _INT4 or n > 1 or m == 0 or k == 0:
+        return False
+    ins, rb = site.ins, row_bytes("int4", k)
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return False
+    addr = ((hi << 16) | lo) * WORD_BYTES
+    body = sim.host.view(addr, m * rb)
+    sb = sim.host.view(addr + m * rb + (-(m * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    if body is None or (site.w_scale and sb is None):
+        return False
+    codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
+    flags = int(site.accm) | int(site.findemax) << 1 | (_LARGE if m * k >= kx.PARALLEL_MIN_MACS else 0)
+    work = _mat_work(site, m, 1, k, "int4")
+    if codes is not None:
+        c = np.ascontiguousarray(codes.codes)
+        scale = codes.scale.ctypes.data if codes.scale.size else 0
+        row = (11, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, c.ctypes.data, m, k, scale, 0, *f)
+        return row, work, None, None, (c, codes)
+    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body.ctypes.data, m, k,
+           0 if sb is None else sb.ctypes.data, rb, *f)
+    return row, work, None, None, (body, sb)
+
+
+def _lowered(step: Callable[[], Work], cc: np.ndarray | None) -> tuple | None:
+    """A step's table row (and what goes with it: `fuse_groups`) for the constant caches ``cc``: a
+    `_YIELD` row for a GEMV the compiled loop does not cover (the caller runs it between two calls);
+    None where the step cannot be bound now (the table ends before it)."""
+    got = step.fuse(cc) if callable(step.fuse) else step.fuse
+    if got is False and getattr(step, "fuse_may_end", False) and cc is not None:
+        ins = step.fuse_ins  # a GEMV: a yield while its descriptors hold this binding key
+        shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
+        if siz + 2 <= cc.shape[1]:
+            key = [*cc[0, shp].tolist(), *cc[1, siz: siz + 2].reshape(-1).tolist()]
+            return (_YIELD, shp, siz, *(0,) * 8, *key), None
+    return None if got is False else got
+
+
+class _CcBefore:
+    """The constant caches as a table's MEMSET rows before a row leave ``cc``, for rows asked in
+    ascending order: one running copy, each MEMSET row applied once (a chunk program's patch asks at
+    thousands of rows of one table; a copy and a scan of the rows before each cost ~0.1 ms a row).
+    ``tab`` may change at a row once that row has been asked for (its patched row counts from then)."""
+
+    def __init__(self, cc: np.ndarray, tab: np.ndarray) -> None:
+        self.cc, self.tab, self.at = cc.copy(), tab, 0
+
+    def at_row(self, row: int) -> np.ndarray:
+        tab, at = self.tab, self.at
+        for r in np.flatnonzero(tab[at:row, 0] == 6) + at:
+            self.cc[tab[r, 1], tab[r, 2]] = tab[r, 3:6]
+        self.at = row
+        return self.cc
+
+
+_RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
+
+
+class _FusedRun:
+    """One run of fusable steps as a callable (`fuse_groups`): lowered lazily on its first call."""
+
+    def __init__(self, sim: FastState, steps: list[Callable[[], Work]], table: _Table | None = None) -> None:
+        self.sim, self.steps, self.table = sim, steps, table
+        self.dead = False  # fewer than two leading rows can ever be fused: the caller runs the steps
+        self.builds = 0
+        self.private = False  # held by one program slot's groups only (`patched` may edit it in place)
+
+    @property
+    def made(self) -> _FusedRun:
+        return self  # (as `_Repatch.made`: this run exists)
+
+    def resolve(self) -> _FusedRun:
+        return self  # (as `_Repatch.resolve`)
+
+    def patched(self, offsets: list[int], steps: list[Callable[[], Work]], in_place: bool = False
+                ) -> _FusedRun:
+        """A copy for a program whose steps at ``offsets`` were recompiled (same run bounds): a built
+        table keeps its other rows and takes the recompiled steps' rows (a copy's or a GEMV's from
+        the constant caches as the rows before it leave them, as `_build` does); it is built anew
+        when a recompiled row is not available or reads a host region the table does not hold. With
+        ``in_place``, a `private` run whose new rows hold no INT4 GEMV is itself patched (a decode
+        token's span patches: no new table, the resumes after it stay valid)."""
+        t = self.table
+        new = _FusedRun(self.sim, steps)
+        new.builds, new.dead, new.private = self.builds, self.dead, True
+        if t is None:
+            new.dead = self.dead and not any(callable(steps[o].fuse) for o in offsets)
+            return new
+        done = len(t.works)
+        if any(o >= done and callable(steps[o].fuse) for o in offsets):
+            new.dead = False
+            return new  # the prefix may now run further: build it again
+        tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
+        # the patched rows, and the yields after the first (a MEMSET patched before a GEMV's yield may
+        # give it a binding the loop covers: lowered again, with the entries the rows before leave)
+        yields = np.flatnonzero(t.tab[:, 0] == _YIELD)
+        first, rows, before = min(offsets, default=done), [], _CcBefore(self.sim.cc, tab)
+        for o in sorted({*(x for x in offsets if x < done), *(int(y) for y in yields if y > first)}):
+            st = steps[o]
+            got = _lowered(st, before.at_row(o) if callable(st.fuse) else None)
+            if got is None:
+                return new
+            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            if row[0] in (10, 11):
+                keep.append(got[4])
+            elif len(got) > 2:
+                j = next((j for j, h in enumerate(t.regions) if h is got[2]), None)
+                if j is None:
+                    return new
+                row[6] = j
+            makers.pop(o, None)
+            if len(got) > 3 and got[3] is not None:
+                makers[o] = got[3]
+            tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
+            in_place = in_place and row[0] not in (10, 11)  # (those change what the table holds)
+            rows.append(o)
+        if in_place and self.private:
+            t.tab, t.ins, t.works, t.makers = tab, ins, works, makers
+            items = t.__dict__.get("_items")
+            for o in rows if items is not None else ():
+                items[o] = (ins[o], works[o])
+            self.steps = steps
+            return self
+        new.table = _Table(tab, ins, works, makers, t.regions, np.zeros_like(t.info), t.retry, keep)
+        return new
+
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+        """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's
+        now) as the run's own MEMSETs leave them; each such row checks its entries when it runs."""
+        self.builds += 1
+        rows, ins, works, makers, regions, keep = [], [], [], {}, [], []
+        retry = False
+        cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
+        for st in self.steps:
+            got = _lowered(st, cc)
+            if got is None:
+                retry = self.builds < _RETRIES
+                break
+            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            if row[0] == 6:  # a MEMSET of an entry
+                cc[row[1], row[2]] = row[3:6]
+            if row[0] in (10, 11):  # an INT4 GEMV reads its image by address: the table keeps the arrays
+                keep.append(got[4])
+            elif len(got) > 2:  # a host region the row reads, by identity
+                j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
+                if j == len(regions):
+                    regions.append(got[2])
+                row[6] = j
+            if len(got) > 3 and got[3] is not None:
+                makers[len(rows)] = got[3]
+            rows.append(row)
+            ins.append(st.fuse_ins)
+            works.append(got[1])
+        if len(rows) < 2:
+            self.dead = not retry
+            return None
+        return _Table(np.array(rows, np.int64), ins, works, makers, regions,
+                      np.zeros((len(rows), 3), np.int64), retry, keep)
+
+    def _run(self, t: _Table, start: int) -> int:
+        """One compiled call of the table from row ``start``; where the rows hold large INT4 GEMVs, on
+        the twin the executor's chooser picks (the call timed as a whole: their bytes dominate it)."""
+        sim = self.sim
+        args = (t.tab, start, sim.flat, sim.cc, sim._regs, t.hosts, sim._qbuf, t.info, kx.LUT32, kx.LUT64,
+                TLUT)
+        twins, upto = sim.twins, t.large_upto
+        if upto[-1] == upto[start] or twins.single:
+            return sim._k["cvo_block"](*args, 0)
+        twin = twins.pick()
+        t0 = perf_counter()
+        r = sim._k["cvo_block"](*args, int(twin == _PARALLEL))
+        end = len(upto) - 1 if r == -1 else -2 - r  # (a run cut short by a rebind: its cost unknown)
+        if r < 0 and upto[end] > upto[start]:
+            twins.record(twin, perf_counter() - t0, upto[end] - upto[start])
+        return r
+
+    def __call__(self) -> list[Work]:
+        if self.dead:
+            return []
+        t = self.table
+        if t is None or (t.codes and t.stale):
+            t = self.table = self._build()
+            if t is None:
+                return []
+        return self.resume(t, 0)
+
+    def resume(self, t: _Table, start: int) -> list[Work]:
+        """Run the table ``t`` (this run's, valid) from row ``start``: the Work records of the steps run."""
+        sim = self.sim
+        r = self._run(t, start)
+        rows = len(t.works)
+        done = rows if r == -1 else (-2 - r if r < 0 else (r - rows + 1 if r >= rows else r))
+        if 0 <= r < rows or t.retry:
+            self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
+        works, items = t.works[start:done], t.items[start:done]
+        if t.makers:  # the Work of a GEMV row, from the shape it ran with
+            at = [i for i in t.makers if start <= i < done]
+            for i, info in zip(at, t.info[at].tolist(), strict=True):
+                works[i - start] = w = t.makers[i](info)
+                items[i - start] = (t.ins[i], w)
+        if r >= rows:  # the last row ran, its e_max update is the reference reduction's
+            i = r - rows
+            m, d0 = int(t.info[i, 0]), int(t.tab[i, 4]) * _E
+            update_emax(sim, [sim.flat[d0: d0 + m]])
+        sim.trace.extend(items)
+        return works
+
+
+class _Resume:
+    """The rest of a fused run from step ``offset`` on (`fuse_groups`: after a step that may end the
+    run): the run's own table resumed there when it holds that row (one compiled call, no table of
+    its own to lower, ahead or not), else a run of those steps (the run's own copy of them, from
+    ``offset``) lowered on its first call (the run's table stopped before it, e.g. at a binding that
+    changed). ``parent`` is the run's `_FusedRun` or the `_Repatch` that makes it."""
+
+    dead = False
+    builds = 0
+
+    def __init__(self, parent: _FusedRun | _Repatch, offset: int) -> None:
+        self.parent, self.offset = parent, offset
+        self.own: _FusedRun | None = None
+
+    @property
+    def table(self) -> _Table | None:
+        """The run's table where it holds row ``offset`` (what a call resumes), else None."""
+        t = self.parent.resolve().table
+        return t if t is not None and self.offset < len(t.works) else None
+
+    def _build(self, cc: np.ndarray | None = None) -> None:
+        return None  # (lowering ahead: the run's own table serves)
+
+    def __call__(self) -> list[Work]:
+        p = self.parent.resolve()
+        t = p.table
+        if t is not None and self.offset < len(t.works) and not (t.codes and t.stale):
+            return p.resume(t, self.offset)
+        if self.own is None:
+            self.own = _FusedRun(p.sim, p.steps[self.offset:])
+        return self.own()
+
+
+class _Repatch:
+    """A fused run made on its first call (`fuse_groups`, `repatch_groups`): new (``base`` None), or
+    the `_FusedRun.patched` copy of ``base``. It holds the run it patches, the steps of the program
+    now, and the patched step indices (absolute, as ranges ``marks[lo:hi]`` of sorted lists) gathered
+    over every patch since that run was made. Patching a run at once with the offsets of several
+    patches gives the table that patching it patch by patch gives: a step outside the newest patch
+    is the same in every program since, and a recompiled row is lowered for the entries the rows
+    before it leave, whenever it is (its own check at run time keeps the call exact either way).
+    Reading or writing the run's state makes it (`resolve`); ``private`` is the made run's."""
+
+    def __init__(self, base: _FusedRun | None, steps: list[Callable[[], Work]],
+                 ranges: list[tuple[list[int], int, int]], s0: int, sim: FastState) -> None:
+        self.base, self._steps, self.ranges, self.s0, self.sim = base, steps, ranges, s0, sim
+        self.made: _FusedRun | None = None
+        self._private = True  # (a patched copy is its slot's own; `fuse_groups` says otherwise)
+
+    @classmethod
+    def of(cls, run: _FusedRun | _Repatch, steps: list[Callable[[], Work]],
+           marks: tuple[list[int], int, int], s0: int) -> _Repatch:
+        """``run`` (made or not) patched at ``marks`` for the program whose run steps are ``steps``."""
+        if isinstance(run, _Repatch) and run.made is None:
+            return cls(run.base, steps, [*run.ranges, marks], s0, run.sim)
+        real = run.resolve()
+        real.private = False  # (its table is this copy's base now: never patched in place again)
+        return cls(real, steps, [marks], s0, real.sim)
+
+    def resolve(self) -> _FusedRun:
+        real = self.made
+        if real is None:
+            if self.base is None:
+                real = _FusedRun(self.sim, self._steps)
+            else:
+                offsets = sorted({c - self.s0 for m, lo, hi in self.ranges for c in m[lo:hi]})
+                real = self.base.patched(offsets, self._steps)
+            real.private = self._private
+            self.made = real
+            self.base = self._steps = self.ranges = None  # type: ignore[assignment]  (no longer needed)
+        return real
+
+    def __call__(self) -> list[Work]:
+        return self.resolve()()
+
+    @property
+    def private(self) -> bool:
+        return self._private if self.made is None else self.made.private
+
+    @private.setter
+    def private(self, value: bool) -> None:
+        if self.made is None:
+            self._private = value
+        else:
+            self.made.private = value
+
+    # what callers read and write of a run (`ahead.build_tables`), on the run made
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+        return self.resolve()._build(cc)
+
+    def resume(self, t: _Table, start: int) -> list[Work]:
+        return self.resolve().resume(t, start)
+
+    @property
+    def steps(self) -> list[Callable[[], Work]]:
+        return self.resolve().steps
+
+    @property
+    def table(self) -> _Table | None:
+        return self.resolve().table
+
+    @table.setter
+    def table(self, value: _Table | None) -> None:
+        self.resolve().table = value
+
+    @property
+    def dead(self) -> bool:
+        return self.resolve().dead
+
+    @property
+    def builds(self) -> int:
+        return self.resolve().builds
+
+    @builds.setter
+    def builds(self, value: int) -> None:
+        self.resolve().builds = value

@@ -1,0 +1,126 @@
+"""A prefill chunk program's decoded words on disk (`npukit.targets.pccx.fast.decoded`): a process
+that has seen the checkpoint decodes none of the chunk's words again, and runs it to the same
+logits and cycles as the run that decoded them (the oracle: the driver without the entry, every
+word through the ISA decoder); an entry that does not fit its program changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights, synthetic_weights
+from npukit.models.safetensors import open_checkpoint
+from npukit.targets.pccx import asm, isa
+from npukit.targets.pccx.driver import PccxDriver, Variant
+from npukit.targets.pccx.fast import decoded, fastsim
+from npukit.targets.pccx.gemma3n_quant.cache import load_store
+
+from .tiny_gemma3n import CFG
+
+save_file = pytest.importorskip("safetensors.numpy").save_file
+PROMPT = [3, 9, 1]  # one GEMM chunk of 3 tokens (inside the sliding window of 4)
+
+
+@pytest.fixture
+def ckpt(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPUKIT_INT4_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("NPUKIT_PROGRAM_CACHE", raising=False)
+    w = synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7)
+    path = tmp_path / "model.safetensors"
+    save_file({"model." + n: np.ascontiguousarray(w.get(n), np.float32) for n in w.shapes}, str(path))
+    return path
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """Counts the words the fast executor sends through the ISA decoder."""
+    count = [0]
+    real = fastsim.decode
+
+    def counted(*args, **kw):
+        count[0] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(fastsim, "decode", counted)
+    return count
+
+
+def _prefill(path):
+    store, _ = load_store(Gemma3nWeights(Gemma3nConfig.from_hf(CFG), open_checkpoint(path), str(path)))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("fp16", 64).start()
+    logits = drv.prefill(PROMPT)
+    assert [r.tokens for r in drv.records] == [len(PROMPT)]  # one chunk program
+    return logits.view(np.uint32), [r.cycles for r in drv.records], drv
+
+
+def test_a_seen_chunk_program_decodes_nothing_and_runs_identically(ckpt, decodes):
+    bits, cycles, drv = _prefill(ckpt)
+    first = decodes[0]
+    (key,) = [k for k in drv.variants if k[0] == "prefill"]
+    assert first > 100 and drv.programs.writes >= 2  # the program, and its decoded words
+    asm._TEXT.clear()  # (a fresh process's memos)
+    bits2, cycles2, drv2 = _prefill(ckpt)
+    assert decodes[0] == first, "a seen chunk program must not decode its words again"
+    assert np.array_equal(bits2, bits) and cycles2 == cycles and all(c > 0 for c in cycles)
+    compiled = drv2.programs.get(key, Variant)  # the words as compiled (before any span patch)
+    words = [seg.words for seg in compiled.program.segments]
+    entry = drv2.programs.get(decoded.entry_name(key, words), decoded.DecodedWords)
+    assert entry is not None and len(entry.words) > 100
+    for w, ins, text in zip(entry.words.tolist(), entry.instrs, entry.texts, strict=True):
+        assert ins == isa.decode(w, "extended", drv2.dev.limits)
+        assert text == asm.SYNTAX.format(asm._TEXT_SPEC, ins)  # the label, not from the memo
+
+
+def test_an_entry_that_does_not_fit_is_ignored(ckpt, decodes, monkeypatch):
+    bits, cycles, _ = _prefill(ckpt)
+    first = decodes[0]
+    # a torn entry (fewer labels than words) seeds nothing: every word is decoded again
+    real_init = PccxDriver.__init__
+
+    def with_torn_entries(self, *args, **kw):
+        real_init(self, *args, **kw)
+        get = self.programs.get
+
+        def torn(name, kind):
+            got = get(name, kind)
+            if isinstance(got, decoded.DecodedWords):
+                got.texts = got.texts[:-1]
+            return got
+
+        self.programs.get = torn
+
+    monkeypatch.setattr(PccxDriver, "__init__", with_torn_entries)
+    bits2, cycles2, _ = _prefill(ckpt)
+    assert decodes[0] == 2 * first
+    assert np.array_equal(bits2, bits) and cycles2 == cycles
+
+
+def test_seed_fills_the_memos_within_their_bounds(monkeypatch):
+    root = Path(__file__).resolve().parents[4]
+    words = sorted(set(asm.assemble((root / "examples" / "pccx" / "softmax.s").read_text())))
+    instrs = [isa.decode(w) for w in words]
+    entry = decoded.DecodedWords(np.array(words, np.uint64), instrs, [asm.format_instr(i) for i in instrs])
+    dev = SimpleNamespace(_decoded={})
+    assert decoded.seed(dev, entry) == len(words) > 3
+    assert dev._decoded == dict(zip(words, instrs, strict=True))
+    monkeypatch.setattr(decoded, "_MAX_MEMO", 3)  # a memo near its bound takes only what fits
+    small = SimpleNamespace(_decoded={})
+    assert decoded.seed(small, entry) == 3 and len(small._decoded) == 3
+    assert all(small._decoded[w] == isa.decode(w) for w in small._decoded)
+
+
+def test_nothing_is_collected_without_a_program_cache(ckpt, monkeypatch):
+    monkeypatch.setenv("NPUKIT_PROGRAM_CACHE", "off")
+    collected = [0]
+    real = decoded.collect
+
+    def counted(*args):
+        collected[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(decoded, "collect", counted)
+    _, cycles, drv = _prefill(ckpt)
+    assert collected[0] == 0 and drv.programs.writes == 0 and all(c > 0 for c in cycles)

@@ -1,0 +1,59 @@
+"""A decode token as few compiled calls (`fastrun`): every plain INT4 projection, the large ones
+included, is a row of a compiled run; a GEMV the compiled loop does not cover (the sparse layer's
+K-major W_down) is a yield row, run as a single step between two calls of the same table; logits and
+Work records stay the reference simulator's (the definition)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
+from npukit.targets.pccx.driver import PccxDriver
+from npukit.targets.pccx.fast import fastrun
+from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.gemma3n_quant import Int4Store
+
+from .tiny_gemma3n import CFG, assert_fast_follows_reference
+
+pytestmark = pytest.mark.skipif(not kx.HAVE_NUMBA, reason="compiled runs are a numba-backend path")
+
+
+@pytest.mark.parametrize("large_from", [64, 1 << 40])
+def test_decode_gemvs_run_in_compiled_calls_but_the_yielded_kmajor_ones(monkeypatch, large_from):
+    monkeypatch.setattr(kx, "PARALLEL_MIN_MACS", large_from)  # 64: every matrix here counts as large
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    ref = PccxDriver(timing=False).open().load(store).kv_init("fp16", 64).start()
+    fast = PccxDriver(executor="fast", timing=False).open().load(store).kv_init("fp16", 64).start()
+    assert_fast_follows_reference(ref, fast, [3, 9, 1], steps=2)  # (the runs' tables are built by now)
+    compiled, yields = [], []
+    real = fastrun._FusedRun.resume
+
+    def resume(self, t, start):
+        works = real(self, t, start)
+        compiled.extend(works)
+        end = start + len(works)
+        if end < len(t.works) and t.tab[end, 0] == fastrun._YIELD:
+            yields.append(end)
+        return works
+
+    monkeypatch.setattr(fastrun._FusedRun, "resume", resume)
+    tok = int(np.argmax(ref.step(5)))
+    fast.step(5)
+    for _ in range(3):
+        compiled.clear()
+        yields.clear()
+        a, b = ref.step(tok), fast.step(tok)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert fast.last_works == ref.last_works
+        in_calls = {id(w) for w in compiled}
+        single = [w for w in fast._last_works if w.engine == "gemv" and id(w) not in in_calls]
+        assert len(single) == len(yields) > 0  # only the yielded GEMVs ran as single steps,
+        assert all("kmajor" in w.label for w in single)  # and those are the K-major sparse W_down
+        tok = int(np.argmax(a))
+    runs = [g[1].made for slot in fast.dev._tagged.values() for g in slot.groups
+            if g is not None and isinstance(g[1], fastrun._FusedRun | fastrun._Repatch)]
+    tables = [r.table for r in runs if r is not None and r.table is not None]  # (runs made: called or ahead)
+    large = [int(np.sum((t.tab[:, 0] == 10) & (t.tab[:, 5] & 4 != 0))) for t in tables]
+    assert (sum(large) > 0) == (large_from == 64)  # large projections are rows flagged for the twins
+    assert fast.dev.fallbacks == 0
