@@ -27,12 +27,20 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 from llvmlite import ir
-from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from npukit.sim import compile_report, cpu
-from npukit.sim.nb_simd import CHUNK, ROWS, _prefetch, _want
+from npukit.sim.nb_simd import (
+    CHUNK,
+    ONE_ROW_SIG,
+    ROWS,
+    ROWS_SIG,
+    _prefetch,
+    _want,
+    one_row_codegen,
+    rows_codegen,
+)
 
 compile_report.install()  # first-run compiles are announced, never silent
 
@@ -97,32 +105,14 @@ def _avx2_rows(builder, p, stride, even, odd, n, rows, ahead):
 def dot_u4s8_avx2(typingctx, p_addr, even_addr, odd_addr, chunks):
     """`npukit.sim.nb_simd.dot_u4s8` on AVX2: Σ over ``chunks`` × 64 packed bytes at ``p_addr`` of
     ``(lo ^ 8)·even + (hi ^ 8)·odd`` (int32); the caller subtracts ``8 · Σ(even + odd)``."""
-    sig = types.int32(types.intp, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        p, even, odd, n = args
-        ahead = ir.Constant(p.type, 8 * CHUNK)  # one stream: 512 bytes on (the next row in a GEMM)
-        return _avx2_rows(builder, p, ir.Constant(p.type, 0), even, odd, n, 1, ahead)[0]
-
-    return sig, codegen
+    return ONE_ROW_SIG, one_row_codegen(_avx2_rows)
 
 
 @intrinsic
 def dot4_u4s8_avx2(typingctx, p_addr, stride, even_addr, odd_addr, chunks, out_addr):
     """`dot_u4s8_avx2` of the `ROWS` rows at ``p_addr``, ``p_addr + stride``, ... in one pass, the int32
     sums stored at ``out_addr`` (as `npukit.sim.nb_simd.dot4_u4s8`)."""
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        p, stride, even, odd, n, out = args
-        ahead = builder.mul(stride, ir.Constant(stride.type, ROWS))  # the next pass's rows
-        sums = _avx2_rows(builder, p, stride, even, odd, n, ROWS, ahead)
-        dst = builder.inttoptr(out, ir.IntType(32).as_pointer())
-        for r, v in enumerate(sums):
-            builder.store(v, builder.gep(dst, [ir.Constant(ir.IntType(32), r)]), align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
+    return ROWS_SIG, rows_codegen(_avx2_rows)
 
 
 @nb.njit(cache=True, nogil=True)

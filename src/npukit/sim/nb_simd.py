@@ -82,6 +82,39 @@ def _vnni_rows(builder, p, stride, even, odd, n, rows, ahead):
     return [builder.call(hsum, [builder.add(builder.load(a), builder.load(b))]) for a, b in accs]
 
 
+# the signatures and codegen of a row-dot intrinsic pair over a row-pass builder (``rows_fn``: the
+# VNNI `_vnni_rows` here, its AVX2 twin in `nb_avx2`), so both paths' intrinsics share one shape
+ONE_ROW_SIG = types.int32(types.intp, types.intp, types.intp, types.intp)
+ROWS_SIG = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+
+
+def one_row_codegen(rows_fn):
+    """Codegen of ``(p_addr, even_addr, odd_addr, chunks) -> int32``: one row through ``rows_fn``."""
+
+    def codegen(context, builder, signature, args):
+        p, even, odd, n = args
+        ahead = ir.Constant(p.type, 8 * CHUNK)  # one stream: 512 bytes on (the next row in a GEMM)
+        return rows_fn(builder, p, ir.Constant(p.type, 0), even, odd, n, 1, ahead)[0]
+
+    return codegen
+
+
+def rows_codegen(rows_fn):
+    """Codegen of ``(p_addr, stride, even_addr, odd_addr, chunks, out_addr)``: `ROWS` rows through
+    ``rows_fn`` in one pass, their int32 sums stored at ``out_addr``."""
+
+    def codegen(context, builder, signature, args):
+        p, stride, even, odd, n, out = args
+        ahead = builder.mul(stride, ir.Constant(stride.type, ROWS))  # the next pass's rows
+        sums = rows_fn(builder, p, stride, even, odd, n, ROWS, ahead)
+        dst = builder.inttoptr(out, ir.IntType(32).as_pointer())
+        for r, v in enumerate(sums):
+            builder.store(v, builder.gep(dst, [ir.Constant(ir.IntType(32), r)]), align=4)
+        return context.get_dummy_value()
+
+    return codegen
+
+
 @intrinsic
 def prefetch_bytes(typingctx, addr, nbytes):
     """Prefetch the cache lines of ``nbytes`` bytes at ``addr`` for reading. ``llvm.prefetch`` is generic
@@ -104,14 +137,7 @@ def dot_u4s8(typingctx, p_addr, even_addr, odd_addr, chunks):
     """Σ over ``chunks`` × 64 packed bytes at ``p_addr`` of ``(lo ^ 8)·even + (hi ^ 8)·odd`` (int32),
     with ``even``/``odd`` the int8 activation codes of the low/high nibbles (addresses of contiguous
     int8 runs). The caller subtracts ``8 · Σ(even + odd)`` over the same bytes."""
-    sig = types.int32(types.intp, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        p, even, odd, n = args
-        ahead = ir.Constant(p.type, 8 * CHUNK)  # one stream: 512 bytes on (the next row in a GEMM)
-        return _vnni_rows(builder, p, ir.Constant(p.type, 0), even, odd, n, 1, ahead)[0]
-
-    return sig, codegen
+    return ONE_ROW_SIG, one_row_codegen(_vnni_rows)
 
 
 @intrinsic
@@ -119,18 +145,7 @@ def dot4_u4s8(typingctx, p_addr, stride, even_addr, odd_addr, chunks, out_addr):
     """`dot_u4s8` of the `ROWS` rows at ``p_addr``, ``p_addr + stride``, ... against the same activations,
     in one pass; the int32 sums are stored at ``out_addr`` (``ROWS`` consecutive int32). The wrap-free
     lane sums make the result equal to `ROWS` calls of `dot_u4s8`, bit for bit."""
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        p, stride, even, odd, n, out = args
-        ahead = builder.mul(stride, ir.Constant(stride.type, ROWS))  # the next pass's rows
-        sums = _vnni_rows(builder, p, stride, even, odd, n, ROWS, ahead)
-        dst = builder.inttoptr(out, ir.IntType(32).as_pointer())
-        for r, v in enumerate(sums):
-            builder.store(v, builder.gep(dst, [ir.Constant(ir.IntType(32), r)]), align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
+    return ROWS_SIG, rows_codegen(_vnni_rows)
 
 
 @nb.njit(cache=True, nogil=True)
