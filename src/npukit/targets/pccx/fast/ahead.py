@@ -136,6 +136,8 @@ def _lowers_ahead(run: Any) -> bool:
     such a table stopped at its first row on the switching token, so that token and the next one
     lowered the runs again)."""
     if isinstance(run, fastrun._Repatch):
+        if run.made is None:  # lowered whole below: made as a new run, not patched first for nothing
+            run.base = None
         return not run.dead
     return getattr(run, "table", True) is None and not run.dead
 
