@@ -12,7 +12,7 @@ import pytest
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import driver as drvmod
 from npukit.targets.pccx.driver import PccxDriver
-from npukit.targets.pccx.fast import fastsim
+from npukit.targets.pccx.fast import fastrun, fastsim
 from npukit.targets.pccx.fast.fastmat import bind_mat
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
@@ -50,6 +50,15 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         return bind_mat(sim, *args)
 
     monkeypatch.setattr(fastsim, "bind_mat", counted)
+    lowered: list[int] = []  # fused-run tables lowered by `warm`'s runs when called (not ahead)
+    build = fastrun._FusedRun._build
+
+    def lowering(run, cc=None):
+        if cc is None and run.sim is warm.dev:
+            lowered.append(warm.position)
+        return build(run, cc)
+
+    monkeypatch.setattr(fastrun._FusedRun, "_build", lowering)
     ref, cold, warm = _drivers(kv)
     a, c = ref.prefill(PROMPT), cold.prefill(PROMPT)
     tok = int(np.argmax(a))
@@ -77,10 +86,13 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
                 runs = [g[1] for s in slots for g in s.groups if g is not None]
                 assert sum(r.table is not None for r in runs) > len(runs) // 2  # lowered ahead
                 assert warm.dev._warmed  # the single-step kernels loaded ahead too
-        before = binds.get(id(warm.dev), 0)
+        before, lowered_before = binds.get(id(warm.dev), 0), len(lowered)
         a, b = ref.step(tok), warm.step(tok)
         c = cold.step(tok)
         made.append((big, binds.get(id(warm.dev), 0) - before))
+        if slice_steps > 1000 and (big or (len(made) > 1 and made[-2][0])):
+            # the switch and the token after it lower no table: the patched copies were lowered ahead
+            assert len(lowered) == lowered_before, (pos, lowered)
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
         assert np.array_equal(b.view(np.uint32), c.view(np.uint32))
         r = ref.ring
@@ -171,8 +183,10 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
         calls[drv.position] = calls.get(drv.position, 0) + made
         return made
 
-    monkeypatch.setattr(drv.dev, "prepare_program", counted)
     tok = int(np.argmax(drv.prefill([3, 9, 1, 4])))
+    first = drv._key_at(4)  # the first decode token's program: built whole at the end of prefill
+    assert all((first, j) in drv.dev._tagged for j in range(len(drv.variants[first].program.segments)))
+    monkeypatch.setattr(drv.dev, "prepare_program", counted)
     for _ in range(12):  # positions 4..15, each building its share of bucket 32's program after it
         tok = int(np.argmax(drv.step(tok)))
     key = drv._key_at(16)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from npukit.sim.work import Work
+from npukit.targets.pccx.fast import fastrun
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import fuse_groups
 
@@ -109,7 +110,7 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
     for i, step in enumerate(plan):
         g = groups[i]
         run = g[1] if g is not None else None
-        if run is not None and getattr(run, "table", True) is None and not run.dead:
+        if run is not None and _lowers_ahead(run):
             builds = run.builds
             table = run._build(cc)
             run.builds = builds
@@ -126,6 +127,19 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             cc[fixed[0][1], fixed[0][2]] = fixed[0][3:6]
     sim._ahead_cc = (tag, cc)
     return works
+
+
+def _lowers_ahead(run: Any) -> bool:
+    """Whether `build_tables` lowers ``run``'s table now: a run with none yet, or a patched copy of
+    the running program's run (`fastrun._Repatch`), whose rows relowered at the patch read the
+    device's constant caches of the token that built it, not those predicted at the run (measured:
+    such a table stopped at its first row on the switching token, so that token and the next one
+    lowered the runs again)."""
+    if isinstance(run, fastrun._Repatch):
+        if run.made is None:  # lowered whole below: made as a new run, not patched first for nothing
+            run.base = None
+        return not run.dead
+    return getattr(run, "table", True) is None and not run.dead
 
 
 def warm_single_steps(sim: Any) -> None:
