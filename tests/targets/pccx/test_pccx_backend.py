@@ -160,38 +160,47 @@ def test_timing_in_worker_processes_equals_timing_in_line():
     assert [o.end for o in drv.records[-1].timing.ops] == [o.end for o in inline[-1].ops]
 
 
+_CYCLES_CHILD = """
+import gc, json
+from collections import Counter
+import numpy as np
+from npukit.models import embedded
+from npukit.models.loading import load_model
+from npukit.targets.pccx.backend import Gemma3nPccx
+
+model = load_model(embedded.default_model_dir())
+for last in (False, False, True):
+    b = Gemma3nPccx(model)
+    assert b.acyclic_steps
+    b.reset()
+    tok = int(np.argmax(b.prefill([2, 651, 7, 9])))
+    tok = int(np.argmax(b.step(tok)))  # the decode program's first token
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL if last else 0)
+    for _ in range(6):  # positions 5..10, the switch to span bucket 16 at 8
+        tok = int(np.argmax(b.step(tok)))
+    found = gc.collect()
+    kinds = Counter(type(o).__name__ for o in gc.garbage).most_common(8)
+    gc.set_debug(0)
+    gc.garbage.clear()
+    gc.enable()
+    b.close()
+print(json.dumps([found, kinds]))
+"""
+
+
 @pytest.mark.slow
 def test_decode_steps_leave_no_reference_cycles():
     """The backend says its steps leave no reference cycles (`acyclic_steps`: the generation loop then
     freezes what each step keeps instead of rescanning it); with the collector off, a collection after
-    decode steps, a span-bucket switch among them, finds nothing unreachable. Two backends run the
-    same steps before, as a process's first run does: what a process makes once (numba compiling or
-    loading a kernel on its first use leaves cyclic objects, e.g. ctypes array types) is not a step's."""
-    import gc
-    from collections import Counter
+    decode steps, a span-bucket switch among them, finds nothing unreachable. In a fresh process (a
+    test worker's other tests leave threads and finalizers that make garbage of their own), after two
+    backends ran the same steps, as a process's first run does: what a process makes once (numba
+    compiling or loading a kernel on its first use leaves cyclic objects) is not a step's."""
+    import subprocess
 
-    from npukit.models import embedded
-    from npukit.models.loading import load_model
-    from npukit.targets.pccx.backend import Gemma3nPccx
-
-    model = load_model(embedded.default_model_dir())
-    for last in (False, False, True):  # (a clean clone's CI worker still loaded objects in a 2nd pass)
-        b = Gemma3nPccx(model)
-        assert b.acyclic_steps
-        b.reset()
-        tok = int(np.argmax(b.prefill([2, 651, 7, 9])))
-        tok = int(np.argmax(b.step(tok)))  # the decode program's first token
-        gc.collect()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL if last else 0)
-        try:
-            for _ in range(6):  # positions 5..10, the switch to span bucket 16 at 8
-                tok = int(np.argmax(b.step(tok)))
-            found = gc.collect()
-            kinds = Counter(type(o).__name__ for o in gc.garbage).most_common(8)
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
-            b.close()
+    out = subprocess.run([sys.executable, "-c", _CYCLES_CHILD], capture_output=True, text=True, timeout=500)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found, kinds = json.loads(out.stdout.strip().splitlines()[-1])
     assert found == 0, kinds
