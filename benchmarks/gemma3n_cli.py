@@ -17,7 +17,9 @@ times, each figure the median:
   and the end-of-run work included, process start-up excluded): the steadier figure;
 * **driver**: ``decode_s`` of the 2N run per decode step (every program switch included);
 * **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode from the same 4-token
-  prompt, marginal s/token the same way;
+  prompt, marginal s/token the same way, in its own process started with the environment this
+  script was given (importing npukit sets numba's OpenMP policy; torch's OpenMP runtime must not
+  inherit it: measured at hidden 1024, a passive wait policy made transformers 40% slower);
 * **INT4 floor**: the device weight image's bytes over the host memory bandwidth measured here
   (`gemma3n_decode.host_bandwidth`): the least time one token can take streaming its weights;
 * **prefill** (``--prefill`` tokens, 0 skips): the CLI's ``prefill_s`` for a prompt of that many
@@ -54,7 +56,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from npukit.sim.cpu import describe as machine_line
+# the environment as the user gave it, before npukit is imported (importing it sets numba's OpenMP
+# policy): transformers runs in a child process with exactly this, as it would on its own
+USER_ENV = dict(os.environ)
+
+from npukit.sim.cpu import describe as machine_line  # noqa: E402
 
 SL, FU = "sliding_attention", "full_attention"
 PROMPT = (2, 651, 7, 9)  # the 4-token prompt of every decode run
@@ -83,6 +89,12 @@ def prompt_of(n: int, vocab: int) -> list[int]:
     return [*PROMPT[:n], *((101 + 7919 * i) % vocab for i in range(max(0, n - len(PROMPT))))]
 
 
+def child_env() -> dict[str, str]:
+    """A CLI process's environment: the user's, with this run's numba settings (`main`)."""
+    ours = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_NUM_THREADS")
+    return {**USER_ENV, **{k: os.environ[k] for k in ours if k in os.environ}}
+
+
 def cli_run(model_dir: Path, tokens: int, prompt: list[int] | None = None,
             trace: Path | None = None) -> tuple[float, dict]:
     ids = ",".join(str(t) for t in (prompt or PROMPT))
@@ -91,7 +103,7 @@ def cli_run(model_dir: Path, tokens: int, prompt: list[int] | None = None,
     if trace is not None:
         cmd += ["--trace", str(trace)]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
     wall = time.perf_counter() - t0
     if out.returncode:
         raise RuntimeError(f"npukit generate exited {out.returncode}: "
@@ -106,6 +118,50 @@ def figure(out: dict, name: str) -> float:
 def outside_generation(wall: float, out: dict) -> float:
     """Process start, imports, loading and setup: what a run spends before and after generating."""
     return wall - figure(out, "prefill_s") - figure(out, "decode_s")
+
+
+class Peer:
+    """transformers in a child process started with the user's environment (`USER_ENV`): nothing this
+    process imported or set (npukit's threading settings, say) reaches it. It loads the saved
+    checkpoint as a user would (fp32, eager attention) and times what it is asked, one JSON line each."""
+
+    def __init__(self, model_dir: Path, threads: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--peer", str(model_dir), "--threads",
+                                      str(threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=USER_ENV)
+
+    def ask(self, **request: Any) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the transformers process ended (exit {self.proc.wait()})")
+        return float(json.loads(line)["wall_s"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def serve_peer(model_dir: str, threads: int) -> int:
+    """(The child process of `Peer`.) One JSON request per line: {"decode": N} or {"prefill": [ids]}."""
+    import torch
+    from transformers import Gemma3nForCausalLM
+
+    torch.set_num_threads(threads)
+    model = Gemma3nForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
+                                               attn_implementation="eager").eval()
+    hf_decode_wall(model, 2)  # (first calls allocate)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if "decode" in req:
+            wall = hf_decode_wall(model, req["decode"])
+        else:
+            wall = hf_prefill_wall(model, req["prefill"])
+        print(json.dumps({"wall_s": wall}), flush=True)
+    return 0
 
 
 def hf_decode_wall(model: Any, tokens: int) -> float:
@@ -133,7 +189,7 @@ def hf_prefill_wall(model: Any, ids: list[int]) -> float:
     return time.perf_counter() - t0
 
 
-def decode_rounds(model: Any, mdir: Path, n: int, repeats: int) -> dict[str, list[float]]:
+def decode_rounds(peer: Peer, mdir: Path, n: int, repeats: int) -> dict[str, list[float]]:
     """Interleaved rounds (the machine's load hits every peer alike); the order of the two CLI runs
     alternates, since the first process after the transformers runs starts slower."""
     got: dict[str, list[float]] = {k: [] for k in ("cli", "cli_decode", "driver", "transformers",
@@ -148,7 +204,7 @@ def decode_rounds(model: Any, mdir: Path, n: int, repeats: int) -> dict[str, lis
         got["cli"].append((w2 - w1) / n)
         got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
         got["driver"].append(figure(j2, "decode_s") / max(j2["stats"]["generated_tokens"] - 1, 1))
-        got["transformers"].append((hf_decode_wall(model, 2 * n) - hf_decode_wall(model, n)) / n)
+        got["transformers"].append((peer.ask(decode=2 * n) - peer.ask(decode=n)) / n)
         for w, j in ((w1, j1), (w2, j2)):
             got["setup_s"].append(j["stats"]["backend"]["setup_seconds"])
             got["outside_generation_s"].append(outside_generation(w, j))
@@ -156,7 +212,7 @@ def decode_rounds(model: Any, mdir: Path, n: int, repeats: int) -> dict[str, lis
     return got
 
 
-def prefill_rounds(model: Any, mdir: Path, tokens: int, repeats: int, vocab: int) -> dict[str, Any]:
+def prefill_rounds(peer: Peer, mdir: Path, tokens: int, repeats: int, vocab: int) -> dict[str, Any]:
     """The CLI's prefill_s for a ``tokens``-token prompt (one new token) against transformers' forward
     pass over it, as prompt tokens/s (a warm-up CLI run first: its chunk programs are compiled once)."""
     ids = prompt_of(tokens, vocab)
@@ -168,7 +224,7 @@ def prefill_rounds(model: Any, mdir: Path, tokens: int, repeats: int, vocab: int
     for _ in range(repeats):
         _, j = cli_run(mdir, 1, ids)
         px.append(tokens / figure(j, "prefill_s"))
-        hf.append(tokens / hf_prefill_wall(model, ids))
+        hf.append(tokens / peer.ask(prefill=ids))
     p, h = statistics.median(px), statistics.median(hf)
     return {"prompt_tokens": tokens, "cli_tok_per_s": p, "transformers_tok_per_s": h,
             "cli_vs_transformers": p / h}
@@ -224,7 +280,7 @@ def probe_switch(model_dir: str, last: int) -> dict[str, Any]:
 
 def switch_run(mdir: Path, last: int) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--probe-switch", str(mdir), "--tokens", str(last)],
-                         check=True, capture_output=True, text=True)
+                         check=True, capture_output=True, text=True, env=child_env())
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -243,6 +299,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--trace-overhead", action="store_true",
                     help="also time the whole command with --trace against without (2N tokens)")
     ap.add_argument("--probe-switch", metavar="DIR", help=argparse.SUPPRESS)  # the fresh switch process
+    ap.add_argument("--peer", metavar="DIR", help=argparse.SUPPRESS)  # the transformers process
     return ap.parse_args(argv)
 
 
@@ -258,10 +315,18 @@ def trace_rounds(mdir: Path, n: int, repeats: int) -> float:
 
 
 def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
-    model = save_model(args.hidden, args.layers, args.vocab, mdir)
+    save_model(args.hidden, args.layers, args.vocab, mdir)
     n = args.tokens
     cli_run(mdir, 2 * n)  # warm-up: INT4 image and programs cached, as for a user's second run
-    got = decode_rounds(model, mdir, n, args.repeats)
+    peer = Peer(mdir, args.threads)
+    try:
+        return measured(args, mdir, peer, n)
+    finally:
+        peer.close()
+
+
+def measured(args: argparse.Namespace, mdir: Path, peer: Peer, n: int) -> dict[str, Any]:
+    got = decode_rounds(peer, mdir, n, args.repeats)
     image = got.pop("_image_bytes")[0]
     med = {k: statistics.median(v) for k, v in got.items()}
     sys.path.insert(0, str(Path(__file__).parent))
@@ -291,7 +356,7 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
         res[f"switch{name}_ahead"] = {"steps": probes[-1]["ahead_steps"],
                                       "ms_per_step": statistics.median(per) if per else None}
     if args.prefill:
-        res["prefill"] = prefill_rounds(model, mdir, args.prefill, args.repeats, args.vocab)
+        res["prefill"] = prefill_rounds(peer, mdir, args.prefill, args.repeats, args.vocab)
     if args.trace_overhead:
         res["trace_overhead"] = trace_rounds(mdir, n, args.repeats)  # whole command, --trace / without
     return res
@@ -332,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_switch:
         print(json.dumps(probe_switch(args.probe_switch, args.tokens)))
         return 0
+    if args.peer:
+        return serve_peer(args.peer, args.threads)
     if args.numba_cpu:  # before numba reads its configuration; the child processes inherit it
         os.environ["NUMBA_CPU_NAME"], os.environ["NUMBA_CPU_FEATURES"] = args.numba_cpu, "+64bit"
     import torch
