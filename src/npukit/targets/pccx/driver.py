@@ -46,17 +46,17 @@ from npukit.targets.pccx.compile.steps import compile_model
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
+from npukit.targets.pccx.switch import SWITCH_TAIL  # noqa: F401 (its home was here)
+from npukit.targets.pccx.switch import AheadBuild as _AheadBuild
 from npukit.targets.pccx.timing import _OpRecord, to_ops
 from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
 EXECUTORS = ("reference", "fast")
-# the next span bucket's program is built over the decode steps before the switch (fast executor):
-# from SWITCH_LOOKAHEAD steps ahead (or the switch before it), an even share of what is left per token
-# and at most `slice_cap` changed plan steps (~20 µs each); a segment's last slice also lowers its
-# fused runs' tables (3-13 ms at hidden 1024, counted as SWITCH_TAIL steps in the shares)
+# the next span bucket's program is built over the decode steps before the switch (fast executor,
+# `switch.AheadBuild`): from SWITCH_LOOKAHEAD steps ahead (or the switch before it), an even share of
+# what is left per token and at most `slice_cap` changed plan steps (~20 µs each)
 SWITCH_LOOKAHEAD = 32
 SWITCH_SLICE = 128
-SWITCH_TAIL = 256
 
 
 class DeviceError(NpukitError):
@@ -131,36 +131,6 @@ def slice_cap(calls: int) -> int:
     return max(SWITCH_SLICE, -(-SWITCH_SLICE * SWITCH_LOOKAHEAD // max(calls, 1)))
 
 
-@dataclass
-class _AheadBuild:
-    """The next span bucket's program under construction (`PccxDriver._prepare_ahead`): per segment, the
-    steps still to compile (estimated from the words that differ from the running program) and
-    whether its slot is complete."""
-
-    key: tuple
-    todo: list[int]
-    done: list[bool]
-
-    @classmethod
-    def of(cls, key: tuple, program: Program, running: Program | None) -> _AheadBuild:
-        todo = []
-        for j, seg in enumerate(program.segments):
-            old = running.segments[j].words if running is not None and j < len(running.segments) else None
-            same_shape = old is not None and len(old) == len(seg.words)
-            todo.append(sum(a != b for a, b in zip(seg.words, old, strict=True)) if same_shape
-                        else len(seg.words))
-        return cls(key, todo, [False] * len(todo))
-
-    @property
-    def finished(self) -> bool:
-        return all(self.done)
-
-    def budget(self, calls: int) -> int:
-        """This call's share, in plan steps, of what is left over ``calls`` calls before the switch."""
-        left = sum(self.todo) + SWITCH_TAIL * self.done.count(False)
-        return max(1, -(-left // max(1, calls)))
-
-
 class PccxDriver:
     def __init__(self, hw: PccxHw | None = None, profile: str = "extended", executor: str = "reference",
                  timing: bool | str = True, prefill_chunk: int | None = None,
@@ -192,6 +162,7 @@ class PccxDriver:
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
         self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
         self._ahead: _AheadBuild | None = None  # the program `_prepare_ahead` is building
+        self._decoded_stored: dict[tuple, bool] = {}  # decode program key -> its decoded words on disk
         self._keys: dict[int, tuple] = {}  # position -> span-bucket key (`_key_at`)
         self._dirty: dict[tuple, list[list[int]]] = {}  # program key -> per segment, its span-patched words
         self._switch: tuple | None = None  # (from, to, next switch): `_next_switch`'s last answer
@@ -372,11 +343,30 @@ class PccxDriver:
             return
         self.variants[key] = v
         v.program.patch(spans)
+        self._seed_decoded(key)
         works: list[Work] = []
         for j, seg in enumerate(v.program.segments):
             prepare(seg.words, (key, j), None, None, works)
+        self._store_decoded(v)
         if self.timing is True and works:
             self.timer.remember(works)
+
+    def _seed_decoded(self, key: tuple) -> None:
+        """Seed the fast executor's decode and label memos from decode program ``key``'s decoded words
+        on disk (`fast.decoded.seed_variant`; once per key): its plan then decodes none of them."""
+        if key not in self._decoded_stored and hasattr(self.dev, "prepare_program") and self.programs.active:
+            from npukit.targets.pccx.fast import decoded
+
+            self._decoded_stored[key] = decoded.seed_variant(self.programs, self.dev, key)
+
+    def _store_decoded(self, v: Variant) -> None:
+        """Store program ``v``'s decoded words (its plan built) when they are not on disk yet."""
+        self._seed_decoded(v.key)  # (a key not looked up yet: whether its entry is there)
+        if self._decoded_stored.get(v.key) is False:
+            from npukit.targets.pccx.fast import decoded
+
+            self._decoded_stored[v.key] = True
+            decoded.store_variant(self.programs, self.dev, v.key, [seg.words for seg in v.program.segments])
 
     def _prefill_chunk(self, ids: list[int]) -> np.ndarray:
         t0 = time.perf_counter()
@@ -411,7 +401,9 @@ class PccxDriver:
         v = self.variant(spans)
         switched = v is not self._current
         logits = self._run(v, [int(token)], pos, spans, t0, phase)
-        if phase == "decode" and not switched:  # (the switching token does its own work only)
+        if switched:  # its words all decoded now: stored if not on disk (a program compiled here)
+            self._store_decoded(v)
+        elif phase == "decode":  # (the switching token does its own work only)
             self._prepare_ahead()
         return logits
 
@@ -457,6 +449,7 @@ class PccxDriver:
                     self._ahead_missed.add(key)
                 else:
                     self.variants[key] = v
+                    self._seed_decoded(key)  # (before the next token's span words are decoded)
             return
         now = self._key_at(self._pos)
         build = self._ahead
@@ -464,6 +457,7 @@ class PccxDriver:
             # its span-patched words as the switching token will patch them (a program not running now),
             # so the switch recompiles none of them and the fused runs' copies are bound for their shapes
             v.program.patch(self.spans(at + 1))
+            self._seed_decoded(key)
             cur = self.variants.get(now)
             build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None)
         if build.finished:
@@ -480,6 +474,8 @@ class PccxDriver:
             build.todo[j] = max(0, build.todo[j] - made)
             if made == 0:  # the slot is ready (steps and fused tables): `prepare` had nothing to do
                 build.done[j], build.todo[j] = True, 0
+        if build.finished:
+            self._store_decoded(v)
         if self.timing is True and works:  # the new steps' fixed Work records: their timing rows, now too
             self.timer.remember(works)
 

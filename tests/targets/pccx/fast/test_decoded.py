@@ -124,3 +124,65 @@ def test_nothing_is_collected_without_a_program_cache(ckpt, monkeypatch):
     monkeypatch.setattr(decoded, "collect", counted)
     _, cycles, drv = _prefill(ckpt)
     assert collected[0] == 0 and drv.programs.writes == 0 and all(c > 0 for c in cycles)
+
+
+def _decode(path, steps):
+    """A process's run: the prompt, then ``steps`` decode tokens (greedy); logits bits and cycles."""
+    bits, _, drv = _prefill(path)
+    tok, out = int(np.argmax(bits.view(np.float32))), [bits]
+    for _ in range(steps):
+        logits = drv.step(tok)
+        out.append(logits.view(np.uint32))
+        tok = int(np.argmax(logits))
+    return out, [r.cycles for r in drv.records], drv
+
+
+def test_a_seen_decode_program_built_ahead_decodes_none_of_its_words(ckpt, monkeypatch):
+    """Span buckets 16 and 32 (the switch at span 17): the first process compiles both decode programs
+    and stores their decoded words beside them; the second builds the bucket-32 program ahead
+    (`prepare_program`) without decoding a word; with those entries gone, a third decodes them
+    again while building ahead (and stores them). All three run to the same logits and cycles, the
+    first one's every word through the ISA decoder."""
+    building = [False]
+    ahead_words: list[int] = []  # the words decoded while a program is built ahead
+    real, prepare = fastsim.decode, fastsim.FastSimulator.prepare_program
+
+    def counted(word, *args, **kw):
+        if building[0]:
+            ahead_words.append(int(word))
+        return real(word, *args, **kw)
+
+    def building_ahead(self, *args, **kw):
+        building[0] = True
+        try:
+            return prepare(self, *args, **kw)
+        finally:
+            building[0] = False
+
+    monkeypatch.setattr(fastsim, "decode", counted)
+    monkeypatch.setattr(fastsim.FastSimulator, "prepare_program", building_ahead)
+    runs: list[tuple] = []
+    for i in range(3):
+        if i == 2:  # the decode programs' entries removed
+            drv = runs[-1][2]
+            for k in drv.variants:
+                if k[0] != "prefill":
+                    drv.programs._path(decoded.variant_name(k))[0].unlink()
+        asm._TEXT.clear()  # (a fresh process's memos)
+        start = len(ahead_words)
+        bits, cycles, drv = _decode(ckpt, 20)
+        runs.append((bits, cycles, drv, len(ahead_words) - start))
+        keys = [k for k in drv.variants if k[0] != "prefill"]
+        assert len(keys) == 2  # span buckets 16 and 32
+        for k in keys:
+            entry = drv.programs.get(decoded.variant_name(k), decoded.DecodedWords)
+            assert entry is not None and len(entry.words) > 100
+            for w, ins, text in zip(entry.words.tolist(), entry.instrs, entry.texts, strict=True):
+                assert ins == isa.decode(w, "extended", drv.dev.limits)
+                assert text == asm.SYNTAX.format(asm._TEXT_SPEC, ins)
+    (bits0, cycles0, _, _), (bits1, cycles1, drv1, ahead1), (bits2, cycles2, drv2, ahead2) = runs
+    for bits in (bits1, bits2):
+        assert all(np.array_equal(a, b) for a, b in zip(bits, bits0, strict=True))
+    assert cycles1 == cycles0 and cycles2 == cycles0 and all(c > 0 for c in cycles0)
+    assert ahead1 == 0 and drv1.programs.writes == 0  # seeded from disk: nothing decoded, nothing stored
+    assert ahead2 > 100 and drv2.programs.writes == 2

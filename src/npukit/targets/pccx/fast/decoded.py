@@ -1,10 +1,13 @@
-"""A prefill chunk program's decoded instructions kept on disk beside the compiled programs.
+"""A program's decoded instructions kept on disk beside the compiled programs.
 
 Planning a new chunk program in a fresh process decodes and validates its ~70 000 distinct words
 and labels each for its Work record (~30 µs a word, ~2 s of a 36-token chunk's planning). Both are
 pure functions of the word (the ISA profile and limits fixed by the key), so the driver stores them
 once per program (`PccxDriver._prefill_chunk`, through its `ProgramCache`) and a later process seeds
-the executor's decode memo and the label memo from the entry instead of decoding anew.
+the executor's decode memo and the label memo from the entry instead of decoding anew. A decode
+step's span-bucket program is kept the same way (`variant_name`, `seed_variant`, `store_variant`):
+about half its ~1 300 distinct words are new at each switch into its bucket (the on-chip layout
+moves with the span), and building it ahead decoded and labelled them (~8 ms of ~57 at hidden 1024).
 
 Key: the program cache's own (checkpoint, compiler, hardware, profile, KV ring), the chunk
 program's name, SHA-256 of its words and `VERSION` (the source of the decoder and the label
@@ -62,6 +65,30 @@ def words_hash(segments: Iterable[Sequence[int]]) -> str:
 def entry_name(name: tuple, segments: Iterable[Sequence[int]]) -> tuple:
     """The program cache name of a program's decoded words."""
     return ("decoded", version(), name, words_hash(segments))
+
+
+def variant_name(key: tuple) -> tuple:
+    """The program cache name of a decode step program's decoded words: its span-bucket key alone (its
+    words are span-patched in place per token, so they name no fixed content; an entry maps words
+    to their decoding, which holds for any program)."""
+    return ("decoded", version(), "decode-variant", key)
+
+
+def seed_variant(programs: Any, dev: Any, key: tuple) -> bool:
+    """Seed ``dev``'s memos from the stored decoded words of decode program ``key``; whether there
+    was an entry (`ProgramCache.get`: none when the driver's programs are not cached)."""
+    entry = programs.get(variant_name(key), DecodedWords)
+    if entry is None:
+        return False
+    seed(dev, entry)
+    return True
+
+
+def store_variant(programs: Any, dev: Any, key: tuple, segments: Iterable[Sequence[int]]) -> None:
+    """Store what ``dev`` decoded for decode program ``key``'s words (after its plan was built)."""
+    got = collect(dev, segments)
+    if got is not None and len(got.words):
+        programs.put(variant_name(key), got)
 
 
 def collect(dev: Any, segments: Iterable[Sequence[int]]) -> DecodedWords | None:

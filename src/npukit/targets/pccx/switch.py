@@ -1,0 +1,48 @@
+"""The next span bucket's decode program built ahead of the switch (`PccxDriver._prepare_ahead`).
+
+The driver runs another compiled program when the attention span enters a new power-of-two bucket.
+The two programs share the instruction sequence but not the on-chip layout: the L2 allocator places
+the span-sized buffers first-fit, so every buffer after them moves, and 45-75 % of the words differ
+(addresses, not only the span fields; measured at hidden 1024: 973-1 924 of 2 625 words per switch,
+segment 0 alone unchanged). Those steps are compiled, their fused runs lowered and their Work
+records' timing rows made over the tokens before the switch, an even share per token (`AheadBuild`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# a segment's last slice also lowers its fused runs' tables (3-13 ms at hidden 1024), counted as
+# SWITCH_TAIL plan steps in the shares
+SWITCH_TAIL = 256
+
+
+@dataclass
+class AheadBuild:
+    """The next span bucket's program under construction: per segment, the steps still to compile
+    (estimated from the words that differ from the running program) and whether its slot is complete."""
+
+    key: tuple
+    todo: list[int]
+    done: list[bool]
+
+    @classmethod
+    def of(cls, key: tuple, program: Any, running: Any | None) -> AheadBuild:
+        """The build of ``program`` (a compiled `Program`) diffed against the ``running`` one."""
+        todo = []
+        for j, seg in enumerate(program.segments):
+            old = running.segments[j].words if running is not None and j < len(running.segments) else None
+            same_shape = old is not None and len(old) == len(seg.words)
+            todo.append(sum(a != b for a, b in zip(seg.words, old, strict=True)) if same_shape
+                        else len(seg.words))
+        return cls(key, todo, [False] * len(todo))
+
+    @property
+    def finished(self) -> bool:
+        return all(self.done)
+
+    def budget(self, calls: int) -> int:
+        """This call's share, in plan steps, of what is left over ``calls`` calls before the switch."""
+        left = sum(self.todo) + SWITCH_TAIL * self.done.count(False)
+        return max(1, -(-left // max(1, calls)))
