@@ -462,7 +462,7 @@ class PccxDriver:
             build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None)
         if build.finished:
             return
-        works: list[Work] = []
+        works = build.pending
         budget = min(build.budget(at - self._pos), slice_cap(at - self._pos))
         for j, seg in enumerate(v.program.segments):
             if budget <= 0:
@@ -476,8 +476,9 @@ class PccxDriver:
                 build.done[j], build.todo[j] = True, 0
         if build.finished:
             self._store_decoded(v)
-        if self.timing is True and works:  # the new steps' fixed Work records: their timing rows, now too
-            self.timer.remember(works)
+        if self.timing is True and build.remember_now(at - self._pos):  # the new steps' fixed Work
+            self.timer.remember(works)  # records' timing rows, a batch at a time (their own cost per call)
+            works.clear()
 
     def _run(self, v: Variant, ids: list[int], pos: int, spans: dict, t0: float, phase: str) -> np.ndarray:
         """Patch, stage the inputs, run the segments with the host KV steps; the last token's logits."""

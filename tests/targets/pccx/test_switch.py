@@ -1,0 +1,38 @@
+"""`npukit.targets.pccx.switch`: what a span-bucket switch's build ahead has left, and when the timing
+rows of the Work records it built are made (oracle: counts by hand over small word lists)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from npukit.targets.pccx import switch
+from npukit.targets.pccx.switch import AheadBuild
+
+
+def _program(*segments: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(segments=[SimpleNamespace(words=list(s)) for s in segments])
+
+
+def test_build_counts_the_words_that_differ_per_segment():
+    running = _program([1, 2, 3, 4], [5, 6, 7], [8])
+    new = _program([1, 9, 3, 9], [5, 6], [8], [10, 11])  # 2 changed; a new length; same; a new segment
+    b = AheadBuild.of("k", new, running)
+    assert b.todo == [2, 2, 0, 2] and b.done == [False] * 4 and not b.finished
+    assert AheadBuild.of("k", new, None).todo == [4, 2, 1, 2]  # nothing running: every word
+    # an even share of what is left, the tables of each unfinished segment counted as SWITCH_TAIL steps
+    left = 6 + 4 * switch.SWITCH_TAIL
+    assert b.budget(4) == -(-left // 4) and b.budget(0) == left
+
+
+def test_timing_rows_are_made_in_batches_and_before_the_switch(monkeypatch):
+    monkeypatch.setattr(switch, "REMEMBER_BATCH", 3)
+    b = AheadBuild.of("k", _program([1, 2]), _program([3, 4]))
+    assert not b.remember_now(10)  # nothing pending
+    b.pending.extend(["w1", "w2"])
+    assert not b.remember_now(10)  # under a batch, calls left
+    assert b.remember_now(1)  # the last call before the switch
+    b.pending.append("w3")
+    assert b.remember_now(10)  # a full batch
+    b.pending[:] = ["w4"]
+    b.done[0] = True
+    assert b.finished and b.remember_now(10)  # the build is complete
