@@ -16,8 +16,8 @@ def _program(*segments: list[int]) -> SimpleNamespace:
 def test_build_counts_the_words_that_differ_per_segment():
     running = _program([1, 2, 3, 4], [5, 6, 7], [8])
     new = _program([1, 9, 3, 9], [5, 6], [8], [10, 11])  # 2 changed; a new length; same; a new segment
-    b = AheadBuild.of("k", new, running)
-    assert b.todo == [2, 2, 0, 2] and b.done == [False] * 4 and not b.finished
+    b = AheadBuild.of("k", new, running, "r")
+    assert b.todo == [2, 2, 0, 2] and b.done == [False] * 4 and not b.finished and b.base == "r"
     assert AheadBuild.of("k", new, None).todo == [4, 2, 1, 2]  # nothing running: every word
     # an even share of what is left, the tables of each unfinished segment counted as SWITCH_TAIL steps
     left = 6 + 4 * switch.SWITCH_TAIL

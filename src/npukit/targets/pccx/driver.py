@@ -351,22 +351,27 @@ class PccxDriver:
         if self.timing is True and works:
             self.timer.remember(works)
 
-    def _seed_decoded(self, key: tuple) -> None:
+    def _seed_decoded(self, key: tuple, base: tuple | None = None) -> None:
         """Seed the fast executor's decode and label memos from decode program ``key``'s decoded words
-        on disk (`fast.decoded.seed_variant`; once per key): its plan then decodes none of them."""
-        if key not in self._decoded_stored and hasattr(self.dev, "prepare_program") and self.programs.active:
+        on disk that program ``base`` (the one running before it; None: none) lacks, once per pair
+        (`fast.decoded.seed_variant`): building its plan then decodes none of its words."""
+        if (base, key) not in self._decoded_stored and hasattr(self.dev, "prepare_program") \
+                and self.programs.active:
             from npukit.targets.pccx.fast import decoded
 
-            self._decoded_stored[key] = decoded.seed_variant(self.programs, self.dev, key)
+            self._decoded_stored[base, key] = decoded.seed_variant(self.programs, self.dev, key, base)
 
-    def _store_decoded(self, v: Variant) -> None:
-        """Store program ``v``'s decoded words (its plan built) when they are not on disk yet."""
-        self._seed_decoded(v.key)  # (a key not looked up yet: whether its entry is there)
-        if self._decoded_stored.get(v.key) is False:
+    def _store_decoded(self, v: Variant, base: Variant | None = None) -> None:
+        """Store program ``v``'s decoded words (its plan built), less those of program ``base`` (the one
+        running before it), when they are not on disk yet."""
+        name = (None if base is None else base.key, v.key)
+        self._seed_decoded(name[1], name[0])  # (a pair not looked up yet: whether its entry is there)
+        if self._decoded_stored.get(name) is False:
             from npukit.targets.pccx.fast import decoded
 
-            self._decoded_stored[v.key] = True
-            decoded.store_variant(self.programs, self.dev, v.key, [seg.words for seg in v.program.segments])
+            self._decoded_stored[name] = True
+            decoded.store_variant(self.programs, self.dev, v.key, [seg.words for seg in v.program.segments],
+                                  name[0], [seg.words for seg in base.program.segments] if base else ())
 
     def _prefill_chunk(self, ids: list[int]) -> np.ndarray:
         t0 = time.perf_counter()
@@ -399,10 +404,10 @@ class PccxDriver:
         pos = self._pos
         spans = self.spans(pos + 1)
         v = self.variant(spans)
-        switched = v is not self._current
+        before = self._current
         logits = self._run(v, [int(token)], pos, spans, t0, phase)
-        if switched:  # its words all decoded now: stored if not on disk (a program compiled here)
-            self._store_decoded(v)
+        if v is not before:  # its words all decoded now: stored if not on disk (a program compiled here)
+            self._store_decoded(v, before if before is not None and before.key[0] != "prefill" else None)
         elif phase == "decode":  # (the switching token does its own work only)
             self._prepare_ahead()
         return logits
@@ -441,6 +446,7 @@ class PccxDriver:
         if nxt is None:
             return
         at, key = nxt
+        now = self._key_at(self._pos)
         v = self.variants.get(key)
         if v is None:  # one call: the disk read (a few ms); a miss is not asked again
             if key not in self._ahead_missed:
@@ -449,17 +455,16 @@ class PccxDriver:
                     self._ahead_missed.add(key)
                 else:
                     self.variants[key] = v
-                    self._seed_decoded(key)  # (before the next token's span words are decoded)
+                    self._seed_decoded(key, now)  # (before the next token's span words are decoded)
             return
-        now = self._key_at(self._pos)
         build = self._ahead
         if build is None or build.key != key:
             # its span-patched words as the switching token will patch them (a program not running now),
             # so the switch recompiles none of them and the fused runs' copies are bound for their shapes
             v.program.patch(self.spans(at + 1))
-            self._seed_decoded(key)
+            self._seed_decoded(key, now)
             cur = self.variants.get(now)
-            build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None)
+            build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None, now)
         if build.finished:
             return
         works = build.pending
@@ -475,7 +480,7 @@ class PccxDriver:
             if made == 0:  # the slot is ready (steps and fused tables): `prepare` had nothing to do
                 build.done[j], build.todo[j] = True, 0
         if build.finished:
-            self._store_decoded(v)
+            self._store_decoded(v, self.variants.get(build.base))
         if self.timing is True and build.remember_now(at - self._pos):  # the new steps' fixed Work
             self.timer.remember(works)  # records' timing rows, a batch at a time (their own cost per call)
             works.clear()

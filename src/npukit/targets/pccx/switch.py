@@ -30,18 +30,19 @@ class AheadBuild:
     key: tuple
     todo: list[int]
     done: list[bool]
+    base: tuple | None = None  # the running program's key
     pending: list = field(default_factory=list)  # Work records built whose timing rows are not made yet
 
     @classmethod
-    def of(cls, key: tuple, program: Any, running: Any | None) -> AheadBuild:
-        """The build of ``program`` (a compiled `Program`) diffed against the ``running`` one."""
+    def of(cls, key: tuple, program: Any, running: Any | None, base: tuple | None = None) -> AheadBuild:
+        """The build of ``program`` (a compiled `Program`) diffed against the running one (key ``base``)."""
         todo = []
         for j, seg in enumerate(program.segments):
             old = running.segments[j].words if running is not None and j < len(running.segments) else None
             same_shape = old is not None and len(old) == len(seg.words)
             todo.append(sum(a != b for a, b in zip(seg.words, old, strict=True)) if same_shape
                         else len(seg.words))
-        return cls(key, todo, [False] * len(todo))
+        return cls(key, todo, [False] * len(todo), base)
 
     @property
     def finished(self) -> bool:

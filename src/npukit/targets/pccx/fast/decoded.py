@@ -5,9 +5,10 @@ and labels each for its Work record (~30 µs a word, ~2 s of a 36-token chunk's 
 pure functions of the word (the ISA profile and limits fixed by the key), so the driver stores them
 once per program (`PccxDriver._prefill_chunk`, through its `ProgramCache`) and a later process seeds
 the executor's decode memo and the label memo from the entry instead of decoding anew. A decode
-step's span-bucket program is kept the same way (`variant_name`, `seed_variant`, `store_variant`):
-about half its ~1 300 distinct words are new at each switch into its bucket (the on-chip layout
-moves with the span), and building it ahead decoded and labelled them (~8 ms of ~57 at hidden 1024).
+step's span-bucket program is kept the same way (`variant_name`, `seed_variant`, `store_variant`),
+less the words of the program running before it (the previous bucket's): 300-600 of its ~1 300
+distinct words are new at each switch into its bucket (the on-chip layout moves with the span), and
+building it ahead decoded and labelled them.
 
 Key: the program cache's own (checkpoint, compiler, hardware, profile, KV ring), the chunk
 program's name, SHA-256 of its words and `VERSION` (the source of the decoder and the label
@@ -67,38 +68,42 @@ def entry_name(name: tuple, segments: Iterable[Sequence[int]]) -> tuple:
     return ("decoded", version(), name, words_hash(segments))
 
 
-def variant_name(key: tuple) -> tuple:
-    """The program cache name of a decode step program's decoded words: its span-bucket key alone (its
-    words are span-patched in place per token, so they name no fixed content; an entry maps words
-    to their decoding, which holds for any program)."""
-    return ("decoded", version(), "decode-variant", key)
+def variant_name(key: tuple, base: tuple | None = None) -> tuple:
+    """The program cache name of decode program ``key``'s decoded words that program ``base`` (the
+    one running before it: the previous span bucket's) does not hold; ``base`` None: all of them. Not
+    named by the words: a program's span words are patched in place per token, and an entry maps
+    words to their decoding, which holds for any program."""
+    return ("decoded", version(), "decode-variant", base, key)
 
 
-def seed_variant(programs: Any, dev: Any, key: tuple) -> bool:
-    """Seed ``dev``'s memos from the stored decoded words of decode program ``key``; whether there
-    was an entry (`ProgramCache.get`: none when the driver's programs are not cached)."""
-    entry = programs.get(variant_name(key), DecodedWords)
+def seed_variant(programs: Any, dev: Any, key: tuple, base: tuple | None = None) -> bool:
+    """Seed ``dev``'s memos from the stored entry `variant_name(key, base)`; whether there was one
+    (`ProgramCache.get`: none when the driver's programs are not cached)."""
+    entry = programs.get(variant_name(key, base), DecodedWords)
     if entry is None:
         return False
     seed(dev, entry)
     return True
 
 
-def store_variant(programs: Any, dev: Any, key: tuple, segments: Iterable[Sequence[int]]) -> None:
-    """Store what ``dev`` decoded for decode program ``key``'s words (after its plan was built)."""
-    got = collect(dev, segments)
+def store_variant(programs: Any, dev: Any, key: tuple, segments: Iterable[Sequence[int]],
+                  base: tuple | None = None, skip: Iterable[Sequence[int]] = ()) -> None:
+    """Store what ``dev`` decoded for decode program ``key``'s words (its plan built), but the words of
+    program ``base`` (its segments ``skip``: decoded, or seeded, when that one was built)."""
+    got = collect(dev, segments, skip)
     if got is not None and len(got.words):
-        programs.put(variant_name(key), got)
+        programs.put(variant_name(key, base), got)
 
 
-def collect(dev: Any, segments: Iterable[Sequence[int]]) -> DecodedWords | None:
-    """What ``dev`` (a `FastSimulator` that has run the program) decoded for its words; None for
-    another executor."""
+def collect(dev: Any, segments: Iterable[Sequence[int]], skip: Iterable[Sequence[int]] = ()
+            ) -> DecodedWords | None:
+    """What ``dev`` (a `FastSimulator` that has run the program) decoded for its words, less those of
+    the segments ``skip``; None for another executor."""
     memo = getattr(dev, "_decoded", None)
     if memo is None:
         return None
     words, instrs, texts = [], [], []
-    for w in sorted({int(x) for seg in segments for x in seg}):
+    for w in sorted({int(x) for seg in segments for x in seg} - {int(x) for seg in skip for x in seg}):
         ins = memo.get(w)
         if ins is None or isinstance(ins, Exception):
             continue
