@@ -162,7 +162,7 @@ class PccxDriver:
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
         self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
         self._ahead: _AheadBuild | None = None  # the program `_prepare_ahead` is building
-        self._decoded_stored: dict[tuple, bool] = {}  # decode program key -> its decoded words on disk
+        self._decoded_stored: dict[tuple, bool] = {}  # (previous key, key) -> its decoded words on disk
         self._keys: dict[int, tuple] = {}  # position -> span-bucket key (`_key_at`)
         self._dirty: dict[tuple, list[list[int]]] = {}  # program key -> per segment, its span-patched words
         self._switch: tuple | None = None  # (from, to, next switch): `_next_switch`'s last answer
@@ -467,7 +467,7 @@ class PccxDriver:
             build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None, now)
         if build.finished:
             return
-        works = build.pending
+        works = build.pending if self.timing is True else []
         budget = min(build.budget(at - self._pos), slice_cap(at - self._pos))
         for j, seg in enumerate(v.program.segments):
             if budget <= 0:

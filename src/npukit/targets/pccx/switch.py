@@ -2,7 +2,7 @@
 
 The driver runs another compiled program when the attention span enters a new power-of-two bucket.
 The two programs share the instruction sequence but not the on-chip layout: the L2 allocator places
-the span-sized buffers first-fit, so every buffer after them moves, and 45-75 % of the words differ
+the span-sized buffers first-fit, so every buffer after them moves, and 37-73 % of the words differ
 (addresses, not only the span fields; measured at hidden 1024: 973-1 924 of 2 625 words per switch,
 segment 0 alone unchanged). Those steps are compiled, their fused runs lowered and their Work
 records' timing rows made over the tokens before the switch, an even share per token (`AheadBuild`).
