@@ -1,0 +1,106 @@
+"""Starting numba's worker threads under npukit's OpenMP wait policy, the process environment left as it was.
+
+numba's parallel kernels run on GNU OpenMP (libgomp) here. libgomp reads its settings
+(``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ...) once, in its load-time constructor, when numba's
+threading layer is first loaded. `start` sets the variables of npukit's policy that the user did not
+set, has numba load that layer and launch its threads then, and restores ``os.environ`` (and so the C
+environment that ``getenv`` reads) exactly: libraries that read the environment later — torch's own
+OpenMP in a child process, or one loaded into this process before numba's — see the user's settings.
+
+The policy (docs/cpus.md, "Threads"): a worker that finds no work spins ``GOMP_SPINCOUNT`` pause
+loops before it sleeps on a futex. libgomp's default (300 000 spins, about 20 ms on a Sapphire Rapids
+core whose PAUSE is slow) takes the core from every other process between a decode's parallel
+regions; ``OMP_WAIT_POLICY=PASSIVE`` (no spin) makes each region pay a futex wake (~45 µs), which
+costs the parallel INT4 GEMV its lead over the serial one. A bounded spin keeps the workers awake
+across the gaps of one decode step and lets them sleep between steps; where another process holds a
+core, `targets.pccx.fast.twins.TwinChooser` moves the GEMVs to their serial twins.
+
+One caveat cannot be scoped: a library in this process that links the same ``libgomp.so.1`` *after*
+numba loaded it (torch imported later, in this process) shares that runtime and its spin count.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# npukit's libgomp policy while numba's threads start (measured: docs/cpus.md "Threads")
+POLICY: dict[str, str] = {"GOMP_SPINCOUNT": "30000"}
+# the user's own choice of wait policy (any of these set: npukit sets nothing)
+USER_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+@dataclass(frozen=True)
+class ThreadStart:
+    """How numba's thread pool was started in this process."""
+
+    layer: str  # numba's threading layer: "omp", "tbb" or "workqueue"
+    threads: int  # numba's thread count
+    applied: dict[str, str] = field(default_factory=dict)  # what npukit set while libgomp loaded
+    user: dict[str, str] = field(default_factory=dict)  # the user's own wait settings (they win)
+    preloaded: bool = False  # libgomp was already in the process: its settings came from earlier
+
+    def describe(self) -> str:
+        """One line for doctor and benchmarks."""
+        if self.layer != "omp":
+            return f"{self.threads} threads ({self.layer}; npukit's OpenMP policy does not apply)"
+        if self.user:
+            how = "the user's " + " ".join(f"{k}={v}" for k, v in self.user.items())
+        elif self.preloaded:
+            how = "libgomp loaded before numba's threads: its own settings"
+        else:
+            how = "npukit's " + " ".join(f"{k}={v}" for k, v in self.applied.items())
+        return f"{self.threads} threads (omp, {how})"
+
+
+_started: ThreadStart | None = None
+_lock = threading.Lock()
+
+
+def policy_for(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The variables npukit sets for numba's start, given the environment (none if the user chose)."""
+    if any(k in environ for k in USER_KEYS):
+        return {}
+    return dict(POLICY)
+
+
+def libgomp_loaded() -> bool:
+    """Whether a libgomp is mapped into this process already (Linux; False where unknown)."""
+    try:
+        return "libgomp" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+def start() -> ThreadStart:
+    """Launch numba's threads once per process under npukit's policy; cheap after the first call."""
+    global _started
+    if _started is not None:
+        return _started
+    with _lock:
+        if _started is None:
+            _started = _launch()
+    return _started
+
+
+def _launch() -> ThreadStart:
+    import numba
+
+    environ = os.environ
+    user = {k: environ[k] for k in USER_KEYS if k in environ}
+    preloaded = libgomp_loaded()
+    applied = policy_for(environ)
+    saved = {k: environ.get(k) for k in applied}
+    environ.update(applied)
+    try:
+        threads = int(numba.get_num_threads())  # loads the threading layer (libgomp reads env now)
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = old
+    layer = str(numba.threading_layer())
+    return ThreadStart(layer, threads, applied if layer == "omp" and not preloaded else {}, user, preloaded)
