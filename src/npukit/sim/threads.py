@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # npukit's libgomp policy while numba's threads start (measured: docs/cpus.md "Threads")
-POLICY: dict[str, str] = {"GOMP_SPINCOUNT": "30000"}
+POLICY: dict[str, str] = {"GOMP_SPINCOUNT": "100000"}
 # the user's own choice of wait policy (any of these set: npukit sets nothing)
 USER_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
