@@ -103,3 +103,15 @@ def test_describe_names_the_source_of_the_settings() -> None:
     assert mine.describe() == "2 threads (omp, npukit's GOMP_SPINCOUNT=30000)"
     early = threads.ThreadStart("omp", 2, {}, {}, preloaded=True)
     assert "loaded before" in early.describe()
+
+
+def test_importing_the_parallel_kernels_starts_no_pool() -> None:
+    """A forked child that runs a parallel region dies once its parent launched numba's OpenMP pool, so
+    importing the modules that hold parallel kernels must not launch it (`start` runs at first use)."""
+    code = ("import npukit.targets.pccx.fast._nbkernels, npukit.targets.pccx.fast._nbgroup, "
+            "npukit.kernels.fp8._nb, npukit.kernels.fp8.fast, npukit.targets.pccx.fast.fastsim\n"
+            "from npukit.sim import threads\n"
+            "print(threads.libgomp_loaded(), threads._started)")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "None"]

@@ -8,12 +8,18 @@ environment that ``getenv`` reads) exactly: libraries that read the environment 
 OpenMP in a child process, or one loaded into this process before numba's — see the user's settings.
 
 The policy (docs/cpus.md, "Threads"): a worker that finds no work spins ``GOMP_SPINCOUNT`` pause
-loops before it sleeps on a futex. libgomp's default (300 000 spins, about 20 ms on a Sapphire Rapids
-core whose PAUSE is slow) takes the core from every other process between a decode's parallel
-regions; ``OMP_WAIT_POLICY=PASSIVE`` (no spin) makes each region pay a futex wake (~45 µs), which
-costs the parallel INT4 GEMV its lead over the serial one. A bounded spin keeps the workers awake
-across the gaps of one decode step and lets them sleep between steps; where another process holds a
-core, `targets.pccx.fast.twins.TwinChooser` moves the GEMVs to their serial twins.
+loops before it sleeps on a futex. libgomp's default (300 000 spins, 3-10 ms on the 2-core Xeon this
+was measured on) holds a core against every other process between a decode's parallel regions;
+``OMP_WAIT_POLICY=PASSIVE`` (no spin) makes each region pay a futex wake (45-100 µs there), which
+costs the parallel INT4 GEMV its lead over the serial one. 100 000 spins (1-3 ms there) keep the
+workers awake across the host work between the compiled runs of one decode step; where another
+process holds a core, `targets.pccx.fast.twins.TwinChooser` moves the GEMVs to their serial twins
+and the workers sleep.
+
+`start` runs where npukit first needs the pool (the pccx executor's twin chooser, the FP8 GEMM's
+parallel path, `kernels.one_thread`), never at import: numba's GNU OpenMP layer terminates a forked
+child that runs a parallel region once its parent has launched the pool, so a module import must not
+launch it.
 
 One caveat cannot be scoped: a library in this process that links the same ``libgomp.so.1`` *after*
 numba loaded it (torch imported later, in this process) shares that runtime and its spin count.

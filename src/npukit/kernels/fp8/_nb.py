@@ -29,12 +29,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from npukit.sim import compile_report, cpu, threads
+from npukit.sim import compile_report, cpu
 
 compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "nogil": True}
-threads.start()  # numba's pool under npukit's OpenMP policy before a parallel kernel here runs
 CHUNK = 64
 _I8X64 = ir.VectorType(ir.IntType(8), 64)
 _I32X16 = ir.VectorType(ir.IntType(32), 16)

@@ -11,7 +11,7 @@ import math
 import numba as nb
 import numpy as np
 
-from npukit.sim import compile_report, nb_avx2, threads
+from npukit.sim import compile_report, nb_avx2
 from npukit.sim.cpu import njit_variant
 from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
 from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
@@ -19,7 +19,6 @@ from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
 compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
-threads.start()  # numba's pool under npukit's OpenMP policy before a parallel kernel here runs
 _MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
 _TWO133 = 2.0**133
 
