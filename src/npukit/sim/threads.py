@@ -8,13 +8,16 @@ environment that ``getenv`` reads) exactly: libraries that read the environment 
 OpenMP in a child process, or one loaded into this process before numba's — see the user's settings.
 
 The policy (docs/cpus.md, "Threads"): a worker that finds no work spins ``GOMP_SPINCOUNT`` pause
-loops before it sleeps on a futex. libgomp's default (300 000 spins, 3-10 ms on the 2-core Xeon this
-was measured on) holds a core against every other process between a decode's parallel regions;
-``OMP_WAIT_POLICY=PASSIVE`` (no spin) makes each region pay a futex wake (45-100 µs there), which
-costs the parallel INT4 GEMV its lead over the serial one. 100 000 spins (1-3 ms there) keep the
-workers awake across the host work between the compiled runs of one decode step; where another
-process holds a core, `targets.pccx.fast.twins.TwinChooser` moves the GEMVs to their serial twins
-and the workers sleep.
+loops before it sleeps on a futex. ``OMP_WAIT_POLICY=PASSIVE`` (no spin) makes each region pay a futex
+wake (45-100 µs on the 2-core Xeon VM this was measured on), which costs the parallel INT4 GEMV its
+lead over the serial one; 100 000 spins (1-3 ms there) keep the workers awake across the host work
+between the compiled runs of one decode step. But a spinning worker loses its core to any other busy
+process (the scheduler favours a thread waking from sleep, not one that spun), and each parallel
+region then waits milliseconds for it: with one core busy elsewhere a 128-token prefill took 4-5x as
+long spinning as passive (its GEMMs have no serial twin to fall back on; the decode GEMVs do,
+`targets.pccx.fast.twins.TwinChooser`). libgomp's settings cannot change once read, so `start` looks
+at the machine once: it spins only where the CPUs were idle enough, over a short sample, for every
+numba thread to have a core of its own, else it starts passive.
 
 `start` runs where npukit first needs the pool (the pccx executor's twin chooser, the FP8 GEMM's
 parallel path, `kernels.one_thread`), never at import: numba's GNU OpenMP layer terminates a forked
@@ -29,11 +32,15 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# npukit's libgomp policy while numba's threads start (measured: docs/cpus.md "Threads")
+# npukit's libgomp policy while numba's threads start (measured: docs/cpus.md "Threads"): a bounded
+# spin where each numba thread finds an idle core, passive where other work holds the CPUs
 POLICY: dict[str, str] = {"GOMP_SPINCOUNT": "100000"}
+BUSY_POLICY: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+IDLE_SAMPLE_S = 0.05  # how long `idle_cores` watches the CPUs (5 scheduler ticks at 100 Hz)
 # the user's own choice of wait policy (any of these set: npukit sets nothing)
 USER_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
@@ -47,6 +54,7 @@ class ThreadStart:
     applied: dict[str, str] = field(default_factory=dict)  # what npukit set while libgomp loaded
     user: dict[str, str] = field(default_factory=dict)  # the user's own wait settings (they win)
     preloaded: bool = False  # libgomp was already in the process: its settings came from earlier
+    idle: float | None = None  # idle cores seen when the pool started (None: not sampled)
 
     def describe(self) -> str:
         """One line for doctor and benchmarks."""
@@ -58,6 +66,8 @@ class ThreadStart:
             how = "libgomp loaded before numba's threads: its own settings"
         else:
             how = "npukit's " + " ".join(f"{k}={v}" for k, v in self.applied.items())
+            if self.idle is not None:
+                how += f", {self.idle:.1f} idle cores at start"
         return f"{self.threads} threads (omp, {how})"
 
 
@@ -65,11 +75,37 @@ _started: ThreadStart | None = None
 _lock = threading.Lock()
 
 
-def policy_for(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """The variables npukit sets for numba's start, given the environment (none if the user chose)."""
+def policy_for(environ: dict[str, str] | os._Environ[str], idle: float | None,
+               threads: int) -> dict[str, str]:
+    """The variables npukit sets for numba's start: none if the user chose a wait policy, else the spin
+    where ``idle`` cores (None: unknown) leave each of ``threads`` one, else passive."""
     if any(k in environ for k in USER_KEYS):
         return {}
+    if idle is not None and idle < threads - 0.5:
+        return dict(BUSY_POLICY)
     return dict(POLICY)
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(all, idle) jiffies of every CPU so far, from /proc/stat (None where there is none)."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    ticks = [int(v) for v in first[1:]]
+    return sum(ticks[:8]), ticks[3] + ticks[4]  # user..steal; idle + iowait (guest time is in user)
+
+
+def idle_cores(window_s: float = IDLE_SAMPLE_S) -> float | None:
+    """Cores left idle by everything else over ``window_s`` (this thread sleeps meanwhile)."""
+    a = _cpu_ticks()
+    if a is None:
+        return None
+    time.sleep(window_s)
+    b = _cpu_ticks()
+    if b is None or b[0] <= a[0]:
+        return None
+    return (os.cpu_count() or 1) * (b[1] - a[1]) / (b[0] - a[0])
 
 
 def libgomp_loaded() -> bool:
@@ -97,7 +133,8 @@ def _launch() -> ThreadStart:
     environ = os.environ
     user = {k: environ[k] for k in USER_KEYS if k in environ}
     preloaded = libgomp_loaded()
-    applied = policy_for(environ)
+    idle = None if user or preloaded else idle_cores()
+    applied = policy_for(environ, idle, int(numba.config.NUMBA_NUM_THREADS))
     saved = {k: environ.get(k) for k in applied}
     environ.update(applied)
     try:
@@ -109,4 +146,5 @@ def _launch() -> ThreadStart:
             else:
                 environ[key] = old
     layer = str(numba.threading_layer())
-    return ThreadStart(layer, threads, applied if layer == "omp" and not preloaded else {}, user, preloaded)
+    return ThreadStart(layer, threads, applied if layer == "omp" and not preloaded else {}, user, preloaded,
+                       idle)
