@@ -56,8 +56,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-# the environment as the user gave it, before npukit is imported (importing it sets numba's OpenMP
-# policy): transformers runs in a child process with exactly this, as it would on its own
+# the environment as the user gave it, before npukit is imported (npukit sets numba's OpenMP policy
+# only while its threads start, `npukit.sim.threads`): transformers runs in a child process with
+# exactly this, as it would on its own
 USER_ENV = dict(os.environ)
 
 from npukit.sim.cpu import describe as machine_line  # noqa: E402

@@ -67,7 +67,6 @@ def main() -> None:
                     help="run each generation this many times and keep the fastest (a shared, loaded host)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     path = installed_gguf(a.model)
     cli_decode_s(path, a.target, 1)  # warm-up: kernels compiled, caches filled
     clis = [(cli_decode_s(path, a.target, a.tokens), cli_decode_s(path, a.target, 2 * a.tokens))

@@ -5,7 +5,10 @@ GEMVs of a Gemma 3n at hidden 1024 and 2048 (q/o, gate/up, down, the 32 768-row 
 projection). Each build (the portable loop; the AVX-512 VNNI or the AVX2 one where `npukit.sim.cpu`
 chose it; each serial and parallel) reads its own set of random packed matrices, ``--mib`` MiB in all,
 one after another, so every call streams weights that are not in the caches, as a decode token does;
-the builds take turns call by call so that the machine's load hits them alike. A NumPy ``uint64`` sum over the
+the builds take turns call by call so that the machine's load hits them alike. ``--gap-us N`` keeps the
+calling thread busy N µs before each call, as a decode step's host work does between its GEMVs: the
+parallel builds then pay what numba's idle OpenMP workers cost to wake under the process's wait policy
+(`npukit.sim.threads`; the policy heads the output). A NumPy ``uint64`` sum over the
 same bytes (a fourth set) is the reference stream: what one core reads from memory here. Before
 timing, every build's output is checked bit for bit against the readable reference GEMV
 (`numerics.gemv`) on the first matrix of a smaller shape. Figures: the lower quartile of the call
@@ -58,7 +61,13 @@ def check(kernels: dict) -> None:
             raise SystemExit(f"{name} differs from the reference GEMV; not timing it")
 
 
-def shape_row(m: int, k: int, kernels: dict, mib: int, calls: int) -> dict:
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def shape_row(m: int, k: int, kernels: dict, mib: int, calls: int, gap_s: float = 0.0) -> dict:
     from npukit.targets.pccx import numerics as nx
     from npukit.targets.pccx.fast import kernels as kx
 
@@ -80,6 +89,8 @@ def shape_row(m: int, k: int, kernels: dict, mib: int, calls: int) -> dict:
     times: dict[str, list[float]] = {name: [] for name in mats}
     for i in range(calls + 1):
         for name in mats:
+            if gap_s:
+                _busy(gap_s)
             t0 = time.perf_counter()
             run(name, i)
             if i:  # the first round warms up
@@ -96,24 +107,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=64, help="MiB of matrices per build (more than the caches)")
     ap.add_argument("--calls", type=int, default=60)
     ap.add_argument("--quick", action="store_true", help="two small shapes (a smoke run)")
+    ap.add_argument("--gap-us", type=float, default=0.0,
+                    help="busy host work before each call, in µs (a decode step's gaps between GEMVs)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    from npukit.sim import threads
+
     machine = machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2")
-    print(machine, file=sys.stderr)
+    pool = threads.start().describe()
+    if args.gap_us:
+        pool += f"; {args.gap_us:g} µs host work before each call"
+    print(machine, "|", pool, file=sys.stderr)
     kernels = builds()
     check(kernels)
     rows = []
     for m, k in QUICK if args.quick else SHAPES:
-        rows.append(shape_row(m, k, kernels, args.mib, args.calls))
+        rows.append(shape_row(m, k, kernels, args.mib, args.calls, args.gap_us * 1e-6))
         print(f"  {m}x{k} done", file=sys.stderr, flush=True)
     load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
     if args.json:
-        print(json.dumps({"machine": machine, "load_average": load, "rows": rows,
+        print(json.dumps({"machine": machine, "threads": pool, "load_average": load, "rows": rows,
                           "tier": "measured (call times), derived (GB/s, ratios)"}, indent=2))
         return 0
     names = [*kernels, "numpy sum"]
     print(f"packed INT4 GEMV, GB/s of weights (measured lower-quartile call times; GB/s and the share of the"
-          f" NumPy sum derived); {machine}")
+          f" NumPy sum derived); {machine}; numba {pool}")
     print(f"{'M x K':>12} {'MB':>6} " + " ".join(f"{n:>18}" for n in names))
     for r in rows:
         cells = [f"{r['gb_per_s'][n]:6.1f} ({r['of_numpy_sum'][n]:4.0%})" if n != "numpy sum"

@@ -20,6 +20,9 @@ def test_quick_json_has_every_build_and_the_numpy_stream(bench, capsys):
     assert bench.main(["--quick", "--mib", "1", "--calls", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert "measured" in res["tier"] and "derived" in res["tier"] and res["machine"].startswith("CPU ")
+    from npukit.sim import threads
+
+    assert res["threads"] == threads.start().describe()  # the wait policy the parallel builds ran under
     want = {"portable serial", "portable parallel", "numpy sum"}
     if nbk.SIMD == "avx512-vnni":
         want |= {"vnni serial", "vnni parallel"}
@@ -40,3 +43,10 @@ def test_a_build_that_differs_is_not_timed(bench, monkeypatch):
     monkeypatch.setattr(bench, "builds", lambda: {"wrong": wrong})
     with pytest.raises(SystemExit, match="wrong differs"):
         bench.main(["--quick", "--calls", "1"])
+
+
+def test_gap_keeps_the_caller_busy_before_each_call(bench, monkeypatch):
+    waits = []
+    monkeypatch.setattr(bench, "_busy", waits.append)
+    bench.shape_row(64, 256, {"serial": lambda *a: 0}, 1, 2, gap_s=5e-5)
+    assert waits == [5e-5] * 6  # (2 timed + 1 warm-up call) x (the build + the NumPy stream)

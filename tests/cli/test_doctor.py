@@ -37,7 +37,10 @@ def test_doctor_json_reports_cpu_paths_and_peers(capsys) -> None:
     assert all(k["reason"] for k in rep["kernels"])
     assert rep["python_peers"]["ml_dtypes"]  # a dev extra: installed wherever this suite runs
     assert set(rep["tools"]) >= {"qemu-system-x86_64", "clang-14"}
-    assert rep["threads"]["OMP_WAIT_POLICY"]
+    assert rep["threads"]["OMP_WAIT_POLICY"] and rep["threads"]["GOMP_SPINCOUNT"]
+    from npukit.sim import threads
+
+    assert rep["threads"]["pool"] == threads.start().describe()
 
 
 def test_doctor_human_names_the_cpu_and_each_family(capsys) -> None:

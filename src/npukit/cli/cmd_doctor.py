@@ -94,8 +94,13 @@ def _cache_section() -> dict[str, Any]:
 def _thread_section() -> dict[str, Any]:
     from numba.core import config
 
-    return {"numba_threads": config.NUMBA_NUM_THREADS, "threading_layer": config.THREADING_LAYER,
+    from npukit.sim import threads
+
+    # the pool as npukit starts it (its libgomp policy, or the user's), then the environment as given
+    return {"pool": threads.start().describe(), "numba_threads": config.NUMBA_NUM_THREADS,
+            "threading_layer": config.THREADING_LAYER,
             "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT", "(unset)"),
             "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME", "(unset)"),
             "NPUKIT_SIMD": os.environ.get("NPUKIT_SIMD", "(unset)")}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from npukit.kernels.fp8 import contract as C
+from npukit.sim.threads import start as start_threads
 
 CHUNK = 64
 # below these sizes one thread finishes before a second would be woken (parallel regions cost a
@@ -80,7 +81,7 @@ def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float 
     nm = out_layout == "nm"
     out = np.empty((n, m) if nm else (m, n), np.uint16)  # float16 bits, written by the kernel
     parallel = m * n * a8.shape[1] > SERIAL_MACS
-    threads = _nb.nb.get_num_threads() if parallel else 1
+    threads = start_threads().threads if parallel else 1  # (the pool under npukit's OpenMP policy)
     ws = np.empty((threads, tile_for(m), a8.shape[1]), np.uint8)  # one tile per thread
     res = np.empty((threads, 16), np.int32)
     kernel = build.parallel if parallel else build.serial

@@ -182,7 +182,9 @@ PARALLEL_MIN_MACS = 1 << 20  # below this a GEMV runs on the calling thread only
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Run numba parallel regions on one thread inside the block (restores the previous count)."""
-    n = _nb.get_num_threads()
+    from npukit.sim import threads
+
+    n = threads.start().threads  # (the pool under npukit's OpenMP policy, if this starts it)
     if n == 1:
         yield
         return

@@ -95,8 +95,8 @@ class TwinChooser:
 
 def _numba_threads() -> int:
     try:
-        import numba
+        from npukit.sim import threads
 
-        return int(numba.get_num_threads())
+        return threads.start().threads  # starts numba's pool under npukit's OpenMP policy
     except ImportError:  # pragma: no cover - numba absent: the NumPy backend never asks
         return 1
