@@ -261,7 +261,8 @@ class TokenTimer:
         same = [i for i in at if ((hit := rows.get(id(w := works[i]))) is None or hit[0] is not w)
                 and w.reads == old[i].reads and w.writes == old[i].writes]
         if same:
-            _put_numbers(prog, np.array(same, np.int64), np.array(self._heads([works[i] for i in same]), np.float64).T)
+            heads = np.array(self._heads([works[i] for i in same]), np.float64)
+            _put_numbers(prog, np.array(same, np.int64), heads.T)
             if len(same) == len(at):
                 return
             at = sorted(set(at).difference(same))
