@@ -165,6 +165,15 @@ class _Table:
         return not all(c.valid for c in self.codes)
 
     @property
+    def maker_rows(self) -> list[int]:
+        """The rows with a Work maker, ascending (made once per table; `_FusedRun` forgets it when it
+        edits ``makers``)."""
+        got = self.__dict__.get("_maker_rows")
+        if got is None:
+            got = self.__dict__["_maker_rows"] = sorted(self.makers)
+        return got
+
+    @property
     def items(self) -> list:
         """The trace entries (instruction, Work) of the rows (made once per table)."""
         got = self.__dict__.get("_items")
@@ -340,6 +349,7 @@ class _FusedRun:
             rows.append(o)
         if in_place and self.private:
             t.tab, t.ins, t.works, t.makers = tab, ins, works, makers
+            t.__dict__.pop("_maker_rows", None)
             items = t.__dict__.get("_items")
             for o in rows if items is not None else ():
                 items[o] = (ins[o], works[o])
@@ -355,6 +365,7 @@ class _FusedRun:
         t = self.table
         assert t is not None
         items = t.__dict__.get("_items")
+        t.__dict__.pop("_maker_rows", None)
         for o in offsets:
             row, work = steps[o].fuse
             t.tab[o] = [*row, *(0,) * (_COLS - len(row))]
@@ -435,10 +446,13 @@ class _FusedRun:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
         works, items = t.works[start:done], t.items[start:done]
         if t.makers:  # the Work of a GEMV row, from the shape it ran with
-            at = [i for i in t.makers if start <= i < done]
+            made = t.maker_rows
+            lo = bisect_left(made, start)
+            at = made[lo: bisect_left(made, done, lo)]
+            makers, ins = t.makers, t.ins
             for i, info in zip(at, t.info[at].tolist(), strict=True):
-                works[i - start] = w = t.makers[i](info)
-                items[i - start] = (t.ins[i], w)
+                works[i - start] = w = makers[i](info)
+                items[i - start] = (ins[i], w)
         if r >= rows:  # the last row ran, its e_max update is the reference reduction's
             i = r - rows
             m, d0 = int(t.info[i, 0]), int(t.tab[i, 4]) * _E
@@ -534,23 +548,6 @@ class _Repatch:
             self.made.private = value
 
     # what callers read and write of a run (`ahead.build_tables`), on the run made
-    def _memsets_in_place(self, offsets: list[int], steps: list[Callable[[], Work]]) -> _FusedRun:
-        """`patched` in place where every patched row is a MEMSET and no yield reads what they write (a
-        decode token's span descriptors): those rows, instructions and Works rewritten in this run's own
-        table (what `patched` copies and then installs here, without the copies)."""
-        t = self.table
-        assert t is not None
-        items = t.__dict__.get("_items")
-        for o in offsets:
-            row, work = steps[o].fuse
-            t.tab[o] = [*row, *(0,) * (_COLS - len(row))]
-            t.makers.pop(o, None)
-            t.ins[o], t.works[o] = steps[o].fuse_ins, work
-            if items is not None:
-                items[o] = (t.ins[o], work)
-        self.steps = steps
-        return self
-
     def _build(self, cc: np.ndarray | None = None) -> _Table | None:
         return self.resolve()._build(cc)
 
