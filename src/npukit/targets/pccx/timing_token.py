@@ -224,16 +224,20 @@ class TokenTimer:
         """The numbers of ``works``' rows (`_head`), by content: one `to_ops` over those no earlier Work
         had (`_content`)."""
         by_content = self._by_content
-        heads = [by_content.get(_content(w)) for w in works]
-        misses = [w for w, h in zip(works, heads, strict=True) if h is None]
-        if misses:
-            if len(by_content) > _MAX_ROWS:
-                by_content.clear()
-            made = {}
-            for w, o in zip(misses, to_ops(self.hw, misses, _OpRecord), strict=True):
-                made[id(w)] = by_content[_content(w)] = self._head(w, o)
-            heads = [made[id(w)] if h is None else h for w, h in zip(works, heads, strict=True)]
-        return heads
+        keys = [_content(w) for w in works]
+        heads = [by_content.get(k) for k in keys]
+        if None not in heads:
+            return heads
+        misses: dict[tuple, Work] = {}  # one Work per new content (the heads of a layer's products repeat)
+        for k, w, h in zip(keys, works, heads, strict=True):
+            if h is None:
+                misses.setdefault(k, w)
+        if len(by_content) > _MAX_ROWS:
+            by_content.clear()
+        made = {}
+        for (k, w), o in zip(misses.items(), to_ops(self.hw, list(misses.values()), _OpRecord), strict=True):
+            made[k] = by_content[k] = self._head(w, o)
+        return [made[k] if h is None else h for k, h in zip(keys, heads, strict=True)]
 
     def _build(self, works: list[Work]) -> _Program:
         at = np.array(self._rows(works), np.int64)
