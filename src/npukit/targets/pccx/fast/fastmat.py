@@ -164,8 +164,8 @@ def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
     `_mat_work` / `_kmajor_work` give (the same memo, key, label and fields; tested), in one call with
     the site's constants bound (a span-grown product makes a new Work each token, ~100 a decode step)."""
     works, ins, accm = site.works, site.ins, site.accm
-    s0, d0, idx, engine, is_async, lanes = ins.src_addr, ins.dest_reg, site.idx, site.engine, site.is_async, \
-        ins.parallel_lane
+    s0, d0, lanes = ins.src_addr, ins.dest_reg, ins.parallel_lane
+    idx, engine, is_async = site.idx, site.engine, site.is_async
     head = f"{site.asm_head if kmajor else site.asm}  ; M="
     tail = " fp16 kmajor live_k=" if kmajor else " fp16 ksplit="
     bound = nx.DSP_ACC_BOUND
