@@ -98,3 +98,35 @@ def test_a_job_whose_buffers_were_too_small_grows_them_and_stays_exact():
     job.loop()
     assert job.status == timing_nb.OK
     assert dump(job.done().result(ops)) == want
+
+
+def test_a_job_loops_through_the_entry_point_typed_for_its_arguments(monkeypatch):
+    """`Job.loop` types its ~100 argument arrays once, then calls the compiled overload's entry point
+    (the dispatcher typed them on every call, holding the GIL): the same schedule as the readable
+    loop, run after run, and a new lookup once `_rebuild` has made new arrays."""
+    from .test_timing_fast import Machine, Op, Resource, Stream
+
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0),),
+                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
+    ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=5.0 + i, path=("r",), xfer_bytes=2.0 + i,
+              stream="s" if i % 4 == 0 else None, stream_bytes=40.0 if i % 4 == 0 else 0.0,
+              is_async=i % 2 == 0, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(10)]
+    plan = timing_fast.Plan.of(m)
+    want = dump(Sim(m, ops).run())
+    lookups = []
+    real = timing_job._entry_point
+    monkeypatch.setattr(timing_job, "_entry_point", lambda args: lookups.append(args) or real(args))
+    job = timing_job.Job(plan, columns(plan, ops))
+    for run in range(3):
+        if run:
+            job.refresh()
+        job.loop()
+        assert dump(job.done().result(ops)) == want
+    typed = [timing_nb.run.typeof_pyval(a) for a in job.args]
+    assert job._entry is not None and job._entry[1] is timing_nb.run.overloads[tuple(typed)].entry_point
+    assert len(lookups) <= 2  # (the first call may find nothing compiled yet: the dispatcher compiles)
+    before = len(lookups)
+    job._rebuild()
+    job.loop()
+    assert len(lookups) == before + 1 and job._entry[0] is job.args
+    assert dump(job.done().result(ops)) == want

@@ -171,3 +171,24 @@ def test_to_ops_reads_only_the_fields_the_row_cache_keys_on():
     assert seen <= set(KEY_FIELDS) | set(UNKEYED), f"to_ops reads {seen - set(KEY_FIELDS) - set(UNKEYED)}"
     assert set(KEY_FIELDS) <= seen  # (and the key holds nothing to_ops ignores)
     assert set(KEY_FIELDS) | set(UNKEYED) <= {f.name for f in fields(Work)}
+
+
+def test_span_grown_works_take_their_numbers_without_new_store_rows():
+    """FP16 KV: the attention's products are new Work records each token (their spans grow) with the
+    ranges of the record they replace; the timer writes only their numbers (no store rows: on the real
+    model a hundred a token) and every run still times as the readable model."""
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=5))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("fp16").start()
+    m = machine(drv.hw)
+    drv.prefill([2, 3, 5])
+    tok, sizes, new = 11, [], 0
+    for i in range(8):
+        before = list(drv._last_works)
+        drv.step(tok)
+        if i:  # (the first decode token runs another program than the prompt's)
+            new += sum(a is not b for a, b in zip(drv._last_works, before, strict=True))
+        sizes.append(drv.timer._store.n)
+        want = Sim(m, to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
+        assert drv.records[-1].cycles == want.cycles
+        tok = (tok * 5 + 1) % 96
+    assert new > 40 and sizes[-1] - sizes[0] < new // 4  # (ranges that moved still take store rows)

@@ -215,20 +215,29 @@ class TokenTimer:
             self._store.clear()
             new = works
         if new:
-            by_content, misses = self._by_content, []
-            heads = [by_content.get(_content(w)) for w in new]
-            misses = [w for w, h in zip(new, heads, strict=True) if h is None]
-            if misses:
-                if len(by_content) > _MAX_ROWS:
-                    by_content.clear()
-                made = {}
-                for w, o in zip(misses, to_ops(self.hw, misses, _OpRecord), strict=True):
-                    made[id(w)] = by_content[_content(w)] = self._head(w, o)
-                heads = [made[id(w)] if h is None else h for w, h in zip(new, heads, strict=True)]
-            first = self._store.add(heads, [w.reads for w in new], [w.writes for w in new])
+            first = self._store.add(self._heads(new), [w.reads for w in new], [w.writes for w in new])
             for i, w in enumerate(new, first):
                 rows[id(w)] = (w, i)  # (the Work is kept alive with its slot: its id stays its own)
         return [rows[id(w)][1] for w in works]
+
+    def _heads(self, works: list[Work]) -> list[tuple]:
+        """The numbers of ``works``' rows (`_head`), by content: one `to_ops` over those no earlier Work
+        had (`_content`)."""
+        by_content = self._by_content
+        keys = [_content(w) for w in works]
+        heads = [by_content.get(k) for k in keys]
+        if None not in heads:
+            return heads
+        misses: dict[tuple, Work] = {}  # one Work per new content (the heads of a layer's products repeat)
+        for k, w, h in zip(keys, works, heads, strict=True):
+            if h is None:
+                misses.setdefault(k, w)
+        if len(by_content) > _MAX_ROWS:
+            by_content.clear()
+        made = {}
+        for (k, w), o in zip(misses.items(), to_ops(self.hw, list(misses.values()), _OpRecord), strict=True):
+            made[k] = by_content[k] = self._head(w, o)
+        return [made[k] if h is None else h for k, h in zip(keys, heads, strict=True)]
 
     def _build(self, works: list[Work]) -> _Program:
         at = np.array(self._rows(works), np.int64)
@@ -245,10 +254,22 @@ class TokenTimer:
         """Rewrite the rows whose Work changed since this program length's last run (a few hundred of
         thousands: the attention's spans, the sparse rows; at a span bucket switch most rows): found by
         identity, gathered from the store."""
-        at = list(compress(range(len(works)), map(is_not, works, prog.works)))  # (by identity, in C)
+        old = prog.works
+        at = list(compress(range(len(works)), map(is_not, works, old)))  # (by identity, in C)
         prog.works = works
         if not at:
             return
+        # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
+        # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
+        rows = self._rows_by_id
+        same = [i for i in at if ((hit := rows.get(id(w := works[i]))) is None or hit[0] is not w)
+                and w.reads == old[i].reads and w.writes == old[i].writes]
+        if same:
+            heads = np.array(self._heads([works[i] for i in same]), np.float64)
+            _put_numbers(prog, np.array(same, np.int64), heads.T)
+            if len(same) == len(at):
+                return
+            at = sorted(set(at).difference(same))
         changed = np.array(at, np.int64)
         slots = np.array(self._rows([works[i] for i in at]), np.int64)
         c, st = prog.cols, self._store
@@ -256,13 +277,19 @@ class TokenTimer:
             fresh = self._build(works)  # the store's ranges widened: the columns again
             prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
             return
-        num = st.num[slots].T
-        c.eng[changed], c.cycles[changed], c.lat[changed], c.tail[changed] = num[0], num[1], num[2], num[3]
-        c.path[changed], c.xfer[changed], c.sidx[changed], c.sbr[changed] = num[4], num[5], num[6], num[7]
-        c.isasync[changed], c.fifo_depth[changed] = num[8] != 0, num[9]
-        prog.kind[changed], prog.sfu[changed] = num[10], num[11]
+        _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+def _put_numbers(prog: _Program, changed: np.ndarray, num: np.ndarray) -> None:
+    """Write rows' numbers (``num``: `TokenTimer._head`'s 12 columns, float64, one column per op) at
+    positions ``changed`` of ``prog``'s columns."""
+    c = prog.cols
+    c.eng[changed], c.cycles[changed], c.lat[changed], c.tail[changed] = num[0], num[1], num[2], num[3]
+    c.path[changed], c.xfer[changed], c.sidx[changed], c.sbr[changed] = num[4], num[5], num[6], num[7]
+    c.isasync[changed], c.fifo_depth[changed] = num[8] != 0, num[9]
+    prog.kind[changed], prog.sfu[changed] = num[10], num[11]
 
 
 class _RowStore:

@@ -87,3 +87,38 @@ def test_a_run_made_later_patches_its_base_as_it_was_before_an_in_place_patch():
     assert [int(sim.cc[fmap, i, 0]) for i in range(8)] == [9, 1, 1, 5, 1, 1, 1, 1]
     assert len(groups[0][1]()) == 8  # the other program's run, made now: one compiled call
     assert [int(sim.cc[fmap, i, 0]) for i in range(8)] == wanted
+
+
+@pytest.mark.skipif(not kx.HAVE_NUMBA, reason="fused runs are a numba-backend path")
+def test_span_memsets_patch_a_private_run_in_place_as_a_fresh_build_and_the_reference(monkeypatch):
+    """A decode token's span words are MEMSETs: a slot's own (private) run takes them in its own table
+    (`_FusedRun._memsets_in_place`, no copies), which then holds what building the run afresh gives,
+    and runs to the reference simulator's constant caches and Work records."""
+    from npukit.targets.pccx import asm
+    from npukit.targets.pccx.fast.fastsim import FastSimulator
+    from npukit.targets.pccx.sim import Simulator
+
+    def program(values: list[int]) -> list[int]:
+        lines = [f"memset cache=fmap slot={i} a={v} b={i + 2} c=3" for i, v in enumerate(values)]
+        return asm.assemble("\n".join(lines))
+
+    sim, ref = FastSimulator(backend="numba"), Simulator()
+    in_place = []
+    real = fastrun._FusedRun._memsets_in_place
+
+    def counted(self, *args):
+        in_place.append(self)
+        return real(self, *args)
+
+    monkeypatch.setattr(fastrun._FusedRun, "_memsets_in_place", counted)
+    for n, values in enumerate(([1] * 6, [1, 4, 1, 1, 1, 1], [1, 5, 1, 1, 9, 1], [2, 6, 1, 1, 9, 1])):
+        words = program(values)
+        sim.load_program(words, tag="a", dirty=[0, 1, 4] if n else None)
+        ref.load_program(words)
+        assert sim.run() == ref.run()
+        assert np.array_equal(sim.cc, ref.cc)
+        run = sim._tagged["a"].groups[0][1].resolve()
+        fresh = run._build()
+        assert np.array_equal(run.table.tab, fresh.tab) and run.table.works == fresh.works
+        assert run.table.items == list(zip(fresh.ins, fresh.works, strict=True))
+    assert len(in_place) == 2 and in_place[0] is in_place[1]  # (the first patch copies a shared run)

@@ -156,13 +156,48 @@ def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
         return False
     row = (kind, ins.shape_ptr_addr, ins.size_ptr_addr, ins.src_addr, ins.dest_reg,
            int(site.accm) | int(site.findemax) << 1, 0, addr - 2 * hit[1], sim.limits.l2_words)
+    return row, None, hit[0], _fp16_works(site, kind == 9)
 
-    def work(info: list[int]) -> Work:  # (m, k, live rows) the row ran with
-        if kind == 7:
-            return _mat_work(site, info[0], 1, info[1], "fp16")
-        return _kmajor_work(site, info[0], 1, info[1], "fp16", info[2], False)
 
-    return row, None, hit[0], work
+def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
+    """The Work maker of an FP16 GEMV row (`fused_row`) from the (m, k, live rows) it ran with: what
+    `_mat_work` / `_kmajor_work` give (the same memo, key, label and fields; tested), in one call with
+    the site's constants bound (a span-grown product makes a new Work each token, ~100 a decode step)."""
+    works, ins, accm = site.works, site.ins, site.accm
+    s0, d0, lanes = ins.src_addr, ins.dest_reg, ins.parallel_lane
+    idx, engine, is_async = site.idx, site.engine, site.is_async
+    head = f"{site.asm_head if kmajor else site.asm}  ; M="
+    tail = " fp16 kmajor live_k=" if kmajor else " fp16 ksplit="
+    bound = nx.DSP_ACC_BOUND
+
+    def work(info: list[int]) -> Work:
+        m, k = info[0], info[1]
+        key = ("kmajor", m, 1, k, "fp16", info[2], False) if kmajor else (m, 1, k, "fp16")
+        w = works.get(key)
+        if w is not None:
+            return w
+        splits = max(1, -(-k // bound))
+        if kmajor:
+            live = info[2]
+            label, macs, wb = f"{head}{m} N=1 K={k}{tail}{live} ksplit={splits}", m * live, live * 2 * m
+        else:
+            label, macs, wb = f"{head}{m} N=1 K={k}{tail}{splits}", m * k, m * 2 * k
+        if not _PLAIN_WORK:
+            return _remember(site, key, _new_work(site, m, 1, k, label, macs, wb))
+        kw, mw = -(-k // _E), -(-m // _E)
+        src, dst = (s0, s0 + kw), (d0, d0 + mw)
+        w = object.__new__(Work)
+        w.__dict__.update(index=idx, engine=engine, label=label, macs=macs, sfu_elems=0, weight_bytes=wb,
+                          ddr_read_bytes=0, ddr_write_bytes=0,
+                          onchip_read_bytes=(kw + mw if accm else kw) * WORD_BYTES,
+                          onchip_write_bytes=mw * WORD_BYTES, is_async=is_async,
+                          reads=(src, dst) if accm else (src,), writes=(dst,), lanes=lanes)
+        if len(works) >= _MEMO:
+            works.clear()
+        works[key] = w
+        return w
+
+    return work
 
 
 def prebind_mat(sim: FastState, site: MatSite, cell: list, cc: np.ndarray, shp: int, siz: int) -> Work | None:

@@ -165,6 +165,15 @@ class _Table:
         return not all(c.valid for c in self.codes)
 
     @property
+    def maker_rows(self) -> list[int]:
+        """The rows with a Work maker, ascending (made once per table; `_FusedRun` forgets it when it
+        edits ``makers``)."""
+        got = self.__dict__.get("_maker_rows")
+        if got is None:
+            got = self.__dict__["_maker_rows"] = sorted(self.makers)
+        return got
+
+    @property
     def items(self) -> list:
         """The trace entries (instruction, Work) of the rows (made once per table)."""
         got = self.__dict__.get("_items")
@@ -249,6 +258,31 @@ class _CcBefore:
 _RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
 
 
+def _memset_entries(tab: np.ndarray, steps: list[Callable[[], Work]], offsets: list[int]
+                    ) -> set[tuple[int, int]] | None:
+    """The constant-cache entries (cache, slot) the rows at ``offsets`` write, as built (``tab``) and as
+    recompiled (``steps``), when every one of them is a MEMSET both ways (a decode token's span
+    patches); None otherwise."""
+    out: set[tuple[int, int]] = set()
+    for o in offsets:
+        fuse = steps[o].fuse
+        if callable(fuse) or fuse[0][0] != 6 or tab[o, 0] != 6:
+            return None
+        out.add((int(fuse[0][1]), int(fuse[0][2])))
+        out.add((int(tab[o, 1]), int(tab[o, 2])))
+    return out
+
+
+def _reads_any(row: np.ndarray, entries: set[tuple[int, int]] | None) -> bool:
+    """Whether a yield row's lowering reads one of ``entries`` (None: any may have changed): its shape
+    entry and the two size entries its binding key holds (`_lowered`). A yield none of whose entries
+    a patch rewrote lowers to the same row again."""
+    if entries is None:
+        return True
+    shp, siz = int(row[1]), int(row[2])
+    return (0, shp) in entries or (1, siz) in entries or (1, siz + 1) in entries
+
+
 class _FusedRun:
     """One run of fusable steps as a callable (`fuse_groups`): lowered lazily on its first call."""
 
@@ -283,12 +317,18 @@ class _FusedRun:
         if any(o >= done and callable(steps[o].fuse) for o in offsets):
             new.dead = False
             return new  # the prefix may now run further: build it again
-        tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
         # the patched rows, and the yields after the first (a MEMSET patched before a GEMV's yield may
         # give it a binding the loop covers: lowered again, with the entries the rows before leave)
+        own = [x for x in offsets if x < done]
+        touched = _memset_entries(t.tab, steps, own)
+        first = min(offsets, default=done)
         yields = np.flatnonzero(t.tab[:, 0] == _YIELD)
-        first, rows, before = min(offsets, default=done), [], _CcBefore(self.sim.cc, tab)
-        for o in sorted({*(x for x in offsets if x < done), *(int(y) for y in yields if y > first)}):
+        later = [int(y) for y in yields if y > first and _reads_any(t.tab[y], touched)]
+        if in_place and self.private and touched is not None and not later:
+            return self._memsets_in_place(own, steps)
+        tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
+        rows, before = [], _CcBefore(self.sim.cc, tab)
+        for o in sorted({*own, *later}):
             st = steps[o]
             got = _lowered(st, before.at_row(o) if callable(st.fuse) else None)
             if got is None:
@@ -309,6 +349,7 @@ class _FusedRun:
             rows.append(o)
         if in_place and self.private:
             t.tab, t.ins, t.works, t.makers = tab, ins, works, makers
+            t.__dict__.pop("_maker_rows", None)
             items = t.__dict__.get("_items")
             for o in rows if items is not None else ():
                 items[o] = (ins[o], works[o])
@@ -316,6 +357,24 @@ class _FusedRun:
             return self
         new.table = _Table(tab, ins, works, makers, t.regions, np.zeros_like(t.info), t.retry, keep)
         return new
+
+    def _memsets_in_place(self, offsets: list[int], steps: list[Callable[[], Work]]) -> _FusedRun:
+        """`patched` in place where every patched row is a MEMSET and no yield reads what they write (a
+        decode token's span descriptors): those rows, instructions and Works rewritten in this run's own
+        table (what `patched` copies and then installs here, without the copies)."""
+        t = self.table
+        assert t is not None
+        items = t.__dict__.get("_items")
+        t.__dict__.pop("_maker_rows", None)
+        for o in offsets:
+            row, work = steps[o].fuse
+            t.tab[o] = [*row, *(0,) * (_COLS - len(row))]
+            t.makers.pop(o, None)
+            t.ins[o], t.works[o] = steps[o].fuse_ins, work
+            if items is not None:
+                items[o] = (t.ins[o], work)
+        self.steps = steps
+        return self
 
     def _build(self, cc: np.ndarray | None = None) -> _Table | None:
         """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's
@@ -387,10 +446,13 @@ class _FusedRun:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
         works, items = t.works[start:done], t.items[start:done]
         if t.makers:  # the Work of a GEMV row, from the shape it ran with
-            at = [i for i in t.makers if start <= i < done]
+            made = t.maker_rows
+            lo = bisect_left(made, start)
+            at = made[lo: bisect_left(made, done, lo)]
+            makers, ins = t.makers, t.ins
             for i, info in zip(at, t.info[at].tolist(), strict=True):
-                works[i - start] = w = t.makers[i](info)
-                items[i - start] = (t.ins[i], w)
+                works[i - start] = w = makers[i](info)
+                items[i - start] = (ins[i], w)
         if r >= rows:  # the last row ran, its e_max update is the reference reduction's
             i = r - rows
             m, d0 = int(t.info[i, 0]), int(t.tab[i, 4]) * _E
