@@ -150,7 +150,9 @@ def test_a_missing_recipe_piece_is_named_with_its_reason(tmp_path, monkeypatch):
     assert "qemu-user-static" in res["recipe_error"]["reason"]
 
 
+# its own bound (a cold cache compiles every kernel under emulation), not the suite's 600 s default
 @pytest.mark.slow
+@pytest.mark.timeout(TOTAL_TIMEOUT_S + 60)
 def test_smoke_set_under_qemu_aarch64_is_bit_identical_to_native(tmp_path):
     report_path = tmp_path / "aarch64.json"
     cmd = [sys.executable, str(REPO / "scripts" / "aarch64_smoke.py"), "--report", str(report_path),
