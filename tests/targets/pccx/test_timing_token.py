@@ -192,3 +192,27 @@ def test_span_grown_works_take_their_numbers_without_new_store_rows():
         assert drv.records[-1].cycles == want.cycles
         tok = (tok * 5 + 1) % 96
     assert new > 40 and sizes[-1] - sizes[0] < new // 4  # (ranges that moved still take store rows)
+
+
+def test_a_full_content_table_starts_over_and_times_exactly(monkeypatch):
+    """The rows kept by content (`TokenTimer._heads`) start over when their table is full, mid-run and
+    with a batch larger than the table: every run still times as the readable model does."""
+    from npukit.targets.pccx import timing_token
+
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    monkeypatch.setattr(timing_token, "_MAX_ROWS", 3)  # (the Work rows too: both caches start over)
+    first_of, over = timing_token._first_of, []
+
+    def counted(keys, works, known):  # a call with nothing known: the table started over
+        over.append(len(known) > 0 and all(i is None for i in known) and len(set(keys)) > 3)
+        return first_of(keys, works, known)
+
+    monkeypatch.setattr(timing_token, "_first_of", counted)
+    drv.prefill([2, 3])
+    for tok in (4, 9, 4):
+        drv.step(tok)
+        want = Sim(machine(drv.hw), to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
+        assert drv.records[-1].cycles == want.cycles
+        assert len(drv.timer._by_content) == drv.timer._table_n
+    assert sum(over) >= 3  # it started over, with batches of more contents than the table holds

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import compress
-from operator import attrgetter, is_not
+from operator import attrgetter, eq, is_not
 from typing import Any
 
 import numba as nb
@@ -111,6 +111,7 @@ KEY_FIELDS = ("engine", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "
               "onchip_read_bytes", "onchip_write_bytes", "lanes", "is_async")
 UNKEYED = ("index", "label", "reads", "writes")
 _content = attrgetter(*KEY_FIELDS)
+_ranges = attrgetter("reads", "writes")
 
 
 class TokenTimer:
@@ -124,9 +125,11 @@ class TokenTimer:
         self.plan = timing_fast.Plan.of(machine(hw)) if timing_fast.enabled() else None
         self._rows_by_id: dict[int, tuple[Work, int]] = {}  # a Work's row: its slot in the store
         self._store = _RowStore()
-        # a row less its ranges, by the Work fields `to_ops` derives it from: a span-grown GEMV or
-        # softmax step is a new Work each token, but its heads (and the layers) repeat its numbers
-        self._by_content: dict[tuple, tuple] = {}
+        # a row less its ranges (its place in ``_table``), by the Work fields `to_ops` derives it from: a
+        # span-grown GEMV or softmax step is a new Work each token, but its heads (and the layers)
+        # repeat its numbers
+        self._by_content: dict[tuple, int] = {}
+        self._table, self._table_n = np.zeros((0, 12)), 0
         self._programs: dict[int, _Program] = {}
         self._sfu_depth = float(hw.sfu.fifo_depth)
         # the compiled loop releases the GIL: on a thread of its own it runs beside the next program
@@ -220,24 +223,30 @@ class TokenTimer:
                 rows[id(w)] = (w, i)  # (the Work is kept alive with its slot: its id stays its own)
         return [rows[id(w)][1] for w in works]
 
-    def _heads(self, works: list[Work]) -> list[tuple]:
-        """The numbers of ``works``' rows (`_head`), by content: one `to_ops` over those no earlier Work
-        had (`_content`)."""
+    def _heads(self, works: list[Work]) -> np.ndarray:
+        """The numbers of ``works``' rows (`_head`; one row each, float64), by content: one `to_ops` over
+        those no earlier Work had (`_content`). A content's row is kept once, in ``_table``; the
+        per-Work work is two C-level maps and one gather."""
         by_content = self._by_content
-        keys = [_content(w) for w in works]
-        heads = [by_content.get(k) for k in keys]
-        if None not in heads:
-            return heads
-        misses: dict[tuple, Work] = {}  # one Work per new content (the heads of a layer's products repeat)
-        for k, w, h in zip(keys, works, heads, strict=True):
-            if h is None:
-                misses.setdefault(k, w)
-        if len(by_content) > _MAX_ROWS:
-            by_content.clear()
-        made = {}
-        for (k, w), o in zip(misses.items(), to_ops(self.hw, list(misses.values()), _OpRecord), strict=True):
-            made[k] = by_content[k] = self._head(w, o)
-        return [made[k] if h is None else h for k, h in zip(keys, heads, strict=True)]
+        keys = list(map(_content, works))
+        at = list(map(by_content.get, keys))
+        if None in at:
+            misses = _first_of(keys, works, at)  # one Work per new content (a layer's heads repeat theirs)
+            if len(by_content) + len(misses) > _MAX_ROWS:  # full: start over with this batch's contents
+                by_content.clear()
+                self._table_n = 0
+                misses = _first_of(keys, works, [None] * len(keys))
+            rows = [self._head(w, o) for w, o in
+                    zip(misses.values(), to_ops(self.hw, list(misses.values()), _OpRecord), strict=True)]
+            first = self._table_n
+            if first + len(rows) > self._table.shape[0]:
+                self._table = _grown(self._table, max(2 * self._table.shape[0], first + len(rows), 1024))
+            self._table[first:first + len(rows)] = rows
+            self._table_n = first + len(rows)
+            for i, k in enumerate(misses, first):
+                by_content[k] = i
+            at = list(map(by_content.get, keys))
+        return self._table[np.array(at, np.int64)]
 
     def _build(self, works: list[Work]) -> _Program:
         at = np.array(self._rows(works), np.int64)
@@ -262,10 +271,12 @@ class TokenTimer:
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         rows = self._rows_by_id
-        same = [i for i in at if ((hit := rows.get(id(w := works[i]))) is None or hit[0] is not w)
-                and w.reads == old[i].reads and w.writes == old[i].writes]
+        new, was = [works[i] for i in at], [old[i] for i in at]
+        known = [h is not None and h[0] is w for h, w in zip(map(rows.get, map(id, new)), new, strict=True)]
+        kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
+        same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
         if same:
-            heads = np.array(self._heads([works[i] for i in same]), np.float64)
+            heads = self._heads(new if len(same) == len(at) else [works[i] for i in same])
             _put_numbers(prog, np.array(same, np.int64), heads.T)
             if len(same) == len(at):
                 return
@@ -280,6 +291,15 @@ class TokenTimer:
         _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+def _first_of(keys: list[tuple], works: list[Work], known: list) -> dict[tuple, Work]:
+    """The first Work of each key not ``known`` (None), in order."""
+    out: dict[tuple, Work] = {}
+    for k, w, i in zip(keys, works, known, strict=True):
+        if i is None:
+            out.setdefault(k, w)
+    return out
 
 
 def _put_numbers(prog: _Program, changed: np.ndarray, num: np.ndarray) -> None:
@@ -305,7 +325,7 @@ class _RowStore:
         self.rd, self.nrd = np.zeros((0, 1, 2), np.int64), np.zeros(0, np.int64)
         self.wr, self.nwr = np.zeros((0, 1, 2), np.int64), np.zeros(0, np.int64)
 
-    def add(self, heads: list[tuple], reads: list, writes: list) -> int:
+    def add(self, heads: np.ndarray, reads: list, writes: list) -> int:
         """Store rows (raises TypeError/ValueError for ranges that are not pairs of integers); the first
         one's slot."""
         k, first = len(heads), self.n
