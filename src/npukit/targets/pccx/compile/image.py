@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npukit.formats.int4 import pack_int4, unpack_int4
 from npukit.models.gemma3n.weights import EMBED, EMBED_PLE, LM_HEAD
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.compile.ir import CompileError
@@ -60,6 +59,20 @@ class Region:
     name: str
     addr: int
     nbytes: int
+
+
+def kmajor_packed(packed: np.ndarray, k: int) -> np.ndarray:
+    """INT4 rows packed along K (uint8 [rows, ceil(K/2)], `formats.int4`) -> the same codes packed
+    along the rows of their transpose (uint8 [K, ceil(rows/2)]): byte j of row c holds the nibbles of
+    rows 2j (low) and 2j + 1 (high, 0 past the last row) in column c. The nibbles are paired while
+    still row-major and only the packed half is transposed: a byte transpose of the int8 codes took
+    most of a hidden-2048 process's device-image build (0.21 vs 0.09 s a matrix, measured)."""
+    rows = packed.shape[0]
+    nib = np.zeros((rows + rows % 2, 2 * packed.shape[1]), np.uint8)
+    nib[:rows, 0::2] = packed & np.uint8(0xF)
+    nib[:rows, 1::2] = packed >> np.uint8(4)
+    pairs = nib[0::2, :k] | (nib[1::2, :k] << np.uint8(4))  # [ceil(rows/2), K]
+    return np.ascontiguousarray(pairs.T)
 
 
 class DeviceImage:
@@ -129,9 +142,7 @@ class DeviceImage:
 
     @staticmethod
     def _put_kmajor(host: HostDDR, addr: int, m, lo: int, hi: int) -> int:
-        k = m.shape[1]
-        codes = unpack_int4(m.packed[lo:hi], (hi - lo, k))  # int8 [rows, K]
-        body_t = pack_int4(np.ascontiguousarray(codes.T))  # [K, ceil(rows/2)], the int8 fast path
+        body_t = kmajor_packed(m.packed[lo:hi], m.shape[1])  # [K, ceil(rows/2)], the int8 fast path
         body = body_t.nbytes
         host.map(addr, body_t)
         host.map(addr + align(body), np.ascontiguousarray(m.scale[lo:hi], "<f4"))
