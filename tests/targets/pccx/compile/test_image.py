@@ -9,7 +9,7 @@ import pytest
 from npukit.targets.pccx.compile.image import kmajor_packed
 
 
-@pytest.mark.parametrize("rows,k", [(6, 10), (7, 10), (6, 9), (1, 1), (33, 65)])
+@pytest.mark.parametrize("rows,k", [(6, 10), (7, 10), (6, 9), (1, 1), (33, 65), (129, 40), (130, 7)])
 def test_kmajor_packed_pairs_rows_of_the_transpose(rows, k):
     rng = np.random.default_rng(rows * 100 + k)
     codes = rng.integers(-8, 8, (rows, k))
