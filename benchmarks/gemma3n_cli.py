@@ -3,7 +3,8 @@
 A random Gemma 3n (transformers' initialiser) is saved as a Hugging Face directory: hidden
 ``--hidden`` (1024: 8 heads × 128; 2048: 8 × 256), 2 KV heads, FFN 4 × hidden, ``--layers`` layers
 (two of them Gaussian top-k), 2 KV-shared, vocab ``--vocab``. After a warm-up run (a user's second
-run: the INT4 image and the compiled programs come from the disk caches), interleaved ``--repeats``
+run: the INT4 image and the compiled programs come from the disk caches; npukit's bytecode written
+where missing, as an installed package has it), interleaved ``--repeats``
 times, each figure the median:
 
 * **CLI**: ``npukit generate DIR --target pccx --json --ignore-eos`` with default options (timing
@@ -15,6 +16,10 @@ times, each figure the median:
   switches (8, 16, 32) count, as in a check that starts from the prompt;
 * **CLI decode loop**: the same difference of the CLI's own ``decode_s`` (its generation loop, sampling
   and the end-of-run work included, process start-up excluded): the steadier figure;
+* **CLI CPU**: the CLI and CLI-from-the-start differences of the processes' own CPU time (user +
+  system, all threads, ``getrusage(RUSAGE_CHILDREN)``): not a speed figure (two busy threads count
+  twice), but what a run itself did, so growth with N outside the loop shows there whatever else
+  the machine runs;
 * **driver**: ``decode_s`` of the 2N run per decode step (every program switch included);
 * **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode from the same 4-token
   prompt, marginal s/token the same way, in its own process started with the environment this
@@ -103,13 +108,24 @@ def cli_run(model_dir: Path, tokens: int, prompt: list[int] | None = None,
            "--prompt-ids", ids, "--max-new-tokens", str(tokens), "--ignore-eos", "--json"]
     if trace is not None:
         cmd += ["--trace", str(trace)]
-    t0 = time.perf_counter()
+    c0, t0 = children_cpu(), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, children_cpu() - c0
     if out.returncode:
         raise RuntimeError(f"npukit generate exited {out.returncode}: "
                            f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
-    return wall, json.loads(out.stdout)
+    got = json.loads(out.stdout)
+    got["_cpu_s"] = cpu  # the process's own CPU time (all its threads), beside its wall time
+    return wall, got
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's ended children (what a CLI run itself used,
+    whatever else the machine runs: the steadier figure on a shared host)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def figure(out: dict, name: str) -> float:
@@ -194,15 +210,18 @@ def decode_rounds(peer: Peer, mdir: Path, n: int, repeats: int) -> dict[str, lis
     """Interleaved rounds (the machine's load hits every peer alike); the order of the two CLI runs
     alternates, since the first process after the transformers runs starts slower."""
     got: dict[str, list[float]] = {k: [] for k in ("cli", "cli_decode", "driver", "transformers",
-                                                     "cli_from_start", "setup_s", "outside_generation_s")}
+                                                     "cli_from_start", "setup_s", "outside_generation_s",
+                                                     "cli_cpu", "cli_from_start_cpu")}
     for r in range(repeats):
         if r % 2:
             (w2, j2), (w1, j1) = cli_run(mdir, 2 * n), cli_run(mdir, n)
         else:
             (w1, j1), (w2, j2) = cli_run(mdir, n), cli_run(mdir, 2 * n)
-        w0, _ = cli_run(mdir, 1)  # no decode step: the N-token run's first N - 1 steps over it
+        w0, j0 = cli_run(mdir, 1)  # no decode step: the N-token run's first N - 1 steps over it
         got["cli_from_start"].append((w1 - w0) / (n - 1))
         got["cli"].append((w2 - w1) / n)
+        got["cli_from_start_cpu"].append((j1["_cpu_s"] - j0["_cpu_s"]) / (n - 1))
+        got["cli_cpu"].append((j2["_cpu_s"] - j1["_cpu_s"]) / n)
         got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
         got["driver"].append(figure(j2, "decode_s") / max(j2["stats"]["generated_tokens"] - 1, 1))
         got["transformers"].append((peer.ask(decode=2 * n) - peer.ask(decode=n)) / n)
@@ -315,9 +334,22 @@ def trace_rounds(mdir: Path, n: int, repeats: int) -> float:
     return statistics.median(ratios)
 
 
+def compile_bytecode() -> None:
+    """Write npukit's bytecode (.pyc) where it is missing, as installing a package does: a source
+    checkout run with PYTHONDONTWRITEBYTECODE=1 otherwise compiles ~150 modules from source in every
+    CLI process (measured on the 2-core Xeon: ~0.25 s of CPU a process, and its spread, in every
+    start-up figure). Quietly nothing where the package directory is read-only."""
+    import compileall
+
+    import npukit
+
+    compileall.compile_dir(str(Path(npukit.__file__).parent), quiet=2)
+
+
 def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
     save_model(args.hidden, args.layers, args.vocab, mdir)
     n = args.tokens
+    compile_bytecode()
     cli_run(mdir, 2 * n)  # warm-up: INT4 image and programs cached, as for a user's second run
     peer = Peer(mdir, args.threads)
     try:
@@ -347,7 +379,10 @@ def measured(args: argparse.Namespace, mdir: Path, peer: Peer, n: int) -> dict[s
                             "host memory bandwidth measured here"),
         "cli_over_floor": med["cli"] / floor, "cli_decode_over_floor": med["cli_decode"] / floor,
         "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"],
-        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "cli_from_start", "transformers")}}
+        "cli_cpu_s_per_token": {"marginal": med["cli_cpu"], "from_start": med["cli_from_start_cpu"],
+                                "note": "the CLI processes' own CPU time (all threads), same differences"},
+        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "cli_from_start", "transformers",
+                                                   "cli_cpu", "cli_from_start_cpu")}}
     probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
     for name in ("", "_cpu"):  # wall time, and the process's CPU time (steadier on a shared machine)
         ms = [p[f"switch{name}_ms"] for p in probes if p[f"switch{name}_ms"] is not None]
@@ -374,6 +409,9 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
              f"  CLI from the first decode token (N-token run less a 1-token run, first steps and "
              f"switches included) {m['cli_from_start']:.1f} ms/tok -> "
              f"{res['cli_from_start_vs_transformers']:.2f}x",
+             f"  CLI processes' own CPU time (all threads; steadier where other work shares the cores): "
+             f"{res['cli_cpu_s_per_token']['marginal'] * 1e3:.1f} ms/tok marginal, "
+             f"{res['cli_cpu_s_per_token']['from_start'] * 1e3:.1f} from the first decode token",
              f"  INT4 host floor {res['host_floor_s_per_token'] * 1e3:.1f} ms/tok: "
              f"CLI {res['cli_over_floor']:.2f}x the floor, decode loop {res['cli_decode_over_floor']:.2f}x",
              f"  setup {res['setup_s']:.3f} s (outside generation {res['outside_generation_s']:.2f} s); "

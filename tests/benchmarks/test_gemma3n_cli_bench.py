@@ -34,3 +34,10 @@ def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
     assert pf["prompt_tokens"] == 12 and pf["cli_tok_per_s"] > 0 and pf["transformers_tok_per_s"] > 0
     assert pf["cli_vs_transformers"] == pytest.approx(pf["cli_tok_per_s"] / pf["transformers_tok_per_s"])
     assert "measured" in res["tier"] and "derived" in res["tier"]
+    # the CLI processes' own CPU time, beside the wall figures: one value per round, the medians reported
+    cpu, rounds = res["cli_cpu_s_per_token"], res["rounds_s_per_token"]
+    assert len(rounds["cli_cpu"]) == len(rounds["cli_from_start_cpu"]) == 1
+    assert cpu["marginal"] == pytest.approx(rounds["cli_cpu"][0])
+    assert cpu["from_start"] == pytest.approx(rounds["cli_from_start_cpu"][0])
+    args = mod.parse(["--hidden", "256"])
+    assert f"{cpu['marginal'] * 1e3:.1f} ms/tok marginal" in mod.summary(args, res | {"machine": "CPU x"})

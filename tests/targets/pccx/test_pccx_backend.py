@@ -204,3 +204,28 @@ def test_decode_steps_leave_no_reference_cycles():
     assert out.returncode == 0, out.stderr[-2000:]
     found, kinds = json.loads(out.stdout.strip().splitlines()[-1])
     assert found == 0, kinds
+
+
+def test_executor_trace_keeps_the_last_run_only():
+    """A generation's instruction trace is bounded: after each backend call it holds that call's
+    program run, the same (instruction, Work) entries as the tail of an unbounded trace (a bare driver
+    running the same tokens), so memory does not grow by ~2 600 entries a token."""
+    from types import SimpleNamespace
+
+    from npukit.targets.pccx.backend import Gemma3nPccx
+
+    cfg = Gemma3nConfig.from_hf(RING_CFG)
+    weights = synthetic_weights(cfg, seed=3)
+    be = Gemma3nPccx(SimpleNamespace(weights=weights))
+    bare = PccxDriver(executor="fast", timing=False).open().load(Int4Store(weights)).kv_init("fp16").start()
+    be.reset()
+    tok = int(np.argmax(be.prefill([2, 3])))
+    bare.prefill([2, 3])
+    for _ in range(6):
+        be.step(tok)
+        bare.step(tok)
+        trace = be.drv.dev.trace
+        assert len(trace) == be.drv.records[-1].instructions > 0
+        assert trace == bare.dev.trace[-len(trace):]
+    assert len(bare.dev.trace) > 6 * len(trace)  # (the unbounded one kept every run)
+    be.close()
