@@ -84,9 +84,9 @@ def _exp_row(x, d, sub, emax_bits, lut64):
     value that close to a rounding boundary) is left to the single step, which calls NumPy."""
     n = x.shape[0]
     y = np.empty(n, np.float64)
-    e = lut64[emax_bits]
+    e = nbk.bf16_64(emax_bits)
     for i in range(n):
-        a = lut64[x[i]]
+        a = nbk.bf16_64(x[i])
         if sub:
             a = a - e
         if a != a:
@@ -228,7 +228,7 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
         if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
             s = 0.0
             if op < 0:
-                s = lut64[state[0]]
+                s = nbk.bf16_64(state[0])
                 if op == -1:
                     op = 1  # SCALE
                 elif op == -2:
@@ -239,7 +239,7 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
             nbk.cvo(op, flat[s0: s0 + n], d, d, s, accm != 0, lut64)
         elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
             if accm:
-                one[0] = lut64[flat[d0]] + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))
+                one[0] = nbk.bf16_64(flat[d0]) + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))
                 nbk._round64(one, bits)
                 b = bits[0]
             else:
