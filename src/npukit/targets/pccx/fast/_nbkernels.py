@@ -379,7 +379,7 @@ def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
 
 
 @nb.njit(**_OPTS)
-def _cvo_y(op, x, d, s, lut64, y):
+def _cvo_y(op, x, d, s, y):
     """y = op(x[, d or S]) in float64; the op switch is outside the element loops (they vectorise)."""
     n = x.shape[0]
     if op == 0:
@@ -424,10 +424,22 @@ def _cvo_y(op, x, d, s, lut64, y):
 @nb.njit(**_OPTS)
 def cvo(op, x, d, out, s, accm, lut64):
     """Fused SFU arithmetic (op codes of `kernels`): widen, float64, optional accm, one rounding."""
-    y = np.empty(x.shape[0], np.float64)
-    _cvo_y(op, x, d, s, lut64, y)
+    cvo_in(op, x, d, out, s, accm, np.empty(x.shape[0], np.float64))
+
+
+@nb.njit(**_OPTS)
+def cvo_in(op, x, d, out, s, accm, y):
+    """`cvo` with its float64 intermediate in ``y`` (len(x) elements; the fused block's scratch, reused
+    from row to row rather than allocated per row)."""
+    _cvo_y(op, x, d, s, y)
+    round_add(y, d, out, accm)
+
+
+@nb.njit(**_OPTS)
+def round_add(y, d, out, accm):
+    """``out`` = BF16(d + y) if ``accm`` else BF16(y), one rounding each; ``y`` is overwritten."""
     if accm:
-        for i in range(x.shape[0]):
+        for i in range(y.shape[0]):
             y[i] = bf16_64(d[i]) + y[i]
     _round64(y, out)
 

@@ -517,6 +517,9 @@ def _kmajor_vector(sim: FastState, fmt: str, codes: Codes | None, body: np.ndarr
         return w if numba else w.astype(np.float32)
 
     gemv = kern.get("gemv_km_f16" if fmt == "fp16" else "gemv_km")
+    if fmt == "int4" and numba:  # the live rows, prefetched, from the packed bytes (half the codes' bytes:
+        # a decode token's sparse W_down took 2x as long on the cached int8 codes, measured)
+        fixed, gemv = body.reshape(k, rb), kern["gemv_km_p4"]
     lut32, lut64 = kx.LUT32, kx.LUT64
 
     def one(x: np.ndarray, d: np.ndarray, union: np.ndarray | None = None) -> int:
