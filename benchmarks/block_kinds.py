@@ -10,7 +10,7 @@ always, so that CPU time and wall time agree).
 
 The model (a Gemma 3n checkpoint directory, e.g. one `benchmarks/gemma3n_cli.py` writes) runs on the
 pccx backend as the CLI does (``kv="fp16"``, timing off): a 4-token prompt, ``--warm`` decode steps,
-then ``--steps`` timed decode steps. Reported per kind: ms per step, rows per step, µs per row; and
+then ``--steps`` timed decode steps (greedy). Reported per kind: ms per step, rows per step, µs per row; and
 the step's wall ms, the ms inside fused-block calls. Every figure is tier ``measured`` on this machine.
 Usage: ``python benchmarks/block_kinds.py MODEL_DIR [--steps 32] [--warm 30] [--serial] [--json]``.
 """
@@ -37,6 +37,7 @@ KIND_NAMES = {0: "CVO arithmetic", 1: "REDUCE_SUM", 2: "LOAD_SCALAR", 3: "MEMSET
               10: "INT4 GEMV packed", 11: "INT4 GEMV int8 codes", 12: "CVO tabled", 13: "yield"}
 _ARITH = {0: "square", 1: "scale", 2: "div S", 3: "zero", 4: "recip", 5: "rsqrt", 6: "sqrt", 7: "relu",
           8: "mul", 9: "add", 10: "copy", -1: "scale by S", -2: "div by S", -3: "relu S"}
+PROMPT = [2, 651, 7, 9]
 _SLOTS = 32  # keys per kind: the sub-kind (op + 8, or an INT4 row's size class)
 
 
@@ -115,31 +116,31 @@ def measure(model_dir: str, steps: int, warm: int, serial: bool) -> dict:
         backend.drv.timing = False
         sim = backend.drv.dev
         backend.reset()
-        tok = int(np.argmax(backend.prefill([2, 651, 7, 9])))
+        tokens = [int(np.argmax(backend.prefill(PROMPT)))]
         sim._k["cvo_block"] = timed
         for _ in ui.track(range(warm), label="warm decode steps"):
-            tok = int(np.argmax(backend.step(tok)))
+            tokens.append(int(np.argmax(backend.step(tokens[-1]))))
         cyc[:], rows[:], in_block[:] = 0, 0, [0.0, 0.0, 0.0]
         c0, t0 = _now(), time.perf_counter()
         for _ in ui.track(range(steps), label="timed decode steps"):
-            tok = int(np.argmax(backend.step(tok)))
+            tokens.append(int(np.argmax(backend.step(tokens[-1]))))
         wall = time.perf_counter() - t0
         hz = (_now() - c0) / wall
     kinds = sorted(((_key_name(int(k)), cyc[k] / hz / steps * 1e3, int(rows[k]) // steps,
                      cyc[k] / hz / rows[k] * 1e6) for k in np.flatnonzero(rows)), key=lambda x: -x[1])
     return {"step_ms": wall / steps * 1e3, "in_block_ms": in_block[0] / steps * 1e3,
-            "yielded_ms": in_block[1] / steps * 1e3, "kinds": kinds,
+            "yielded_ms": in_block[1] / steps * 1e3, "kinds": kinds, "tokens": tokens,
             "counter_ghz": hz / 1e9, "twins": sim.twins.report()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--steps", type=ui.positive(), default=32)
     ap.add_argument("--warm", type=ui.positive(), default=30)
     ap.add_argument("--serial", action="store_true", help="large INT4 rows on the serial twin always")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
     got = measure(args.model, args.steps, args.warm, args.serial)
     src = f"benchmarks/block_kinds.py, {args.steps} decode steps after {args.warm}; {machine_line()}"
