@@ -22,6 +22,8 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
   its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
   table once a host write drops them);
+* 14 a K-major packed INT4 GEMV (a decode token's sparse W_down, `fastmat.kmajor_row`): the live
+  rows of the image read in place (`_nbkm.gemv_km_p4`), ``info[r]`` gets their count for the Work;
 * 13 a step the loop does not run (a GEMV binding it does not cover, e.g. a K-major INT4 image): the
   call returns ``-2 - index``, the caller runs it and calls again from the next row
   (`fastcvo._Resume`); while the descriptors hold the binding key (columns 11..19, as kinds 10 and
@@ -43,6 +45,7 @@ from numba.extending import intrinsic
 
 from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbkernels as nbk
+from npukit.targets.pccx.fast import _nbkm
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _F16, _F16_KMAJOR = 2, 2 | 4  # weight-slot ``a`` of an FP16 image, row-major / K-major (memory.W_KMAJOR)
@@ -208,6 +211,27 @@ def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r, par):  # pragma: no c
 
 
 @nb.njit(**_OPTS)
+def _kmajor_row(t, flat, cc, state, q, lut32, lut64, info_r):
+    """Kind 14, a K-major packed INT4 GEMV (`_nbkm.gemv_km_p4`, the live rows only): 0 done, 1 not run
+    (the descriptors changed), 2 done but e_max left to the caller; ``info_r`` gets the live rows."""
+    if not _key_holds(t, cc):
+        return 1
+    m, k = t[7], t[8]
+    scale = np.empty(m if t[9] != 0 else 0, np.float32)
+    if t[9] != 0:
+        scale.view(np.uint8)[:] = nb.carray(_u8_at(t[9]), (4 * m,))
+    d = flat[t[4] * 8: t[4] * 8 + m]
+    live = _nbkm.gemv_km_p4(flat[t[3] * 8: t[3] * 8 + k], nb.carray(_u8_at(t[6]), (k, t[10])), scale, d,
+                            (t[5] & 1) != 0, q, lut32, lut64)
+    if live < 0:
+        d[:] = 0x7FC0  # a non-finite activation: every output NaN, every row counted live
+        live = k
+    st = _int4_done(t, d, 0, state, lut32, info_r)
+    info_r[2] = live
+    return st
+
+
+@nb.njit(**_OPTS)
 def _region(hosts, j):
     """Host region ``j`` of a table (`hosts[j]`: its address and length in BF16 words) as uint16 words."""
     return nb.carray(_u8_at(hosts[j, 0]), (2 * hosts[j, 1],)).view(np.uint16)
@@ -262,8 +286,9 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                 return r
             if st == 2:
                 return tab.shape[0] + r
-        elif kind == 10 or kind == 11:
-            st = _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r], par)
+        elif kind == 10 or kind == 11 or kind == 14:
+            st = (_kmajor_row(tab[r], flat, cc, state, q, lut32, lut64, info[r]) if kind == 14 else
+                  _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r], par))
             if st == 1:
                 return r
             if st == 2:

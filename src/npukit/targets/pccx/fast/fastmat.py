@@ -476,6 +476,28 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
     return MatBinding(key, None, run_km, codes)
 
 
+def kmajor_row(sim: FastState, site: MatSite, f: tuple[int, ...]) -> tuple | bool:
+    """The `_nbblock` row (kind 14) of a plain K-major INT4 GEMV for the key fields ``f`` (a decode
+    token's sparse W_down: layout bits W_KMAJOR alone, N = 1), read in place from the packed image
+    (`_nbkm.gemv_km_p4`), its Work made from the live row count the row reports; False for anything
+    else (a yield: the single step runs it). Columns as kind 10's, column 10 the bytes per K row."""
+    m, n, k, a, hi, lo = f[:6]
+    if sim.profile != "extended" or a != FORMAT_CODES["int4"] | W_KMAJOR or n != 1 or m == 0 or k == 0:
+        return False
+    ins, rb = site.ins, row_bytes("int4", m)
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return False
+    addr = ((hi << 16) | lo) * WORD_BYTES
+    body = sim.host.view(addr, k * rb)
+    sb = sim.host.view(addr + k * rb + (-(k * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    if body is None or (site.w_scale and sb is None):
+        return False
+    row = (14, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, int(site.accm) | int(site.findemax) << 1,
+           body.ctypes.data, m, k, 0 if sb is None else sb.ctypes.data, rb, *f)
+    return row, None, None, lambda info: _kmajor_work(site, m, 1, k, "int4", info[2], False), (body, sb)
+
+
 def _kmajor_work(site: MatSite, m: int, n: int, k: int, fmt: str, live: int, act: bool) -> Work:
     """The reference's Work of a K-major GEMV/GEMM with ``live`` activation rows (label, MACs, bytes)."""
     key = ("kmajor", m, n, k, fmt, live, act)
