@@ -34,7 +34,7 @@ from npukit.targets.pccx.fast import _nbblock
 
 KIND_NAMES = {0: "CVO arithmetic", 1: "REDUCE_SUM", 2: "LOAD_SCALAR", 3: "MEMSET S/e_max", 4: "MEMCPY L2",
               5: "MEMCPY host", 6: "MEMSET descriptor", 7: "FP16 GEMV", 8: "EXP", 9: "FP16 GEMV K-major",
-              10: "INT4 GEMV packed", 11: "INT4 GEMV int8 codes", 12: "CVO tabled", 13: "yield"}
+              10: "INT4 GEMV packed", 11: "INT4 GEMV int8 codes", 12: "CVO tabled", 13: "yield", 14: "INT4 GEMV K-major"}
 _ARITH = {0: "square", 1: "scale", 2: "div S", 3: "zero", 4: "recip", 5: "rsqrt", 6: "sqrt", 7: "relu",
           8: "mul", 9: "add", 10: "copy", -1: "scale by S", -2: "div by S", -3: "relu S"}
 PROMPT = [2, 651, 7, 9]
@@ -96,7 +96,7 @@ def measure(model_dir: str, steps: int, warm: int, serial: bool) -> dict:
     from npukit.runtime import backends
     from npukit.runtime.generate import long_lived_frozen
 
-    cyc = np.zeros(14 * _SLOTS, np.int64)
+    cyc = np.zeros((max(KIND_NAMES) + 1) * _SLOTS, np.int64)
     rows = np.zeros_like(cyc)
     in_block = [0.0, 0.0, 0.0]  # seconds in block calls; from a yield to the next call; when it yielded
 
