@@ -34,7 +34,8 @@ from npukit.targets.pccx.fast import _nbblock
 
 KIND_NAMES = {0: "CVO arithmetic", 1: "REDUCE_SUM", 2: "LOAD_SCALAR", 3: "MEMSET S/e_max", 4: "MEMCPY L2",
               5: "MEMCPY host", 6: "MEMSET descriptor", 7: "FP16 GEMV", 8: "EXP", 9: "FP16 GEMV K-major",
-              10: "INT4 GEMV packed", 11: "INT4 GEMV int8 codes", 12: "CVO tabled", 13: "yield", 14: "INT4 GEMV K-major"}
+              10: "INT4 GEMV packed", 11: "INT4 GEMV int8 codes", 12: "CVO tabled", 13: "yield",
+              14: "INT4 GEMV K-major"}
 _ARITH = {0: "square", 1: "scale", 2: "div S", 3: "zero", 4: "recip", 5: "rsqrt", 6: "sqrt", 7: "relu",
           8: "mul", 9: "add", 10: "copy", -1: "scale by S", -2: "div by S", -3: "relu S"}
 PROMPT = [2, 651, 7, 9]
