@@ -456,7 +456,8 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
 
         return MatBinding(key, _mat_work(site, m, n, k, fmt), run_rows, None)
     static = fmt == "int4" and ext & ~W_OFFSET_MASK == W_KMAJOR  # a weight image, not a KV ring block
-    codes = sim.int4_kmajor_codes(addr, m, k) if static else None
+    # (numba reads the packed image in place, `_nbkm`: no int8 copy of it is made)
+    codes = sim.int4_kmajor_codes(addr, m, k) if static and sim.backend != "numba" else None
     if fmt == "fp16" and (sim.backend != "numba" or n > 1):
         return None  # (N > 1: a non-finite live weight faults before the reference writes anything)
     one = _kmajor_vector(sim, fmt, codes, body, sbytes, abytes, m, k, rb, accm)
