@@ -30,10 +30,11 @@ def _drivers(kv: str) -> tuple[PccxDriver, PccxDriver, PccxDriver]:
 
 
 def _portable_columns(tab: np.ndarray) -> np.ndarray:
-    """A fused run's table without the host-memory addresses of INT4 rows (kinds 10 and 11: the image
-    or codes at column 6, the scales at 9), which differ between two simulators holding equal weights."""
+    """A fused run's table without the host-memory addresses of INT4 rows (kinds 10, 11 and 14: the
+    image or codes at column 6, the scales at 9), which differ between two simulators holding equal
+    weights."""
     out = tab.copy()
-    int4 = np.isin(out[:, 0], (10, 11))
+    int4 = np.isin(out[:, 0], (10, 11, 14))
     out[int4, 6] = 0
     out[int4, 9] = 0
     return out

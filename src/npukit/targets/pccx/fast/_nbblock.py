@@ -22,6 +22,8 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
   its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
   table once a host write drops them);
+* 14 a K-major packed INT4 GEMV (a decode token's sparse W_down, `fastmat.kmajor_row`): the live
+  rows of the image read in place (`_nbkm.gemv_km_p4`), ``info[r]`` gets their count for the Work;
 * 13 a step the loop does not run (a GEMV binding it does not cover, e.g. a K-major INT4 image): the
   call returns ``-2 - index``, the caller runs it and calls again from the next row
   (`fastcvo._Resume`); while the descriptors hold the binding key (columns 11..19, as kinds 10 and
@@ -43,6 +45,7 @@ from numba.extending import intrinsic
 
 from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbkernels as nbk
+from npukit.targets.pccx.fast import _nbkm
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _F16, _F16_KMAJOR = 2, 2 | 4  # weight-slot ``a`` of an FP16 image, row-major / K-major (memory.W_KMAJOR)
@@ -58,6 +61,7 @@ LARGE = 4  # column-5 flag of an INT4 row over `kernels.PARALLEL_MIN_MACS` weigh
 # 11..19 the binding key (shape entry m, n, k; weight slot a, hi, lo; slot + 1 a, hi, lo)
 COLS = 20
 INT4_KEY = 11
+_SCRATCH = 4096  # elements of the block's row scratch to start with (grown for a longer row)
 
 
 @intrinsic
@@ -72,7 +76,7 @@ def _u8_at(typingctx, addr):  # pragma: no cover - numba
 
 
 @nb.njit(**_OPTS)
-def _exp_row(x, d, sub, emax_bits, lut64):
+def _exp_row(x, d, sub, emax_bits, f64, u16):
     """EXP of BF16 bits ``x`` (less e_max when ``sub``) into ``d``; False, writing nothing, when the
     result might differ from NumPy's.
 
@@ -81,24 +85,22 @@ def _exp_row(x, d, sub, emax_bits, lut64):
     less than the relative margin 2^-40: where the BF16 rounding of y·(1 − 2^-40) and of y·(1 + 2^-40)
     agree, every value in between, NumPy's result included, rounds to the same BF16 (rounding is
     monotone). Anything else (a NaN input, whose sign the two libraries may treat differently, or a
-    value that close to a rounding boundary) is left to the single step, which calls NumPy."""
+    value that close to a rounding boundary) is left to the single step, which calls NumPy. ``f64`` and
+    ``u16`` are the block's scratch (at least 3n and 2n elements)."""
     n = x.shape[0]
-    y = np.empty(n, np.float64)
-    e = lut64[emax_bits]
+    y, lo, hi = f64[:n], f64[n: 2 * n], f64[2 * n: 3 * n]
+    blo, bhi = u16[:n], u16[n: 2 * n]
+    e = nbk.bf16_64(emax_bits)
     for i in range(n):
-        a = lut64[x[i]]
+        a = nbk.bf16_64(x[i])
         if sub:
             a = a - e
         if a != a:
             return False
         y[i] = np.exp(a)
-    lo = np.empty(n, np.float64)
-    hi = np.empty(n, np.float64)
     for i in range(n):
         lo[i] = y[i] * (1.0 - _EPS)
         hi[i] = y[i] * (1.0 + _EPS)
-    blo = np.empty(n, np.uint16)
-    bhi = np.empty(n, np.uint16)
     nbk._round64(lo, blo)
     nbk._round64(hi, bhi)
     for i in range(n):
@@ -209,6 +211,27 @@ def _int4_row(t, flat, cc, state, q, lut32, lut64, info_r, par):  # pragma: no c
 
 
 @nb.njit(**_OPTS)
+def _kmajor_row(t, flat, cc, state, q, lut32, lut64, info_r):
+    """Kind 14, a K-major packed INT4 GEMV (`_nbkm.gemv_km_p4`, the live rows only): 0 done, 1 not run
+    (the descriptors changed), 2 done but e_max left to the caller; ``info_r`` gets the live rows."""
+    if not _key_holds(t, cc):
+        return 1
+    m, k = t[7], t[8]
+    scale = np.empty(m if t[9] != 0 else 0, np.float32)
+    if t[9] != 0:
+        scale.view(np.uint8)[:] = nb.carray(_u8_at(t[9]), (4 * m,))
+    d = flat[t[4] * 8: t[4] * 8 + m]
+    live = _nbkm.gemv_km_p4(flat[t[3] * 8: t[3] * 8 + k], nb.carray(_u8_at(t[6]), (k, t[10])), scale, d,
+                            (t[5] & 1) != 0, q, lut32, lut64)
+    if live < 0:
+        d[:] = 0x7FC0  # a non-finite activation: every output NaN, every row counted live
+        live = k
+    st = _int4_done(t, d, 0, state, lut32, info_r)
+    info_r[2] = live
+    return st
+
+
+@nb.njit(**_OPTS)
 def _region(hosts, j):
     """Host region ``j`` of a table (`hosts[j]`: its address and length in BF16 words) as uint16 words."""
     return nb.carray(_u8_at(hosts[j, 0]), (2 * hosts[j, 1],)).view(np.uint16)
@@ -219,16 +242,19 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
     at a yield row r, else the row to resume at (``rows + r``: row r ran but its e_max update is the
     caller's). ``par``: large INT4
     rows on the parallel twin (`twins.TwinChooser` picks it per call)."""
-    one = np.empty(1, np.float64)
-    bits = np.empty(1, np.uint16)
+    f64 = np.empty(3 * _SCRATCH, np.float64)  # the rows' intermediates, reused row to row (not
+    u16 = np.empty(2 * _SCRATCH, np.uint16)  # allocated per row; one buffer stays in the L1 cache)
     for r in range(start, tab.shape[0]):
         kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
+        if (kind == 0 or kind == 4 or kind == 8 or kind == 12) and 3 * n > f64.shape[0]:
+            f64 = np.empty(3 * n, np.float64)
+            u16 = np.empty(2 * n, np.uint16)
         if kind == 13:  # a step the caller runs (a GEMV this loop does not cover), then resumes after;
             return -2 - r if _key_holds(tab[r], cc) else r  # its descriptors changed: rebuild
         if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
             s = 0.0
             if op < 0:
-                s = lut64[state[0]]
+                s = nbk.bf16_64(state[0])
                 if op == -1:
                     op = 1  # SCALE
                 elif op == -2:
@@ -236,12 +262,12 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                 else:
                     op = 7  # RELU
             d = flat[d0: d0 + n]
-            nbk.cvo(op, flat[s0: s0 + n], d, d, s, accm != 0, lut64)
+            nbk.cvo_in(op, flat[s0: s0 + n], d, d, s, accm != 0, f64[:n])
         elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
             if accm:
-                one[0] = lut64[flat[d0]] + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))
-                nbk._round64(one, bits)
-                b = bits[0]
+                f64[0] = nbk.bf16_64(flat[d0]) + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))
+                nbk._round64(f64[:1], u16[:1])
+                b = u16[0]
             else:
                 b = np.uint16(nbk.reduce_sum_bits(flat[s0: s0 + n], lut32))
             state[0] = b
@@ -260,20 +286,21 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                 return r
             if st == 2:
                 return tab.shape[0] + r
-        elif kind == 10 or kind == 11:
-            st = _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r], par)
+        elif kind == 10 or kind == 11 or kind == 14:
+            st = (_kmajor_row(tab[r], flat, cc, state, q, lut32, lut64, info[r]) if kind == 14 else
+                  _int4_row_nb(tab[r], flat, cc, state, q, lut32, lut64, info[r], par))
             if st == 1:
                 return r
             if st == 2:
                 return tab.shape[0] + r
         elif kind == 12:  # GELU, TANH, SIN, COS: core(x) from its `fastcvo.TLUT` row, the step's rounding
-            y = np.empty(n, np.float64)
+            y = f64[:n]
             for i in range(n):  # (all read before any is written: the ranges may overlap)
                 y[i] = tlut[op, flat[s0 + i]]
             d = flat[d0: d0 + n]
-            nbk.round_store(y, d, d, accm != 0, lut64)
+            nbk.round_add(y, d, d, accm != 0)
         elif kind == 8:  # EXP (op: less e_max)
-            if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], lut64):
+            if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], f64, u16):
                 return r
         else:  # MEMCPY (4: L2 -> L2, 5: host region ``hosts[col 6]`` -> L2) of shape entry ``op``,
             # bound for the (a, b, c) packed in column 5
@@ -281,7 +308,8 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                     or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
                 return r
             if kind == 4:
-                tmp = flat[s0: s0 + n].copy()  # whole source first: the ranges may overlap
+                tmp = u16[:n]
+                tmp[:] = flat[s0: s0 + n]  # whole source first: the ranges may overlap
                 flat[d0: d0 + n] = tmp
             else:
                 flat[d0: d0 + n] = _region(hosts, tab[r, 6])[s0: s0 + n]

@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 
 from npukit.sim import compile_report
-from npukit.targets.pccx.fast._nbkernels import quantize, reduce_sum_bits
+from npukit.targets.pccx.fast._nbkernels import bf16, quantize, reduce_sum_bits
 
 compile_report.install()  # first-run compiles are announced, never silent
 
@@ -144,7 +144,7 @@ def _block(blk, wb, packed, sb, fixed_blk, has_off, q16, qs, fac, fac_s, dst, ac
     t = np.empty(ROWS, np.float32)
     if accm:
         for r in range(n):
-            run[r] = lut32[dst[r0 + r]]
+            run[r] = bf16(dst[r0 + r])
     for g in range(groups):
         if packed:
             _dots_p4(wb, q16, g, dots, d16)

@@ -10,6 +10,9 @@ import math
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from npukit.sim import compile_report, nb_avx2
 from npukit.sim.cpu import njit_variant
@@ -27,6 +30,33 @@ _ALL = np.arange(1 << 16, dtype=np.uint32)
 LUT32 = (_ALL << 16).view(np.float32)  # BF16 bits -> float32 (exact); passed to kernels, no bit casts
 with np.errstate(invalid="ignore"):
     LUT64 = LUT32.astype(np.float64)
+
+
+@intrinsic
+def bf16(typingctx, bits):  # pragma: no cover - numba
+    """BF16 ``bits`` (any integer; its low 16 bits) as the float32 they encode: a shift and a bit cast
+    in plain LLVM IR, equal bit for bit to ``LUT32[bits]``. The kernels widen by arithmetic, not by
+    LUT32 / LUT64 gathers: those tables (256 / 512 KiB) are evicted by every GEMV's weight stream, so
+    each gather of a small CVO row missed the cache (~1-3 µs a row at hidden 1024)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        v = args[0]
+        if bits.bitwidth != 16:  # (its low 16 bits)
+            v = builder.trunc(v, ir.IntType(16)) if bits.bitwidth > 16 else builder.zext(v, ir.IntType(16))
+        v = builder.zext(v, i32)
+        return builder.bitcast(builder.shl(v, ir.Constant(i32, 16)), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@nb.njit(**_OPTS, inline="always")
+def bf16_64(bits):
+    """BF16 ``bits`` as float64, equal bit for bit to ``LUT64[bits]`` (the float32 widened, as NumPy's
+    ``astype`` widens it: a signalling NaN comes out quiet both ways)."""
+    return np.float64(bf16(bits))
 
 
 @nb.njit(**_OPTS)
@@ -86,7 +116,7 @@ def quantize(x, q, lut64):
             e = b - 133
     f = math.ldexp(1.0, 6 - e)
     for i in range(x.shape[0]):
-        v = (lut64[x[i]] * f + _MAGIC) - _MAGIC
+        v = (bf16_64(x[i]) * f + _MAGIC) - _MAGIC
         v = min(max(v, -127.0), 127.0)
         q[i] = np.int8(v)
     for i in range(x.shape[0], min(q.shape[0], x.shape[0] + 8)):  # the odd-K nibble reads q[K]
@@ -105,7 +135,7 @@ def _epilogue(acc, e, scale, dst, accm, lut32):
             t = t * scale[m]
         t = t * fac
         if accm:
-            t = lut32[dst[m]] + t
+            t = bf16(dst[m]) + t
         acc[m] = t
     _round32(acc, dst)
 
@@ -349,56 +379,68 @@ def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
 
 
 @nb.njit(**_OPTS)
-def _cvo_y(op, x, d, s, lut64, y):
+def _cvo_y(op, x, d, s, y):
     """y = op(x[, d or S]) in float64; the op switch is outside the element loops (they vectorise)."""
     n = x.shape[0]
     if op == 0:
         for i in range(n):
-            a = lut64[x[i]]
+            a = bf16_64(x[i])
             y[i] = a * a
     elif op == 1:
         for i in range(n):
-            y[i] = lut64[x[i]] * s
+            y[i] = bf16_64(x[i]) * s
     elif op == 2:
         for i in range(n):
-            y[i] = lut64[x[i]] / s
+            y[i] = bf16_64(x[i]) / s
     elif op == 3:
         for i in range(n):
             y[i] = 0.0
     elif op == 4:
         for i in range(n):
-            y[i] = 1.0 / lut64[x[i]]
+            y[i] = 1.0 / bf16_64(x[i])
     elif op == 5:
         for i in range(n):
-            y[i] = 1.0 / np.sqrt(lut64[x[i]])
+            y[i] = 1.0 / np.sqrt(bf16_64(x[i]))
     elif op == 6:
         for i in range(n):
-            y[i] = np.sqrt(lut64[x[i]])
+            y[i] = np.sqrt(bf16_64(x[i]))
     elif op == 7:
         for i in range(n):
-            v = lut64[x[i]] - s
+            v = bf16_64(x[i]) - s
             if not np.isnan(v):
                 v = v if v > 0.0 else 0.0
             y[i] = v
     elif op == 8:
         for i in range(n):
-            y[i] = lut64[x[i]] * lut64[d[i]]
+            y[i] = bf16_64(x[i]) * bf16_64(d[i])
     elif op == 9:
         for i in range(n):
-            y[i] = lut64[x[i]] + lut64[d[i]]
+            y[i] = bf16_64(x[i]) + bf16_64(d[i])
     else:
         for i in range(n):
-            y[i] = lut64[x[i]]
+            y[i] = bf16_64(x[i])
 
 
 @nb.njit(**_OPTS)
 def cvo(op, x, d, out, s, accm, lut64):
     """Fused SFU arithmetic (op codes of `kernels`): widen, float64, optional accm, one rounding."""
-    y = np.empty(x.shape[0], np.float64)
-    _cvo_y(op, x, d, s, lut64, y)
+    cvo_in(op, x, d, out, s, accm, np.empty(x.shape[0], np.float64))
+
+
+@nb.njit(**_OPTS)
+def cvo_in(op, x, d, out, s, accm, y):
+    """`cvo` with its float64 intermediate in ``y`` (len(x) elements; the fused block's scratch, reused
+    from row to row rather than allocated per row)."""
+    _cvo_y(op, x, d, s, y)
+    round_add(y, d, out, accm)
+
+
+@nb.njit(**_OPTS)
+def round_add(y, d, out, accm):
+    """``out`` = BF16(d + y) if ``accm`` else BF16(y), one rounding each; ``y`` is overwritten."""
     if accm:
-        for i in range(x.shape[0]):
-            y[i] = lut64[d[i]] + y[i]
+        for i in range(y.shape[0]):
+            y[i] = bf16_64(d[i]) + y[i]
     _round64(y, out)
 
 
@@ -407,7 +449,7 @@ def round_store(y, d, out, accm, lut64):
     if accm:
         z = np.empty(y.shape[0], np.float64)
         for i in range(y.shape[0]):
-            z[i] = lut64[d[i]] + y[i]
+            z[i] = bf16_64(d[i]) + y[i]
         _round64(z, out)
     else:
         _round64(y, out)
@@ -418,7 +460,7 @@ def reduce_sum(x, lut32):
     """Serial float32 sum in index order from +0.0."""
     s = np.float32(0.0)
     for i in range(x.shape[0]):
-        s = s + lut32[x[i]]
+        s = s + bf16(x[i])
     return s
 
 
@@ -478,12 +520,12 @@ def gemv_km_f16(x, w, scale, dst, accm, q, lut32, lut64):
 def max_bits(e_bits, d, lut32):
     """findemax on BF16 bits when the answer is unambiguous: the bits of max(e_max, d), or -1 when a NaN
     is present or the maximum is zero (±0 ties: the caller uses the reference reduction)."""
-    best = lut32[e_bits]
+    best = bf16(e_bits)
     bb = np.int64(e_bits)
     if best != best:
         return -1
     for i in range(d.shape[0]):
-        v = lut32[d[i]]
+        v = bf16(d[i])
         if v != v:
             return -1
         if v > best:
@@ -517,7 +559,7 @@ def reduce_sum_bits(x, lut32):
     """`reduce_sum` rounded to BF16 bits (RNE on the float32 pattern, NaN -> 0x7FC0 | sign)."""
     s = np.float32(0.0)
     for i in range(x.shape[0]):
-        s = s + lut32[x[i]]
+        s = s + bf16(x[i])
     t = np.empty(1, np.float32)
     t[0] = s
     u = t.view(np.uint32)[0]

@@ -456,7 +456,8 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
 
         return MatBinding(key, _mat_work(site, m, n, k, fmt), run_rows, None)
     static = fmt == "int4" and ext & ~W_OFFSET_MASK == W_KMAJOR  # a weight image, not a KV ring block
-    codes = sim.int4_kmajor_codes(addr, m, k) if static else None
+    # (numba reads the packed image in place, `_nbkm`: no int8 copy of it is made)
+    codes = sim.int4_kmajor_codes(addr, m, k) if static and sim.backend != "numba" else None
     if fmt == "fp16" and (sim.backend != "numba" or n > 1):
         return None  # (N > 1: a non-finite live weight faults before the reference writes anything)
     one = _kmajor_vector(sim, fmt, codes, body, sbytes, abytes, m, k, rb, accm)
@@ -474,6 +475,28 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
         return _kmajor_work(site, m, n, k, fmt, live, act)
 
     return MatBinding(key, None, run_km, codes)
+
+
+def kmajor_row(sim: FastState, site: MatSite, f: tuple[int, ...]) -> tuple | bool:
+    """The `_nbblock` row (kind 14) of a plain K-major INT4 GEMV for the key fields ``f`` (a decode
+    token's sparse W_down: layout bits W_KMAJOR alone, N = 1), read in place from the packed image
+    (`_nbkm.gemv_km_p4`), its Work made from the live row count the row reports; False for anything
+    else (a yield: the single step runs it). Columns as kind 10's, column 10 the bytes per K row."""
+    m, n, k, a, hi, lo = f[:6]
+    if sim.profile != "extended" or a != FORMAT_CODES["int4"] | W_KMAJOR or n != 1 or m == 0 or k == 0:
+        return False
+    ins, rb = site.ins, row_bytes("int4", m)
+    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return False
+    addr = ((hi << 16) | lo) * WORD_BYTES
+    body = sim.host.view(addr, k * rb)
+    sb = sim.host.view(addr + k * rb + (-(k * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    if body is None or (site.w_scale and sb is None):
+        return False
+    row = (14, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, int(site.accm) | int(site.findemax) << 1,
+           body.ctypes.data, m, k, 0 if sb is None else sb.ctypes.data, rb, *f)
+    return row, None, None, lambda info: _kmajor_work(site, m, 1, k, "int4", info[2], False), (body, sb)
 
 
 def _kmajor_work(site: MatSite, m: int, n: int, k: int, fmt: str, live: int, act: bool) -> Work:
@@ -517,6 +540,9 @@ def _kmajor_vector(sim: FastState, fmt: str, codes: Codes | None, body: np.ndarr
         return w if numba else w.astype(np.float32)
 
     gemv = kern.get("gemv_km_f16" if fmt == "fp16" else "gemv_km")
+    if fmt == "int4" and numba:  # the live rows, prefetched, from the packed bytes (half the codes' bytes:
+        # a decode token's sparse W_down took 2x as long on the cached int8 codes, measured)
+        fixed, gemv = body.reshape(k, rb), kern["gemv_km_p4"]
     lut32, lut64 = kx.LUT32, kx.LUT64
 
     def one(x: np.ndarray, d: np.ndarray, union: np.ndarray | None = None) -> int:

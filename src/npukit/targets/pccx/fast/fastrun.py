@@ -19,7 +19,14 @@ import numpy as np
 from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastmat import MatSite, _mat_work, _unpacked, key_fields, update_emax
+from npukit.targets.pccx.fast.fastmat import (
+    MatSite,
+    _mat_work,
+    _unpacked,
+    key_fields,
+    kmajor_row,
+    update_emax,
+)
 from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
 from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
@@ -184,6 +191,7 @@ class _Table:
 
 _COLS = 20  # table columns (`_nbblock.COLS`)
 _INT4 = FORMAT_CODES["int4"]
+_BY_ADDRESS = (10, 11, 14)  # INT4 rows that read their image by address (the table keeps the arrays)
 _LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
 _YIELD = 13  # a row `_nbblock.block` returns at: the caller runs that step, then resumes after it
 
@@ -201,7 +209,7 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
         return False
     m, n, k, a, hi, lo = f[:6]
     if a != _INT4 or n > 1 or m == 0 or k == 0:
-        return False
+        return kmajor_row(sim, site, f)  # (a K-major image: kind 14, or False)
     ins, rb = site.ins, row_bytes("int4", k)
     s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
     if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
@@ -334,7 +342,7 @@ class _FusedRun:
             if got is None:
                 return new
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
-            if row[0] in (10, 11):
+            if row[0] in _BY_ADDRESS:
                 keep.append(got[4])
             elif len(got) > 2:
                 j = next((j for j, h in enumerate(t.regions) if h is got[2]), None)
@@ -345,7 +353,7 @@ class _FusedRun:
             if len(got) > 3 and got[3] is not None:
                 makers[o] = got[3]
             tab[o], ins[o], works[o] = row, st.fuse_ins, got[1]
-            in_place = in_place and row[0] not in (10, 11)  # (those change what the table holds)
+            in_place = in_place and row[0] not in _BY_ADDRESS  # (those change what the table holds)
             rows.append(o)
         if in_place and self.private:
             t.tab, t.ins, t.works, t.makers = tab, ins, works, makers
@@ -391,7 +399,7 @@ class _FusedRun:
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] == 6:  # a MEMSET of an entry
                 cc[row[1], row[2]] = row[3:6]
-            if row[0] in (10, 11):  # an INT4 GEMV reads its image by address: the table keeps the arrays
+            if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps the arrays
                 keep.append(got[4])
             elif len(got) > 2:  # a host region the row reads, by identity
                 j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))

@@ -210,7 +210,8 @@ def _numba_kernels() -> dict[str, Any]:
     """Compiled kernels (compiled lazily on first call, cached on disk); empty without numba."""
     if _nb is None:
         return {}
-    from npukit.targets.pccx.fast import _nbblock, _nbkernels
+    from npukit.targets.pccx.fast import _nbblock, _nbkernels, _nbkm
 
     _nbkernels.KERNELS["cvo_block"] = _nbblock.block  # a fused run in one call (imports _nbkernels)
+    _nbkernels.KERNELS["gemv_km_p4"] = _nbkm.gemv_km_p4  # a sparse K-major INT4 GEMV on packed bytes
     return _nbkernels.KERNELS
