@@ -477,6 +477,23 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
     return MatBinding(key, None, run_km, codes)
 
 
+def packed_views(sim: FastState, site: MatSite, m: int, k: int, word: int, rows: int,
+                 rb: int) -> tuple[int, np.ndarray, np.ndarray | None] | None:
+    """A compiled INT4 row's operands, or None (the single step runs): the activation (K) and output
+    (M) inside L2, and host views of the packed image at word address ``word`` (``rows`` rows of
+    ``rb`` bytes) and of its M float32 scales after it where the site has them. (byte address,
+    image, scales)."""
+    s0, d0, lim = site.ins.src_addr, site.ins.dest_reg, sim.limits.l2_words
+    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+        return None
+    addr = word * WORD_BYTES
+    body = sim.host.view(addr, rows * rb)
+    sb = sim.host.view(addr + rows * rb + (-(rows * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    if body is None or (site.w_scale and sb is None):
+        return None
+    return addr, body, sb
+
+
 def kmajor_row(sim: FastState, site: MatSite, f: tuple[int, ...]) -> tuple | bool:
     """The `_nbblock` row (kind 14) of a plain K-major INT4 GEMV for the key fields ``f`` (a decode
     token's sparse W_down: layout bits W_KMAJOR alone, N = 1), read in place from the packed image
@@ -485,17 +502,15 @@ def kmajor_row(sim: FastState, site: MatSite, f: tuple[int, ...]) -> tuple | boo
     m, n, k, a, hi, lo = f[:6]
     if sim.profile != "extended" or a != FORMAT_CODES["int4"] | W_KMAJOR or n != 1 or m == 0 or k == 0:
         return False
-    ins, rb = site.ins, row_bytes("int4", m)
-    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
-    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+    rb = row_bytes("int4", m)
+    got = packed_views(sim, site, m, k, (hi << 16) | lo, k, rb)
+    if got is None:
         return False
-    addr = ((hi << 16) | lo) * WORD_BYTES
-    body = sim.host.view(addr, k * rb)
-    sb = sim.host.view(addr + k * rb + (-(k * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
-    if body is None or (site.w_scale and sb is None):
-        return False
-    row = (14, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, int(site.accm) | int(site.findemax) << 1,
-           body.ctypes.data, m, k, 0 if sb is None else sb.ctypes.data, rb, *f)
+    _, body, sb = got
+    ins = site.ins
+    row = (14, ins.shape_ptr_addr, ins.size_ptr_addr, ins.src_addr, ins.dest_reg,
+           int(site.accm) | int(site.findemax) << 1, body.ctypes.data, m, k,
+           0 if sb is None else sb.ctypes.data, rb, *f)
     return row, None, None, lambda info: _kmajor_work(site, m, 1, k, "int4", info[2], False), (body, sb)
 
 

@@ -25,11 +25,12 @@ from npukit.targets.pccx.fast.fastmat import (
     _unpacked,
     key_fields,
     kmajor_row,
+    packed_views,
     update_emax,
 )
 from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
-from npukit.targets.pccx.memory import FORMAT_CODES, WORD_BYTES, row_bytes
+from npukit.targets.pccx.memory import FORMAT_CODES, row_bytes
 
 _E = 8
 
@@ -211,14 +212,11 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     if a != _INT4 or n > 1 or m == 0 or k == 0:
         return kmajor_row(sim, site, f)  # (a K-major image: kind 14, or False)
     ins, rb = site.ins, row_bytes("int4", k)
-    s0, d0, lim = ins.src_addr, ins.dest_reg, sim.limits.l2_words
-    if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
+    got = packed_views(sim, site, m, k, (hi << 16) | lo, m, rb)
+    if got is None:
         return False
-    addr = ((hi << 16) | lo) * WORD_BYTES
-    body = sim.host.view(addr, m * rb)
-    sb = sim.host.view(addr + m * rb + (-(m * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
-    if body is None or (site.w_scale and sb is None):
-        return False
+    addr, body, sb = got
+    s0, d0 = ins.src_addr, ins.dest_reg
     codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
     flags = int(site.accm) | int(site.findemax) << 1 | (_LARGE if m * k >= kx.PARALLEL_MIN_MACS else 0)
     work = _mat_work(site, m, 1, k, "int4")
