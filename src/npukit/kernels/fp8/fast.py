@@ -81,7 +81,9 @@ def gemm_fast(a, b_codes, col_scales, *, fmt: str = "e4m3", global_scale: float 
     nm = out_layout == "nm"
     out = np.empty((n, m) if nm else (m, n), np.uint16)  # float16 bits, written by the kernel
     parallel = m * n * a8.shape[1] > SERIAL_MACS
-    threads = start_threads().threads if parallel else 1  # (the pool under npukit's OpenMP policy)
+    if parallel:
+        start_threads()  # (the pool under npukit's OpenMP policy, if this starts it)
+    threads = _nb.nb.get_num_threads() if parallel else 1  # the count now (set_num_threads may lower it)
     ws = np.empty((threads, tile_for(m), a8.shape[1]), np.uint8)  # one tile per thread
     res = np.empty((threads, 16), np.int32)
     kernel = build.parallel if parallel else build.serial

@@ -184,7 +184,8 @@ def one_thread() -> Iterator[None]:
     """Run numba parallel regions on one thread inside the block (restores the previous count)."""
     from npukit.sim import threads
 
-    n = threads.start().threads  # (the pool under npukit's OpenMP policy, if this starts it)
+    threads.start()  # (the pool under npukit's OpenMP policy, if this starts it)
+    n = _nb.get_num_threads()  # the count now, which may differ from the pool's start (restored after)
     if n == 1:
         yield
         return
