@@ -95,8 +95,11 @@ class TwinChooser:
 
 def _numba_threads() -> int:
     try:
+        import numba
+
         from npukit.sim import threads
 
-        return threads.start().threads  # starts numba's pool under npukit's OpenMP policy
+        threads.start()  # numba's pool under npukit's OpenMP policy, if this starts it
+        return int(numba.get_num_threads())  # the count now (as `kernels.one_thread` reads it)
     except ImportError:  # pragma: no cover - numba absent: the NumPy backend never asks
         return 1
