@@ -23,8 +23,9 @@ times, each figure the median:
 * **driver**: ``decode_s`` of the 2N run per decode step (every program switch included);
 * **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode from the same 4-token
   prompt, marginal s/token the same way, in its own process started with the environment this
-  script was given (importing npukit sets numba's OpenMP policy; torch's OpenMP runtime must not
-  inherit it: measured at hidden 1024, a passive wait policy made transformers 40% slower);
+  script was given: nothing this process loads or sets (numba's OpenMP runtime and its wait policy,
+  which a torch loaded here would share) reaches it (measured at hidden 1024, the passive wait
+  policy npukit used to set for every process made transformers 40% slower);
 * **INT4 floor**: the device weight image's bytes over the host memory bandwidth measured here
   (`gemma3n_decode.host_bandwidth`): the least time one token can take streaming its weights;
 * **prefill** (``--prefill`` tokens, 0 skips): the CLI's ``prefill_s`` for a prompt of that many
