@@ -46,8 +46,7 @@ from npukit.targets.pccx.compile.steps import compile_model
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
-from npukit.targets.pccx.switch import SWITCH_TAIL  # noqa: F401 (its home was here)
-from npukit.targets.pccx.switch import AheadBuild as _AheadBuild
+from npukit.targets.pccx.switch import AheadBuild
 from npukit.targets.pccx.timing import _OpRecord, to_ops
 from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
@@ -161,7 +160,7 @@ class PccxDriver:
         self._prefill_limit: int | None = None
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
         self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
-        self._ahead: _AheadBuild | None = None  # the program `_prepare_ahead` is building
+        self._ahead: AheadBuild | None = None  # the program `_prepare_ahead` is building
         self._decoded_stored: dict[tuple, bool] = {}  # (previous key, key) -> its decoded words on disk
         self._keys: dict[int, tuple] = {}  # position -> span-bucket key (`_key_at`)
         self._dirty: dict[tuple, list[list[int]]] = {}  # program key -> per segment, its span-patched words
@@ -439,7 +438,7 @@ class PccxDriver:
         """Build part of the program the decode steps switch to within SWITCH_LOOKAHEAD tokens (a new
         span bucket), so the token that crosses into it finds its plan made: the switch's cost is
         spread evenly over the tokens before it (the plans and so every result are the same either way).
-        Each call does an equal share of what is left (`_AheadBuild.budget`). Only a program already
+        Each call does an equal share of what is left (`AheadBuild.budget`). Only a program already
         compiled (on disk or in memory) is built ahead; lowering a new one is not."""
         prepare = getattr(self.dev, "prepare_program", None)
         nxt = self._next_switch() if prepare is not None else None
@@ -464,7 +463,7 @@ class PccxDriver:
             v.program.patch(self.spans(at + 1))
             self._seed_decoded(key, now)
             cur = self.variants.get(now)
-            build = self._ahead = _AheadBuild.of(key, v.program, cur.program if cur else None, now)
+            build = self._ahead = AheadBuild.of(key, v.program, cur.program if cur else None, now)
         if build.finished:
             return
         works = build.pending if self.timing is True else []

@@ -11,6 +11,7 @@ import pytest
 
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import driver as drvmod
+from npukit.targets.pccx import switch
 from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.fast import fastrun, fastsim
 from npukit.targets.pccx.fast.fastmat import bind_mat
@@ -196,7 +197,7 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
     assert len(building) >= 4, calls
     # a share is at most the cap for the tokens left (fused tables counted as steps may top it up
     # once per segment: `prepare` lowers them in the call that finishes the segment's steps)
-    tables = drvmod.SWITCH_TAIL
+    tables = switch.SWITCH_TAIL
     assert all(n <= drvmod.slice_cap(16 - p) + tables for p, n in calls.items()), calls
     segments = len(drv.variants[key].program.segments)
     assert all((key, j) in drv.dev._tagged for j in range(segments))  # complete before the switch
