@@ -417,19 +417,20 @@ class _FusedRun:
 
     def _run(self, t: _Table, start: int) -> int:
         """One compiled call of the table from row ``start``; where the rows hold large INT4 GEMVs, on
-        the twin the executor's chooser picks (the call timed as a whole: their bytes dominate it)."""
+        the twin the executor's chooser picks for this run (timed as a whole: their bytes dominate it)."""
         sim = self.sim
         args = (t.tab, start, sim.flat, sim.cc, sim._regs, t.hosts, sim._qbuf, t.info, kx.LUT32, kx.LUT64,
                 TLUT)
         twins, upto = sim.twins, t.large_upto
         if upto[-1] == upto[start] or twins.single:
             return sim._k["cvo_block"](*args, 0)
-        twin = twins.pick()
+        site = (len(upto) - start, upto[-1] - upto[start])  # the same run from any table of this layout
+        twin = twins.pick(site)
         t0 = perf_counter()
         r = sim._k["cvo_block"](*args, int(twin == _PARALLEL))
         end = len(upto) - 1 if r == -1 else -2 - r  # (a run cut short by a rebind: its cost unknown)
         if r < 0 and upto[end] > upto[start]:
-            twins.record(twin, perf_counter() - t0, upto[end] - upto[start])
+            twins.record(twin, perf_counter() - t0, upto[end] - upto[start], site)
         return r
 
     def __call__(self) -> list[Work]:
