@@ -15,84 +15,106 @@ from npukit.targets.pccx.gemma3n_quant import Int4Store
 from .tiny_gemma3n import CFG, assert_fast_follows_reference
 
 
-def _calls(ch: TwinChooser, n: int, cost: dict[int, float], site: object = 0) -> list[int]:
-    """``n`` calls at ``site``, each twin costing ``cost[twin]`` seconds (1000 weight bytes): the twins
-    picked. A cost may be a list: the calls' costs in turn, cycled."""
-    picks = []
-    for i in range(n):
-        twin = ch.pick(site)
-        c = cost[twin]
-        ch.record(twin, c[i % len(c)] if isinstance(c, list) else c, 1000, site)
-        picks.append(twin)
-    return picks
+SITES = ("q", "ffn", "head")  # the calls of one decode step, in order
 
 
-def _warm(ch: TwinChooser) -> None:
-    """The first call of each twin in a process (its kernel loading): not a sample anywhere."""
-    ch.record(0, 5e-2, 1000, "load")
-    ch.record(1, 5e-2, 1000, "load")
+def _steps(ch: TwinChooser, n: int, cost) -> list[list[int]]:
+    """``n`` decode steps of `SITES`; ``cost(twin, site, previous twin)`` in seconds (a dict
+    {twin: seconds} for the same cost everywhere): the twins picked, per step."""
+    out, prev = [], -1
+    for _ in range(n):
+        step = []
+        for site in SITES:
+            twin = ch.pick(site)
+            c = cost[twin] if isinstance(cost, dict) else cost(twin, site, prev)
+            ch.record(twin, c, 1000, site)
+            step.append(twin)
+            prev = twin
+        out.append(step)
+    return out
 
 
-def test_chooser_follows_the_cheaper_twin_and_backs_off_trying_the_other():
-    ch = TwinChooser(period=4, threads=2, max_gap=16)
-    _warm(ch)
-    picks = _calls(ch, 60, {0: 9e-3, 1: 1e-3})  # parallel stalls (a busy machine)
-    assert picks[:2] == [0, 1]  # nothing measured at this site: each twin once,
-    tries = [i + 1 for i, p in enumerate(picks) if p == 0][1:]
-    assert tries == [6, 14, 30, 46]  # then the dearer one 4 calls after that, then 8, 16, 16 (max_gap)
-    picks = _calls(ch, 40, {0: 1e-4, 1: 1e-3})  # the machine went quiet: parallel is now cheaper
-    first = picks.index(0)  # tried at the next scheduled call; its window then turns within calls
-    assert first <= 16 and picks[first + 8:].count(1) <= 3  # (serial tried 4, 8, 16 calls on)
-    rep = ch.report()
-    assert rep["parallel"]["calls"] + rep["serial"]["calls"] == 102
+def _parallel_share(steps: list[list[int]]) -> float:
+    flat = [t for step in steps for t in step]
+    return flat.count(0) / len(flat)
 
 
-def test_a_first_call_that_loaded_its_kernel_does_not_decide_the_choice():
-    """The first call of each twin in the process pays for loading its kernel: it is no sample, so a
-    slow first parallel call does not keep the faster parallel twin out."""
-    ch = TwinChooser(period=4, threads=2)
-    # parallel's first call: 50 ms of loading, no sample (parallel runs again), then serial's likewise
-    assert _calls(ch, 4, {0: [5e-2, 1e-4], 1: [5e-2, 1e-3]}) == [0, 0, 1, 1]
-    picks = _calls(ch, 30, {0: 1e-4, 1: 1e-3})  # then parallel streams 10x faster
-    assert picks[0] == 0 and picks.count(1) <= 3
+def _probe_starts(steps: list[list[int]], probed: int) -> list[int]:
+    """The call indices where a run of ``probed`` calls begins."""
+    flat = [t for step in steps for t in step]
+    return [i for i, t in enumerate(flat) if t == probed and (i == 0 or flat[i - 1] != probed)]
+
+
+def test_chooser_takes_the_cheaper_twin_and_probes_the_other_ever_more_rarely():
+    ch = TwinChooser(period=6, threads=2, max_gap=48)
+    steps = _steps(ch, 120, {0: 9e-3, 1: 1e-3})  # parallel stalls (a busy machine)
+    assert ch.twin == 1 and _parallel_share(steps[20:]) < 0.1  # (a probe: 4 calls per 48 or so)
+    starts = _probe_starts(steps, 0)[2:]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert gaps == sorted(gaps) and max(gaps) <= 48 + len(SITES) + 2  # backing off, up to max_gap
+    steps = _steps(ch, 60, {0: 1e-4, 1: 1e-3})  # the machine went quiet: parallel is now cheaper
+    flat = [t for step in steps for t in step]
+    assert ch.twin == 0 and flat.index(0) <= 48 and flat[-60:].count(1) <= 6
+
+
+def test_a_probe_samples_every_site():
+    ch = TwinChooser(period=6, threads=2, max_gap=48)
+    _steps(ch, 40, {0: 9e-3, 1: 1e-3})
+    flat = [t for step in _steps(ch, 40, {0: 9e-3, 1: 1e-3}) for t in step]
+    runs = [len(r) for r in "".join(map(str, flat)).split("1") if r]
+    assert runs and set(runs) == {len(SITES) + 1}  # (the first of a parallel burst wakes the workers)
+
+
+def test_kernel_loads_and_worker_wake_ups_are_no_samples():
+    """A twin's first call loads its kernel (50 ms here); a parallel call right after a serial one wakes
+    the workers (5 ms here). Neither is a sample: steadily the parallel twin is 10x cheaper and wins."""
+    first = {0: True, 1: True}
+
+    def cost(twin, site, prev):
+        if first[twin]:
+            first[twin] = False
+            return 5e-2
+        if twin == 0 and prev == 1:
+            return 5e-3
+        return 1e-4 if twin == 0 else 1e-3
+
+    steps = _steps(ch := TwinChooser(period=6, threads=2), 80, cost)
+    assert ch.twin == 0 and _parallel_share(steps[10:]) > 0.9
     assert ch.report()["parallel"]["ns_per_byte"] == pytest.approx(100.0)  # 0.1 ms per 1000 bytes
 
 
-def test_one_preempted_call_does_not_shut_the_cheaper_twin_out_but_frequent_stalls_do():
-    """A call the OS preempted costs tens of times the usual: the largest of a twin's recent times does
-    not count, so the cheaper twin keeps its place; a twin stalling on every other call is dearer."""
-    ch = TwinChooser(period=4, threads=2)
-    _warm(ch)
-    _calls(ch, 20, {0: 1e-4, 1: 2e-4})
-    ch.record(0, 5e-2, 1000)  # one parallel call preempted for 50 ms
-    picks = _calls(ch, 40, {0: 1e-4, 1: 2e-4})
-    assert picks.count(1) <= 3
-    picks = _calls(ch, 40, {0: [1e-4, 5e-3], 1: 2e-4})  # now every other parallel call stalls 5 ms
-    assert picks[8:].count(0) <= 4
-
-
 def test_sites_are_compared_each_with_itself():
-    """Two call sites of different cost per byte (a fused run with many small rows, one with few): each
-    follows the twin cheaper there. Compared across sites (the earlier chooser's per-byte mean), the
-    dear site's parallel calls against the cheap site's serial ones chose serial for both."""
-    ch = TwinChooser(period=4, threads=2)
-    _warm(ch)
-    a, b = [], []
-    for _ in range(40):
-        a += _calls(ch, 1, {0: 4e-3, 1: 5e-3}, "heavy")  # parallel 20 % faster at both sites
-        b += _calls(ch, 1, {0: 8e-4, 1: 1e-3}, "light")
-    assert a[8:].count(0) >= 28 and b[8:].count(0) >= 28
+    """Sites of different cost per byte: parallel 20 % faster at each. A single per-byte mean per twin
+    compared the dear site's parallel calls with the cheap sites' serial ones; per site it is clear."""
+    dear = {"q": 8.0, "ffn": 1.0, "head": 1.0}
+
+    def cost(twin, site, prev):
+        return dear[site] * (8e-4 if twin == 0 else 1e-3)
+
+    steps = _steps(ch := TwinChooser(period=6, threads=2), 80, cost)
+    assert ch.twin == 0 and _parallel_share(steps[10:]) > 0.9
+
+
+def test_one_preempted_call_does_not_move_the_choice_but_frequent_stalls_do():
+    ch = TwinChooser(period=6, threads=2)
+    _steps(ch, 30, {0: 1e-4, 1: 2e-4})
+    ch.record(0, 5e-2, 1000, "ffn")  # one parallel call preempted for 50 ms
+    assert _parallel_share(_steps(ch, 30, {0: 1e-4, 1: 2e-4})) > 0.9
+    calls = iter(range(10**6))
+
+    def stalls(twin, site, prev):  # every other parallel call now stalls 5 ms
+        return (5e-3 if next(calls) % 2 else 1e-4) if twin == 0 else 2e-4
+
+    assert _parallel_share(_steps(ch, 60, stalls)[30:]) < 0.2
 
 
 def test_no_lock_in_longer_than_max_gap():
-    """However unlucky the dearer twin's samples were, it is tried again within ``max_gap`` calls and
-    its recent window follows the machine: the chooser returns to it within a few tries."""
-    ch = TwinChooser(period=4, threads=2, max_gap=16)
-    _warm(ch)
-    _calls(ch, 100, {0: 1e-2, 1: 1e-3})  # a long busy spell: parallel dear, backed off to 16
-    picks = _calls(ch, 120, {0: 1e-4, 1: 1e-3})  # quiet again
-    assert picks.index(0) <= 16
-    assert picks[-40:].count(0) >= 35  # and parallel holds once its window turned
+    """However long the parallel twin was dear, it is probed again within ``max_gap`` calls, and once
+    it is cheaper the choice follows within a few probes."""
+    ch = TwinChooser(period=6, threads=2, max_gap=48)
+    _steps(ch, 200, {0: 1e-2, 1: 1e-3})  # a long busy spell
+    flat = [t for step in _steps(ch, 60, {0: 1e-4, 1: 1e-3}) for t in step]  # quiet again
+    assert 0 in flat[:48 + 1] and flat[-90:].count(0) >= 80
 
 
 def test_one_thread_always_takes_the_serial_twin():

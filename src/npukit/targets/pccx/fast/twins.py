@@ -7,18 +7,22 @@ calling thread then waits for it: measured here with one core busy elsewhere, th
 weights faster. The twins compute the same exact integer sums (the partition of rows never changes
 a row's sum), so the choice changes no bit of any result.
 
-`TwinChooser` picks it per *site*: one call site of the decode step (a fused run from a given row,
-a single-step GEMV of a given size), since the calls of different sites cost different amounts per
-weight byte (a fused run also holds small rows), and comparing one site's parallel calls with another
-site's serial ones locked the choice into the wrong twin (measured at hidden 1024 on the 2-core Xeon:
-the serial twin chosen for 216 of 240 calls while always-parallel ran the step 2.4 ms faster). At a
+`TwinChooser` makes one choice for the whole executor, from costs kept per call *site* (one fused run
+from a given row, a single-step GEMV of a given size): the calls of different sites cost different
+amounts per weight byte (a fused run also holds small rows), and comparing one site's parallel calls
+with another site's serial ones, as a single running mean per twin did, locked the choice into either
+twin by chance (identical runs at hidden 1024 on the 2-core Xeon: 8 to 86 of 180 calls parallel). At a
 site each twin keeps its last ``window`` call times; its cost is their mean less the largest one (a
 call the OS preempted once does not count, a twin that stalls on every other call still does). The
-cheaper twin runs; the other is tried again ``period`` calls later, then after twice as many each time
-it is still the dearer (at most ``max_gap``: a lasting change in the machine's load is seen within
-that many calls of the site, about as many decode steps), and again ``period`` calls after it wins.
-A try that beats the cheaper twin's cost is followed by another at once, so a window filled in a busy
-spell turns within a few calls once the machine is quiet again.
+twin in use is the one whose costs, summed over the sites measured both ways, are lower. The other is
+*probed* in a burst of calls, one per active site and one more (so every site gets a sample, and the
+workers are awake for all but the first: a parallel call right after serial ones pays the workers' wake-up from
+sleep, which steady parallel calls do not, and is no sample); the next probe comes ``period`` calls
+later, then after twice as many each time the probed twin loses (at most ``max_gap``: a change in the
+machine's load is followed within that many calls, a few dozen decode steps), and at once again (up
+to twice in a row) when its burst beat the twin in use but did not yet outweigh the older times in
+its windows. The sites counted are those called since the last probe (a program layout no longer run
+drops out).
 """
 
 from __future__ import annotations
@@ -33,34 +37,29 @@ _PARALLEL, _SERIAL = PARALLEL, SERIAL
 
 
 class _Site:
-    """One call site's recent call times per twin and when its dearer twin is tried next."""
+    """One call site's recent call times per twin."""
 
-    __slots__ = ("gap", "n", "next", "times")
+    __slots__ = ("probe", "times")
 
-    def __init__(self, window: int, period: int) -> None:
+    def __init__(self, window: int) -> None:
         self.times: tuple[deque[float], deque[float]] = (deque(maxlen=window), deque(maxlen=window))
-        self.n = 0  # calls picked here so far
-        self.gap = period  # calls between two tries of the dearer twin
-        self.next = period  # the call that tries it next
+        self.probe: list[float] = []  # the probed twin's times in the current burst
 
-    def cost(self, twin: int) -> float:
-        """The mean of ``twin``'s recent call times less the largest (inf: none yet)."""
+    def cost(self, twin: int) -> float | None:
+        """The mean of ``twin``'s recent call times less the largest (None: none yet)."""
         got = self.times[twin]
         if not got:
-            return float("inf")
+            return None
         if len(got) == 1:
             return got[0]
         return (sum(got) - max(got)) / (len(got) - 1)
 
-    def best(self) -> int:
-        return _PARALLEL if self.cost(_PARALLEL) <= self.cost(_SERIAL) else _SERIAL
-
 
 class TwinChooser:
-    """Shared by every large GEMV of one executor; costs are kept per call site (module docstring)."""
+    """Shared by every large GEMV of one executor (module docstring)."""
 
-    def __init__(self, period: int = 8, window: int = 6, threads: int | None = None,
-                 max_gap: int = 32) -> None:
+    def __init__(self, period: int = 24, window: int = 4, threads: int | None = None,
+                 max_gap: int = 256) -> None:
         if threads is None:
             threads = _numba_threads()
         self.period, self.window, self.max_gap = period, window, max_gap
@@ -68,51 +67,87 @@ class TwinChooser:
         self._secs, self._bytes = [0.0, 0.0], [0, 0]
         self.calls = [0, 0]
         self.single = threads <= 1  # one thread: the parallel twin has nothing to gain
+        self.twin = _PARALLEL  # the twin in use
         self._sites: dict[Hashable, _Site] = {}
+        self._n = 0  # calls picked so far
+        self._gap = period
+        self._next = 2  # the call that starts the next probe (the first: once each twin has loaded)
+        self._left = 0  # calls left in the probe under way
+        self._last = -1  # the twin of the last call recorded
+        self._active: set[Hashable] = set()  # the sites called since the last probe (a probe's length)
+        self._again = 0  # probes run at once in a row (`_decide`)
 
     def _site(self, site: Hashable) -> _Site:
         got = self._sites.get(site)
         if got is None:
-            got = self._sites[site] = _Site(self.window, self.period)
+            got = self._sites[site] = _Site(self.window)
         return got
 
     def pick(self, site: Hashable = 0) -> int:
-        """The twin the next call at ``site`` runs (`PARALLEL` or `SERIAL`)."""
+        """The twin the next call (at ``site``) runs (`PARALLEL` or `SERIAL`)."""
         if self.single:
             return _SERIAL
-        s = self._site(site)
-        s.n += 1
-        par, ser = s.times
-        if not par:
-            return _PARALLEL
-        if not ser:
-            return _SERIAL
-        best = s.best()
-        return best ^ 1 if s.n >= s.next else best
+        self._n += 1
+        self._active.add(site)
+        if not self._left and self._n >= self._next:  # a probe of the other twin begins
+            self._left = len(self._active) + 1
+            self._active = {site}
+        if self._left:
+            return self.twin ^ 1
+        return self.twin
 
     def record(self, twin: int, seconds: float, nbytes: int, site: Hashable = 0) -> None:
         """A call at ``site`` on ``twin`` took ``seconds`` (``nbytes``: the weight bytes it read)."""
+        last, self._last = self._last, twin
         self.calls[twin] += 1
-        # a twin's first call in a process loads its kernel from numba's cache (milliseconds): it is
-        # not a sample, or one slow load would keep that twin out for the next calls
-        if self.calls[twin] == 1:
-            return
-        self._secs[twin] += seconds
-        self._bytes[twin] += max(nbytes, 1)
-        self.cost[twin] = self._secs[twin] / self._bytes[twin]
-        s = self._site(site)
-        best = s.best()
-        s.times[twin].append(seconds)
-        if twin == best or not s.times[best]:
-            return
-        if s.best() == twin:  # the dearer twin won: the other is the one tried from now on
-            s.gap = self.period
-        elif seconds < s.cost(best):  # a promising try: again at once, until its window turns or it loses
-            s.next = s.n + 1
-            return
-        else:  # back off
-            s.gap = min(2 * s.gap, self.max_gap)
-        s.next = s.n + s.gap
+        probing = self._left > 0 and twin != self.twin
+        if probing:
+            self._left -= 1
+        # no sample: a twin's first call in the process (it loads its kernel from numba's cache), and a
+        # parallel call right after a serial one (its workers woken from sleep)
+        if self.calls[twin] > 1 and not (twin == _PARALLEL and last == _SERIAL):
+            self._secs[twin] += seconds
+            self._bytes[twin] += max(nbytes, 1)
+            self.cost[twin] = self._secs[twin] / self._bytes[twin]
+            s = self._site(site)
+            s.times[twin].append(seconds)
+            if probing:
+                s.probe.append(seconds)
+        else:
+            self._site(site)  # (known: the next probe gives it its calls)
+        if probing and not self._left:
+            self._decide()
+
+    def _score(self, probed: int, recent: bool) -> float | None:
+        """Σ over the sites the probe measured of (probed twin's cost − the one in use's), from their
+        windows or (``recent``) from the probe's own times; None where no such site has both."""
+        total, seen = 0.0, False
+        for s in self._sites.values():
+            mine = s.cost(self.twin)
+            if not s.probe or mine is None:
+                continue
+            total += (sum(s.probe) / len(s.probe) if recent else s.cost(probed)) - mine  # type: ignore[operator]
+            seen = True
+        return total if seen else None
+
+    def _decide(self) -> None:
+        """The end of a probe: switch to the probed twin if it is now the cheaper, else back off."""
+        probed = self.twin ^ 1
+        whole, recent = self._score(probed, False), self._score(probed, True)
+        for s in self._sites.values():
+            s.probe.clear()
+        again = False
+        if whole is not None and whole < 0:
+            self.twin, self._gap, wait = probed, self.period, self.period
+        elif whole is None:  # (no site measured both ways yet: no back-off)
+            wait = self.period
+        elif recent is not None and recent < 0 and self._again < 2:  # it won this burst: again at once
+            wait, again = 0, True
+        else:
+            self._gap = min(2 * self._gap, self.max_gap)
+            wait = self._gap
+        self._again = self._again + 1 if again else 0
+        self._next = self._n + wait + 1
 
     def wrap(self, parallel: Callable[..., Any], serial: Callable[..., Any],
              nbytes: int) -> Callable[..., Any]:
