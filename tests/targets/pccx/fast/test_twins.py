@@ -4,6 +4,8 @@ logits and Work records stay the reference simulator's whichever twin runs)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
@@ -13,7 +15,6 @@ from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
 from .tiny_gemma3n import CFG, assert_fast_follows_reference
-
 
 SITES = ("q", "ffn", "head")  # the calls of one decode step, in order
 
@@ -50,7 +51,7 @@ def test_chooser_takes_the_cheaper_twin_and_probes_the_other_ever_more_rarely():
     steps = _steps(ch, 120, {0: 9e-3, 1: 1e-3})  # parallel stalls (a busy machine)
     assert ch.twin == 1 and _parallel_share(steps[20:]) < 0.1  # (a probe: 4 calls per 48 or so)
     starts = _probe_starts(steps, 0)[2:]
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(starts)]
     assert gaps == sorted(gaps) and max(gaps) <= 48 + len(SITES) + 2  # backing off, up to max_gap
     steps = _steps(ch, 60, {0: 1e-4, 1: 1e-3})  # the machine went quiet: parallel is now cheaper
     flat = [t for step in steps for t in step]

@@ -15,14 +15,14 @@ twin by chance (identical runs at hidden 1024 on the 2-core Xeon: 8 to 86 of 180
 site each twin keeps its last ``window`` call times; its cost is their mean less the largest one (a
 call the OS preempted once does not count, a twin that stalls on every other call still does). The
 twin in use is the one whose costs, summed over the sites measured both ways, are lower. The other is
-*probed* in a burst of calls, one per active site and one more (so every site gets a sample, and the
-workers are awake for all but the first: a parallel call right after serial ones pays the workers' wake-up from
-sleep, which steady parallel calls do not, and is no sample); the next probe comes ``period`` calls
-later, then after twice as many each time the probed twin loses (at most ``max_gap``: a change in the
-machine's load is followed within that many calls, a few dozen decode steps), and at once again (up
-to twice in a row) when its burst beat the twin in use but did not yet outweigh the older times in
-its windows. The sites counted are those called since the last probe (a program layout no longer run
-drops out).
+*probed* in a burst of calls, one per active site and one more: every site gets a sample, and the
+workers are awake for all but the first (a parallel call right after serial ones pays the workers'
+wake-up from sleep, which steady parallel calls do not: it is no sample). The next probe comes
+``period`` calls later, then after twice as many each time the probed twin loses (at most
+``max_gap``: a change in the machine's load is followed within that many calls, a few dozen decode
+steps), and at once again (up to twice in a row) when its burst beat the twin in use but did not yet
+outweigh the older times in its windows. The sites counted are those called since the last probe (a
+program layout no longer run drops out).
 """
 
 from __future__ import annotations
