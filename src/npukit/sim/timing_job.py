@@ -113,11 +113,16 @@ class Job(Pending):
         """Ready the job for a run of its patched columns (as a new `Pending` on them would be)."""
         c, C = self.cols, self.C
         plan = self.plan
-        if len(plan.path_rows) != self._paths:  # paths registered since: the padded tables again
-            self._rows = _pad(plan.path_rows)
-            self._lens = np.array([len(r) for r in plan.path_rows], np.int64)
-            self._narrow = np.array(plan.narrow, np.float64)
-            self._paths = len(plan.path_rows)
+        # paths registered since: the padded tables again, of the paths registered in full (a refresh
+        # may run on the timing thread while the executor's thread registers another: `Plan.path_id`
+        # appends its row, then its capacity, and never changes one registered)
+        n = min(len(plan.path_rows), len(plan.narrow))
+        if n != self._paths:
+            rows = plan.path_rows[:n]
+            self._rows = _pad(rows)
+            self._lens = np.array([len(r) for r in rows], np.int64)
+            self._narrow = np.array(plan.narrow[:n], np.float64)
+            self._paths = n
         if self._rows.shape[1] != C.path.shape[1]:  # a longer path than the tables were made for
             self._rebuild()
             return
