@@ -139,8 +139,8 @@ class TwinChooser:
         again = False
         if whole is not None and whole < 0:
             self.twin, self._gap, wait = probed, self.period, self.period
-        elif whole is None:  # (no site measured both ways yet: no back-off)
-            wait = self.period
+        elif whole is None:  # no site measured both ways yet: the twin in use once at every site, then again
+            wait = len(self._sites) + 1
         elif recent is not None and recent < 0 and self._again < 2:  # it won this burst: again at once
             wait, again = 0, True
         else:
