@@ -109,6 +109,17 @@ def test_one_preempted_call_does_not_move_the_choice_but_frequent_stalls_do():
     assert _parallel_share(_steps(ch, 60, stalls)[30:]) < 0.2
 
 
+def test_a_change_in_load_is_followed_before_the_next_scheduled_probe():
+    """Settled on parallel with the probes backed off to max_gap, the machine turns busy: the twin in
+    use looking dearer than the other's last times at a step's worth of calls brings the probe forward."""
+    ch = TwinChooser(period=6, threads=2, max_gap=400)
+    _steps(ch, 200, {0: 1e-4, 1: 1e-3})
+    assert ch.twin == 0
+    flat = [t for step in _steps(ch, 10, {0: 1e-2, 1: 1e-3}) for t in step]
+    assert ch.twin == 1 and flat.index(1) <= 3 * len(SITES)  # (a time over the window's largest: two calls a site)
+    assert flat[-len(SITES) * 4:].count(0) <= len(SITES) + 1  # (at most one probe of parallel since)
+
+
 def test_no_lock_in_longer_than_max_gap():
     """However long the parallel twin was dear, it is probed again within ``max_gap`` calls, and once
     it is cheaper the choice follows within a few probes."""

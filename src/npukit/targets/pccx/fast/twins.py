@@ -21,8 +21,9 @@ wake-up from sleep, which steady parallel calls do not: it is no sample). The ne
 ``period`` calls later, then after twice as many each time the probed twin loses (at most
 ``max_gap``: a change in the machine's load is followed within that many calls, a few dozen decode
 steps), and at once again (up to twice in a row) when its burst beat the twin in use but did not yet
-outweigh the older times in its windows. The sites counted are those called since the last probe (a
-program layout no longer run drops out).
+outweigh the older times in its windows, or when the twin in use has looked the dearer at a whole
+step's worth of calls in a row (the machine's load changed). The sites counted are those called
+since the last probe (a program layout no longer run drops out).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class TwinChooser:
         self._last = -1  # the twin of the last call recorded
         self._active: set[Hashable] = set()  # the sites called since the last probe (a probe's length)
         self._again = 0  # probes run at once in a row (`_decide`)
+        self._worse = 0  # calls in a row at which the twin in use looked the dearer (`_watch`)
 
     def _site(self, site: Hashable) -> _Site:
         got = self._sites.get(site)
@@ -113,10 +115,21 @@ class TwinChooser:
             s.times[twin].append(seconds)
             if probing:
                 s.probe.append(seconds)
+            elif twin == self.twin:
+                self._watch(s)
         else:
             self._site(site)  # (known: the next probe gives it its calls)
         if probing and not self._left:
             self._decide()
+
+    def _watch(self, s: _Site) -> None:
+        """The twin in use turned dearer than the other's last times at a whole step's worth of calls
+        in a row (the machine's load changed): probe the other now, not at the next scheduled probe."""
+        other, mine = s.cost(self.twin ^ 1), s.cost(self.twin)
+        dearer = other is not None and mine is not None and other < mine
+        self._worse = self._worse + 1 if dearer else 0
+        if self._worse >= len(self._active) and not self._left:
+            self._worse, self._next = 0, self._n + 1
 
     def _score(self, probed: int, recent: bool) -> float | None:
         """Σ over the sites the probe measured of (probed twin's cost − the one in use's), from their
