@@ -116,7 +116,7 @@ def test_a_change_in_load_is_followed_before_the_next_scheduled_probe():
     _steps(ch, 200, {0: 1e-4, 1: 1e-3})
     assert ch.twin == 0
     flat = [t for step in _steps(ch, 10, {0: 1e-2, 1: 1e-3}) for t in step]
-    assert ch.twin == 1 and flat.index(1) <= 3 * len(SITES)  # (a time over the window's largest: two calls a site)
+    assert ch.twin == 1 and flat.index(1) <= 3 * len(SITES)  # (two dear calls a site: one is trimmed)
     assert flat[-len(SITES) * 4:].count(0) <= len(SITES) + 1  # (at most one probe of parallel since)
 
 
