@@ -128,7 +128,7 @@ class TwinChooser:
         other, mine = s.cost(self.twin ^ 1), s.cost(self.twin)
         dearer = other is not None and mine is not None and other < mine
         self._worse = self._worse + 1 if dearer else 0
-        if self._worse >= len(self._active) and not self._left:
+        if self._worse >= max(4, len(self._active)) and not self._left:
             self._worse, self._next = 0, self._n + 1
 
     def _score(self, probed: int, recent: bool) -> float | None:
