@@ -130,3 +130,24 @@ def test_a_job_loops_through_the_entry_point_typed_for_its_arguments(monkeypatch
     job.loop()
     assert len(lookups) == before + 1 and job._entry[0] is job.args
     assert dump(job.done().result(ops)) == want
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_refresh_takes_only_paths_registered_in_full(data):
+    """A refresh may run on the timing thread while the executor's thread registers a path
+    (`Plan.path_id`: its row appended, then its capacity): the job's path tables then cover the paths
+    registered in full, and the half-registered one once it is whole."""
+    m = data.draw(machines())
+    plan = timing_fast.Plan.of(m)
+    if plan is None:
+        return
+    ops = data.draw(programs(m))
+    job = timing_job.Job(plan, columns(plan, ops))
+    whole = len(plan.path_rows)
+    plan.path_rows.append(plan.path_rows[0] if whole else ())  # a path half-way through its registration
+    job.refresh()
+    assert job._paths == whole and job._rows.shape[0] == whole and job._narrow.shape[0] == whole
+    plan.narrow.append(plan.narrow[0] if whole else float("inf"))
+    job.refresh()
+    assert job._paths == whole + 1 and job._narrow.shape[0] == whole + 1 and len(job._lens) == whole + 1
