@@ -71,7 +71,7 @@ class TrackedDDR(HostDDR):
 
     def __init__(self, size_bytes: int, on_write: Callable[[int, int], None]) -> None:
         super().__init__(size_bytes)
-        self._on_write = on_write
+        self._on_write = self.touched = on_write  # (`HostDDR.touched`: writes through a region view)
         self._words: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # region buffer -> its uint16 view
 
     def map(self, addr: int, data: Any) -> np.ndarray:
