@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress
 from time import perf_counter
 
 import numpy as np
@@ -109,13 +110,11 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
     out = list(groups)
     marks = sorted(changed)
     moved: dict[int, _FusedRun | _Repatch] = {}  # id(run) -> what replaces it (the resumes after it follow)
-    for s0, g in enumerate(groups):
-        if g is None:
-            continue
-        end, run = g
-        if isinstance(run, _Resume):
+    for s0 in compress(range(len(groups)), groups):  # the entries that hold a run (the Nones skipped in C)
+        end, run = groups[s0]
+        if isinstance(run, _Resume):  # (one with no run of its own and the same parent is as good as new)
             parent = moved.get(id(run.parent), run.parent)
-            if parent is not run.parent or _any_within(marks, s0, end):
+            if parent is not run.parent or (run.own is not None and _any_within(marks, s0, end)):
                 out[s0] = (end, _Resume(parent, run.offset))
             continue
         if not isinstance(run, _FusedRun | _Repatch):
