@@ -116,16 +116,10 @@ class Program:
     limits: Any
 
     def patch(self, spans: dict[int, tuple[int, int]]) -> None:
-        """Write the token's spans (window key -> (first row, rows)) into the program words: the
-        patches of the window classes whose span changed since the last call (only this method
-        writes the words, and a patch's word is a function of its span; decode: most calls change
-        the full-attention span alone)."""
-        last = self.__dict__.get("_patched_spans", {})
+        """Write the token's spans (window key -> (first row, rows)) into the program words."""
         for p in self.patches:
-            span = spans[p.wk]
-            if last.get(p.wk) != span:
-                self.segments[p.seg].words[p.index] = p.word(*span)
-        self.__dict__["_patched_spans"] = dict(spans)
+            row0, count = spans[p.wk]
+            self.segments[p.seg].words[p.index] = p.word(row0, count)
 
     def check(self, spans: dict[int, tuple[int, int]]) -> None:
         """Patched words equal `isa.encode` of the patched instructions (and pass its validation)."""
