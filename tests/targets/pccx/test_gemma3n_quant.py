@@ -301,6 +301,26 @@ def test_int4_tables_grouped_rows_match_formats_int4():
     assert np.array_equal(mat.codes(), q)
 
 
+@pytest.mark.parametrize("k", [23, 64])
+def test_int4_row_lookup_of_a_memmapped_table_matches_formats_int4(tmp_path, k):
+    # the host's embedding lookup (one table lookup per packed byte) against `formats.int4`'s
+    # dequantization, bit for bit: an odd K (a padding nibble), every code, a table on disk
+    rng = _rng(10)
+    w = rng.standard_normal((12, k)).astype(np.float32)
+    w[0] = 0.0
+    w[0, :15] = np.arange(-7, 8)  # every code the absmax rule gives (|q| <= 7), in row 0
+    mat = Int4Matrix.quantize(w)
+    q, s = quantize_int4(w)
+    path = tmp_path / "packed.bin"
+    mat.packed.tofile(path)
+    mat.packed = np.memmap(path, np.uint8, "r", shape=mat.packed.shape)
+    idx = np.array([0, 11, 5, 0])
+    got = mat.dequant_rows(idx)
+    assert type(got) is np.ndarray and got.dtype == np.float32 and got.shape == (4, k)
+    assert np.array_equal(got.view(np.uint32), dequantize_int4(q, s)[idx].view(np.uint32))
+    assert set(q[0].tolist()) >= set(range(-7, 8))
+
+
 # ---- errors and backend -------------------------------------------------------------------------
 
 def test_bad_token_and_kv_format(tiny):

@@ -494,7 +494,7 @@ class PccxDriver:
             self._current = v
         memo: dict = {}
         for addr, recipe in v.recipes:
-            host.write(addr, eval_recipe(self.model, recipe, ids, pos, memo).astype("<u2"))
+            host.write(addr, eval_recipe(self.model, recipe, ids, pos, memo).astype("<u2", copy=False))
         t1 = time.perf_counter()
         stats = v.program.stats
         works: list[Work] = []
@@ -559,12 +559,14 @@ class PccxDriver:
     def _host_step(self, st: Any, pos: int) -> None:
         """Quantize the staged K/V blocks into the ring: one token (decode) or the chunk's T tokens,
         at positions ``pos + t`` in order (prefill)."""
-        cfg = self.store.config
+        cfg, rd, n = self.store.config, self.dev.host.read, 2 * st.n
         shape = (cfg.num_key_value_heads, self.ring.dim)
-        rd = self.dev.host.read
         for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
-            k = nx.from_bits(rd(ka, 2 * st.n).view("<u2")).reshape(shape)
-            v = nx.from_bits(rd(va, 2 * st.n).view("<u2")).reshape(shape)
+            if va == ka + n:  # staged back to back (a decode step's blocks): one read and widening
+                k, v = nx.from_bits(rd(ka, 2 * n).view("<u2")).reshape(2, *shape)
+            else:
+                k = nx.from_bits(rd(ka, n).view("<u2")).reshape(shape)
+                v = nx.from_bits(rd(va, n).view("<u2")).reshape(shape)
             self.ring.write(st.layer, pos + t, k, v)
 
     # ---- reports -----------------------------------------------------------------------------

@@ -105,6 +105,11 @@ class HostDDR:
         buf, off = hit
         return buf[off: off + n].copy()
 
+    def touched(self, addr: int, n: int) -> None:
+        """Bytes [addr, addr+n) were written through a view of a region (`map`'s array): nothing to
+        do here; a subclass that caches what it reads from host DDR hears of it
+        (`fast.ddr.TrackedDDR`)."""
+
     def store(self, addr: int, raw: np.ndarray) -> None:
         """A device-side write: must land inside a mapped region."""
         self._check(addr, raw.size)

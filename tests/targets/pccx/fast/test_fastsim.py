@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from npukit.errors import NpukitError
 from npukit.targets.pccx import asm
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import kernels
@@ -277,3 +278,37 @@ def test_fused_run_with_copies_follows_their_descriptors():
         _assert_same(_state(fast), _state(ref))
         if copy_words == 20:
             assert fast.error is not None and fast.error.index == 4
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 3), st.integers(0, 63), st.integers(0, 2**16 - 1), st.integers(0, 2**16 - 1),
+       st.integers(0, 2**16 - 1), st.booleans(), st.integers(0, 2**64 - 1), st.booleans())
+def test_span_patched_memset_decodes_as_the_isa_does(cache, slot, a, b, c, async_, flips, values_only):
+    # a word patched from a decoded MEMSET (the driver's span descriptors) is that instruction with the
+    # new values only where `isa.decode` of the new word says exactly that; every other word (another
+    # cache, other bits, an SFU-register MEMSET whose b and c are checked) is decoded by the ISA
+    from npukit.targets.pccx import isa
+    from npukit.targets.pccx.fast import fastsim
+
+    try:
+        was = isa.encode(isa.Memset(isa.DestCache(cache) if cache < 3 else 3, slot, a, b, c, async_))
+    except NpukitError:  # (an invalid instruction: a reserved cache, an SFU register with b or c)
+        return
+    word = was ^ (flips & (fastsim._VALUE_BITS if values_only else (1 << 64) - 1))
+    try:
+        ref = isa.decode(word)
+    except isa.DecodeError:
+        ref = None
+    got = fastsim._respan(isa.decode(was), was, word)
+    assert got is None or got == ref
+    if values_only and cache < 2:
+        assert got is not None and got == ref
+    sim = FastSimulator()
+    sim.load_program([was])
+    sim.load_program([word], tag="t", dirty=[0])  # (a first load of the slot: decoded in full)
+    sim.load_program([was], tag="t", dirty=[0])
+    sim.load_program([word], tag="t", dirty=[0])  # the span patch path
+    ref_sim = Simulator()
+    ref_sim.load_program([word])
+    assert sim.run() == ref_sim.run() and sim.error == ref_sim.error and np.array_equal(sim.cc, ref_sim.cc)
+    assert sim.trace[-1:] == ref_sim.trace[-1:]

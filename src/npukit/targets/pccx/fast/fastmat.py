@@ -162,13 +162,23 @@ def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
 def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
     """The Work maker of an FP16 GEMV row (`fused_row`) from the (m, k, live rows) it ran with: what
     `_mat_work` / `_kmajor_work` give (the same memo, key, label and fields; tested), in one call with
-    the site's constants bound (a span-grown product makes a new Work each token, ~100 a decode step)."""
+    the site's constants bound (a span-grown product: a new Work each token, ~100 a step; its fields
+    but label, MACs and bytes change every 8 tokens (words): kept as one dict, copied into each Work)."""
     works, ins, accm = site.works, site.ins, site.accm
     s0, d0, lanes = ins.src_addr, ins.dest_reg, ins.parallel_lane
     idx, engine, is_async = site.idx, site.engine, site.is_async
     head = f"{site.asm_head if kmajor else site.asm}  ; M="
     tail = " fp16 kmajor live_k=" if kmajor else " fp16 ksplit="
     bound = nx.DSP_ACC_BOUND
+    shaped: list = [None, None]  # the last (K words, M words) and the Work fields they give
+
+    def fields(kw: int, mw: int) -> dict:
+        src, dst, rd = (s0, s0 + kw), (d0, d0 + mw), (kw + mw if accm else kw) * WORD_BYTES
+        shaped[:] = (kw, mw), dict(index=idx, engine=engine, label="", macs=0, sfu_elems=0, weight_bytes=0,
+                                   ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd,
+                                   onchip_write_bytes=mw * WORD_BYTES, is_async=is_async,
+                                   reads=(src, dst) if accm else (src,), writes=(dst,), lanes=lanes)
+        return shaped[1]
 
     def work(info: list[int]) -> Work:
         m, k = info[0], info[1]
@@ -184,14 +194,10 @@ def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
             label, macs, wb = f"{head}{m} N=1 K={k}{tail}{splits}", m * k, m * 2 * k
         if not _PLAIN_WORK:
             return _remember(site, key, _new_work(site, m, 1, k, label, macs, wb))
-        kw, mw = -(-k // _E), -(-m // _E)
-        src, dst = (s0, s0 + kw), (d0, d0 + mw)
-        w = object.__new__(Work)
-        w.__dict__.update(index=idx, engine=engine, label=label, macs=macs, sfu_elems=0, weight_bytes=wb,
-                          ddr_read_bytes=0, ddr_write_bytes=0,
-                          onchip_read_bytes=(kw + mw if accm else kw) * WORD_BYTES,
-                          onchip_write_bytes=mw * WORD_BYTES, is_async=is_async,
-                          reads=(src, dst) if accm else (src,), writes=(dst,), lanes=lanes)
+        words = (-(-k // _E), -(-m // _E))
+        d = (w := object.__new__(Work)).__dict__
+        d.update(shaped[1] if shaped[0] == words else fields(*words))
+        d["label"], d["macs"], d["weight_bytes"] = label, macs, wb
         if len(works) >= _MEMO:
             works.clear()
         works[key] = w

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress
 from time import perf_counter
 
 import numpy as np
@@ -109,13 +110,11 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
     out = list(groups)
     marks = sorted(changed)
     moved: dict[int, _FusedRun | _Repatch] = {}  # id(run) -> what replaces it (the resumes after it follow)
-    for s0, g in enumerate(groups):
-        if g is None:
-            continue
-        end, run = g
-        if isinstance(run, _Resume):
-            parent = moved.get(id(run.parent), run.parent)
-            if parent is not run.parent or _any_within(marks, s0, end):
+    for s0 in compress(range(len(groups)), groups):  # the entries that hold a run (the Nones skipped in C)
+        end, run = groups[s0]
+        if isinstance(run, _Resume):  # (one with no run of its own and the same parent is as good as new)
+            parent = moved.get(id(run.parent), run.parent) if moved else run.parent
+            if parent is not run.parent or (run.own is not None and _any_within(marks, s0, end)):
                 out[s0] = (end, _Resume(parent, run.offset))
             continue
         if not isinstance(run, _FusedRun | _Repatch):
@@ -279,14 +278,17 @@ def _memset_entries(tab: np.ndarray, steps: list[Callable[[], Work]], offsets: l
     return out
 
 
-def _reads_any(row: np.ndarray, entries: set[tuple[int, int]] | None) -> bool:
-    """Whether a yield row's lowering reads one of ``entries`` (None: any may have changed): its shape
-    entry and the two size entries its binding key holds (`_lowered`). A yield none of whose entries
-    a patch rewrote lowers to the same row again."""
+def _yields_reading(tab: np.ndarray, after: int, entries: set[tuple[int, int]] | None) -> list[int]:
+    """The yield rows past row ``after`` whose lowering reads one of ``entries`` (None: any may have
+    changed): a row's shape entry and the two size entries its binding key holds (`_lowered`). A yield
+    none of whose entries a patch rewrote lowers to the same row again. (Their columns read as one list:
+    a decode step asks this of a layer's tables each token.)"""
+    at = np.flatnonzero(tab[:, 0] == _YIELD)
+    at = at[at > after]
     if entries is None:
-        return True
-    shp, siz = int(row[1]), int(row[2])
-    return (0, shp) in entries or (1, siz) in entries or (1, siz + 1) in entries
+        return at.tolist()
+    return [y for y, (shp, siz) in zip(at.tolist(), tab[at, 1:3].tolist(), strict=True)
+            if (0, shp) in entries or (1, siz) in entries or (1, siz + 1) in entries]
 
 
 class _FusedRun:
@@ -327,9 +329,7 @@ class _FusedRun:
         # give it a binding the loop covers: lowered again, with the entries the rows before leave)
         own = [x for x in offsets if x < done]
         touched = _memset_entries(t.tab, steps, own)
-        first = min(offsets, default=done)
-        yields = np.flatnonzero(t.tab[:, 0] == _YIELD)
-        later = [int(y) for y in yields if y > first and _reads_any(t.tab[y], touched)]
+        later = _yields_reading(t.tab, min(offsets, default=done), touched)
         if in_place and self.private and touched is not None and not later:
             return self._memsets_in_place(own, steps)
         tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)

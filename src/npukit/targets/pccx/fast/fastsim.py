@@ -22,6 +22,7 @@ device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -34,14 +35,15 @@ from npukit.sim.work import Work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
+from npukit.targets.pccx.fast.ddr import TrackedDDR
 from npukit.targets.pccx.fast.fastcvo import compile_cvo
 from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site, prebind_mat
 from npukit.targets.pccx.fast.fastrun import fuse_groups, int4_row, repatch_groups
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
-from npukit.targets.pccx.isa import SREG_EMAX, DestCache, Device, Op, decode
+from npukit.targets.pccx.isa import SPEC, SREG_EMAX, DestCache, Device, Memset, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
-from npukit.targets.pccx.memory import WORD_BYTES, DeviceFault, HostDDR, row_bytes
+from npukit.targets.pccx.memory import WORD_BYTES, DeviceFault, row_bytes
 from npukit.targets.pccx.sim import STATUS_BUSY, STATUS_DONE, STATUS_ERROR, ErrorRecord, Simulator
 
 _EXC = (DecodeError, DeviceFault, ArithmeticError, ValueError)
@@ -49,11 +51,28 @@ _E = 8  # BF16 elements per L2 word
 _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
 _QUIET = {"over": "ignore", "invalid": "ignore"}  # the NumPy FP-warning state steps run under
+_CC = (DestCache.FMAP, DestCache.WEIGHT)
 
 
 def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
     """Whether a step can be a row of a fused run, and whether a run may stop before it."""
     return getattr(step, "fuse", None) is not None, getattr(step, "fuse_may_end", False)
+
+
+# a MEMSET's value fields (a, b, c): a word that differs from another only there decodes to that one's
+# instruction with these values, and for a constant-cache MEMSET validity does not read them (`isa.check`)
+_VALUE_FIELDS = tuple((f.name, f.lo, f.mask) for f in SPEC[Op.MEMSET]
+                      if f.name in ("a_value", "b_value", "c_value") and not f.pieces)
+_VALUE_BITS = sum(mask << lo for _, lo, mask in _VALUE_FIELDS)
+
+
+def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
+    """`decode(word)` from ``was_ins`` (`decode(was)`) where both are constant-cache MEMSETs that differ in
+    their values only (the driver's per-token span patches: the spec's generic decode is ~20-70 µs), else
+    None (then decode it)."""
+    if not isinstance(was_ins, Memset) or (word ^ was) & ~_VALUE_BITS or was_ins.dest_cache not in _CC:
+        return None
+    return dataclasses.replace(was_ins, **{name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS})
 
 
 @dataclass(eq=False)
@@ -63,53 +82,6 @@ class _Tagged:
     words: list[int]
     plan: list[Callable[[], Work]]
     groups: list
-
-
-class TrackedDDR(HostDDR):
-    """`HostDDR` that reports every host or device write (to invalidate cached weight codes) and
-    hands out zero-copy views."""
-
-    def __init__(self, size_bytes: int, on_write: Callable[[int, int], None]) -> None:
-        super().__init__(size_bytes)
-        self._on_write = on_write
-        self._words: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # region buffer -> its uint16 view
-
-    def map(self, addr: int, data: Any) -> np.ndarray:
-        buf = super().map(addr, data)
-        self._on_write(addr, buf.size)
-        return buf
-
-    def write(self, addr: int, data: Any) -> None:
-        super().write(addr, data)
-        self._on_write(addr, len(data) if isinstance(data, bytes | bytearray) else np.asarray(data).nbytes)
-
-    def store(self, addr: int, raw: np.ndarray) -> None:
-        super().store(addr, raw)
-        self._on_write(addr, raw.size)
-
-    def region_words(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
-        """Bytes [addr, addr+n) as (its whole writable region viewed as BF16 words, element offset), or
-        None (unmapped, split, read-only, or not at an even offset)."""
-        if addr < 0 or n < 0 or addr + n > self.size:
-            return None
-        hit = self._find(addr, n)
-        if hit is None or hit[1] % 2 or not (hit[0].flags.writeable and hit[0].flags.c_contiguous):
-            return None
-        buf, off = hit
-        words = self._words.get(id(buf))
-        if words is None or words[0] is not buf:
-            words = self._words[id(buf)] = (buf, buf[: buf.size // 2 * 2].view("<u2"))
-        return words[1], off // 2
-
-    def view(self, addr: int, n: int) -> np.ndarray | None:
-        """Bytes [addr, addr+n) as a view of one region, or None (unmapped, split, or out of range)."""
-        if addr < 0 or n < 0 or addr + n > self.size:
-            return None
-        hit = self._find(addr, n)
-        if hit is None:
-            return None
-        buf, off = hit
-        return buf[off: off + n]
 
 
 class FastSimulator(Simulator):
@@ -257,7 +229,7 @@ class FastSimulator(Simulator):
             for i in changed:
                 new[i] = int(words[i])
                 before = _fusable(plan[i])
-                plan[i] = self._compile(i, new[i])
+                plan[i] = self._compile(i, new[i], old[i])
                 after = _fusable(plan[i])
                 refuse = refuse or before[0] or after[0]
                 same = same and before == after
@@ -343,11 +315,14 @@ class FastSimulator(Simulator):
         self.status = (self.status | STATUS_ERROR) & ~STATUS_BUSY
 
     # -- plan building --
-    def _compile(self, idx: int, word: int) -> Callable[[], Work]:
+    def _compile(self, idx: int, word: int, was: int | None = None) -> Callable[[], Work]:
+        """The step of ``word`` at ``idx``; ``was``: the word there before (a span patch: a MEMSET whose
+        values alone changed is its old instruction with the new values, `_respan`)."""
         ins = self._decoded.get(word)
         if ins is None:
+            ins = _respan(self._decoded.get(was), was, word) if was is not None else None
             try:
-                ins = decode(word, self.profile, self.limits)
+                ins = ins or decode(word, self.profile, self.limits)
             except DecodeError as exc:
                 ins = exc
             if len(self._decoded) < _MAX_DECODED:

@@ -1,0 +1,71 @@
+"""The KV ring's host write path: the bytes each format stores (the reference's `kv_quantize`, and
+`pack_int4` for INT4), at the rows `rows_of` names, and every row announced to a host that caches
+what it reads (the fast executor drops the INT4 codes it unpacked from a K block a token rewrote)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npukit.models.gemma3n import Gemma3nConfig
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.fast.fastsim import FastSimulator
+from npukit.targets.pccx.kv_ring import KVRing
+from npukit.targets.pccx.memory import HostDDR, kv_quantize
+
+SL, FU = "sliding_attention", "full_attention"
+CFG = dict(
+    model_type="gemma3n_text", vocab_size=64, vocab_size_per_layer_input=64, hidden_size=16,
+    hidden_size_per_layer_input=8, intermediate_size=[32, 32], num_hidden_layers=2, num_attention_heads=2,
+    num_key_value_heads=2, head_dim=16, laurel_rank=8, num_kv_shared_layers=0, sliding_window=4,
+    layer_types=[SL, FU], activation_sparsity_pattern=[0.95, 0], max_position_embeddings=512,
+    altup_num_inputs=2, final_logit_softcapping=30.0,
+)
+
+
+def _expected(fmt: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per head: the row's bytes and its FP32 scale (None for FP16), from the reference's rule."""
+    codes, scales = kv_quantize(x, fmt)
+    if fmt == "fp16":
+        return codes.astype("<f2").view(np.uint8).reshape(len(x), -1), None
+    if fmt == "int8":
+        return codes.astype(np.int8).view(np.uint8).reshape(len(x), -1), scales
+    return nx.pack_int4(codes).reshape(len(x), -1), scales
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "int8", "int4"])
+def test_ring_rows_hold_the_quantized_token_at_every_row_of_its_position(fmt):
+    cfg = Gemma3nConfig.from_hf(CFG)
+    host = HostDDR()
+    ring = KVRing(cfg, fmt, host, 0x1000_0000, max_tokens=10, sink=2)
+    rng = np.random.default_rng(3)
+    for pos in (0, 5, 13):  # (13: past the window of 4 and the cap of 10: wrapped rows)
+        k, v = (nx.bf16(rng.standard_normal((2, ring.dim))).astype(np.float32) for _ in range(2))
+        for layer, r in ring.layers.items():
+            got = ring.write(layer, pos, k, v)
+            rows = ring.rows_of(layer, pos)
+            assert got == 2 * len(rows) * 2 * (ring.rb + (0 if fmt == "fp16" else 4))
+            for blocks, x in ((r.k, k), (r.v, v)):
+                want, scales = _expected(fmt, x)
+                for h, b in enumerate(blocks):
+                    for row in rows:
+                        assert np.array_equal(host.read(b.codes + row * ring.rb, ring.rb), want[h])
+                        if scales is not None:
+                            assert host.read(b.scales + 4 * row, 4).view("<f4")[0] == scales[h]
+
+
+def test_ring_write_drops_the_fast_executors_codes_of_the_rows_it_rewrites():
+    cfg = Gemma3nConfig.from_hf(CFG)
+    sim = FastSimulator(weights="int8")
+    ring = KVRing(cfg, "int4", sim.host, 0x1000_0000, max_tokens=10)
+    full, sliding = ring.layers[1], ring.layers[0]
+    lo_rows = sim.int4_codes(full.k[0].codes, 3, ring.dim, False)  # rows 0..2 of head 0's K block
+    block = sim.int4_codes(full.k[1].codes, 10, ring.dim, False)  # all of head 1's K block
+    other = sim.int4_codes(sliding.k[0].codes, 8, ring.dim, False)  # another layer's block
+    assert lo_rows is not None and block is not None and other is not None
+    k = v = nx.bf16(np.random.default_rng(4).standard_normal((2, ring.dim))).astype(np.float32)
+    ring.write(1, 5, k, v)  # row 5 of layer 1's blocks
+    assert lo_rows.valid and other.valid and not block.valid
+    again = sim.int4_codes(full.k[1].codes, 10, ring.dim, False)
+    want, _ = _expected("int4", k)
+    assert again is not block and np.array_equal(again.codes[5], nx.unpack_int4(want[1:2], ring.dim)[0])
