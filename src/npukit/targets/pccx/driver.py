@@ -349,6 +349,8 @@ class PccxDriver:
         self._store_decoded(v)
         if self.timing is True and works:
             self.timer.remember(works)
+            self.timer.warm()
+        self._prepare_ahead(whole=True)  # a switch within the lookahead: its program too, not in the steps
 
     def _seed_decoded(self, key: tuple, base: tuple | None = None) -> None:
         """Seed the fast executor's decode and label memos from decode program ``key``'s decoded words
@@ -434,12 +436,13 @@ class PccxDriver:
         self._switch = (now, found[0] if found else now + 1, found)
         return found
 
-    def _prepare_ahead(self) -> None:
+    def _prepare_ahead(self, whole: bool = False) -> None:
         """Build part of the program the decode steps switch to within SWITCH_LOOKAHEAD tokens (a new
         span bucket), so the token that crosses into it finds its plan made: the switch's cost is
         spread evenly over the tokens before it (the plans and so every result are the same either way).
-        Each call does an equal share of what is left (`AheadBuild.budget`). Only a program already
-        compiled (on disk or in memory) is built ahead; lowering a new one is not."""
+        Each call does an equal share of what is left (`AheadBuild.budget`); ``whole``: all of it (the
+        end of prefill). Only a program already compiled (on disk or in memory) is built ahead; lowering
+        a new one is not."""
         prepare = getattr(self.dev, "prepare_program", None)
         nxt = self._next_switch() if prepare is not None else None
         if nxt is None:
@@ -455,7 +458,8 @@ class PccxDriver:
                 else:
                     self.variants[key] = v
                     self._seed_decoded(key, now)  # (before the next token's span words are decoded)
-            return
+            if v is None or not whole:
+                return
         build = self._ahead
         if build is None or build.key != key:
             # its span-patched words as the switching token will patch them (a program not running now),
@@ -467,17 +471,18 @@ class PccxDriver:
         if build.finished:
             return
         works = build.pending if self.timing is True else []
-        budget = min(build.budget(at - self._pos), slice_cap(at - self._pos))
+        budget = None if whole else min(build.budget(at - self._pos), slice_cap(at - self._pos))
         for j, seg in enumerate(v.program.segments):
-            if budget <= 0:
+            if budget is not None and budget <= 0:
                 break
             if build.done[j]:
                 continue
             made = prepare(seg.words, (key, j), (now, j), budget, works)  # (tables counted as steps)
-            budget -= made
             build.todo[j] = max(0, build.todo[j] - made)
-            if made == 0:  # the slot is ready (steps and fused tables): `prepare` had nothing to do
+            if budget is None or made == 0:  # the slot is ready (steps and fused tables)
                 build.done[j], build.todo[j] = True, 0
+            else:
+                budget -= made
         if build.finished:
             self._store_decoded(v, self.variants.get(build.base))
         if self.timing is True and build.remember_now(at - self._pos):  # the new steps' fixed Work
