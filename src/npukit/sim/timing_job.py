@@ -117,7 +117,8 @@ class Job(Pending):
         rows = self._rows if self._paths >= 0 else _pad(plan.path_rows)
         args = (c.cycles, c.xfer, c.path, np.asarray(plan.narrow, np.float64), rows,
                 np.zeros(len(plan.path_rows), np.int64), c.sidx, c.sbr, c.fifo, c.isasync, c.fifo_depth,
-                c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen, C.sb, C.link, C.full, C.haswork)
+                c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen, C.sb, C.link, C.full,
+                C.haswork)
         empty = tuple(a[:0] for a in args)
         typeof = getattr(_derive, "typeof_pyval", None)
         if typeof is not None and all(typeof(a) == typeof(e) for a, e in zip(args, empty, strict=True)):
