@@ -46,7 +46,7 @@ from npukit.targets.pccx.compile.steps import compile_model
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
-from npukit.targets.pccx.switch import AheadBuild
+from npukit.targets.pccx.switch import AheadBuild, build_with_prompt
 from npukit.targets.pccx.timing import _OpRecord, to_ops
 from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
@@ -329,11 +329,11 @@ class PccxDriver:
     def _prepare_first_decode(self) -> None:
         """Build the program of the decode token after the prompt now, at the end of prefill: the
         first decode step then finds its plan, fused tables and timing rows made (a fixed cost of
-        the prompt, ~70 ms at hidden 2048, paid even when no token is decoded after it); so is the
-        program of a switch due within SWITCH_LOOKAHEAD tokens (`_prepare_ahead(whole=True)`, ~40 ms at
-        hidden 1024: the first decode tokens then build nothing), and the timing pass a program's second
-        run loads (`TokenTimer.warm`). Only a program already compiled (in memory or on disk) is built;
-        the results are the same either way (`_prepare_ahead`)."""
+        the prompt, ~70 ms at hidden 2048, paid even when no token is decoded after it); so are the
+        programs of the switches due within SWITCH_LOOKAHEAD tokens (`switch.build_with_prompt`, ~35-45
+        ms each at hidden 1024: the decode tokens before them then build nothing), and the timing pass a
+        program's second run loads (`TokenTimer.warm`). Only a program already compiled (in memory or
+        on disk) is built; the results are the same either way (`_prepare_ahead`)."""
         prepare = getattr(self.dev, "prepare_program", None)
         if prepare is None or self._pos >= self.store.config.max_position_embeddings:
             return
@@ -352,7 +352,7 @@ class PccxDriver:
         if self.timing is True and works:
             self.timer.remember(works)
             self.timer.warm()
-        self._prepare_ahead(whole=True)
+        build_with_prompt(self, SWITCH_LOOKAHEAD)
 
     def _seed_decoded(self, key: tuple, base: tuple | None = None) -> None:
         """Seed the fast executor's decode and label memos from decode program ``key``'s decoded words

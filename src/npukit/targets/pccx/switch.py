@@ -57,3 +57,22 @@ class AheadBuild:
         """This call's share, in plan steps, of what is left over ``calls`` calls before the switch."""
         left = sum(self.todo) + SWITCH_TAIL * self.done.count(False)
         return max(1, -(-left // max(1, calls)))
+
+
+def build_with_prompt(drv: Any, lookahead: int) -> None:
+    """At the end of the prompt, build whole the program of each switch within ``lookahead`` tokens of
+    the next decode token (`PccxDriver._prepare_ahead` with ``whole``), each diffed against the one
+    before it, so the decode tokens before them build nothing. Stops at a program not compiled yet
+    (in memory or on disk): its switching token lowers it, as before. The driver's position is
+    stepped to each switch (`_next_switch` reads it) and restored."""
+    pos = drv._pos
+    try:
+        while (nxt := drv._next_switch()) is not None and nxt[0] <= pos + lookahead:
+            drv._prepare_ahead(whole=True)
+            build = drv._ahead
+            if build is None or build.key != nxt[1] or not build.finished:
+                return
+            drv._pos = nxt[0]
+    finally:
+        drv._pos = pos
+

@@ -22,11 +22,11 @@ from .tiny_gemma3n import CFG
 PROMPT = [3, 9, 1, 4, 7, 2, 8, 5, 6, 11, 10, 12, 13]  # positions 0..12; decode spans 14..21
 
 
-def _drivers(kv: str) -> tuple[PccxDriver, PccxDriver, PccxDriver]:
+def _drivers(kv: str, tokens: int = 64) -> tuple[PccxDriver, PccxDriver, PccxDriver]:
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=11))
-    ref = PccxDriver(timing=False).open().load(store).kv_init(kv, 64).start()
-    cold = PccxDriver(executor="fast").open().load(store).kv_init(kv, 64).start()
-    warm = PccxDriver(executor="fast").open().load(store).kv_init(kv, 64).start()
+    ref = PccxDriver(timing=False).open().load(store).kv_init(kv, tokens).start()
+    cold = PccxDriver(executor="fast").open().load(store).kv_init(kv, tokens).start()
+    warm = PccxDriver(executor="fast").open().load(store).kv_init(kv, tokens).start()
     return ref, cold, warm
 
 
@@ -172,13 +172,13 @@ def test_next_switch_is_the_first_position_in_another_bucket():
 
 @pytest.mark.slow
 def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
-    """A switch due within SWITCH_LOOKAHEAD of the end of the prompt is built whole with it (the first
-    decode tokens build nothing); the one after it is built a share per token from the switch before
-    it: on most of the tokens before the switch, none more than its `slice_cap` steps, and the
-    switching token finds every segment's slot complete."""
-    _, cold, drv = _drivers("fp16")
+    """The switches due within SWITCH_LOOKAHEAD tokens of the end of the prompt are built whole with it
+    (the decode tokens before them build nothing); the one after them is built a share per token from
+    the switch before it: on most of the tokens before the switch, none more than its `slice_cap`
+    steps, and the switching token finds every segment's slot complete."""
+    _, cold, drv = _drivers("fp16", 128)
     tok = int(np.argmax(cold.prefill([3, 9, 1, 4])))
-    for _ in range(29):  # positions 4..32: the switches to buckets 32 and 64 (lowered there)
+    for _ in range(61):  # positions 4..64: the switches to buckets 32, 64 and 128 (lowered there)
         tok = int(np.argmax(cold.step(tok)))
     drv.variants.update(cold.variants)  # as a process that reads the compiled programs from disk
     calls: dict[int, int] = {}  # position -> plan steps built after that token
@@ -190,26 +190,27 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
         return made
 
     tok = int(np.argmax(drv.prefill([3, 9, 1, 4])))
-    first, second = drv._key_at(4), drv._key_at(16)  # the first decode token's program, and bucket 32's
-    assert second != first and second != drv._key_at(15)
-    for key in (first, second):  # both built whole at the end of prefill
+    assert drv.position == 4
+    keys = [drv._key_at(p) for p in (4, 16, 32)]  # the first decode token's program, buckets 32 and 64
+    assert len(set(keys)) == 3 and drv._key_at(15) == keys[0] and drv._key_at(31) == keys[1]
+    for key in keys:  # all built whole at the end of prefill
         segments = len(drv.variants[key].program.segments)
         assert all((key, j) in drv.dev._tagged for j in range(segments))
     assert not drv.dev._preparing
     assert all(id(st.work) in drv.timer._rows_by_id for s in drv.dev._tagged.values()
                for st in s.plan if hasattr(st, "work"))  # and their fixed records' timing rows made
     monkeypatch.setattr(drv.dev, "prepare_program", counted)
-    for _ in range(28):  # positions 4..31: bucket 64's program built a share per token from 16 on
+    for _ in range(60):  # positions 4..63: bucket 128's program built a share per token from 32 on
         tok = int(np.argmax(drv.step(tok)))
-    assert not any(calls.get(p) for p in range(5, 16)), calls  # (bucket 32's was built with the prompt)
-    key = drv._key_at(32)
-    assert key != drv._key_at(31)
-    building = [p for p in range(16, 33) if calls.get(p)]
+    assert not any(calls.get(p) for p in range(5, 32)), calls  # (the others were built with the prompt)
+    key = drv._key_at(64)
+    assert key != drv._key_at(63)
+    building = [p for p in range(32, 65) if calls.get(p)]
     assert len(building) >= 4, calls
     # a share is at most the cap for the tokens left (fused tables counted as steps may top it up
     # once per segment: `prepare` lowers them in the call that finishes the segment's steps)
     tables = switch.SWITCH_TAIL
-    assert all(n <= drvmod.slice_cap(32 - p) + tables for p, n in calls.items()), calls
+    assert all(n <= drvmod.slice_cap(64 - p) + tables for p, n in calls.items()), calls
     segments = len(drv.variants[key].program.segments)
     assert all((key, j) in drv.dev._tagged for j in range(segments))  # complete before the switch
     assert not any(t[0] == key for t in drv.dev._preparing)
