@@ -5,7 +5,9 @@ The two programs share the instruction sequence but not the on-chip layout: the 
 the span-sized buffers first-fit, so every buffer after them moves, and 37-73 % of the words differ
 (addresses, not only the span fields; measured at hidden 1024: 973-1 924 of 2 625 words per switch,
 segment 0 alone unchanged). Those steps are compiled, their fused runs lowered and their Work
-records' timing rows made over the tokens before the switch, an even share per token (`AheadBuild`).
+records' timing rows made over the tokens before the switch, an even share per token (`AheadBuild`);
+the switches due within the lookahead of the prompt's end are built whole with the prompt instead
+(`build_with_prompt`).
 """
 
 from __future__ import annotations
