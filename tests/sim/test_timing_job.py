@@ -151,3 +151,29 @@ def test_refresh_takes_only_paths_registered_in_full(data):
     plan.narrow.append(plan.narrow[0] if whole else float("inf"))
     job.refresh()
     assert job._paths == whole + 1 and job._narrow.shape[0] == whole + 1 and len(job._lens) == whole + 1
+
+
+def test_warm_loads_the_refresh_pass_for_the_jobs_types_and_writes_nothing():
+    """`Job.warm` calls `refresh`'s compiled pass over no op with the job's own argument types (the
+    first decode tokens then load nothing from numba's cache): the job's arrays are untouched, the
+    refresh that follows adds no overload, and the schedule is still the readable loop's."""
+    from .test_timing_fast import Machine, Op, Resource, Stream
+
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0),),
+                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
+    ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=4.0 + i, path=("r",), xfer_bytes=1.0 + i,
+              stream="s" if i % 3 == 0 else None, stream_bytes=30.0 if i % 3 == 0 else 0.0,
+              is_async=i % 2 == 1, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(9)]
+    plan = timing_fast.Plan.of(m)
+    job = timing_job.Job(plan, columns(plan, ops))
+    cols = [getattr(job.cols, f.name) for f in dataclasses.fields(job.cols)]
+    arrays = [a for a in (*job.C, *cols) if isinstance(a, np.ndarray)]
+    before = [a.copy() for a in arrays]
+    job.warm()
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, before, strict=True))
+    loaded = len(timing_job._derive.overloads)
+    assert loaded >= 1
+    job.refresh()
+    assert len(timing_job._derive.overloads) == loaded
+    job.loop()
+    assert dump(job.done().result(ops)) == dump(Sim(m, ops).run())

@@ -204,6 +204,13 @@ class TokenTimer:
             self._thread.shutdown()
             self._thread = None
 
+    def warm(self) -> None:
+        """Load the compiled code a program's second run calls first (`timing_job.Job.warm`), so that
+        the second decode token does not (the end of prefill calls this)."""
+        job = next((p.job for p in self._programs.values() if p.job is not None), None)
+        if job is not None:
+            job.warm()
+
     def remember(self, works: Sequence[Work]) -> None:
         """Make the rows of Work records a later run will hold (a program built ahead of its switch),
         so that run's `time` finds them cached."""
