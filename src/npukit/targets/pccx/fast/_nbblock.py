@@ -46,6 +46,7 @@ from numba.extending import intrinsic
 from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbkernels as nbk
 from npukit.targets.pccx.fast import _nbkm
+from npukit.targets.pccx.fast._nbarith import arith_row
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _F16, _F16_KMAJOR = 2, 2 | 4  # weight-slot ``a`` of an FP16 image, row-major / K-major (memory.W_KMAJOR)
@@ -244,11 +245,13 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
     rows on the parallel twin (`twins.TwinChooser` picks it per call)."""
     f64 = np.empty(3 * _SCRATCH, np.float64)  # the rows' intermediates, reused row to row (not
     u16 = np.empty(2 * _SCRATCH, np.uint16)  # allocated per row; one buffer stays in the L1 cache)
+    u32 = np.empty(_SCRATCH, np.uint32)
     for r in range(start, tab.shape[0]):
         kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
         if (kind == 0 or kind == 4 or kind == 8 or kind == 12) and 3 * n > f64.shape[0]:
             f64 = np.empty(3 * n, np.float64)
             u16 = np.empty(2 * n, np.uint16)
+            u32 = np.empty(n, np.uint32)
         if kind == 13:  # a step the caller runs (a GEMV this loop does not cover), then resumes after;
             return -2 - r if _key_holds(tab[r], cc) else r  # its descriptors changed: rebuild
         if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
@@ -262,7 +265,7 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                 else:
                     op = 7  # RELU
             d = flat[d0: d0 + n]
-            nbk.cvo_in(op, flat[s0: s0 + n], d, d, s, accm != 0, f64[:n])
+            arith_row(op, flat[s0: s0 + n], d, d, s, accm != 0, f64, u32)
         elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
             if accm:
                 f64[0] = nbk.bf16_64(flat[d0]) + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))

@@ -18,12 +18,12 @@ from npukit.sim import compile_report, nb_avx2
 from npukit.sim.cpu import njit_variant
 from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
 from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
+from npukit.targets.pccx.fast._nbround import round64
 
 compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
-_TWO133 = 2.0**133
 
 
 _ALL = np.arange(1 << 16, dtype=np.uint32)
@@ -72,24 +72,7 @@ def _round32(t, out):
             out[i] = np.uint16(r >> np.uint32(16))
 
 
-@nb.njit(**_OPTS)
-def _round64(y, out):
-    """float64 [n] -> BF16 bits [n] with one RNE rounding, in integer arithmetic on the bit pattern.
-    Branch-free (both candidate results computed, one selected) so that LLVM vectorises the loop."""
-    u = y.view(np.uint64)
-    for i in range(u.shape[0]):
-        v = u[i]
-        sign = (v >> np.uint64(48)) & np.uint64(0x8000)
-        mag = v & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-        r = (mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45)
-        e = np.int64(r >> np.uint64(7)) - 1023 + 127  # BF16 exponent of the rounded value
-        normal = min((e << 7) | np.int64(r & np.uint64(0x7F)), np.int64(0x7F80))  # >= 255: infinity
-        a = abs(y[i]) * _TWO133  # below 2^-126: the BF16 subnormal grid 2^-133
-        a = a if a < 65536.0 else 0.0
-        tiny = np.int64((a + _MAGIC) - _MAGIC)
-        res = normal if mag >= np.uint64(0x3810_0000_0000_0000) else tiny
-        res = np.int64(0x7FC0) if mag > np.uint64(0x7FF0_0000_0000_0000) else res
-        out[i] = np.uint16(np.int64(sign) | res)
+_round64 = round64  # float64 [n] -> BF16 bits [n], one RNE rounding (`_nbround`: by round to odd)
 
 
 @nb.njit(**_OPTS)
