@@ -74,8 +74,9 @@ def test_arith_row_equals_numpy_then_one_rounding(op, accm):
             two_nans = np.isnan(want) & np.isnan(_widen(d)) & accm
             want = nx.to_bits(_widen(d) + want if accm else want)
         for n_row in (n, 1, 7):  # long rows, and the one-element rows most scalar ops run on
-            out = d.copy()
-            _nbarith.arith_row(op, x[:n_row], out[:n_row], out[:n_row], s, accm, y, u)
+            flat = np.concatenate([x, d])
+            _nbarith.arith_row(op, flat, 0, n, n_row, s, accm, y, u)
+            out = flat[n:]
             got = out[:n_row].copy()
             # two NaN operands (accm's add): which NaN's sign survives is the hardware's choice of
             # operand, as in NumPy; any quiet NaN is right there
@@ -94,6 +95,28 @@ def test_arith_row_reads_every_input_before_writing_an_overlapping_output(op, sh
     x, d = flat[s0: s0 + n].copy(), flat[d0: d0 + n].copy()
     with np.errstate(all="ignore"):
         want = nx.to_bits(_ref64(op, _widen(x), _widen(d), 1.5))
-    _nbarith.arith_row(op, flat[s0: s0 + n], flat[d0: d0 + n], flat[d0: d0 + n], 1.5, False,
-                       np.empty(n), np.empty(n, np.uint32))
+    _nbarith.arith_row(op, flat, s0, d0, n, 1.5, False, np.empty(n), np.empty(n, np.uint32))
     assert np.array_equal(flat[d0: d0 + n], want)
+
+
+@pytest.mark.parametrize("n", [1, 3, 64, 1024])
+def test_sum_bits_is_the_serial_float32_sum_rounded_once(n):
+    rng = np.random.default_rng(n)
+    flat = np.concatenate([_patterns(rng, 50), rng.integers(0x3000, 0x4800, n).astype(np.uint16)])
+    for s0 in (0, 50):  # the random classes (NaNs, infinities, subnormals), then plain values
+        x = nx.from_bits(flat[s0: s0 + n])
+        with np.errstate(all="ignore"):
+            want = np.add.accumulate(np.concatenate([[np.float32(0.0)], x]), dtype=np.float32)[-1]
+        assert _nbarith.sum_bits(flat, s0, n) == nx.to_bits(np.float32(want))[()] or (
+            np.isnan(want) and _nbarith.sum_bits(flat, s0, n) & 0x7FFF == 0x7FC0)
+
+
+@pytest.mark.parametrize("shift", [-40, -1, 0, 1, 40])
+def test_copy_words_reads_the_whole_source_before_writing(shift):
+    flat = np.arange(400, dtype=np.uint16)
+    want = flat[100:200].copy()
+    _nbarith.copy_words(flat, 100, flat, 100 + shift, 100, np.empty(100, np.uint16))
+    assert np.array_equal(flat[100 + shift: 200 + shift], want)
+    host = np.arange(1000, 1100, dtype=np.uint16)
+    _nbarith.copy_apart(host, 10, flat, 5, 50)
+    assert np.array_equal(flat[5:55], host[10:60])
