@@ -238,6 +238,19 @@ def _region(hosts, j):
     return nb.carray(_u8_at(hosts[j, 0]), (2 * hosts[j, 1],)).view(np.uint16)
 
 
+@nb.njit(**_OPTS, inline="always")
+def _row_clock():
+    """A row's start time: none in the plain build (`benchmarks/block_kinds.py` binds a cycle counter)."""
+    return 0
+
+
+@nb.njit(**_OPTS, inline="always")
+def _row_done(tab, r, t0):
+    """Called after each row the loop finished: nothing in the plain build (the diagnostic build of
+    `benchmarks/block_kinds.py` adds the row's cycles to its kind's tally)."""
+    return
+
+
 @nb.njit(**_OPTS)
 def _scratch(tab, start):
     """The rows' float64, uint16 and uint32 intermediates, sized once for the table's longest row
@@ -258,6 +271,7 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
     rows on the parallel twin (`twins.TwinChooser` picks it per call)."""
     f64, u16, u32 = _scratch(tab, start)
     for r in range(start, tab.shape[0]):
+        t0 = _row_clock()
         kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
         if kind == 13:  # a step the caller runs (a GEMV this loop does not cover), then resumes after;
             return -2 - r if _key_holds(tab[r], cc) else r  # its descriptors changed: rebuild
@@ -319,6 +333,7 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                 copy_words(flat, s0, flat, d0, n, u16)  # whole source first: the ranges may overlap
             else:
                 copy_apart(_region(hosts, tab[r, 6]), s0, flat, d0, n)
+        _row_done(tab, r, t0)
     return -1
 
 

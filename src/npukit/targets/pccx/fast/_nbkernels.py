@@ -334,26 +334,26 @@ gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_do
 
 @nb.njit(parallel=True, **_OPTS)
 def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
-    """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite."""
+    """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite.
+    The finiteness of the weights is tallied in the product loop (one pass over them, not two): only
+    the status is returned then, before anything is written."""
     e = quantize(x, q, lut64)  # a non-finite activation wins over a non-finite weight, as in numerics.gemv
     if e == 999:
         return 1
-    for m in range(w.shape[0]):
-        for j in range(w.shape[1]):
-            if (w[m, j] & 0x7C00) == 0x7C00:
-                return 2
     accs = np.empty(w.shape[0], np.int64)
+    bad = 0
     for m in nb.prange(w.shape[0]):
         acc = np.int64(0)
         for j in range(w.shape[1]):
             h = np.int64(w[m, j])
             ex = (h >> 10) & 0x1F
-            mant = h & 0x3FF
-            v = ((mant | 0x400) << (ex - 1)) if ex else mant
-            if h & 0x8000:
-                v = -v
-            acc += v * np.int64(q[j])
+            bad += ex == 0x1F
+            # a normal value (mant | 2^10) << (ex - 1), a subnormal mant << 0: branch-free for LLVM
+            v = ((h & 0x3FF) | (np.int64(ex != 0) << 10)) << max(ex - 1, 0)
+            acc += (-v if h & 0x8000 else v) * np.int64(q[j])
         accs[m] = acc
+    if bad:
+        return 2
     a32 = accs.astype(np.float32)  # int64 -> float32: the single rounding
     for m in range(a32.shape[0]):
         a32[m] = a32[m] * np.float32(5.9604644775390625e-08)  # ldexp(., -24), exact
