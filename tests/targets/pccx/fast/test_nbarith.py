@@ -86,16 +86,18 @@ def test_arith_row_equals_numpy_then_one_rounding(op, accm):
             assert np.array_equal(out[n_row:], d[n_row:])  # nothing written past the row
 
 
-@pytest.mark.parametrize("op", [0, 1, 8, 9])
+@pytest.mark.parametrize("accm", [False, True])
+@pytest.mark.parametrize("op", [0, 1, 2, 8, 9])
 @pytest.mark.parametrize("shift", [-5, 3])
-def test_arith_row_reads_every_input_before_writing_an_overlapping_output(op, shift):
+def test_arith_row_reads_every_input_before_writing_an_overlapping_output(op, shift, accm):
     rng = np.random.default_rng(5)
     flat = rng.integers(0x3000, 0x4800, 300).astype(np.uint16)
     s0, d0, n = 100, 100 + shift, 64
     x, d = flat[s0: s0 + n].copy(), flat[d0: d0 + n].copy()
     with np.errstate(all="ignore"):
-        want = nx.to_bits(_ref64(op, _widen(x), _widen(d), 1.5))
-    _nbarith.arith_row(op, flat, s0, d0, n, 1.5, False, np.empty(n), np.empty(n, np.uint32))
+        y = _ref64(op, _widen(x), _widen(d), 1.5)
+        want = nx.to_bits(_widen(d) + y if accm else y)
+    _nbarith.arith_row(op, flat, s0, d0, n, 1.5, accm, np.empty(n), np.empty(n, np.uint32))
     assert np.array_equal(flat[d0: d0 + n], want)
 
 
