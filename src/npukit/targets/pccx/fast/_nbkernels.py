@@ -72,7 +72,7 @@ def _round32(t, out):
             out[i] = np.uint16(r >> np.uint32(16))
 
 
-_round64 = round64  # float64 [n] -> BF16 bits [n], one RNE rounding (`_nbround`: by round to odd)
+_round64 = round64  # float64 [n] -> BF16 bits [n], one RNE rounding (`_nbround.bits64` per element)
 
 
 @nb.njit(**_OPTS)

@@ -1,17 +1,14 @@
-"""BF16 rounding of float64 values for the compiled kernels: `round64`, vectorisable and exact.
+"""BF16 rounding for the compiled kernels: float64 (`bits64`, `round64`) and float32 patterns (`rne16`).
 
-The reference (`numerics.bf16` on a float64) rounds the exact value once, to nearest even. Done on
-the float64 bit pattern that takes some twenty 64-bit operations per element (the exponent, the
-subnormal grid, the clamp to infinity). Here the value first goes to float32 by *round to odd*: the
-float32 conversion, and if it was inexact, the float32 pattern truncated toward zero with its last
-bit set. Float32 carries 16 bits more than BF16, so rounding that float32 to nearest even gives the
-BF16 value that rounding the float64 directly gives (round to odd keeps every value strictly between
-two float32 values off the BF16 midpoints, which are float32 values; a standard result, e.g. Boldo
-and Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to
-odd", IEEE TC 2008). The BF16 rounding of a float32 pattern is the usual integer add-and-shift, on
-normal, subnormal and infinite values alike; a float64 beyond float32's range converts to infinity,
-which the truncation turns into the largest float32 (odd), which rounds to infinity again. A NaN
-becomes 0x7FC0 with its sign. About a dozen operations per element, half of them 32-bit.
+`bits64` rounds a float64 once to BF16, to nearest even (`numerics.to_bits` on a float64), in integer
+arithmetic on its bit pattern: the carry of the round-to-nearest-even add moves into the exponent,
+which is then rebased to BF16's and clamped to infinity; below 2^-126 the value is scaled onto BF16's
+subnormal grid (2^-133) and rounded by the 1.5·2^52 trick; a NaN becomes 0x7FC0 with its sign.
+Branch-free (both candidates computed, one selected), so LLVM vectorises the loops that call it. (A
+round-to-odd variant, float64 -> float32 by round to odd then the float32 pattern's integer rounding,
+is exact too but was ~30 % slower here: 651 against 491 ns per 1 024 values, measured.)
+
+`rne16` rounds a float32 pattern (uint32) to BF16 bits the same way, in 32-bit lanes.
 
 Compiled without fastmath; plain LLVM IR bitcasts (no intrinsics of any CPU), so it is portable.
 """
@@ -40,6 +37,18 @@ def f32_bits(typingctx, x):  # pragma: no cover - numba
 
 
 @intrinsic
+def f64_bits(typingctx, x):  # pragma: no cover - numba
+    """The bit pattern of float64 ``x`` as uint64 (an LLVM bitcast)."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.uint64(x), codegen
+
+
+@intrinsic
 def f32_of_bits(typingctx, u):  # pragma: no cover - numba
     """The float32 whose bit pattern is uint32 ``u`` (an LLVM bitcast)."""
     if u != types.uint32:
@@ -65,22 +74,25 @@ def rne16_finite(u):
     return np.uint16(np.uint32(np.uint32(u + np.uint32(0x7FFF)) + lsb) >> np.uint32(16))
 
 
-@nb.njit(**_OPTS, inline="always")
-def odd32(v):
-    """float64 ``v`` rounded to float32 by round to odd, as a bit pattern (uint32); a NaN stays one."""
-    f = np.float32(v)
-    back = np.float64(f)
-    u = f32_bits(f)
-    # (each result cast back to uint32: numba widens integer arithmetic to 64 bits, and LLVM then
-    # keeps the vector lanes 32 bits wide only where it sees the truncation)
-    toward_zero = np.uint32(u - np.uint32(1)) if abs(back) > abs(v) else u  # (never at 0: 0 > |v|)
-    return np.uint32(toward_zero | np.uint32(1)) if back != v else u
+_TWO133 = 2.0**133
+_MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
 
 
 @nb.njit(**_OPTS, inline="always")
 def bits64(v):
-    """float64 ``v`` as BF16 bits, one rounding to nearest even (`numerics.to_bits` on a float64)."""
-    return rne16(odd32(v))
+    """float64 ``v`` as BF16 bits, one rounding to nearest even (module docstring)."""
+    u = f64_bits(v)
+    sign = (u >> np.uint64(48)) & np.uint64(0x8000)
+    mag = u & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+    r = (mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45)
+    e = np.int64(r >> np.uint64(7)) - 1023 + 127
+    normal = min((e << 7) | np.int64(r & np.uint64(0x7F)), np.int64(0x7F80))
+    a = abs(v) * _TWO133
+    a = a if a < 65536.0 else 0.0
+    tiny = np.int64((a + _MAGIC) - _MAGIC)
+    res = normal if mag >= np.uint64(0x3810_0000_0000_0000) else tiny
+    res = np.int64(0x7FC0) if mag > np.uint64(0x7FF0_0000_0000_0000) else res
+    return np.uint16(np.int64(sign) | res)
 
 
 @nb.njit(**_OPTS)
