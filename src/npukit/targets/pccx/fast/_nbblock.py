@@ -19,6 +19,8 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   binding key it was built from (`_key_holds`; else the single step rebinds);
 * 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastrun.TLUT`,
   made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
+  without accm the rounded value itself, from `fastrun.TBITS` (the table rounded by the single
+  step's NumPy rounding: 128 KiB a function rather than 512);
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
   its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
   table once a host write drops them);
@@ -264,7 +266,7 @@ def _scratch(tab, start):
     return np.empty(3 * need, np.float64), np.empty(2 * need, np.uint16), np.empty(need, np.uint32)
 
 
-def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par):  # pragma: no cover
+def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, tbits, par):  # pragma: no cover
     """Execute table rows in order from row ``start`` (module docstring): -1 when all ran, ``-2 - r``
     at a yield row r, else the row to resume at (``rows + r``: row r ran but its e_max update is the
     caller's). ``par``: large INT4
@@ -318,9 +320,16 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                 return tab.shape[0] + r
         elif kind == 12:  # GELU, TANH, SIN, COS: core(x) from its `fastcvo.TLUT` row, the step's rounding
             a = np.uint64(s0)
-            for i in range(np.uint64(n)):  # (all read before any is written: the ranges may overlap)
-                f64[i] = tlut[op, flat[a + i]]
-            round_into(f64, flat, np.uint64(d0), np.uint64(n), accm != 0)
+            if accm == 0:  # the rounded core from `TBITS` (a quarter of the bytes: 128 KiB a function)
+                for i in range(np.uint64(n)):  # (all read before any is written: the ranges may overlap)
+                    u16[i] = tbits[op, flat[a + i]]
+                b = np.uint64(d0)
+                for i in range(np.uint64(n)):
+                    flat[b + i] = u16[i]
+            else:
+                for i in range(np.uint64(n)):
+                    f64[i] = tlut[op, flat[a + i]]
+                round_into(f64, flat, np.uint64(d0), np.uint64(n), True)
         elif kind == 8:  # EXP (op: less e_max)
             if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], f64, u16):
                 return r
