@@ -1,12 +1,16 @@
 """Where a pccx decode step's compiled fused-block time goes, per table row kind.
 
-A diagnostic build: the fused runs' calls (`_nbblock.block`) are replaced by a compiled loop that runs
-each table row through the real `block` on a one-row view of the table and reads the CPU's cycle
-counter (``llvm.readcyclecounter``: generic LLVM, ``rdtsc`` on x86-64) around it, so the per-row call
-(~0.2 µs, under `ldscalar`) is counted with every row and no Python runs between rows. Rows, results
-and cycles are those of the plain build (the same kernels in the same order); only the parallel INT4
-twin's choice is left to the executor's chooser as in a plain run (``--serial``: the serial twin
-always, so that CPU time and wall time agree).
+A diagnostic build: the fused runs' calls (`_nbblock.block`) go to a second build of the same row
+loop (`_nbblock._block`) whose per-row hooks (`_row_clock`, `_row_done`: nothing in the plain build)
+read the CPU's cycle counter (``llvm.readcyclecounter``: generic LLVM, ``rdtsc`` on x86-64) before
+and after each row and add the difference to the row's kind. The rows run inside whole-table calls as
+in a plain run (the same kernels in the same order, the scratch and caches as they are there), so a
+row's figure is the row's own time plus the two counter reads (~25 cycles), not a call per row. (Until
+2026-11-27 each row was a call of `block` on a one-row table, which added ~0.3 µs, the call and its
+scratch, to every row: ~0.8 ms per step at hidden 1024.) Only the parallel INT4 twin's choice is left
+to the executor's chooser as in a plain run (``--serial``: the serial twin always, so that CPU time
+and wall time agree). The build is compiled per run (~40 s; not cached: the tallies' addresses are
+constants in it).
 
 The model (a Gemma 3n checkpoint directory, e.g. one `benchmarks/gemma3n_cli.py` writes) runs on the
 pccx backend as the CLI does (``kv="fp16"``, timing off): a 4-token prompt, ``--warm`` decode steps,
@@ -30,6 +34,7 @@ from numba.extending import intrinsic
 from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.sim.cpu import describe as machine_line
+from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbblock
 
 KIND_NAMES = {0: "CVO arithmetic", 1: "REDUCE_SUM", 2: "LOAD_SCALAR", 3: "MEMSET S/e_max", 4: "MEMCPY L2",
@@ -57,26 +62,40 @@ def _now():
     return _cycles()
 
 
-@nb.njit(nogil=True)
-def _timed_block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par, cyc, rows):
-    """`_nbblock.block`'s contract, one row per call of it, the cycles of each row added to its key."""
-    n = tab.shape[0]
-    for r in range(start, n):
+@intrinsic
+def _i64_at(typingctx, addr):  # pragma: no cover - numba
+    """The host address ``addr`` (int64) as an int64 pointer (for `numba.carray`): plain inttoptr."""
+    sig = types.CPointer(types.int64)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
+
+    return sig, codegen
+
+
+def timed_block(cyc: np.ndarray, rows: np.ndarray):
+    """`_nbblock.block` built with per-row hooks that add each finished row's cycles and count to
+    ``cyc`` / ``rows`` at its key (kind · 32 + sub-kind); the arrays must outlive the build."""
+    c_at, r_at, size = cyc.ctypes.data, rows.ctypes.data, cyc.shape[0]
+
+    @nb.njit(nogil=True, inline="always")
+    def clock():  # pragma: no cover - numba
+        return _cycles()
+
+    @nb.njit(nogil=True, inline="always")
+    def done(tab, r, t0):  # pragma: no cover - numba
+        t1 = _cycles()
         kind = tab[r, 0]
         key = kind * _SLOTS
         if kind == 0 or kind == 8 or kind == 12:
             key += tab[r, 1] + 8
         elif kind == 10 or kind == 11:
             key += 1 if tab[r, 5] & _nbblock.LARGE else 0
-        t0 = _cycles()
-        got = _nbblock.block(tab[r:r + 1], 0, flat, cc, state, hosts, q, info[r:r + 1], lut32, lut64, tlut,
-                             par)
-        cyc[key] += _cycles() - t0
-        rows[key] += 1
-        if got == -1:
-            continue
-        return -2 - r if got == -2 else (r if got == 0 else n + r)  # (a one-row table's codes, mapped)
-    return -1
+        nb.carray(_i64_at(c_at), (size,))[key] += t1 - t0
+        nb.carray(_i64_at(r_at), (size,))[key] += 1
+
+    return njit_variant(_nbblock._block, "cvo_block_timed", {"error_model": "numpy", "nogil": True},
+                        _row_clock=clock, _row_done=done, _int4_row_nb=_nbblock._int4_row_nb)
 
 
 def _key_name(key: int) -> str:
@@ -99,6 +118,7 @@ def measure(model_dir: str, steps: int, warm: int, serial: bool) -> dict:
 
     cyc = np.zeros((max(KIND_NAMES) + 1) * _SLOTS, np.int64)
     rows = np.zeros_like(cyc)
+    build = timed_block(cyc, rows)
     in_block = [0.0, 0.0, 0.0]  # seconds in block calls; from a yield to the next call; when it yielded
 
     def timed(*args):
@@ -106,7 +126,7 @@ def measure(model_dir: str, steps: int, warm: int, serial: bool) -> dict:
         if in_block[2]:
             in_block[1] += t0 - in_block[2]  # the yielded step (a GEMV the block does not cover) and back
         args = (*args[:-1], 0) if serial else args
-        got = _timed_block(*args, cyc, rows)
+        got = build(*args)
         t1 = time.perf_counter()
         in_block[0] += t1 - t0
         in_block[2] = t1 if got <= -2 else 0.0

@@ -19,6 +19,8 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   binding key it was built from (`_key_holds`; else the single step rebinds);
 * 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastrun.TLUT`,
   made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
+  without accm the rounded value itself, from `fastrun.TBITS` (the table rounded by the single
+  step's NumPy rounding: 128 KiB a function rather than 512);
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
   its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
   table once a host write drops them);
@@ -46,6 +48,7 @@ from numba.extending import intrinsic
 from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbkernels as nbk
 from npukit.targets.pccx.fast import _nbkm
+from npukit.targets.pccx.fast._nbarith import arith_row, copy_apart, copy_words, round_into, sum_bits
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _F16, _F16_KMAJOR = 2, 2 | 4  # weight-slot ``a`` of an FP16 image, row-major / K-major (memory.W_KMAJOR)
@@ -237,18 +240,41 @@ def _region(hosts, j):
     return nb.carray(_u8_at(hosts[j, 0]), (2 * hosts[j, 1],)).view(np.uint16)
 
 
-def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par):  # pragma: no cover
+@nb.njit(**_OPTS, inline="always")
+def _row_clock():
+    """A row's start time: none in the plain build (`benchmarks/block_kinds.py` binds a cycle counter)."""
+    return 0
+
+
+@nb.njit(**_OPTS, inline="always")
+def _row_done(tab, r, t0):
+    """Called after each row the loop finished: nothing in the plain build (the diagnostic build of
+    `benchmarks/block_kinds.py` adds the row's cycles to its kind's tally)."""
+    return
+
+
+@nb.njit(**_OPTS)
+def _scratch(tab, start):
+    """The rows' float64, uint16 and uint32 intermediates, sized once for the table's longest row
+    (allocated before the row loop: an array reassigned inside the loop cost its reference counting
+    on every row, as much as a short row's arithmetic)."""
+    need = _SCRATCH
+    for r in range(start, tab.shape[0]):
+        kind = tab[r, 0]
+        if (kind == 0 or kind == 4 or kind == 8 or kind == 12) and tab[r, 3] > need:
+            need = tab[r, 3]
+    return np.empty(3 * need, np.float64), np.empty(2 * need, np.uint16), np.empty(need, np.uint32)
+
+
+def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, tbits, par):  # pragma: no cover
     """Execute table rows in order from row ``start`` (module docstring): -1 when all ran, ``-2 - r``
     at a yield row r, else the row to resume at (``rows + r``: row r ran but its e_max update is the
     caller's). ``par``: large INT4
     rows on the parallel twin (`twins.TwinChooser` picks it per call)."""
-    f64 = np.empty(3 * _SCRATCH, np.float64)  # the rows' intermediates, reused row to row (not
-    u16 = np.empty(2 * _SCRATCH, np.uint16)  # allocated per row; one buffer stays in the L1 cache)
+    f64, u16, u32 = _scratch(tab, start)
     for r in range(start, tab.shape[0]):
+        t0 = _row_clock()
         kind, op, s0, n, d0, accm = tab[r, 0], tab[r, 1], tab[r, 2], tab[r, 3], tab[r, 4], tab[r, 5]
-        if (kind == 0 or kind == 4 or kind == 8 or kind == 12) and 3 * n > f64.shape[0]:
-            f64 = np.empty(3 * n, np.float64)
-            u16 = np.empty(2 * n, np.uint16)
         if kind == 13:  # a step the caller runs (a GEMV this loop does not cover), then resumes after;
             return -2 - r if _key_holds(tab[r], cc) else r  # its descriptors changed: rebuild
         if kind == 0:  # arithmetic CVO (op < 0: the S-register ops, resolved now as `fastcvo.arith`)
@@ -261,15 +287,14 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                     op = 3 if s == 0.0 else 2  # ZERO | DIVS
                 else:
                     op = 7  # RELU
-            d = flat[d0: d0 + n]
-            nbk.cvo_in(op, flat[s0: s0 + n], d, d, s, accm != 0, f64[:n])
+            arith_row(op, flat, s0, d0, n, s, accm != 0, f64, u32)
         elif kind == 1:  # REDUCE_SUM -> S and the first element of the destination word
             if accm:
                 f64[0] = nbk.bf16_64(flat[d0]) + np.float64(nbk.reduce_sum(flat[s0: s0 + n], lut32))
                 nbk._round64(f64[:1], u16[:1])
                 b = u16[0]
             else:
-                b = np.uint16(nbk.reduce_sum_bits(flat[s0: s0 + n], lut32))
+                b = sum_bits(flat, s0, n)
             state[0] = b
             flat[d0] = b
             for i in range(1, 8):
@@ -294,11 +319,17 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
             if st == 2:
                 return tab.shape[0] + r
         elif kind == 12:  # GELU, TANH, SIN, COS: core(x) from its `fastcvo.TLUT` row, the step's rounding
-            y = f64[:n]
-            for i in range(n):  # (all read before any is written: the ranges may overlap)
-                y[i] = tlut[op, flat[s0 + i]]
-            d = flat[d0: d0 + n]
-            nbk.round_add(y, d, d, accm != 0)
+            a = np.uint64(s0)
+            if accm == 0:  # the rounded core from `TBITS` (a quarter of the bytes: 128 KiB a function)
+                for i in range(np.uint64(n)):  # (all read before any is written: the ranges may overlap)
+                    u16[i] = tbits[op, flat[a + i]]
+                b = np.uint64(d0)
+                for i in range(np.uint64(n)):
+                    flat[b + i] = u16[i]
+            else:
+                for i in range(np.uint64(n)):
+                    f64[i] = tlut[op, flat[a + i]]
+                round_into(f64, flat, np.uint64(d0), np.uint64(n), True)
         elif kind == 8:  # EXP (op: less e_max)
             if not _exp_row(flat[s0: s0 + n], flat[d0: d0 + n], op != 0, state[1], f64, u16):
                 return r
@@ -308,11 +339,10 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, par)
                     or np.int64(cc[0, op, 2]) != ((accm >> 32) & 0xFFFF)):
                 return r
             if kind == 4:
-                tmp = u16[:n]
-                tmp[:] = flat[s0: s0 + n]  # whole source first: the ranges may overlap
-                flat[d0: d0 + n] = tmp
+                copy_words(flat, s0, flat, d0, n, u16)  # whole source first: the ranges may overlap
             else:
-                flat[d0: d0 + n] = _region(hosts, tab[r, 6])[s0: s0 + n]
+                copy_apart(_region(hosts, tab[r, 6]), s0, flat, d0, n)
+        _row_done(tab, r, t0)
     return -1
 
 

@@ -18,12 +18,12 @@ from npukit.sim import compile_report, nb_avx2
 from npukit.sim.cpu import njit_variant
 from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
 from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
+from npukit.targets.pccx.fast._nbround import round64
 
 compile_report.install()  # first-run compiles are announced, never silent
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _MAGIC = 6755399441055744.0  # 1.5 * 2^52: (v + M) - M is rint(v), half to even, for |v| < 2^51
-_TWO133 = 2.0**133
 
 
 _ALL = np.arange(1 << 16, dtype=np.uint32)
@@ -72,24 +72,7 @@ def _round32(t, out):
             out[i] = np.uint16(r >> np.uint32(16))
 
 
-@nb.njit(**_OPTS)
-def _round64(y, out):
-    """float64 [n] -> BF16 bits [n] with one RNE rounding, in integer arithmetic on the bit pattern.
-    Branch-free (both candidate results computed, one selected) so that LLVM vectorises the loop."""
-    u = y.view(np.uint64)
-    for i in range(u.shape[0]):
-        v = u[i]
-        sign = (v >> np.uint64(48)) & np.uint64(0x8000)
-        mag = v & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-        r = (mag + np.uint64(0x0FFF_FFFF_FFFF) + ((mag >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45)
-        e = np.int64(r >> np.uint64(7)) - 1023 + 127  # BF16 exponent of the rounded value
-        normal = min((e << 7) | np.int64(r & np.uint64(0x7F)), np.int64(0x7F80))  # >= 255: infinity
-        a = abs(y[i]) * _TWO133  # below 2^-126: the BF16 subnormal grid 2^-133
-        a = a if a < 65536.0 else 0.0
-        tiny = np.int64((a + _MAGIC) - _MAGIC)
-        res = normal if mag >= np.uint64(0x3810_0000_0000_0000) else tiny
-        res = np.int64(0x7FC0) if mag > np.uint64(0x7FF0_0000_0000_0000) else res
-        out[i] = np.uint16(np.int64(sign) | res)
+_round64 = round64  # float64 [n] -> BF16 bits [n], one RNE rounding (`_nbround.bits64` per element)
 
 
 @nb.njit(**_OPTS)
@@ -351,26 +334,26 @@ gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_do
 
 @nb.njit(parallel=True, **_OPTS)
 def gemv_f16(x, w, scale, dst, accm, q, lut32, lut64):
-    """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite."""
+    """FP16 weights [M, K] (uint16 bits) as exact fixed point w·2^24 in int64; 2 = a weight not finite.
+    The finiteness of the weights is tallied in the product loop (one pass over them, not two): only
+    the status is returned then, before anything is written."""
     e = quantize(x, q, lut64)  # a non-finite activation wins over a non-finite weight, as in numerics.gemv
     if e == 999:
         return 1
-    for m in range(w.shape[0]):
-        for j in range(w.shape[1]):
-            if (w[m, j] & 0x7C00) == 0x7C00:
-                return 2
     accs = np.empty(w.shape[0], np.int64)
+    bad = 0
     for m in nb.prange(w.shape[0]):
         acc = np.int64(0)
         for j in range(w.shape[1]):
             h = np.int64(w[m, j])
             ex = (h >> 10) & 0x1F
-            mant = h & 0x3FF
-            v = ((mant | 0x400) << (ex - 1)) if ex else mant
-            if h & 0x8000:
-                v = -v
-            acc += v * np.int64(q[j])
+            bad += ex == 0x1F
+            # a normal value (mant | 2^10) << (ex - 1), a subnormal mant << 0: branch-free for LLVM
+            v = ((h & 0x3FF) | (np.int64(ex != 0) << 10)) << max(ex - 1, 0)
+            acc += (-v if h & 0x8000 else v) * np.int64(q[j])
         accs[m] = acc
+    if bad:
+        return 2
     a32 = accs.astype(np.float32)  # int64 -> float32: the single rounding
     for m in range(a32.shape[0]):
         a32[m] = a32[m] * np.float32(5.9604644775390625e-08)  # ldexp(., -24), exact

@@ -41,6 +41,7 @@ _E = 8
 # compute; the rounding (and accm's add) is then the single step's own `round_store`.
 _TABLED = (nx.gelu_core, nx.tanh_core, nx.sin_core, nx.cos_core)
 TLUT = np.zeros((len(_TABLED), 1 << 16), np.float64)
+TBITS = np.zeros((len(_TABLED), 1 << 16), np.uint16)  # the same, rounded to BF16 (a row without accm)
 _TLUT_MADE = [False] * len(_TABLED)
 
 
@@ -51,6 +52,7 @@ def tabled(core: Callable[[np.ndarray], np.ndarray]) -> int:
             if not _TLUT_MADE[i]:
                 with np.errstate(all="ignore"):
                     TLUT[i] = core(kx.LUT64.copy())
+                    TBITS[i] = kx.np_f64_bits(TLUT[i])  # the single step's own rounding
                 _TLUT_MADE[i] = True
             return i
     return -1
@@ -420,7 +422,7 @@ class _FusedRun:
         the twin the executor's chooser picks for this run (timed as a whole: their bytes dominate it)."""
         sim = self.sim
         args = (t.tab, start, sim.flat, sim.cc, sim._regs, t.hosts, sim._qbuf, t.info, kx.LUT32, kx.LUT64,
-                TLUT)
+                TLUT, TBITS)
         twins, upto = sim.twins, t.large_upto
         if upto[-1] == upto[start] or twins.single:
             return sim._k["cvo_block"](*args, 0)
