@@ -62,15 +62,7 @@ def _now():
     return _cycles()
 
 
-@intrinsic
-def _i64_at(typingctx, addr):  # pragma: no cover - numba
-    """The host address ``addr`` (int64) as an int64 pointer (for `numba.carray`): plain inttoptr."""
-    sig = types.CPointer(types.int64)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
-
-    return sig, codegen
+_i64_at = _nbblock.pointer_at("_i64_at", types.int64)  # a host address as an int64 pointer
 
 
 def timed_block(cyc: np.ndarray, rows: np.ndarray):

@@ -67,15 +67,23 @@ INT4_KEY = 11
 _SCRATCH = 4096  # elements of the block's row scratch to start with (grown for a longer row)
 
 
-@intrinsic
-def _u8_at(typingctx, addr):  # pragma: no cover - numba
-    """The host address ``addr`` (int64) as a uint8 pointer (for `numba.carray`): plain LLVM inttoptr."""
-    sig = types.CPointer(types.uint8)(types.int64)
+def pointer_at(name: str, item: types.Type):
+    """An intrinsic named ``name``: a host address (int64) as a pointer to ``item`` (for
+    `numba.carray`): plain LLVM inttoptr."""
 
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
+    def at(typingctx, addr):  # pragma: no cover - numba
+        sig = types.CPointer(item)(types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(types.CPointer(item)))
+
+        return sig, codegen
+
+    at.__name__ = at.__qualname__ = name  # numba names the intrinsic (and its cache entries) by it
+    return intrinsic(at)
+
+
+_u8_at = pointer_at("_u8_at", types.uint8)
 
 
 @nb.njit(**_OPTS)

@@ -24,40 +24,26 @@ from numba.extending import intrinsic
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 
 
-@intrinsic
-def f32_bits(typingctx, x):  # pragma: no cover - numba
-    """The bit pattern of float32 ``x`` as uint32 (an LLVM bitcast)."""
-    if x != types.float32:
-        return None
+def _bitcast(name: str, src: types.Type, dst: types.Type, dst_ir: ir.Type):
+    """An intrinsic named ``name``: a scalar of numba type ``src`` reinterpreted as ``dst`` (one LLVM
+    bitcast, the same width: no conversion, no intrinsic of any CPU)."""
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
+    def cast(typingctx, x):  # pragma: no cover - numba
+        if x != src:
+            return None
 
-    return types.uint32(x), codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], dst_ir)
 
+        return dst(x), codegen
 
-@intrinsic
-def f64_bits(typingctx, x):  # pragma: no cover - numba
-    """The bit pattern of float64 ``x`` as uint64 (an LLVM bitcast)."""
-    if x != types.float64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return types.uint64(x), codegen
+    cast.__name__ = cast.__qualname__ = name  # numba names the intrinsic (and its cache entries) by it
+    return intrinsic(cast)
 
 
-@intrinsic
-def f32_of_bits(typingctx, u):  # pragma: no cover - numba
-    """The float32 whose bit pattern is uint32 ``u`` (an LLVM bitcast)."""
-    if u != types.uint32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(u), codegen
+f32_bits = _bitcast("f32_bits", types.float32, types.uint32, ir.IntType(32))  # float32 -> its uint32 bits
+f64_bits = _bitcast("f64_bits", types.float64, types.uint64, ir.IntType(64))  # float64 -> its uint64 bits
+f32_of_bits = _bitcast("f32_of_bits", types.uint32, types.float32, ir.FloatType())  # uint32 bits -> float32
 
 
 @nb.njit(**_OPTS, inline="always")
