@@ -113,20 +113,26 @@ class Job(Pending):
         """Load `refresh`'s compiled pass (from numba's disk cache: ~5 ms, on a program's second run)
         now: one call over no op with this job's argument types, which writes nothing. Skipped where a
         slice would not keep an argument's type (that would compile another specialisation)."""
-        c, C, plan = self.cols, self.C, self.plan
+        plan = self.plan
         rows = self._rows if self._paths >= 0 else _pad(plan.path_rows)
-        args = (c.cycles, c.xfer, c.path, np.asarray(plan.narrow, np.float64), rows,
-                np.zeros(len(plan.path_rows), np.int64), c.sidx, c.sbr, c.fifo, c.isasync, c.fifo_depth,
-                c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen, C.sb, C.link, C.full,
-                C.haswork)
+        args = self._derive_args(np.asarray(plan.narrow, np.float64), rows,
+                                 np.zeros(len(plan.path_rows), np.int64))
         empty = tuple(a[:0] for a in args)
         typeof = getattr(_derive, "typeof_pyval", None)
         if typeof is not None and all(typeof(a) == typeof(e) for a, e in zip(args, empty, strict=True)):
             _derive(*empty)
 
+    def _derive_args(self, narrow: np.ndarray, rows: np.ndarray, lens: np.ndarray) -> tuple:
+        """`_derive`'s arguments: the columns it reads, the path tables given, the per-op tables it
+        writes."""
+        c, C = self.cols, self.C
+        return (c.cycles, c.xfer, c.path, narrow, rows, lens, c.sidx, c.sbr, c.fifo, c.isasync,
+                c.fifo_depth, c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen, C.sb,
+                C.link, C.full, C.haswork)
+
     def refresh(self) -> None:
         """Ready the job for a run of its patched columns (as a new `Pending` on them would be)."""
-        c, C = self.cols, self.C
+        C = self.C
         plan = self.plan
         # paths registered since: the padded tables again, of the paths registered in full (a refresh
         # may run on the timing thread while the executor's thread registers another: `Plan.path_id`
@@ -141,9 +147,7 @@ class Job(Pending):
         if self._rows.shape[1] != C.path.shape[1]:  # a longer path than the tables were made for
             self._rebuild()
             return
-        _derive(c.cycles, c.xfer, c.path, self._narrow, self._rows, self._lens, c.sidx, c.sbr, c.fifo,
-                c.isasync, c.fifo_depth, c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen,
-                C.sb, C.link, C.full, C.haswork)
+        _derive(*self._derive_args(self._narrow, self._rows, self._lens))
         if not np.array_equal(C.eng, self._eng) or not np.array_equal(_stream_of(C), self._streams):
             self._rebuild()  # an op moved to another engine or stream: the queues again
             return

@@ -146,12 +146,13 @@ class KVRing:
                 raw = nx.pack_int4(codes).reshape(len(blocks), -1)
             for h, b in enumerate(blocks):
                 body, col = self._rows(b.codes, r.rows, rb, np.uint8), raw[h]
+                scale = None if b.scales is None else self._rows(b.scales, r.rows, 4, np.dtype("<f4"))
                 for row in rows:
                     body[row] = col
                     touched(b.codes + row * rb, rb)
                     nbytes += rb
-                    if b.scales is not None:
-                        self._rows(b.scales, r.rows, 4, np.dtype("<f4"))[row] = scales[h]
+                    if scale is not None:
+                        scale[row] = scales[h]
                         touched(b.scales + 4 * row, 4)
                         nbytes += 4
         return nbytes

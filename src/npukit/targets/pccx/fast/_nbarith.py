@@ -24,23 +24,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from npukit.targets.pccx.fast._nbround import bits64, f32_bits, f32_of_bits, rne16, rne16_finite
+from npukit.targets.pccx.fast._nbround import bf16, bf16_64, bits64, f32_bits, rne16, rne16_finite
 
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _SMALLEST_NORMAL = np.float32(2.0**-126)
 # `kernels` op codes
 SQUARE, SCALE, DIVS, ZERO, RECIP, RSQRT, SQRT, RELU, MUL, ADD = range(10)
-
-
-@nb.njit(**_OPTS, inline="always")
-def _f32(bits):
-    """BF16 bits as float32: a shift into the high half and a bit cast (exact)."""
-    return f32_of_bits(np.uint32(np.uint32(bits) << np.uint32(16)))
-
-
-@nb.njit(**_OPTS, inline="always")
-def _f64(bits):
-    return np.float64(_f32(bits))
 
 
 @nb.njit(**_OPTS, inline="always")
@@ -55,18 +44,18 @@ def _products32(op, flat, a, b, n, f, u):
     bad = 0
     if op == SQUARE:
         for i in range(n):
-            v = _f32(flat[a + i])
+            v = bf16(flat[a + i])
             p = v * v
             bad |= _bad(p)
             u[i] = f32_bits(p)
     elif op == SCALE:
         for i in range(n):
-            p = _f32(flat[a + i]) * f
+            p = bf16(flat[a + i]) * f
             bad |= _bad(p)
             u[i] = f32_bits(p)
     else:
         for i in range(n):
-            p = _f32(flat[a + i]) * _f32(flat[b + i])
+            p = bf16(flat[a + i]) * bf16(flat[b + i])
             bad |= _bad(p)
             u[i] = f32_bits(p)
     return bad == 0
@@ -83,17 +72,17 @@ def _unary64(op, flat, a, n, s, y):
     """y = op(x[, S]) in float64 for the ops of one operand."""
     if op == SQUARE:
         for i in range(n):
-            v = _f64(flat[a + i])
+            v = bf16_64(flat[a + i])
             y[i] = v * v
     elif op == SCALE:
         for i in range(n):
-            y[i] = _f64(flat[a + i]) * s
+            y[i] = bf16_64(flat[a + i]) * s
     elif op == DIVS:
         for i in range(n):
-            y[i] = _f64(flat[a + i]) / s
+            y[i] = bf16_64(flat[a + i]) / s
     elif op == RELU:
         for i in range(n):
-            v = _f64(flat[a + i]) - s
+            v = bf16_64(flat[a + i]) - s
             y[i] = v if (v != v or v > 0.0) else 0.0
     else:
         _rare64(op, flat, a, n, y)
@@ -103,7 +92,7 @@ def _unary64(op, flat, a, n, s, y):
 def _rare64(op, flat, a, n, y):
     """The ops of short rows (one element, mostly): ZERO, RECIP, RSQRT, SQRT, copy."""
     for i in range(n):
-        v = _f64(flat[a + i])
+        v = bf16_64(flat[a + i])
         if op == ZERO:
             v = 0.0
         elif op == RECIP:
@@ -119,10 +108,10 @@ def _rare64(op, flat, a, n, y):
 def _binary64(op, flat, a, b, n, y):
     if op == MUL:
         for i in range(n):
-            y[i] = _f64(flat[a + i]) * _f64(flat[b + i])
+            y[i] = bf16_64(flat[a + i]) * bf16_64(flat[b + i])
     else:
         for i in range(n):
-            y[i] = _f64(flat[a + i]) + _f64(flat[b + i])
+            y[i] = bf16_64(flat[a + i]) + bf16_64(flat[b + i])
 
 
 @nb.njit(**_OPTS)
@@ -130,7 +119,7 @@ def round_into(y, flat, b, n, accm):
     """flat[b: b + n] = BF16([flat[b + i] +] y[i]), one rounding each (`_nbround.bits64`)."""
     if accm:
         for i in range(n):
-            flat[b + i] = bits64(_f64(flat[b + i]) + y[i])
+            flat[b + i] = bits64(bf16_64(flat[b + i]) + y[i])
     else:
         for i in range(n):
             flat[b + i] = bits64(y[i])
@@ -160,7 +149,7 @@ def sum_bits(flat, s0, n):
     a = np.uint64(s0)
     t = np.float32(0.0)
     for i in range(np.uint64(n)):
-        t = t + _f32(flat[a + i])
+        t = t + bf16(flat[a + i])
     return rne16(f32_bits(t))
 
 

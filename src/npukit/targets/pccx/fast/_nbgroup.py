@@ -18,7 +18,8 @@ import numba as nb
 import numpy as np
 
 from npukit.sim import compile_report
-from npukit.targets.pccx.fast._nbkernels import bf16, quantize, reduce_sum_bits
+from npukit.targets.pccx.fast._nbkernels import quantize, reduce_sum_bits
+from npukit.targets.pccx.fast._nbround import bf16
 
 compile_report.install()  # first-run compiles are announced, never silent
 

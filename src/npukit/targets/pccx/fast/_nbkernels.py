@@ -10,15 +10,12 @@ import math
 
 import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
 from npukit.sim import compile_report, nb_avx2
 from npukit.sim.cpu import njit_variant
 from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
 from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
-from npukit.targets.pccx.fast._nbround import round64
+from npukit.targets.pccx.fast._nbround import bf16, bf16_64, f32_bits, rne16, round64
 
 compile_report.install()  # first-run compiles are announced, never silent
 
@@ -32,44 +29,12 @@ with np.errstate(invalid="ignore"):
     LUT64 = LUT32.astype(np.float64)
 
 
-@intrinsic
-def bf16(typingctx, bits):  # pragma: no cover - numba
-    """BF16 ``bits`` (any integer; its low 16 bits) as the float32 they encode: a shift and a bit cast
-    in plain LLVM IR, equal bit for bit to ``LUT32[bits]``. The kernels widen by arithmetic, not by
-    LUT32 / LUT64 gathers: those tables (256 / 512 KiB) are evicted by every GEMV's weight stream, so
-    each gather of a small CVO row missed the cache (~1-3 µs a row at hidden 1024)."""
-    if not isinstance(bits, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        v = args[0]
-        if bits.bitwidth != 16:  # (its low 16 bits)
-            v = builder.trunc(v, ir.IntType(16)) if bits.bitwidth > 16 else builder.zext(v, ir.IntType(16))
-        v = builder.zext(v, i32)
-        return builder.bitcast(builder.shl(v, ir.Constant(i32, 16)), ir.FloatType())
-
-    return types.float32(bits), codegen
-
-
-@nb.njit(**_OPTS, inline="always")
-def bf16_64(bits):
-    """BF16 ``bits`` as float64, equal bit for bit to ``LUT64[bits]`` (the float32 widened, as NumPy's
-    ``astype`` widens it: a signalling NaN comes out quiet both ways)."""
-    return np.float64(bf16(bits))
-
-
 @nb.njit(**_OPTS)
 def _round32(t, out):
-    """float32 [n] -> BF16 bits [n], RNE; NaN -> 0x7FC0 | sign."""
+    """float32 [n] -> BF16 bits [n], RNE; NaN -> 0x7FC0 | sign (`_nbround.rne16` of each pattern)."""
     u = t.view(np.uint32)
     for i in range(u.shape[0]):
-        v = u[i]
-        if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-            out[i] = np.uint16(((v >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
-        else:
-            r = v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))
-            out[i] = np.uint16(r >> np.uint32(16))
+        out[i] = rne16(u[i])
 
 
 _round64 = round64  # float64 [n] -> BF16 bits [n], one RNE rounding (`_nbround.bits64` per element)
@@ -407,20 +372,8 @@ def _cvo_y(op, x, d, s, y):
 @nb.njit(**_OPTS)
 def cvo(op, x, d, out, s, accm, lut64):
     """Fused SFU arithmetic (op codes of `kernels`): widen, float64, optional accm, one rounding."""
-    cvo_in(op, x, d, out, s, accm, np.empty(x.shape[0], np.float64))
-
-
-@nb.njit(**_OPTS)
-def cvo_in(op, x, d, out, s, accm, y):
-    """`cvo` with its float64 intermediate in ``y`` (len(x) elements; the fused block's scratch, reused
-    from row to row rather than allocated per row)."""
+    y = np.empty(x.shape[0], np.float64)
     _cvo_y(op, x, d, s, y)
-    round_add(y, d, out, accm)
-
-
-@nb.njit(**_OPTS)
-def round_add(y, d, out, accm):
-    """``out`` = BF16(d + y) if ``accm`` else BF16(y), one rounding each; ``y`` is overwritten."""
     if accm:
         for i in range(y.shape[0]):
             y[i] = bf16_64(d[i]) + y[i]
@@ -539,17 +492,8 @@ _SERIAL["gemv_p4_1"] = _SERIAL[{"avx512-vnni": "gemv_p4_vnni_1", "avx2": "gemv_p
 
 @nb.njit(**_OPTS)
 def reduce_sum_bits(x, lut32):
-    """`reduce_sum` rounded to BF16 bits (RNE on the float32 pattern, NaN -> 0x7FC0 | sign)."""
-    s = np.float32(0.0)
-    for i in range(x.shape[0]):
-        s = s + bf16(x[i])
-    t = np.empty(1, np.float32)
-    t[0] = s
-    u = t.view(np.uint32)[0]
-    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-        return ((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0)
-    r = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
-    return (r >> np.uint32(16)) & np.uint32(0xFFFF)
+    """`reduce_sum` rounded to BF16 bits (`_nbround.rne16` of its float32 pattern)."""
+    return rne16(f32_bits(reduce_sum(x, lut32)))
 
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,

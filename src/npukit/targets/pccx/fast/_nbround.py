@@ -1,4 +1,5 @@
-"""BF16 rounding for the compiled kernels: float64 (`bits64`, `round64`) and float32 patterns (`rne16`).
+"""BF16 for the compiled kernels: widening (`bf16`, `bf16_64`) and rounding of float64 (`bits64`,
+`round64`) and of float32 patterns (`rne16`), with the scalar bit casts they use.
 
 `bits64` rounds a float64 once to BF16, to nearest even (`numerics.to_bits` on a float64), in integer
 arithmetic on its bit pattern: the carry of the round-to-nearest-even add moves into the exponent,
@@ -43,7 +44,33 @@ def _bitcast(name: str, src: types.Type, dst: types.Type, dst_ir: ir.Type):
 
 f32_bits = _bitcast("f32_bits", types.float32, types.uint32, ir.IntType(32))  # float32 -> its uint32 bits
 f64_bits = _bitcast("f64_bits", types.float64, types.uint64, ir.IntType(64))  # float64 -> its uint64 bits
-f32_of_bits = _bitcast("f32_of_bits", types.uint32, types.float32, ir.FloatType())  # uint32 bits -> float32
+
+
+@intrinsic
+def bf16(typingctx, bits):  # pragma: no cover - numba
+    """BF16 ``bits`` (any integer; its low 16 bits) as the float32 they encode: a shift and a bit cast
+    in plain LLVM IR, equal bit for bit to `_nbkernels.LUT32[bits]`. The kernels widen by arithmetic,
+    not by LUT32 / LUT64 gathers: those tables (256 / 512 KiB) are evicted by every GEMV's weight
+    stream, so each gather of a small CVO row missed the cache (~1-3 µs a row at hidden 1024)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        v = args[0]
+        if bits.bitwidth != 16:  # (its low 16 bits)
+            v = builder.trunc(v, ir.IntType(16)) if bits.bitwidth > 16 else builder.zext(v, ir.IntType(16))
+        v = builder.zext(v, i32)
+        return builder.bitcast(builder.shl(v, ir.Constant(i32, 16)), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@nb.njit(**_OPTS, inline="always")
+def bf16_64(bits):
+    """BF16 ``bits`` as float64, equal bit for bit to `_nbkernels.LUT64[bits]` (the float32 widened,
+    as NumPy's ``astype`` widens it: a signalling NaN comes out quiet both ways)."""
+    return np.float64(bf16(bits))
 
 
 @nb.njit(**_OPTS, inline="always")

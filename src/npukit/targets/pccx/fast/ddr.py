@@ -17,21 +17,21 @@ class TrackedDDR(HostDDR):
 
     def __init__(self, size_bytes: int, on_write: Callable[[int, int], None]) -> None:
         super().__init__(size_bytes)
-        self._on_write = self.touched = on_write  # (`HostDDR.touched`: writes through a region view)
+        self.touched = on_write  # every write, also one through a region view (`HostDDR.touched`)
         self._words: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # region buffer -> its uint16 view
 
     def map(self, addr: int, data: Any) -> np.ndarray:
         buf = super().map(addr, data)
-        self._on_write(addr, buf.size)
+        self.touched(addr, buf.size)
         return buf
 
     def write(self, addr: int, data: Any) -> None:
         super().write(addr, data)
-        self._on_write(addr, len(data) if isinstance(data, bytes | bytearray) else np.asarray(data).nbytes)
+        self.touched(addr, len(data) if isinstance(data, bytes | bytearray) else np.asarray(data).nbytes)
 
     def store(self, addr: int, raw: np.ndarray) -> None:
         super().store(addr, raw)
-        self._on_write(addr, raw.size)
+        self.touched(addr, raw.size)
 
     def region_words(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
         """Bytes [addr, addr+n) as (its whole writable region viewed as BF16 words, element offset), or

@@ -64,8 +64,7 @@ class TwinChooser:
         if threads is None:
             threads = _numba_threads()
         self.period, self.window, self.max_gap = period, window, max_gap
-        self.cost: list[float | None] = [None, None]  # mean seconds per weight byte, per twin (report)
-        self._secs, self._bytes = [0.0, 0.0], [0, 0]
+        self._secs, self._bytes = [0.0, 0.0], [0, 0]  # sampled seconds and weight bytes, per twin (report)
         self.calls = [0, 0]
         self.single = threads <= 1  # one thread: the parallel twin has nothing to gain
         self.twin = _PARALLEL  # the twin in use
@@ -110,7 +109,6 @@ class TwinChooser:
         if self.calls[twin] > 1 and not (twin == _PARALLEL and last == _SERIAL):
             self._secs[twin] += seconds
             self._bytes[twin] += max(nbytes, 1)
-            self.cost[twin] = self._secs[twin] / self._bytes[twin]
             s = self._site(site)
             s.times[twin].append(seconds)
             if probing:
@@ -181,8 +179,8 @@ class TwinChooser:
 
     def report(self) -> dict[str, Any]:
         """Calls and mean ns per weight byte of each twin so far (for stats and benchmarks)."""
-        return {name: {"calls": self.calls[t], "ns_per_byte": None if self.cost[t] is None
-                       else round(self.cost[t] * 1e9, 4)}
+        return {name: {"calls": self.calls[t], "ns_per_byte": None if not self._bytes[t]
+                       else round(self._secs[t] / self._bytes[t] * 1e9, 4)}
                 for name, t in (("parallel", _PARALLEL), ("serial", _SERIAL))}
 
 
