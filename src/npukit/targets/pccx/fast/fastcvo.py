@@ -1,8 +1,9 @@
 """CVO steps of `npukit.targets.pccx.fast.fastsim`: L2 views and the Work record bound at load time.
 
 A CVO's operands and Work depend only on the instruction (decode already checked its ranges), so the
-step is fixed when the program is loaded; per call it reads S or e_max if the function uses them and
-runs one fused kernel. Transcendental functions run the float64 kernel their `cvo.CVO` row names (the
+step is fixed when the program is loaded (a CVO that runs as a fused-run row gets its closure on its
+first single call only); per call it reads S or e_max if the function uses them and runs one fused
+kernel. Transcendental functions run the float64 kernel their `cvo.CVO` row names (the
 one `numerics.py` rounds too); only the widening and the BF16 rounding are replaced.
 """
 
