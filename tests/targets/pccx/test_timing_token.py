@@ -216,3 +216,21 @@ def test_a_full_content_table_starts_over_and_times_exactly(monkeypatch):
         assert drv.records[-1].cycles == want.cycles
         assert len(drv.timer._by_content) == drv.timer._table_n
     assert sum(over) >= 3  # it started over, with batches of more contents than the table holds
+
+
+def test_remembered_works_take_one_store_row_each_however_often_handed():
+    """`remember` (a program built ahead hands a CVO's Work once as compiled and again in its fused
+    table): one store row per distinct Work object, and a run holding them times as the readable model."""
+    import dataclasses
+
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.prefill([2, 3])
+    fresh = [dataclasses.replace(w) for w in drv._last_works[:12]]  # new objects: no rows yet
+    before = drv.timer._store.n
+    drv.timer.remember(fresh + fresh[::-1] + fresh[:5])
+    assert drv.timer._store.n - before == len(fresh)
+    assert all(drv.timer._rows_by_id[id(w)][0] is w for w in fresh)
+    drv.step(4)
+    want = Sim(machine(drv.hw), to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
+    assert drv.records[-1].cycles == want.cycles

@@ -52,8 +52,9 @@ from npukit.targets.pccx.timing_token import TimedRun, TokenTimer
 
 EXECUTORS = ("reference", "fast")
 # the next span bucket's program is built over the decode steps before the switch (fast executor,
-# `switch.AheadBuild`): from SWITCH_LOOKAHEAD steps ahead (or the switch before it), an even share of
-# what is left per token and at most `slice_cap` changed plan steps (~20 µs each)
+# `switch.AheadBuild`): from SWITCH_LOOKAHEAD steps ahead (or the switch before it), in a few slices
+# (`switch.SWITCH_SLICES`), each an even share of what is left and at most `slice_cap` changed plan steps
+# (~15 µs each) per token it stands for
 SWITCH_LOOKAHEAD = 32
 SWITCH_SLICE = 128
 
@@ -439,8 +440,9 @@ class PccxDriver:
     def _prepare_ahead(self) -> None:
         """Build part of the program the decode steps switch to within SWITCH_LOOKAHEAD tokens (a new
         span bucket), so the token that crosses into it finds its plan made: the switch's cost is
-        spread evenly over the tokens before it (the plans and so every result are the same either way).
-        Each call does an equal share of what is left (`AheadBuild.budget`). Only a program already
+        spread over the tokens before it (the plans and so every result are the same either way).
+        A few calls, evenly apart, each build an equal share of what is left (`AheadBuild.slice_now`,
+        `AheadBuild.budget`); the last one builds all that is left. Only a program already
         compiled (on disk or in memory) is built ahead; lowering a new one is not."""
         prepare = getattr(self.dev, "prepare_program", None)
         nxt = self._next_switch() if prepare is not None else None
@@ -465,24 +467,27 @@ class PccxDriver:
             v.program.patch(self.spans(at + 1))
             self._seed_decoded(key, now)
             cur = self.variants.get(now)
-            build = self._ahead = AheadBuild.of(key, v.program, cur.program if cur else None, now)
-        if build.finished:
+            build = self._ahead = AheadBuild.of(key, v.program, cur.program if cur else None, now,
+                                                at - self._pos)
+        calls = at - self._pos
+        if build.finished or not build.slice_now(calls):
             return
         works = build.pending if self.timing is True else []
-        budget = min(build.budget(at - self._pos), slice_cap(at - self._pos))
+        last = build.slices_left(calls) == 1  # the last slice builds what is left, tables included
+        budget = build.budget(calls) if last else min(build.budget(calls), slice_cap(calls) * build.stride)
         for j, seg in enumerate(v.program.segments):
-            if budget <= 0:
+            if budget <= 0 and not last:
                 break
             if build.done[j]:
                 continue
-            made = prepare(seg.words, (key, j), (now, j), budget, works)  # (tables counted as steps)
+            made = prepare(seg.words, (key, j), (now, j), None if last else budget, works)  # (tables: steps)
             budget -= made
             build.todo[j] = max(0, build.todo[j] - made)
-            if made == 0:  # the slot is ready (steps and fused tables): `prepare` had nothing to do
+            if made == 0 or last:  # the slot is ready (steps and fused tables): nothing left to do
                 build.done[j], build.todo[j] = True, 0
         if build.finished:
             self._store_decoded(v, self.variants.get(build.base))
-        if self.timing is True and build.remember_now(at - self._pos):  # the new steps' fixed Work
+        if self.timing is True and build.remember_now(calls):  # the new steps' fixed Work
             self.timer.remember(works)  # records' timing rows, a batch at a time (their own cost per call)
             works.clear()
 

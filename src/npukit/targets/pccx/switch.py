@@ -5,7 +5,8 @@ The two programs share the instruction sequence but not the on-chip layout: the 
 the span-sized buffers first-fit, so every buffer after them moves, and 37-73 % of the words differ
 (addresses, not only the span fields; measured at hidden 1024: 973-1 924 of 2 625 words per switch,
 segment 0 alone unchanged). Those steps are compiled, their fused runs lowered and their Work
-records' timing rows made over the tokens before the switch, an even share per token (`AheadBuild`).
+records' timing rows made over the tokens before the switch, in `SWITCH_SLICES` even shares on tokens
+evenly apart (`AheadBuild`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ SWITCH_TAIL = 256
 # cost (~0.2 ms CPU at hidden 1024), so a switch's ~2 000 records in 4 calls rather than one per token
 # (measured: 5.3 vs 8.3 ms CPU per switch)
 REMEMBER_BATCH = 512
+# the slices a build is made in, on tokens evenly apart from its first (the token after the disk read):
+# each slice starts with caches cold after the decode step's compiled blocks, so one slice per token cost
+# more than a few large ones (hidden 1024, the builds of buckets 32, 64 and 128 over positions 4-65,
+# main-thread CPU, medians of 3 interleaved runs: 164 ms in up to 32 slices each, 133 ms in 4)
+SWITCH_SLICES = 4
 
 
 @dataclass
@@ -32,21 +38,37 @@ class AheadBuild:
     done: list[bool]
     base: tuple | None = None  # the running program's key
     pending: list = field(default_factory=list)  # Work records built whose timing rows are not made yet
+    first: int = 0  # the calls left before the switch at the build's first slice
+    stride: int = 1  # the tokens from one slice to the next
 
     @classmethod
-    def of(cls, key: tuple, program: Any, running: Any | None, base: tuple | None = None) -> AheadBuild:
-        """The build of ``program`` (a compiled `Program`) diffed against the running one (key ``base``)."""
+    def of(cls, key: tuple, program: Any, running: Any | None, base: tuple | None = None,
+           calls: int = 1) -> AheadBuild:
+        """The build of ``program`` (a compiled `Program`) diffed against the running one (key ``base``),
+        its first slice made now, ``calls`` tokens before the switch."""
         todo = []
         for j, seg in enumerate(program.segments):
             old = running.segments[j].words if running is not None and j < len(running.segments) else None
             same_shape = old is not None and len(old) == len(seg.words)
             todo.append(sum(a != b for a, b in zip(seg.words, old, strict=True)) if same_shape
                         else len(seg.words))
-        return cls(key, todo, [False] * len(todo), base)
+        calls = max(1, calls)
+        return cls(key, todo, [False] * len(todo), base, first=calls,
+                   stride=max(1, -(-calls // max(1, SWITCH_SLICES))))
 
     @property
     def finished(self) -> bool:
         return all(self.done)
+
+    def slice_now(self, calls: int) -> bool:
+        """Whether the token ``calls`` tokens before the switch builds a slice: one every ``stride``
+        tokens from the first, and the last token before the switch if the build is not complete."""
+        return (self.first - calls) % self.stride == 0 or calls <= 1
+
+    def slices_left(self, calls: int) -> int:
+        """The slices from the one at ``calls`` tokens before the switch (or the next one) to the switch."""
+        at = calls - (calls - self.first) % self.stride  # the calls left at that slice
+        return max(1, -(-at // self.stride))
 
     def remember_now(self, calls: int) -> bool:
         """Whether the timing rows of the ``pending`` records are made now: a full batch, the build
@@ -54,6 +76,7 @@ class AheadBuild:
         return bool(self.pending) and (len(self.pending) >= REMEMBER_BATCH or self.finished or calls <= 1)
 
     def budget(self, calls: int) -> int:
-        """This call's share, in plan steps, of what is left over ``calls`` calls before the switch."""
+        """This slice's share, in plan steps, of what is left over the slices left ``calls`` tokens
+        before the switch."""
         left = sum(self.todo) + SWITCH_TAIL * self.done.count(False)
-        return max(1, -(-left // max(1, calls)))
+        return max(1, -(-left // self.slices_left(max(1, calls))))

@@ -213,9 +213,10 @@ class TokenTimer:
 
     def remember(self, works: Sequence[Work]) -> None:
         """Make the rows of Work records a later run will hold (a program built ahead of its switch),
-        so that run's `time` finds them cached."""
+        so that run's `time` finds them cached. A build hands a CVO's record twice (as compiled and in
+        its fused table): each object's row is made once (a store slot and a content key per object)."""
         if self.plan is not None and works:
-            self._rows(list(works))
+            self._rows(list({id(w): w for w in works}.values()))
 
     # ---- rows -------------------------------------------------------------------------------------
     def _head(self, w: Work, o: Any) -> tuple:

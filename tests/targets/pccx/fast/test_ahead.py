@@ -169,9 +169,9 @@ def test_next_switch_is_the_first_position_in_another_bucket():
 
 @pytest.mark.slow
 def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
-    """From the switch before it, the next bucket's program is built a share per token: on most of the
-    tokens before the switch, none more than its `slice_cap` steps, and the switching token finds every
-    segment's slot complete."""
+    """From the switch before it, the next bucket's program is built in a few slices (`SWITCH_SLICES`) on
+    tokens evenly apart before the switch, none more than the `slice_cap` steps of the tokens it stands
+    for, and the switching token finds every segment's slot complete."""
     _, cold, drv = _drivers("fp16")
     tok = int(np.argmax(cold.prefill([3, 9, 1, 4])))
     for _ in range(13):  # positions 4..16: the switch to bucket 32 at 16 (its program lowered there)
@@ -194,11 +194,15 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
     key = drv._key_at(16)
     assert key != drv._key_at(15)
     building = [p for p in range(6, 17) if calls.get(p)]
-    assert len(building) >= 4, calls
-    # a share is at most the cap for the tokens left (fused tables counted as steps may top it up
-    # once per segment: `prepare` lowers them in the call that finishes the segment's steps)
+    assert len(building) >= 2, calls
+    # the slices fall on tokens `stride` apart from the build's first, at most SWITCH_SLICES of them
+    build = drv._ahead
+    assert build.key == key and build.stride == -(-build.first // switch.SWITCH_SLICES)
+    assert all(build.slice_now(16 - p) for p in calls) and len(calls) <= switch.SWITCH_SLICES, calls
+    # a share is at most the cap for the tokens its slice stands for (fused tables counted as steps
+    # may top it up once per segment: `prepare` lowers them in the call that finishes its steps)
     tables = switch.SWITCH_TAIL
-    assert all(n <= drvmod.slice_cap(16 - p) + tables for p, n in calls.items()), calls
+    assert all(n <= drvmod.slice_cap(16 - p) * build.stride + tables for p, n in calls.items()), calls
     segments = len(drv.variants[key].program.segments)
     assert all((key, j) in drv.dev._tagged for j in range(segments))  # complete before the switch
     assert not any(t[0] == key for t in drv.dev._preparing)

@@ -1,8 +1,9 @@
 """CVO steps of `npukit.targets.pccx.fast.fastsim`: L2 views and the Work record bound at load time.
 
 A CVO's operands and Work depend only on the instruction (decode already checked its ranges), so the
-step is fixed when the program is loaded; per call it reads S or e_max if the function uses them and
-runs one fused kernel. Transcendental functions run the float64 kernel their `cvo.CVO` row names (the
+step is fixed when the program is loaded (a CVO that runs as a fused-run row gets its closure on its
+first single call only); per call it reads S or e_max if the function uses them and runs one fused
+kernel. Transcendental functions run the float64 kernel their `cvo.CVO` row names (the
 one `numerics.py` rounds too); only the widening and the BF16 rounding are replaced.
 """
 
@@ -96,32 +97,83 @@ class _Operands:
     lut32: tuple
 
     @classmethod
-    def of(cls, sim: FastState, idx: int, ins: Instr) -> _Operands:
+    def of(cls, sim: FastState, ins: Instr, work: Work) -> _Operands:
         n, flat = ins.length, sim.l2.reshape(-1)
         s0, d0 = ins.src_addr * _E, ins.dst_addr * _E
         out_n = cvo_out_elems(ins.cvo_func, n)
         numba = sim.backend == "numba"
-        return cls(sim, _cvo_work(idx, ins), flat, n, s0, d0, out_n, flat[s0: s0 + n],
+        return cls(sim, work, flat, n, s0, d0, out_n, flat[s0: s0 + n],
                    flat[d0: d0 + max(out_n, 1)], bool(int(ins.flags) & _ACCM),
                    out_n > 0 and s0 != d0 and s0 < d0 + out_n and d0 < s0 + n, numba,
                    (kx.LUT64,) if numba else (), (kx.LUT32,) if numba else ())
 
 
 def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | None:
-    """The step for one CVO (by its table row), or None where the reference path should run it."""
+    """The step for one CVO (by its table row), or None where the reference path should run it. A CVO
+    that is a row of the fused runs (`_fused_row`) runs there, not as a step: its closure (L2 views,
+    kernels) is made on its first call as a single step, if any (a new span bucket's build compiles
+    ~1 000 of them, ~5 µs each saved)."""
     spec = CVO[ins.cvo_func]
-    ops = _Operands.of(sim, idx, ins)
-    if spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS):
-        body = _arith(ops, spec, ins)
-    elif spec.core is not None:
-        body = _transcendental(ops, spec.core, bool(int(ins.flags) & _SUB_EMAX))
+    row = _fused_row(sim, spec, ins)
+    work = _cvo_work(idx, ins)
+    if row is not None:
+        made: list[Callable[[], Work]] = []
+
+        def deferred() -> Work:
+            if not made:
+                made.append(_body(sim, ins, spec, work))
+            return made[0]()
+
+        body = deferred
+        body.fuse = (row, work)
     else:
-        build = _BY_FORM.get(spec.form)
-        if build is None:
+        body = _body(sim, ins, spec, work)
+        if body is None:
             return None  # a form added later runs on the reference path
-        body = build(ops)
-    body.work = ops.work  # the step's one Work record (`ahead.prepare` hands it to the timing model early)
+    body.work = work  # the step's one Work record (`ahead.prepare` hands it to the timing model early)
     return body
+
+
+def _body(sim: FastState, ins: Instr, spec: CvoSpec, work: Work) -> Callable[[], Work] | None:
+    """The closure that runs one CVO and returns ``work``; None for a form without one."""
+    ops = _Operands.of(sim, ins, work)
+    if _is_arith(spec):
+        return _arith(ops, spec, ins)
+    if spec.core is not None:
+        return _transcendental(ops, spec.core, bool(int(ins.flags) & _SUB_EMAX))
+    build = _BY_FORM.get(spec.form)
+    return None if build is None else build(ops)
+
+
+def _is_arith(spec: CvoSpec) -> bool:
+    return spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS)
+
+
+def _fused_row(sim: FastState, spec: CvoSpec, ins: Instr) -> tuple | None:
+    """The CVO's row of a fused run (`fastrun.fuse_groups`, `_nbblock.block`; the numba backend), or
+    None where it runs as a single step only: the arithmetic ones (kind 0; a negative code takes the
+    operation from S), the exponent (8, `_nbblock._exp_row`), a tabled transcendental (12, core(x)
+    from `TLUT`), REDUCE_SUM (1) and LOAD_SCALAR (2), each where the output is as long as the input."""
+    if sim.backend != "numba":
+        return None
+    n, s0, d0, flags = ins.length, ins.src_addr * _E, ins.dst_addr * _E, int(ins.flags)
+    accm, same = int(bool(flags & _ACCM)), cvo_out_elems(ins.cvo_func, n) == n
+    if _is_arith(spec):
+        fixed = _ARITH.get(spec.numerics)
+        sop = -3 if spec.form is CvoForm.BIAS else (-2 if flags & _RECIP else -1)
+        return (0, sop if fixed is None else fixed, s0, n, d0, accm, 0) if same else None
+    if spec.core is not None:
+        sub = bool(flags & _SUB_EMAX)
+        if spec.core is nx.exp_core and not accm and same:
+            return (8, int(sub), s0, n, d0, 0, 0)
+        if not sub and same and (row := tabled(spec.core)) >= 0:
+            return (12, row, s0, n, d0, accm, 0)
+        return None
+    if spec.form is CvoForm.REDUCE_SUM:
+        return (1, 0, s0, n, d0, accm, 0)
+    if spec.form is CvoForm.LOAD_SCALAR:
+        return (2, 0, s0, n, 0, 0, 0)
+    return None
 
 
 def _arith(ops: _Operands, spec: CvoSpec, ins: Instr) -> Callable[[], Work]:
@@ -145,9 +197,6 @@ def _arith(ops: _Operands, spec: CvoSpec, ins: Instr) -> Callable[[], Work]:
         cvo(op, x.copy() if shifted else x, d, d, s, accm, *lut)
         return work
 
-    if ops.numba and ops.out_n == ops.n:
-        sop = -3 if bias else (-2 if recip else -1)
-        arith.fuse = ((0, sop if fixed is None else fixed, ops.s0, ops.n, ops.d0, int(accm), 0), work)
     return arith
 
 
@@ -164,10 +213,6 @@ def _transcendental(ops: _Operands, core: Callable[[np.ndarray], np.ndarray], su
         store(core(a), d, d, accm, *lut)
         return work
 
-    if ops.numba and core is nx.exp_core and not accm and ops.out_n == ops.n:
-        trans.fuse = ((8, int(sub), ops.s0, ops.n, ops.d0, 0, 0), work)  # `_nbblock._exp_row`
-    elif ops.numba and not sub and ops.out_n == ops.n and (row := tabled(core)) >= 0:
-        trans.fuse = ((12, row, ops.s0, ops.n, ops.d0, int(accm), 0), work)  # core(x) from `TLUT`
     return trans
 
 
@@ -190,8 +235,6 @@ def _reduce_sum(ops: _Operands) -> Callable[[], Work]:
         word[1:] = _ZEROS7
         return work
 
-    if ops.numba:
-        red_sum.fuse = ((1, 0, ops.s0, ops.n, ops.d0, int(accm), 0), work)
     return red_sum
 
 
@@ -217,8 +260,6 @@ def _load_scalar(ops: _Operands) -> Callable[[], Work]:  # S <- element len - 1 
         sim.s_reg = np.uint16(x[n - 1])
         return work
 
-    if ops.numba:
-        load_scalar.fuse = ((2, 0, ops.s0, n, 0, 0, 0), work)
     return load_scalar
 
 

@@ -1,0 +1,51 @@
+"""`npukit.targets.pccx.fast.fastcvo.compile_cvo`: a CVO that runs as a row of the fused runs gets its
+closure (L2 views, kernels) on its first call as a single step, not when its program is compiled; run
+step by step, every one equals the reference Simulator (the definition) bit for bit."""
+
+import pytest
+
+from npukit.targets.pccx import asm
+from npukit.targets.pccx.fast import fastcvo, kernels
+from npukit.targets.pccx.fast.fastsim import FastSimulator
+from npukit.targets.pccx.sim import Simulator
+
+from .test_fastsim import _assert_same, _setup, _state
+
+LINES = ["cvo.square src=0x10 dst=0x20 len=40 flags=0",
+         "cvo.reduce_sum src=0x20 dst=0x30 len=40 flags=0",
+         "cvo.scale src=0x10 dst=0x11 len=37 flags=recip_scale",  # shifted overlap
+         "cvo.reduce_sum src=0x11 dst=0x31 len=33 flags=accm",
+         "cvo.load_scalar src=0x12 dst=0x12 len=5 flags=0",
+         "cvo.relu_bias src=0x50 dst=0x51 len=30 flags=accm",
+         "cvo.reduce_max src=0x70 dst=0x70 len=9 flags=0",  # no row: made when compiled
+         "cvo.exp src=0x10 dst=0x20 len=24 flags=sub_emax",
+         "cvo.exp src=0x10 dst=0x28 len=24 flags=accm",  # no row (the exponent's row has no accm)
+         "cvo.gelu src=0x40 dst=0x48 len=30 flags=0",
+         "cvo.tanh src=0x40 dst=0x50 len=30 flags=accm",
+         "cvo.mul src=0x60 dst=0x61 len=25 flags=0",
+         "cvo.rsqrt src=0x62 dst=0x64 len=12 flags=0"]
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="fused runs are a numba-backend path")
+def test_fused_cvos_get_their_closure_on_their_first_single_call(monkeypatch):
+    made = []  # the CVOs whose closure was made (`_Operands.of`: its L2 views)
+    of = fastcvo._Operands.of
+    monkeypatch.setattr(fastcvo._Operands, "of",
+                        classmethod(lambda cls, sim, ins, work: made.append(ins) or of(sim, ins, work)))
+    words = asm.assemble("\n".join(LINES))
+    ref, fast = Simulator(), FastSimulator(backend="numba")
+    for sim in (ref, fast):
+        _setup(sim, 5, [])
+        sim.load_program(words)
+    rows = [getattr(step, "fuse", None) is not None for step in fast._plan]
+    assert rows.count(False) == 2 and not rows[6] and not rows[8]  # reduce_max, accm exp
+    assert len(made) == 2  # compiled: only the two without a row have their closure
+    for _ in LINES:
+        assert fast.step() == ref.step()
+        _assert_same(_state(fast), _state(ref))
+    assert len(made) == len(LINES)  # each of the others by its first single call
+    for sim in (ref, fast):
+        sim.load_program(words)
+    assert fast.run() == ref.run()  # again, as a fused run (its closures made)
+    _assert_same(_state(fast), _state(ref))
+    assert len(made) == len(LINES)
