@@ -94,8 +94,12 @@ def _link_fifos(kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems):  
 
 
 def _link(prog: _Program) -> None:
-    c = prog.cols
-    _link_fifos(prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems)
+    c, call = prog.cols, prog.linker
+    if call is None or call.args[0] is not prog.kind or call.args[-1] is not c.fifo_elems \
+            or call.args[-2] is not c.fifo:  # (new columns: the entry point typed for them)
+        call = prog.linker = timing_job.BoundCall(_link_fifos, (
+            prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems))
+    call()
 
 
 def _run_job(prog: _Program, job: timing_job.Job, label: Callable[[int], str],
@@ -118,6 +122,7 @@ class _Program:
                  sfu: np.ndarray) -> None:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
         self.job: timing_job.Job | None = None  # the loop's tables and buffers, kept between runs
+        self.linker: timing_job.BoundCall | None = None  # `_link_fifos` on these columns (`_link`)
 
 
 # The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, stream, ...) are made from: a
