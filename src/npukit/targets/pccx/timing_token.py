@@ -313,6 +313,7 @@ class TokenTimer:
         prog.works = works
         if not at:
             return
+        _pause()
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         rows = self._rows_by_id
@@ -320,8 +321,10 @@ class TokenTimer:
         known = [h is not None and h[0] is w for h, w in zip(map(rows.get, map(id, new)), new, strict=True)]
         kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
         same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
+        _pause()
         if same:
             heads = self._heads(new if len(same) == len(at) else [works[i] for i in same])
+            _pause()
             _put_numbers(prog, np.array(same, np.int64), heads.T)
             if len(same) == len(at):
                 return
@@ -336,6 +339,13 @@ class TokenTimer:
         _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+def _pause() -> None:
+    """Let a thread waiting for the GIL take it (`_patch`, on the timing thread, holds it for ~0.75 ms a
+    decode token at hidden 1024 in pieces of ~0.2: the executor's thread, back from a compiled call,
+    would wait for all of it, up to the interpreter's 5 ms switch interval)."""
+    time.sleep(0)
 
 
 def _first_of(keys: list[tuple], works: list[Work], known: list) -> dict[tuple, Work]:
