@@ -9,10 +9,10 @@ functional simulation only). Two costs of the timing model are measured on the s
 * **per token in the driver** — what `PccxDriver.step` itself spends timing the token
   (`TokenTimer.time`: the rows of the Works that changed since the previous token, the FIFO links,
   the compiled event loop; the token's cycles), clocked around that call as the driver makes it, plus
-  the seconds its compiled loop then takes on the timing thread (`TimedRun.background_s`; the driver
-  lets it run beside the next token, here it is waited for);
-* **the same in CPU time** — this thread's CPU seconds in `TokenTimer.time` plus the timing thread's in
-  its compiled loop (`TimedRun.background_cpu_s`), against the process CPU seconds of the executor's
+  the seconds the timing thread then takes on it (the rows' patch, the FIFO links, the tables, the
+  loop: `TimedRun.background_s`; the driver lets it run beside the next token, here it is waited for);
+* **the same in CPU time** — this thread's CPU seconds in `TokenTimer.time` plus the timing thread's on
+  the token (`TimedRun.background_cpu_s`), against the process CPU seconds of the executor's
   part of the token (program loads, runs, host KV steps): on a loaded machine the wall figures carry
   the time slices other processes took (a token's timing is ~1 ms, a slice several), these do not;
 * **full schedule from scratch** — ``simulate_works(drv.hw, works)`` on the token's Work list
@@ -67,7 +67,7 @@ def driver() -> PccxDriver:
 
 def clock_timer(drv: PccxDriver) -> tuple[list[float], list[float]]:
     """Clock every `TokenTimer.time` call the driver makes: the wall seconds of each, and the CPU
-    seconds (this thread's in the call, the timing thread's in its compiled loop), in the lists returned."""
+    seconds (this thread's in the call, the timing thread's on the token), in the lists returned."""
     spent: list[float] = []
     cpu: list[float] = []
     drv.timer.settle()  # a run timed before (not clocked) is not waited for inside a clocked call

@@ -177,3 +177,56 @@ def test_warm_loads_the_refresh_pass_for_the_jobs_types_and_writes_nothing():
     assert len(timing_job._derive.overloads) == loaded
     job.loop()
     assert dump(job.done().result(ops)) == dump(Sim(m, ops).run())
+
+
+def test_refresh_rebuilds_the_queues_when_an_op_changes_engine_or_stream(monkeypatch):
+    """`_derive` says whether an op moved to another engine or stream queue (its compiled pass compares
+    each op with the queues the job was built for): the job is then rebuilt, else it is not, and either
+    way the schedule is the readable loop's."""
+    from .test_timing_fast import Machine, Op, Resource, Stream
+
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0),),
+                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
+
+    def program(moved: str, streamed: int) -> list:
+        return [Op(index=i, engine=moved if i == 3 else "ab"[i % 2], label="", cycles=3.0 + i, path=("r",),
+                   xfer_bytes=1.0 + i, stream="s" if i % 4 == streamed else None,
+                   stream_bytes=20.0 if i % 4 == streamed else 0.0, is_async=i % 2 == 0,
+                   reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(8)]
+
+    plan = timing_fast.Plan.of(m)
+    job = timing_job.Job(plan, columns(plan, program("b", 0)))
+    job.loop()
+    job.done()
+    rebuilt = []
+    real = timing_job.Job._rebuild
+    monkeypatch.setattr(timing_job.Job, "_rebuild", lambda self, *a: rebuilt.append(1) or real(self, *a))
+    for moved, streamed, rebuilds in (("b", 0, 0), ("a", 0, 1), ("a", 0, 1), ("a", 1, 2), ("a", 1, 2)):
+        ops = program(moved, streamed)
+        fresh = columns(plan, ops)
+        for f in dataclasses.fields(fresh):
+            np.copyto(getattr(job.cols, f.name), getattr(fresh, f.name))
+        job.refresh()
+        assert len(rebuilt) == rebuilds, (moved, streamed)
+        job.loop()
+        assert dump(job.done().result(ops)) == dump(Sim(m, ops).run())
+
+
+def test_a_bound_call_goes_through_the_entry_point_once_compiled():
+    """`BoundCall` calls the dispatcher until an overload for its arguments exists, then that overload's
+    entry point, with the same result."""
+    out = np.zeros(3)
+    call = timing_job.BoundCall(timing_job._derive, ())  # (no overload of an empty signature)
+    assert call.entry is None
+    ops = [np.ones(3), np.ones(3), np.zeros(3, np.int64), np.ones(1), np.zeros((1, 1), np.int64),
+           np.ones(1, np.int64), np.full(3, -1, np.int64), np.zeros(3), np.full(3, -1, np.int64),
+           np.zeros(3, np.bool_), np.zeros(3), np.zeros(3)]
+    tables = [out, np.zeros(3), np.zeros(3), np.zeros(3), np.zeros((3, 1), np.int64), np.zeros(3, np.int64),
+              np.zeros(3), np.zeros(3, np.int64), np.zeros(3), np.zeros(3, np.bool_)]
+    same = [np.zeros(3, np.int64), np.zeros(3, np.int64), np.full(3, -1, np.int64)]
+    call = timing_job.BoundCall(timing_job._derive, (*ops, *tables, *same))
+    first = call()
+    assert call.entry is not None and call.entry is timing_job.entry_of(timing_job._derive, call.args)
+    assert first is False and call() is False and np.array_equal(out, np.ones(3))
+    same[1][2] = 1  # op 2 was on engine 1
+    assert call() is True

@@ -32,8 +32,12 @@ _LOW = 1 - 1e-6  # `timing_fast._static`'s bandwidth-bound threshold factor (the
 
 @nb.njit(cache=True, nogil=True, error_model="numpy")
 def _derive(cycles, xfer, pid, narrow, rows, lens, sidx, sbr, fifo, isasync, depth, elems,
-            cap, xcap, xlow, nominal, path, plen, sb, link, full, haswork):  # pragma: no cover - numba
-    """`timing_fast._static`'s per-op tables, written in place (the same IEEE operations per op)."""
+            cap, xcap, xlow, nominal, path, plen, sb, link, full, haswork, eng, eng_was,
+            stream_was):  # pragma: no cover - numba
+    """`timing_fast._static`'s per-op tables, written in place (the same IEEE operations per op), and
+    whether an op moved to another engine or stream queue since ``eng_was`` and ``stream_was``
+    (`_stream_of` as the job's queues were built)."""
+    moved = False
     for p in range(cycles.shape[0]):
         c = _INF
         if cycles[p] > 0:
@@ -57,6 +61,10 @@ def _derive(cycles, xfer, pid, narrow, rows, lens, sidx, sbr, fifo, isasync, dep
             lk, fl = pr, depth[p] / elems[p]
         link[p], full[p] = lk, fl
         haswork[p] = cycles[p] != 0 or xfer[p] != 0 or s != 0 or lk >= 0
+        queue = sidx[p] if sidx[p] >= 0 and sbr[p] > 0 else -1
+        if eng[p] != eng_was[p] or queue != stream_was[p]:
+            moved = True
+    return moved
 
 
 class Job(Pending):
@@ -69,6 +77,7 @@ class Job(Pending):
         self.generation = 0
         self._paths = -1  # how many of the plan's paths the path tables hold
         self._entry: tuple[tuple, Any] | None = None  # (the args it was typed for, the compiled entry)
+        self._derive_call: BoundCall | None = None  # `_derive` on this job's arrays (new path tables: anew)
         self._snapshot()
 
     def loop(self) -> None:
@@ -128,7 +137,7 @@ class Job(Pending):
         c, C = self.cols, self.C
         return (c.cycles, c.xfer, c.path, narrow, rows, lens, c.sidx, c.sbr, c.fifo, c.isasync,
                 c.fifo_depth, c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen, C.sb,
-                C.link, C.full, C.haswork)
+                C.link, C.full, C.haswork, C.eng, self._eng, self._streams)
 
     def refresh(self) -> None:
         """Ready the job for a run of its patched columns (as a new `Pending` on them would be)."""
@@ -144,11 +153,15 @@ class Job(Pending):
             self._lens = np.array([len(r) for r in rows], np.int64)
             self._narrow = np.array(plan.narrow[:n], np.float64)
             self._paths = n
+            self._derive_call = None
         if self._rows.shape[1] != C.path.shape[1]:  # a longer path than the tables were made for
             self._rebuild()
             return
-        _derive(*self._derive_args(self._narrow, self._rows, self._lens))
-        if not np.array_equal(C.eng, self._eng) or not np.array_equal(_stream_of(C), self._streams):
+        derive = self._derive_call
+        if derive is None:
+            args = self._derive_args(self._narrow, self._rows, self._lens)
+            derive = self._derive_call = BoundCall(_derive, args)
+        if derive():
             self._rebuild()  # an op moved to another engine or stream: the queues again
             return
         for a, value, init in self._state:
@@ -175,15 +188,37 @@ class Job(Pending):
 
 
 def _entry_point(args: tuple) -> Any:
-    """`timing_nb.run`'s compiled entry point for ``args``' types (what its dispatcher would pick: the
+    """`timing_nb.run`'s compiled entry point for ``args``' types (`entry_of`)."""
+    return entry_of(nbl.run, args)
+
+
+def entry_of(fn: Any, args: tuple) -> Any:
+    """Compiled function ``fn``'s entry point for ``args``' types (what its dispatcher would pick: the
     overload of exactly those types), or None when none is compiled yet. The entry point unboxes its
     arguments as that overload's types and releases the GIL as the dispatcher's call does."""
-    run = nbl.run
-    if not hasattr(run, "overloads"):  # (a plain function: numba's JIT disabled)
+    if not hasattr(fn, "overloads"):  # (a plain function: numba's JIT disabled)
         return None
-    sig = tuple(run.typeof_pyval(a) for a in args)
-    hit = run.overloads.get(sig)
+    hit = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in args))
     return None if hit is None else hit.entry_point
+
+
+class BoundCall:
+    """Compiled function ``fn`` called again and again on one tuple of arrays (written in place between
+    calls) through the entry point of their types, found once: the dispatcher types every array on
+    every call (~2 µs each, holding the GIL; `_derive`'s 25 arrays cost 60 µs a decode token on the
+    timing thread). Until ``fn`` has an overload for them, the dispatcher (which compiles it)."""
+
+    __slots__ = ("args", "entry", "fn")
+
+    def __init__(self, fn: Any, args: tuple) -> None:
+        self.fn, self.args, self.entry = fn, args, entry_of(fn, args)
+
+    def __call__(self) -> Any:
+        if self.entry is None:
+            out = self.fn(*self.args)
+            self.entry = entry_of(self.fn, self.args)
+            return out
+        return self.entry(*self.args)
 
 
 def _stream_of(C: nbl.OpTable) -> np.ndarray:

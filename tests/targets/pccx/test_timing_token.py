@@ -133,6 +133,39 @@ def test_the_timing_thread_gives_the_in_line_schedules():
     assert all(b for _, b in runs[True][:2]) and not any(b for _, b in runs[False][:2])
 
 
+def test_the_rows_are_patched_on_the_timing_thread_beside_remember(monkeypatch):
+    """A run's rows are patched on the timing thread (`TokenTimer._timed`), not on the caller's, and a
+    `remember` of other Works meanwhile (a program built ahead) shares the row caches under the timer's
+    lock: every record's cycles are still the readable model's, the thread's seconds are counted."""
+    import threading
+
+    from npukit.targets.pccx import timing_token
+
+    where = []
+    real = timing_token.TokenTimer._patch
+
+    def patch(self, prog, works):
+        where.append(threading.current_thread() is threading.main_thread())
+        return real(self, prog, works)
+
+    monkeypatch.setattr(timing_token.TokenTimer, "_patch", patch)
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    m = machine(drv.hw)
+    drv.prefill([2, 3, 5])
+    runs = []
+    for tok in (4, 9, 4, 11, 13, 6, 8):
+        drv.step(tok)
+        runs.append(list(drv.last_works))
+        drv.timer.remember(runs[0])  # (Works seen before: their rows looked up while a run may be patched)
+    drv.timer.settle()
+    assert where and not any(where)
+    for rec, works in zip(drv.records[-len(runs):], runs, strict=True):
+        assert rec.cycles == Sim(m, to_ops(drv.hw, works, _OpRecord, renumber=True)).run().cycles
+        assert rec.timed.background_cpu_s > 0
+    drv.close()
+
+
 class _Reads:
     """A Work seen through a recorder: every field `to_ops` reads lands in ``seen``."""
 

@@ -5,16 +5,19 @@ A token's Work records are mostly the very objects of the previous token of the 
 sparse W_down rows change every token). So `TokenTimer` keeps the previous run's op columns per
 program length, finds the positions whose Work object changed (an identity test per op), rewrites
 only those rows (each Work's row cached by identity) and recomputes the GEMV→SFU FIFO links (a
-sequential rule, compiled) before running `npukit.sim.timing_fast.schedule`. The cycles come back at
-once; the `TimingResult` (trace, utilisation) is built only for the runs that ask for it
-(`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable path times, so
-both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.py`).
+sequential rule, compiled) before running `npukit.sim.timing_fast.schedule`; all of it after the run's
+columns were built runs on a timing thread beside the executor's next run (`TokenTimer._timed`). The
+cycles come back when that is done; the `TimingResult` (trace, utilisation) is built only for the runs
+that ask for it (`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable
+path times, so both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.py`).
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import compress
 from operator import attrgetter, eq, is_not
 from typing import Any
@@ -41,18 +44,16 @@ class TimedRun:
     __slots__ = ("_cycles", "_make", "_pending", "_result", "background_cpu_s", "background_s")
 
     def __init__(self, cycles: float | None = None, result: TimingResult | None = None,
-                 make: Callable[..., TimingResult] | None = None, pending: tuple | None = None) -> None:
+                 make: Callable[..., TimingResult] | None = None, pending: Future | None = None) -> None:
         self._cycles, self._result, self._make, self._pending = cycles, result, make, pending
-        self.background_s = 0.0  # seconds its compiled loop took on the timing thread (0: in line)
+        self.background_s = 0.0  # seconds its timing took on the timing thread (0: in line): rows to done
         self.background_cpu_s = 0.0  # and that thread's CPU seconds
 
     @property
     def cycles(self) -> float:
         if self._pending is not None:
-            future, job = self._pending
-            sched = future.result()  # (a TimingError is raised here)
+            sched, self.background_s, self.background_cpu_s = self._pending.result()  # (a TimingError: here)
             self._pending = None
-            self.background_s, self.background_cpu_s = job.loop_s, job.loop_cpu_s
             self._cycles, make = sched.cycles, self._make
             self._make = lambda: make(sched)  # type: ignore[misc]
         return self._cycles  # type: ignore[return-value]
@@ -94,16 +95,19 @@ def _link_fifos(kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems):  
 
 
 def _link(prog: _Program) -> None:
-    c = prog.cols
-    _link_fifos(prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems)
+    c, call = prog.cols, prog.linker
+    if call is None or call.args[0] is not prog.kind or call.args[-1] is not c.fifo_elems \
+            or call.args[-2] is not c.fifo:  # (new columns: the entry point typed for them)
+        call = prog.linker = timing_job.BoundCall(_link_fifos, (
+            prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems))
+    call()
 
 
 def _run_job(prog: _Program, job: timing_job.Job, label: Callable[[int], str],
              patched: bool) -> timing_fast.Schedule:
-    """A program's run on the timing model, on the timing thread (or in line): for a patched program
-    its FIFO links and its job's tables first (0.25 ms a decode token at hidden 1024, compiled and
-    without the GIL), the loop, and the schedule's reading (`Job.done`); `TokenTimer.settle` waits
-    for all of it, before the columns are patched again."""
+    """A program's run on the timing model (`TokenTimer._timed`): for a patched program its FIFO links
+    and its job's tables first (compiled, without the GIL), the loop, and the schedule's reading
+    (`Job.done`)."""
     if patched:
         _link(prog)
         job.refresh()
@@ -118,6 +122,7 @@ class _Program:
                  sfu: np.ndarray) -> None:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
         self.job: timing_job.Job | None = None  # the loop's tables and buffers, kept between runs
+        self.linker: timing_job.BoundCall | None = None  # `_link_fifos` on these columns (`_link`)
 
 
 # The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, stream, ...) are made from: a
@@ -150,10 +155,12 @@ class TokenTimer:
         self._programs: dict[int, _Program] = {}
         self._sfu_depth = float(hw.sfu.fifo_depth)
         # the compiled loop releases the GIL: on a thread of its own it runs beside the next program
-        # run (the executor's Python leaves a core free), instead of in line after this one
+        # run (the executor's Python leaves a core free), instead of in line after this one; the rows'
+        # patch runs there too (`_timed`), while the executor's thread is in its compiled calls
         self.background = background
         self._thread: ThreadPoolExecutor | None = None
         self._last: TimedRun | None = None  # a schedule that may still be running on that thread
+        self._lock = threading.Lock()  # the row caches: patched on that thread, remembered on the caller's
 
     def time(self, works: Sequence[Work]) -> TimedRun:
         if self.plan is None:  # the readable loop (numba missing, or NPUKIT_TIMING=python)
@@ -162,11 +169,10 @@ class TokenTimer:
         self.settle()  # its columns are patched next: the last schedule must be done reading them
         works = list(works)
         prog = self._programs.get(len(works))
-        if prog is None:  # a new length (a new span bucket, a prefill chunk): gathered from the store
-            prog = self._programs[len(works)] = self._build(works)
-        else:
-            self._patch(prog, works)
-        c = prog.cols
+        built = prog is None
+        if built:  # a new length (a new span bucket, a prefill chunk): gathered from the store
+            with self._lock:
+                prog = self._programs[len(works)] = self._build(works)
         hw = self.hw
 
         def label(p: int) -> str:
@@ -177,19 +183,34 @@ class TokenTimer:
                 return simulate_works(hw, works, renumber=True)
             return sched.result(to_ops(hw, works, _OpRecord, renumber=True))
 
-        job = prog.job
+        if not self.background:
+            sched = self._timed(prog, works, label, built)[0]
+            return TimedRun(sched.cycles, make=lambda: make(sched))
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
+        future = self._thread.submit(self._timed, prog, works, label, built)
+        run = self._last = TimedRun(make=make, pending=future)
+        return run
+
+    def _timed(self, prog: _Program, works: list[Work], label: Callable[[int], str],
+               built: bool) -> tuple[timing_fast.Schedule, float, float]:
+        """Time ``works`` on ``prog`` (just ``built`` from them, or patched here): on the timing thread,
+        or in line. The rows are patched here, not on the executor's thread: their Python (~0.5 ms a
+        decode token at hidden 1024) then runs while that thread is inside its compiled calls (which
+        release the GIL), not before its next one. `TokenTimer.settle` waits for all of it before the
+        columns are patched again; the row caches are shared with `remember` (the executor's thread),
+        under ``_lock``. Returns the schedule, and this call's wall and thread CPU seconds."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if not built:
+            with self._lock:
+                self._patch(prog, works)
+        c, job = prog.cols, prog.job
         fresh = job is None or job.cols is not c or job.lean != self.lean
         if fresh:
             _link(prog)
             job = prog.job = timing_job.Job(self.plan, c, lean=self.lean)
-        if not self.background:
-            sched = _run_job(prog, job, label, not fresh)
-            return TimedRun(sched.cycles, make=lambda: make(sched))
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
-        run = self._last = TimedRun(make=make, pending=(
-            self._thread.submit(_run_job, prog, job, label, not fresh), job))
-        return run
+        sched = _run_job(prog, job, label, not fresh)
+        return sched, time.perf_counter() - t0, time.thread_time() - c0
 
     def settle(self) -> None:
         """Wait for the schedule still running on the timing thread, if any (its cycles are then known)."""
@@ -216,7 +237,9 @@ class TokenTimer:
         so that run's `time` finds them cached. A build hands a CVO's record twice (as compiled and in
         its fused table): each object's row is made once (a store slot and a content key per object)."""
         if self.plan is not None and works:
-            self._rows(list({id(w): w for w in works}.values()))
+            unique = list({id(w): w for w in works}.values())
+            with self._lock:  # (the timing thread may be patching a run's rows from the same caches)
+                self._rows(unique)
 
     # ---- rows -------------------------------------------------------------------------------------
     def _head(self, w: Work, o: Any) -> tuple:
@@ -292,6 +315,7 @@ class TokenTimer:
         prog.works = works
         if not at:
             return
+        _pause()
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         rows = self._rows_by_id
@@ -299,8 +323,10 @@ class TokenTimer:
         known = [h is not None and h[0] is w for h, w in zip(map(rows.get, map(id, new)), new, strict=True)]
         kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
         same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
+        _pause()
         if same:
             heads = self._heads(new if len(same) == len(at) else [works[i] for i in same])
+            _pause()
             _put_numbers(prog, np.array(same, np.int64), heads.T)
             if len(same) == len(at):
                 return
@@ -315,6 +341,13 @@ class TokenTimer:
         _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+def _pause() -> None:
+    """Let a thread waiting for the GIL take it (`_patch`, on the timing thread, holds it for ~0.75 ms a
+    decode token at hidden 1024 in pieces of ~0.2: the executor's thread, back from a compiled call,
+    would wait for all of it, up to the interpreter's 5 ms switch interval)."""
+    time.sleep(0)
 
 
 def _first_of(keys: list[tuple], works: list[Work], known: list) -> dict[tuple, Work]:
