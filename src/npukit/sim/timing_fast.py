@@ -227,21 +227,28 @@ class Schedule:
         with gc_paused():
             return self._result(ops)
 
-    def _result(self, ops: Sequence[Any]) -> TimingResult:
+    def engines(self) -> dict[str, EngineStats]:
+        """The per-engine figures of `result` alone (busy, idle, stalls): they need no op records."""
+        if self.times_only:
+            raise ValueError("a lean run's schedule holds its times only: run it again in full")
         plan, a, t, total = self.plan, self.a, self.t, self.cycles
-        reasons = plan.reasons
-        issue, start, end, busy = (a[k].tolist() for k in ("issue", "start", "end", "busy"))
-        ostall = _stall_dicts(a["o_st"], a["o_first"], reasons)
-        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
-                        dict(o.args)) for p, o in enumerate(ops)]
         e_busy, e_idle = a["e_busy"].tolist(), a["e_idle"].tolist()
         q_len = a["q_len"]
         for e in range(len(plan.cores)):
             if q_len[e] == 0:  # idle at every step: the same sums, in the same order, as t itself
                 e_idle[e] = t
-        estall = _stall_dicts(a["e_st"], a["e_first"], reasons)
-        engines = {name: EngineStats(name, e_busy[e], e_idle[e] + max(0.0, total - t), estall[e])
-                   for e, name in enumerate(plan.cores)}
+        estall = _stall_dicts(a["e_st"], a["e_first"], plan.reasons)
+        return {name: EngineStats(name, e_busy[e], e_idle[e] + max(0.0, total - t), estall[e])
+                for e, name in enumerate(plan.cores)}
+
+    def _result(self, ops: Sequence[Any]) -> TimingResult:
+        plan, a, total = self.plan, self.a, self.cycles
+        reasons = plan.reasons
+        issue, start, end, busy = (a[k].tolist() for k in ("issue", "start", "end", "busy"))
+        ostall = _stall_dicts(a["o_st"], a["o_first"], reasons)
+        res = [OpTiming(o.index, o.engine, o.label, issue[p], start[p], end[p], busy[p], ostall[p],
+                        dict(o.args)) for p, o in enumerate(ops)]
+        engines = self.engines()
         t0, t1 = a["fetch_t0"].tolist(), a["fetch_t1"].tolist()
         fetches = [Fetch(o.stream, o.index, t0[p], t1[p], o.stream_bytes)
                    for p, o in enumerate(ops) if o.stream is not None and o.stream_bytes > 0]

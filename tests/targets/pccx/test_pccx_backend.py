@@ -229,3 +229,50 @@ def test_executor_trace_keeps_the_last_run_only():
         assert trace == bare.dev.trace[-len(trace):]
     assert len(bare.dev.trace) > 6 * len(trace)  # (the unbounded one kept every run)
     be.close()
+
+
+@pytest.mark.parametrize("new_tokens", [1, 4])
+def test_stats_figures_equal_the_full_schedules(new_tokens, monkeypatch):
+    """The end-of-run figures (utilisation, weight stall, bottleneck) read the last run's engines
+    alone (`TimedRun.engines`: the compiled loop again, in full, on the timer's columns) instead of its
+    whole schedule; for a 1-token run that run is the prompt's chunk. They equal the figures made the
+    old way, from the full `TimingResult` (`simulate_works` on the run's Work records), and a run
+    whose columns a later run of its length has since rewritten falls back to that full schedule."""
+    from types import SimpleNamespace
+
+    from npukit.runtime.generate import generate
+    from npukit.targets.pccx.backend import Gemma3nPccx
+    from npukit.targets.pccx.timing import simulate_works
+    from npukit.targets.pccx.timing_token import TimedRun
+
+    weights = synthetic_weights(Gemma3nConfig.from_hf(RING_CFG), seed=6)
+
+    def run() -> tuple[Gemma3nPccx, dict, list]:
+        be = Gemma3nPccx(SimpleNamespace(weights=weights))
+        works, real_step = [], be.step
+
+        def step(tok):
+            out = real_step(tok)
+            works.append(list(be.drv.last_works))
+            return out
+
+        be.step = step
+        generate(be, [2, 3, 4], new_tokens)
+        return be, be.stats(), works
+
+    be, stats, works = run()
+    assert be.drv.records[-1].timed._result is None  # (the figures did not need the full schedule)
+    with monkeypatch.context() as m:  # the old way: every figure from the full schedule
+        m.setattr(TimedRun, "engines", lambda self: self.result().engines)
+        old_be, old, _ = run()
+    drop = ("setup_seconds", "compile")  # (wall-clock seconds)
+    assert {k: v for k, v in stats.items() if k not in drop} == \
+        {k: v for k, v in old.items() if k not in drop}
+    last = simulate_works(be.drv.hw, be.drv.last_works, renumber=True)
+    util = {k: v["value"] for k, v in stats["figures"].items() if k.startswith("util_")}
+    assert util == {f"util_{n}": e.busy / last.cycles for n, e in last.engines.items()} and len(util) > 1
+    assert be.drv.records[-1].phase == ("prefill" if new_tokens == 1 else "decode")
+    for r, w in zip(be.drv.records[1:-1], works[:-1], strict=True):  # columns since rewritten: fallback
+        assert r.timed.engines() == simulate_works(be.drv.hw, w, renumber=True).engines
+    be.close()
+    old_be.close()

@@ -10,6 +10,9 @@ columns were built runs on a timing thread beside the executor's next run (`Toke
 cycles come back when that is done; the `TimingResult` (trace, utilisation) is built only for the runs
 that ask for it (`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable
 path times, so both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.py`).
+The end-of-run figures need only its per-engine sums (`TimedRun.engines`): the compiled loop runs the
+last run's columns again in full, without the op records (~10 ms against ~0.1 s for a prompt chunk's
+schedule).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numba as nb
 import numpy as np
 
 from npukit.sim import compile_report, timing_fast, timing_job
-from npukit.sim.timing import TimingResult
+from npukit.sim.timing import EngineStats, TimingResult
 from npukit.sim.work import Work
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.timing import _OpRecord, machine, simulate_works, to_ops
@@ -41,11 +44,15 @@ class TimedRun:
     """One program run on the timing model: its ``cycles`` (waited for while its schedule still runs on
     the timing thread), its full `TimingResult` on request (``result``; built once, then kept)."""
 
-    __slots__ = ("_cycles", "_make", "_pending", "_result", "background_cpu_s", "background_s")
+    __slots__ = ("_cycles", "_engines", "_make", "_make_engines", "_pending", "_result", "background_cpu_s",
+                 "background_s")
 
     def __init__(self, cycles: float | None = None, result: TimingResult | None = None,
-                 make: Callable[..., TimingResult] | None = None, pending: Future | None = None) -> None:
+                 make: Callable[..., TimingResult] | None = None, pending: Future | None = None,
+                 make_engines: Callable[..., dict[str, EngineStats] | None] | None = None) -> None:
         self._cycles, self._result, self._make, self._pending = cycles, result, make, pending
+        self._make_engines = make_engines  # the engines alone, from the schedule (None: not possible now)
+        self._engines: dict[str, EngineStats] | None = None
         self.background_s = 0.0  # seconds its timing took on the timing thread (0: in line): rows to done
         self.background_cpu_s = 0.0  # and that thread's CPU seconds
 
@@ -54,9 +61,23 @@ class TimedRun:
         if self._pending is not None:
             sched, self.background_s, self.background_cpu_s = self._pending.result()  # (a TimingError: here)
             self._pending = None
-            self._cycles, make = sched.cycles, self._make
+            self._cycles, make, engines = sched.cycles, self._make, self._make_engines
             self._make = lambda: make(sched)  # type: ignore[misc]
+            if engines is not None:
+                self._make_engines = lambda: engines(sched)
         return self._cycles  # type: ignore[return-value]
+
+    def engines(self) -> dict[str, EngineStats]:
+        """The result's per-engine figures (what the utilisation figures read), without its op records
+        where the timer can still make them from this run's columns (`TokenTimer.time`): the same
+        compiled loop, in full, on the same columns, so the same sums bit for bit; else `result`'s."""
+        if self._result is not None:
+            return self._result.engines
+        if self._engines is None:
+            _ = self.cycles  # the schedule, if still on the timing thread
+            got = self._make_engines() if self._make_engines is not None else None
+            self._engines = got if got is not None else self.result().engines
+        return self._engines
 
     def result(self) -> TimingResult:
         if self._result is None:
@@ -183,13 +204,21 @@ class TokenTimer:
                 return simulate_works(hw, works, renumber=True)
             return sched.result(to_ops(hw, works, _OpRecord, renumber=True))
 
+        def engines(sched: timing_fast.Schedule) -> dict[str, EngineStats] | None:
+            if not timing_job.stale(sched):
+                return sched.engines()
+            self.settle()  # (a later run of this length may still be patching or reading the columns)
+            if prog.works is not works:  # the columns hold a later run's rows now
+                return None
+            return timing_fast.schedule(self.plan, prog.cols, label).engines()  # in full: the sums
+
         if not self.background:
             sched = self._timed(prog, works, label, built)[0]
-            return TimedRun(sched.cycles, make=lambda: make(sched))
+            return TimedRun(sched.cycles, make=lambda: make(sched), make_engines=lambda: engines(sched))
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
         future = self._thread.submit(self._timed, prog, works, label, built)
-        run = self._last = TimedRun(make=make, pending=future)
+        run = self._last = TimedRun(make=make, make_engines=engines, pending=future)
         return run
 
     def _timed(self, prog: _Program, works: list[Work], label: Callable[[int], str],
