@@ -162,3 +162,27 @@ def test_gemv_p4_builds_equal_the_reference_on_views(m: int, k: int, view: str) 
         assert kern(nx.to_bits(x), packed, scale, dst, False, np.zeros(k + 16, np.int8), kx.LUT32,
                     kx.LUT64) == 0
         np.testing.assert_array_equal(dst, want, err_msg=str(kern))
+
+
+def test_row_pass_prefetches_whole_passes_at_least_8_kib_on() -> None:
+    """`nb_simd.pass_ahead`: a whole number of `ROWS`-row passes, at least one, as many as fit in
+    `PREFETCH_AHEAD` bytes; 512-byte rows (K = 1024) 8 KiB on rather than one 2 KiB pass. Runs the
+    LLVM the row passes emit (plain integer IR: no SIMD needed)."""
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def ahead(typingctx, stride):  # pragma: no cover - numba
+        def codegen(context, builder, signature, args):
+            return nb_simd.pass_ahead(builder, args[0])
+
+        return types.intp(types.intp), codegen
+
+    run = njit(lambda s: ahead(s))
+    one_pass = {s: nb_simd.ROWS * s for s in (64, 512, 1024, 2048, 3000, 4096)}
+    for stride, one in one_pass.items():
+        got = int(run(stride))
+        assert got % one == 0 and got >= one and (got <= nb_simd.PREFETCH_AHEAD or got == one), stride
+        assert got + one > nb_simd.PREFETCH_AHEAD, stride  # no further whole pass would fit
+    assert int(run(512)) == 8192 and int(run(4096)) == 4 * 4096 and int(run(3000)) == 12000
+    assert int(run(0)) == 0  # a broadcast view: no division by zero
