@@ -164,10 +164,10 @@ def test_gemv_p4_builds_equal_the_reference_on_views(m: int, k: int, view: str) 
         np.testing.assert_array_equal(dst, want, err_msg=str(kern))
 
 
-def test_row_pass_prefetches_whole_passes_at_least_8_kib_on() -> None:
-    """`nb_simd.pass_ahead`: a whole number of `ROWS`-row passes, at least one, as many as fit in
-    `PREFETCH_AHEAD` bytes; 512-byte rows (K = 1024) 8 KiB on rather than one 2 KiB pass. Runs the
-    LLVM the row passes emit (plain integer IR: no SIMD needed)."""
+def test_short_row_passes_prefetch_8_kib_on_long_ones_the_next_pass() -> None:
+    """`nb_simd.pass_ahead`: a whole number of `ROWS`-row passes; a pass shorter than `LONG_PASS` as
+    many as fit in `PREFETCH_AHEAD` bytes (512-byte rows, K = 1024: 8 KiB on rather than one 2 KiB
+    pass), a longer one the next pass. Runs the LLVM the row passes emit (plain integer IR)."""
     from numba import njit, types
     from numba.extending import intrinsic
 
@@ -179,10 +179,12 @@ def test_row_pass_prefetches_whole_passes_at_least_8_kib_on() -> None:
         return types.intp(types.intp), codegen
 
     run = njit(lambda s: ahead(s))
-    one_pass = {s: nb_simd.ROWS * s for s in (64, 512, 1024, 2048, 3000, 4096)}
-    for stride, one in one_pass.items():
-        got = int(run(stride))
-        assert got % one == 0 and got >= one and (got <= nb_simd.PREFETCH_AHEAD or got == one), stride
-        assert got + one > nb_simd.PREFETCH_AHEAD, stride  # no further whole pass would fit
-    assert int(run(512)) == 8192 and int(run(4096)) == 4 * 4096 and int(run(3000)) == 12000
+    for stride in (64, 256, 512, 700, 1000, 1024, 2048, 3000, 4096):
+        one, got = nb_simd.ROWS * stride, int(run(stride))
+        assert got % one == 0 and got >= one, stride
+        if one < nb_simd.LONG_PASS:
+            assert got <= nb_simd.PREFETCH_AHEAD < got + one, stride  # no further whole pass fits
+        else:
+            assert got == one, stride
+    assert (int(run(512)), int(run(256)), int(run(1024)), int(run(4096))) == (8192, 8192, 4096, 16384)
     assert int(run(0)) == 0  # a broadcast view: no division by zero
