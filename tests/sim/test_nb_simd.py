@@ -162,3 +162,29 @@ def test_gemv_p4_builds_equal_the_reference_on_views(m: int, k: int, view: str) 
         assert kern(nx.to_bits(x), packed, scale, dst, False, np.zeros(k + 16, np.int8), kx.LUT32,
                     kx.LUT64) == 0
         np.testing.assert_array_equal(dst, want, err_msg=str(kern))
+
+
+def test_short_row_passes_prefetch_8_kib_on_long_ones_the_next_pass() -> None:
+    """`nb_simd.pass_ahead`: a whole number of `ROWS`-row passes; a pass shorter than `LONG_PASS` as
+    many as fit in `PREFETCH_AHEAD` bytes (512-byte rows, K = 1024: 8 KiB on rather than one 2 KiB
+    pass), a longer one the next pass. Runs the LLVM the row passes emit (plain integer IR)."""
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def ahead(typingctx, stride):  # pragma: no cover - numba
+        def codegen(context, builder, signature, args):
+            return nb_simd.pass_ahead(builder, args[0])
+
+        return types.intp(types.intp), codegen
+
+    run = njit(lambda s: ahead(s))
+    for stride in (64, 256, 512, 700, 1000, 1024, 2048, 3000, 4096):
+        one, got = nb_simd.ROWS * stride, int(run(stride))
+        assert got % one == 0 and got >= one, stride
+        if one < nb_simd.LONG_PASS:
+            assert got <= nb_simd.PREFETCH_AHEAD < got + one, stride  # no further whole pass fits
+        else:
+            assert got == one, stride
+    assert (int(run(512)), int(run(256)), int(run(1024)), int(run(4096))) == (8192, 8192, 4096, 16384)
+    assert int(run(0)) == 0  # a broadcast view: no division by zero

@@ -99,14 +99,35 @@ def one_row_codegen(rows_fn):
     return codegen
 
 
+PREFETCH_AHEAD = 8192  # bytes: a short row pass prefetches whole passes this far on (`pass_ahead`)
+LONG_PASS = 4096  # bytes: a pass at least this long prefetches the next pass only
+
+
+def pass_ahead(builder, stride):
+    """How far on a `ROWS`-row pass prefetches: a pass shorter than `LONG_PASS` bytes ``k`` passes on,
+    ``k`` the most whole passes within `PREFETCH_AHEAD` bytes; a longer pass the next pass, as before.
+    One pass on is only 2 KiB for K = 1024 rows (512 bytes each): too near for a stream from DRAM
+    (docs/cpus.md, "Prefetch distance"). For K = 2048 (a 4 KiB pass) two passes on were no faster
+    alone and slower inside decode steps, and a K = 4096 pass (8 KiB) gained nothing from two. Whole
+    passes keep each prefetch on a row the call reads, also for a row-strided view. (A zero stride, a
+    broadcast view, prefetches one pass on, 0 bytes: no division by zero.)"""
+    ty = stride.type
+    zero, unit = ir.Constant(ty, 0), ir.Constant(ty, 1)
+    one = builder.mul(stride, ir.Constant(ty, ROWS))
+    nonzero = builder.select(builder.icmp_unsigned("==", one, zero), unit, one)
+    passes = builder.udiv(ir.Constant(ty, PREFETCH_AHEAD), nonzero)
+    short = builder.icmp_unsigned("<", one, ir.Constant(ty, LONG_PASS))
+    passes = builder.select(builder.and_(short, builder.icmp_unsigned(">", passes, unit)), passes, unit)
+    return builder.mul(one, passes)
+
+
 def rows_codegen(rows_fn):
     """Codegen of ``(p_addr, stride, even_addr, odd_addr, chunks, out_addr)``: `ROWS` rows through
     ``rows_fn`` in one pass, their int32 sums stored at ``out_addr``."""
 
     def codegen(context, builder, signature, args):
         p, stride, even, odd, n, out = args
-        ahead = builder.mul(stride, ir.Constant(stride.type, ROWS))  # the next pass's rows
-        sums = rows_fn(builder, p, stride, even, odd, n, ROWS, ahead)
+        sums = rows_fn(builder, p, stride, even, odd, n, ROWS, pass_ahead(builder, stride))
         dst = builder.inttoptr(out, ir.IntType(32).as_pointer())
         for r, v in enumerate(sums):
             builder.store(v, builder.gep(dst, [ir.Constant(ir.IntType(32), r)]), align=4)
