@@ -162,6 +162,7 @@ class PccxDriver:
         self.programs = ProgramCache(self)  # compiled variants on disk (a checkpoint seen before)
         self._ahead_missed: set[tuple] = set()  # span buckets `_prepare_ahead` found on no disk
         self._ahead: AheadBuild | None = None  # the program `_prepare_ahead` is building
+        self._first_decode_due = False  # a prompt ran: the next decode step builds its program first
         self._decoded_stored: dict[tuple, bool] = {}  # (previous key, key) -> its decoded words on disk
         self._keys: dict[int, tuple] = {}  # position -> span-bucket key (`_key_at`)
         self._dirty: dict[tuple, list[list[int]]] = {}  # program key -> per segment, its span-patched words
@@ -324,16 +325,16 @@ class PccxDriver:
             if n == 1:
                 logits = self.step(ids[i], phase="prefill")
             i += n
-        self._prepare_first_decode()
+        self._first_decode_due = True  # (built by the first decode step: a run decoding none pays nothing)
         return logits
 
     def _prepare_first_decode(self) -> None:
-        """Build the program of the decode token after the prompt now, at the end of prefill: the
-        first decode step then finds its plan, fused tables and timing rows made (a fixed cost of
-        the prompt, ~70 ms at hidden 2048, paid even when no token is decoded after it), and the timing
-        pass a program's second run loads (`TokenTimer.warm`: code loaded once per process). Only a
-        program already compiled (in memory or on disk) is built; the results are the same either
-        way (`_prepare_ahead`)."""
+        """Build the program of the decode token after the prompt whole, before that token runs (its
+        plan, fused tables and timing rows; ~90-120 ms CPU here), and the timing pass a program's
+        second run loads (`TokenTimer.warm`: code loaded once per process). Called by the first decode
+        step, not at the prompt's end: it is the decode's cost, and a run that decodes no token does
+        not pay it. Only a program already compiled (in memory or on disk) is built; the results are
+        the same either way (`_prepare_ahead`)."""
         prepare = getattr(self.dev, "prepare_program", None)
         if prepare is None or self._pos >= self.store.config.max_position_embeddings:
             return
@@ -402,6 +403,9 @@ class PccxDriver:
     def step(self, token: int, phase: str = "decode") -> np.ndarray:
         if self.model is None:
             raise ConfigError("driver: start() before step()")
+        if self._first_decode_due and phase == "decode":
+            self._first_decode_due = False
+            self._prepare_first_decode()
         t0 = time.perf_counter()
         pos = self._pos
         spans = self.spans(pos + 1)

@@ -186,11 +186,23 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
         return made
 
     tok = int(np.argmax(drv.prefill([3, 9, 1, 4])))
-    first = drv._key_at(4)  # the first decode token's program: built whole at the end of prefill
-    assert all((first, j) in drv.dev._tagged for j in range(len(drv.variants[first].program.segments)))
+    first = drv._key_at(4)  # the first decode token's program: built whole by that token, before it runs
+    segs = range(len(drv.variants[first].program.segments))
+    assert not any((first, j) in drv.dev._tagged for j in segs)  # (a run decoding nothing pays nothing)
     monkeypatch.setattr(drv.dev, "prepare_program", counted)
+    made = drv.dev._tagged.copy
+    seen = []
+    real_run = drv.dev.run
+
+    def run():  # the first decode run finds every segment of its program built
+        if not seen:
+            seen.append(all((first, j) in made() for j in segs))
+        return real_run()
+
+    monkeypatch.setattr(drv.dev, "run", run)
     for _ in range(12):  # positions 4..15, each building its share of bucket 32's program after it
         tok = int(np.argmax(drv.step(tok)))
+    assert seen == [True] and calls.pop(4) > 0  # (position 4: that build; the shares come after it)
     key = drv._key_at(16)
     assert key != drv._key_at(15)
     building = [p for p in range(6, 17) if calls.get(p)]
