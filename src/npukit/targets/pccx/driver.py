@@ -329,12 +329,11 @@ class PccxDriver:
         return logits
 
     def _prepare_first_decode(self) -> None:
-        """Build the program of the decode token after the prompt whole, before that token runs (its
-        plan, fused tables and timing rows; ~90-120 ms CPU here), and the timing pass a program's
-        second run loads (`TokenTimer.warm`: code loaded once per process). Called by the first decode
-        step, not at the prompt's end: it is the decode's cost, and a run that decodes no token does
-        not pay it. Only a program already compiled (in memory or on disk) is built; the results are
-        the same either way (`_prepare_ahead`)."""
+        """Build the first decode token's program whole before it runs (plan, fused tables, timing rows;
+        ~90-120 ms CPU at hidden 1024) and load the timing pass a program's second run calls
+        (`TokenTimer.warm`). Called by the first decode step, not at the prompt's end: a run decoding no
+        token does not pay it. Only a program compiled (in memory or on disk) is built; the results
+        are the same either way (`_prepare_ahead`)."""
         prepare = getattr(self.dev, "prepare_program", None)
         if prepare is None or self._pos >= self.store.config.max_position_embeddings:
             return
@@ -403,10 +402,10 @@ class PccxDriver:
     def step(self, token: int, phase: str = "decode") -> np.ndarray:
         if self.model is None:
             raise ConfigError("driver: start() before step()")
+        t0 = time.perf_counter()  # (the step's record counts the first decode program's build below)
         if self._first_decode_due and phase == "decode":
             self._first_decode_due = False
             self._prepare_first_decode()
-        t0 = time.perf_counter()
         pos = self._pos
         spans = self.spans(pos + 1)
         v = self.variant(spans)
