@@ -10,9 +10,8 @@ itself then finds the slot and rechecks only the span-patched words. A step's cl
 its word and index (never on device state), so a plan built ahead equals the one built at the switch.
 A finished slot's fused runs are lowered and its GEMV/GEMM steps bound too (`build_tables`, for the
 constant caches predicted at each step; the rows and steps check the real entries when they run,
-and rebind if they differ), and the first slot built loads the
-kernels the switch's single steps call (`warm_single_steps`), so the switch neither lowers tables nor
-loads kernels from numba's cache.
+and rebind if they differ), so the switch neither lowers tables nor runs its fused steps one by one
+(so it calls no single-step kernel that numba would load from its cache then).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import numpy as np
 
 from npukit.sim.work import Work
 from npukit.targets.pccx.fast import fastrun
-from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.fastcvo import fuse_groups
 
 # the Work records `build_tables` makes in about the time one step compiles (measured at hidden 2048:
@@ -57,7 +55,6 @@ def prepare(sim: Any, words: Sequence[int], tag: Hashable, base: Hashable | None
         return 0
     job = sim._preparing.get(tag)
     if job is None:
-        warm_single_steps(sim)
         new = [int(w) for w in words]
         src = sim._tagged.get(base) if base is not None else None
         if src is not None and len(src.words) == len(new):
@@ -140,23 +137,3 @@ def _lowers_ahead(run: Any) -> bool:
             run.base = None
         return not run.dead
     return getattr(run, "table", True) is None and not run.dead
-
-
-def warm_single_steps(sim: Any) -> None:
-    """Load (from numba's disk cache) the kernels a switching token's single steps call first: the
-    fused runs that hold a copy run step by step once, so the first switch of a process called the
-    plain CVO, REDUCE_SUM, FP16 GEMV and findemax kernels for the first time (~10 ms each). Called once
-    per simulator, on a token that builds ahead; the dummy operands are its own arrays, so no device
-    state is touched."""
-    k = getattr(sim, "_k", None)
-    if not k or getattr(sim, "_warmed", False):
-        return
-    sim._warmed = True
-    x, d = np.zeros(8, np.uint16), np.zeros(8, np.uint16)
-    k["cvo"](kx.SCALE, x, d, d, 1.0, False, kx.LUT64)
-    k["max_bits"](0, d, kx.LUT32)
-    k["reduce_sum_bits"](x, kx.LUT32)
-    k["reduce_sum"](x, kx.LUT32)
-    for name in ("gemv_f16_1", "gemv_km_f16"):  # (the K-major one from span 128, where its rows defer)
-        k[name](x, np.zeros((8, 8), np.uint16), np.zeros(0, np.float32), d, False, np.zeros(64, np.int8),
-                kx.LUT32, kx.LUT64)
