@@ -55,10 +55,10 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
     lowered: list[int] = []  # fused-run tables lowered by `warm`'s runs when called (not ahead)
     build = fastrun._FusedRun._build
 
-    def lowering(run, cc=None):
+    def lowering(run, cc=None, like=None):
         if cc is None and run.sim is warm.dev:
             lowered.append(warm.position)
-        return build(run, cc)
+        return build(run, cc, like)
 
     monkeypatch.setattr(fastrun._FusedRun, "_build", lowering)
     ref, cold, warm = _drivers(kv)
@@ -231,3 +231,52 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
     assert not any(t[0] == key for t in drv.dev._preparing)
     drv.step(tok)  # the switching token
     assert drv.records[-1].cycles > 0
+
+
+@pytest.mark.slow
+def test_tables_built_from_the_previous_buckets_rows_equal_fresh_ones_across_buckets(monkeypatch):
+    """A new bucket's fused-run table built ahead takes the running bucket's rows where the step is the
+    same (`_FusedRun._build` with ``like``): every such table (buckets 32 and 64) equals the one lowered
+    from the steps alone, and the decode through both switches gives the logits and cycles of a driver
+    that builds each program at its switch."""
+    _, cold, warm = _drivers("fp16")
+    build = fastrun._FusedRun._build
+    taken: dict[int, int] = {}  # position -> rows taken from the previous bucket's table
+
+    def checked(run, cc=None, like=None):
+        table = build(run, cc, like)
+        if like is None or like.table is None:
+            return table
+        builds, run.builds = run.builds, run.builds - 1
+        fresh = build(run, cc)  # the same run lowered from its steps alone (the plain path)
+        run.builds = builds
+        assert (table is None) == (fresh is None)
+        if table is not None:
+            assert np.array_equal(table.tab, fresh.tab)
+            assert all(a is b for a, b in zip(table.ins, fresh.ins, strict=True))
+            assert all(a is b or a == b for a, b in zip(table.works, fresh.works, strict=True))
+            assert table.makers.keys() == fresh.makers.keys() and table.retry == fresh.retry
+            assert [id(h) for h in table.regions] == [id(h) for h in fresh.regions]
+            same = like.steps[:len(like.table.works)]
+            taken[warm.position] = taken.get(warm.position, 0) + sum(
+                a is b and not callable(a.fuse) for a, b in zip(run.steps, same, strict=False))
+        return table
+
+    tok = int(np.argmax(cold.prefill([3, 9, 1, 4])))
+    logits = []
+    for _ in range(36):  # positions 4..39: `cold` compiles buckets 32 and 64 at their switches
+        logits.append(cold.step(tok))
+        tok = int(np.argmax(logits[-1]))
+    cycles = [r.cycles for r in cold.records[-36:]]
+    warm.variants.update(cold.variants)  # as a process that reads the compiled programs from disk
+    monkeypatch.setattr(fastrun._FusedRun, "_build", checked)
+    tok = int(np.argmax(warm.prefill([3, 9, 1, 4])))
+    for i in range(36):
+        got = warm.step(tok)
+        assert np.array_equal(got.view(np.uint32), logits[i].view(np.uint32)), i
+        assert warm.records[-1].cycles == cycles[i], i
+        tok = int(np.argmax(got))
+    # rows were taken from the running bucket's tables while building bucket 32 (bucket 64's one run
+    # that changed here starts at another step than bucket 32's, so it is lowered whole)
+    assert any(p < 16 and n for p, n in taken.items()), taken
+    assert warm.dev.fallbacks == 0

@@ -384,38 +384,49 @@ class _FusedRun:
         self.steps = steps
         return self
 
-    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+    def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> _Table | None:
         """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's
-        now) as the run's own MEMSETs leave them; each such row checks its entries when it runs."""
+        now) as the run's own MEMSETs leave them; each such row checks its entries when it runs.
+        ``like``: a run of another program at the same steps (the previous span bucket's, `ahead`) whose
+        table rows are taken as they are where the step is the same object and its row fixed (a CVO or
+        MEMSET: what that table holds there is that step's row), so only the others are lowered."""
         self.builds += 1
-        rows, ins, works, makers, regions, keep = [], [], [], {}, [], []
-        retry = False
+        ins, works, makers, regions, keep, fresh, at = [], [], {}, [], [], [], []
+        retry, old = False, like.table if like is not None else None
+        same = like.steps[:len(old.works)] if old is not None else ()
         cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
-        for st in self.steps:
-            got = _lowered(st, cc)
+        for o, st in enumerate(self.steps):
+            got = st.fuse if o < len(same) and st is same[o] and not callable(st.fuse) else None
+            row = got[0] if got is not None else None
             if got is None:
-                retry = self.builds < _RETRIES
-                break
-            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+                got = _lowered(st, cc)
+                if got is None:
+                    retry = self.builds < _RETRIES
+                    break
+                row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+                if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps it
+                    keep.append(got[4])
+                elif len(got) > 2:  # a host region the row reads, by identity
+                    j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
+                    if j == len(regions):
+                        regions.append(got[2])
+                    row[6] = j
+                if len(got) > 3 and got[3] is not None:
+                    makers[o] = got[3]
+                fresh.append(row)
+                at.append(o)
             if row[0] == 6:  # a MEMSET of an entry
                 cc[row[1], row[2]] = row[3:6]
-            if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps the arrays
-                keep.append(got[4])
-            elif len(got) > 2:  # a host region the row reads, by identity
-                j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
-                if j == len(regions):
-                    regions.append(got[2])
-                row[6] = j
-            if len(got) > 3 and got[3] is not None:
-                makers[len(rows)] = got[3]
-            rows.append(row)
             ins.append(st.fuse_ins)
             works.append(got[1])
-        if len(rows) < 2:
+        if len(works) < 2:
             self.dead = not retry
             return None
-        return _Table(np.array(rows, np.int64), ins, works, makers, regions,
-                      np.zeros((len(rows), 3), np.int64), retry, keep)
+        tab, kept = np.empty((len(works), _COLS), np.int64), min(len(works), len(same))
+        tab[:kept] = old.tab[:kept] if kept else 0  # (the rows lowered here written over it)
+        if fresh:
+            tab[at] = fresh
+        return _Table(tab, ins, works, makers, regions, np.zeros((len(works), 3), np.int64), retry, keep)
 
     def _run(self, t: _Table, start: int) -> int:
         """One compiled call of the table from row ``start``; where the rows hold large INT4 GEMVs, on
@@ -490,7 +501,7 @@ class _Resume:
         t = self.parent.resolve().table
         return t if t is not None and self.offset < len(t.works) else None
 
-    def _build(self, cc: np.ndarray | None = None) -> None:
+    def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> None:
         return None  # (lowering ahead: the run's own table serves)
 
     def __call__(self) -> list[Work]:
@@ -557,8 +568,8 @@ class _Repatch:
             self.made.private = value
 
     # what callers read and write of a run (`ahead.build_tables`), on the run made
-    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
-        return self.resolve()._build(cc)
+    def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> _Table | None:
+        return self.resolve()._build(cc, like)
 
     def resume(self, t: _Table, start: int) -> list[Work]:
         return self.resolve().resume(t, start)
