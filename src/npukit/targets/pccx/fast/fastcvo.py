@@ -47,17 +47,28 @@ def _cvo_work(idx: int, ins: Instr) -> Work:
     """The CVO's Work record at program index ``idx``. A decoded instruction is shared by every index
     its word appears at (`FastSimulator._decoded`; a prefill chunk repeats most words per token), so
     its fields (label, ranges, bytes) are made once per instruction object and reused."""
+    return _work_at(idx, _memo(ins)[1])
+
+
+def _memo(ins: Instr) -> tuple:
+    """(``ins``, its Work's fields, its `CVO` row, its fused-run row on the numba backend): what a CVO's
+    step takes from its instruction alone, made once per instruction object (a new span bucket's ~1 000
+    recompiled CVO steps hold ~250 distinct words: the layers repeat them)."""
     hit = _WORK_FIELDS.get(id(ins))
     if hit is None or hit[0] is not ins:
         if len(_WORK_FIELDS) >= _MAX_WORK_FIELDS:
             _WORK_FIELDS.clear()
-        hit = _WORK_FIELDS[id(ins)] = (ins, _cvo_fields(ins))  # (the entry keeps ``ins``, so its id)
+        spec = CVO[ins.cvo_func]  # (the entry keeps ``ins``, so its id)
+        hit = _WORK_FIELDS[id(ins)] = (ins, _cvo_fields(ins), spec, _fused_row("numba", spec, ins))
+    return hit
+
+
+def _work_at(idx: int, fields: dict) -> Work:
     if not _PLAIN_WORK:
-        return Work(**{**hit[1], "index": idx})
+        return Work(**{**fields, "index": idx})
     w = object.__new__(Work)
-    fields = w.__dict__
-    fields.update(hit[1])
-    fields["index"] = idx  # (first in the fields as in the dataclass: ``index`` leads the template)
+    w.__dict__.update(fields)
+    w.__dict__["index"] = idx  # (first in the fields as in the dataclass: ``index`` leads the template)
     return w
 
 
@@ -113,10 +124,9 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     that is a row of the fused runs (`_fused_row`) runs there, not as a step: its closure (L2 views,
     kernels) is made on its first call as a single step, if any (a new span bucket's build compiles
     ~1 000 of them, ~5 µs each saved)."""
-    spec = CVO[ins.cvo_func]
-    row = _fused_row(sim, spec, ins)
-    work = _cvo_work(idx, ins)
-    if row is not None:
+    _, fields, spec, row = _memo(ins)
+    work = _work_at(idx, fields)
+    if row is not None and sim.backend == "numba":
         made: list[Callable[[], Work]] = []
 
         def deferred() -> Work:
@@ -149,12 +159,12 @@ def _is_arith(spec: CvoSpec) -> bool:
     return spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS)
 
 
-def _fused_row(sim: FastState, spec: CvoSpec, ins: Instr) -> tuple | None:
+def _fused_row(backend: str, spec: CvoSpec, ins: Instr) -> tuple | None:
     """The CVO's row of a fused run (`fastrun.fuse_groups`, `_nbblock.block`; the numba backend), or
     None where it runs as a single step only: the arithmetic ones (kind 0; a negative code takes the
     operation from S), the exponent (8, `_nbblock._exp_row`), a tabled transcendental (12, core(x)
     from `TLUT`), REDUCE_SUM (1) and LOAD_SCALAR (2), each where the output is as long as the input."""
-    if sim.backend != "numba":
+    if backend != "numba":
         return None
     n, s0, d0, flags = ins.length, ins.src_addr * _E, ins.dst_addr * _E, int(ins.flags)
     accm, same = int(bool(flags & _ACCM)), cvo_out_elems(ins.cvo_func, n) == n
