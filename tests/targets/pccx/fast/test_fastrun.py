@@ -57,3 +57,62 @@ def test_decode_gemvs_run_in_compiled_calls_the_kmajor_ones_included(monkeypatch
     large = [int(np.sum((t.tab[:, 0] == 10) & (t.tab[:, 5] & 4 != 0))) for t in tables]
     assert (sum(large) > 0) == (large_from == 64)  # large projections are rows flagged for the twins
     assert fast.dev.fallbacks == 0
+
+
+def _lowered_one_by_one(run, cc):
+    """A run's table as lowered step by step (the definition `_FusedRun._build` gathers in bulk): each
+    step's row for the entries the MEMSET rows before it leave, the table ending before a step that
+    cannot be bound now, a row reading a host region naming it by its index in the table's list (column
+    6); (rows, instructions, Work records, the rows with a Work maker, the regions)."""
+    cc, rows, ins, works, makers, regions = cc.copy(), [], [], [], [], []
+    for st in run.steps:
+        got = fastrun._lowered(st, cc)
+        if got is None:
+            break
+        row = [*got[0], *(0,) * (fastrun._COLS - len(got[0]))]
+        if row[0] not in fastrun._BY_ADDRESS and len(got) > 2:
+            if not any(h is got[2] for h in regions):
+                regions.append(got[2])
+            row[6] = next(j for j, h in enumerate(regions) if h is got[2])
+        if row[0] == 6:
+            cc[row[1], row[2]] = row[3:6]
+        if len(got) > 3 and got[3] is not None:
+            makers.append(len(rows))
+        rows.append(row)
+        ins.append(st.fuse_ins)
+        works.append(got[1])
+    return rows, ins, works, makers, regions
+
+
+def test_tables_gathered_in_bulk_equal_the_rows_lowered_one_by_one():
+    """Every fused run of a prefill chunk and of the decode programs (buckets 16 and 32), lowered for
+    the device's entries now and for other entries, gives the rows, instructions, Work records and host
+    regions that lowering its steps one by one gives."""
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    fast = PccxDriver(executor="fast", timing=False).open().load(store).kv_init("fp16", 64).start()
+    tok = int(np.argmax(fast.prefill([3, 9, 1, 4])))
+    for _ in range(14):  # positions 4..17: the programs of buckets 16 and 32 run
+        tok = int(np.argmax(fast.step(tok)))
+    sim, checked = fast.dev, 0
+    other = sim.cc.copy()
+    other[0] = (other[0] + 1) % 7  # entries the copies and GEMVs were not bound for: they stop or yield
+    for slot in sim._tagged.values():
+        for g in slot.groups:
+            if g is None or not isinstance(g[1], fastrun._FusedRun | fastrun._Repatch):
+                continue
+            for cc in (sim.cc, other):
+                run = g[1].resolve()
+                builds = run.builds
+                table = run._build(cc)
+                run.builds = builds
+                rows, ins, works, makers, regions = _lowered_one_by_one(run, cc)
+                if table is None:
+                    assert len(rows) < 2
+                    continue
+                assert np.array_equal(table.tab, np.array(rows, np.int64).reshape(-1, fastrun._COLS))
+                assert [id(h) for h in table.regions] == [id(h) for h in regions]
+                assert all(a is b for a, b in zip(table.ins, ins, strict=True))
+                assert all(a is b or a == b for a, b in zip(table.works, works, strict=True))
+                assert sorted(table.makers) == makers
+                checked += len(rows)
+    assert checked > 1000

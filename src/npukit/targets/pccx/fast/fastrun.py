@@ -385,48 +385,49 @@ class _FusedRun:
         return self
 
     def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> _Table | None:
-        """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's
-        now) as the run's own MEMSETs leave them; each such row checks its entries when it runs.
-        ``like``: a run of another program at the same steps (the previous span bucket's, `ahead`) whose
-        table rows are taken as they are where the step is the same object and its row fixed (a CVO or
-        MEMSET: what that table holds there is that step's row), so only the others are lowered."""
+        """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's now)
+        as the run's own MEMSETs leave them (each checks its entries when it runs), the fixed rows (CVO,
+        MEMSET: a step's own ``fuse``) gathered in bulk; ``like``: a run of another program at the same
+        steps (the previous bucket's, `ahead`) whose rows are taken where the step is the same, fixed."""
         self.builds += 1
-        ins, works, makers, regions, keep, fresh, at = [], [], {}, [], [], [], []
-        retry, old = False, like.table if like is not None else None
-        same = like.steps[:len(old.works)] if old is not None else ()
+        steps, old = self.steps, like.table if like is not None else None
+        fuses = [st.fuse for st in steps]
         cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
-        for o, st in enumerate(self.steps):
-            got = st.fuse if o < len(same) and st is same[o] and not callable(st.fuse) else None
-            row = got[0] if got is not None else None
-            if got is None:
-                got = _lowered(st, cc)
-                if got is None:
-                    retry = self.builds < _RETRIES
-                    break
-                row = [*got[0], *(0,) * (_COLS - len(got[0]))]
-                if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps it
-                    keep.append(got[4])
-                elif len(got) > 2:  # a host region the row reads, by identity
-                    j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
-                    if j == len(regions):
-                        regions.append(got[2])
-                    row[6] = j
-                if len(got) > 3 and got[3] is not None:
-                    makers[o] = got[3]
-                fresh.append(row)
-                at.append(o)
-            if row[0] == 6:  # a MEMSET of an entry
-                cc[row[1], row[2]] = row[3:6]
-            ins.append(st.fuse_ins)
-            works.append(got[1])
-        if len(works) < 2:
+        n, bound, retry = len(steps), {}, False
+        for o in [o for o, f in enumerate(fuses) if callable(f) or f[0][0] == 6]:
+            f = fuses[o]
+            if not callable(f):  # a MEMSET of an entry
+                cc[f[0][1], f[0][2]] = f[0][3:6]
+            elif (got := _lowered(steps[o], cc)) is not None:
+                bound[o] = got
+            else:
+                n, retry = o, self.builds < _RETRIES
+                break
+        if n < 2:
             self.dead = not retry
             return None
-        tab, kept = np.empty((len(works), _COLS), np.int64), min(len(works), len(same))
-        tab[:kept] = old.tab[:kept] if kept else 0  # (the rows lowered here written over it)
-        if fresh:
-            tab[at] = fresh
-        return _Table(tab, ins, works, makers, regions, np.zeros((len(works), 3), np.int64), retry, keep)
+        tab = np.empty((n, _COLS), np.int64)
+        same = like.steps[:min(n, len(old.works))] if old is not None else ()
+        if kept := [o for o in range(len(same)) if steps[o] is same[o] and o not in bound]:
+            tab[kept] = old.tab[kept]
+        if fresh := [o for o in range(n) if o not in bound and (o >= len(same) or steps[o] is not same[o])]:
+            tab[fresh] = [(r := fuses[o][0]) + (0,) * (_COLS - len(r)) for o in fresh]
+        works = [None if o in bound else fuses[o][1] for o in range(n)]
+        makers, regions, keep = {}, [], []
+        for o, got in bound.items():
+            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps it
+                keep.append(got[4])
+            elif len(got) > 2:  # a host region the row reads, by identity
+                j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
+                if j == len(regions):
+                    regions.append(got[2])
+                row[6] = j
+            if len(got) > 3 and got[3] is not None:
+                makers[o] = got[3]
+            tab[o], works[o] = row, got[1]
+        ins = [st.fuse_ins for st in steps[:n]]
+        return _Table(tab, ins, works, makers, regions, np.zeros((n, 3), np.int64), retry, keep)
 
     def _run(self, t: _Table, start: int) -> int:
         """One compiled call of the table from row ``start``; where the rows hold large INT4 GEMVs, on
