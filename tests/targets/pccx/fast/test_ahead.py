@@ -17,6 +17,7 @@ from npukit.targets.pccx.fast import fastrun, fastsim
 from npukit.targets.pccx.fast.fastmat import bind_mat
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
+from .test_fastrun import _lowered_one_by_one
 from .tiny_gemma3n import CFG
 
 PROMPT = [3, 9, 1, 4, 7, 2, 8, 5, 6, 11, 10, 12, 13]  # positions 0..12; decode spans 14..21
@@ -55,10 +56,10 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
     lowered: list[int] = []  # fused-run tables lowered by `warm`'s runs when called (not ahead)
     build = fastrun._FusedRun._build
 
-    def lowering(run, cc=None, like=None):
+    def lowering(run, cc=None):
         if cc is None and run.sim is warm.dev:
             lowered.append(warm.position)
-        return build(run, cc, like)
+        return build(run, cc)
 
     monkeypatch.setattr(fastrun._FusedRun, "_build", lowering)
     ref, cold, warm = _drivers(kv)
@@ -234,32 +235,26 @@ def test_switch_work_is_spread_over_the_tokens_before_it(monkeypatch):
 
 
 @pytest.mark.slow
-def test_tables_built_from_the_previous_buckets_rows_equal_fresh_ones_across_buckets(monkeypatch):
-    """A new bucket's fused-run table built ahead takes the running bucket's rows where the step is the
-    same (`_FusedRun._build` with ``like``): every such table (buckets 32 and 64) equals the one lowered
-    from the steps alone, and the decode through both switches gives the logits and cycles of a driver
-    that builds each program at its switch."""
+def test_tables_built_ahead_across_buckets_equal_the_rows_lowered_one_by_one(monkeypatch):
+    """Every fused-run table built ahead (buckets 32 and 64, for the constant caches predicted at its
+    start) equals its steps lowered one by one for those entries, and the decode through both switches
+    gives the logits and cycles of a driver that builds each program at its switch."""
     _, cold, warm = _drivers("fp16")
     build = fastrun._FusedRun._build
-    taken: dict[int, int] = {}  # position -> rows taken from the previous bucket's table
+    checked: dict[tuple, int] = {}  # span bucket -> table rows checked
 
-    def checked(run, cc=None, like=None):
-        table = build(run, cc, like)
-        if like is None or like.table is None:
-            return table
-        builds, run.builds = run.builds, run.builds - 1
-        fresh = build(run, cc)  # the same run lowered from its steps alone (the plain path)
-        run.builds = builds
-        assert (table is None) == (fresh is None)
-        if table is not None:
-            assert np.array_equal(table.tab, fresh.tab)
-            assert all(a is b for a, b in zip(table.ins, fresh.ins, strict=True))
-            assert all(a is b or a == b for a, b in zip(table.works, fresh.works, strict=True))
-            assert table.makers.keys() == fresh.makers.keys() and table.retry == fresh.retry
-            assert [id(h) for h in table.regions] == [id(h) for h in fresh.regions]
-            same = like.steps[:len(like.table.works)]
-            taken[warm.position] = taken.get(warm.position, 0) + sum(
-                a is b and not callable(a.fuse) for a, b in zip(run.steps, same, strict=False))
+    def compared(run, cc=None):
+        table = build(run, cc)
+        if cc is not None and table is not None and run.sim is warm.dev:
+            rows, ins, works, makers, regions = _lowered_one_by_one(run, cc)
+            assert np.array_equal(table.tab, np.array(rows, np.int64))
+            assert all(a is b for a, b in zip(table.ins, ins, strict=True))
+            assert all(a is b or a == b for a, b in zip(table.works, works, strict=True))
+            assert sorted(table.makers) == makers
+            assert [id(h) for h in table.regions] == [id(h) for h in regions]
+            key = warm._next_switch()
+            bucket = key[1] if key else None
+            checked[bucket] = checked.get(bucket, 0) + len(rows)
         return table
 
     tok = int(np.argmax(cold.prefill([3, 9, 1, 4])))
@@ -269,14 +264,12 @@ def test_tables_built_from_the_previous_buckets_rows_equal_fresh_ones_across_buc
         tok = int(np.argmax(logits[-1]))
     cycles = [r.cycles for r in cold.records[-36:]]
     warm.variants.update(cold.variants)  # as a process that reads the compiled programs from disk
-    monkeypatch.setattr(fastrun._FusedRun, "_build", checked)
+    monkeypatch.setattr(fastrun._FusedRun, "_build", compared)
     tok = int(np.argmax(warm.prefill([3, 9, 1, 4])))
     for i in range(36):
         got = warm.step(tok)
         assert np.array_equal(got.view(np.uint32), logits[i].view(np.uint32)), i
         assert warm.records[-1].cycles == cycles[i], i
         tok = int(np.argmax(got))
-    # rows were taken from the running bucket's tables while building bucket 32 (bucket 64's one run
-    # that changed here starts at another step than bucket 32's, so it is lowered whole)
-    assert any(p < 16 and n for p, n in taken.items()), taken
+    assert {warm._key_at(16), warm._key_at(32)} <= {k for k, n in checked.items() if n}, checked
     assert warm.dev.fallbacks == 0

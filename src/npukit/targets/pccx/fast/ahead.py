@@ -107,10 +107,9 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
     for i, step in enumerate(plan):
         g = groups[i]
         run = g[1] if g is not None else None
-        like = _patches(run)  # (read before `_lowers_ahead` makes a patched copy a new run)
         if run is not None and _lowers_ahead(run):
             builds = run.builds
-            table = run._build(cc, like)
+            table = run._build(cc)
             run.builds = builds
             if table is not None and not table.retry:
                 run.table = table
@@ -125,15 +124,6 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             cc[fixed[0][1], fixed[0][2]] = fixed[0][3:6]
     sim._ahead_cc = (tag, cc)
     return works
-
-
-def _patches(run: Any) -> Any:
-    """The running program's run that ``run`` (a new bucket's, not made yet) is a patched copy of, when
-    that one has a table: its fixed rows at the steps both share are taken as they are (`_FusedRun._build`:
-    of ~2 600 rows a switch recompiles ~1 000-1 500 steps)."""
-    if isinstance(run, fastrun._Repatch) and run.made is None and isinstance(run.base, fastrun._FusedRun):
-        return run.base if run.base.table is not None else None
-    return None
 
 
 def _lowers_ahead(run: Any) -> bool:

@@ -66,14 +66,13 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
     GEMV whose binding the compiled loop does not cover: `fastmat.fused_row` says False), a `_Resume`
     of the run from there, so that the rest of the run is one call too. The table rows replay exactly
     what the single steps do, in order; a GEMV the loop does not cover is a `_YIELD` row (the call
-    returns, the caller runs that step, then resumes the table after it); a row that cannot run (a
-    fault, an operand outside its bound region, a copy whose shape entry changed, an ambiguous exp)
-    stops the call before it, and the caller runs the remaining steps one by one.
-    ``run()`` returns the Work records of the steps it executed, in order (possibly none).
-    ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run
-    with the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`). New
-    and patched runs are made on their first call (`_Repatch`: a chunk program has thousands of runs
-    and patches most of them), and a run's resumes read its copy of the steps (one per run)."""
+    returns, the caller runs that step, then resumes the table after it); a row that cannot run (a fault,
+    an operand outside its bound region, a copy whose shape entry changed, an ambiguous exp) stops the
+    call before it, and the caller runs the rest one by one. ``run()``: the Work records of the steps run.
+    ``old``: the groups of the program this one patches, ``changed`` its patched step indices; a run with
+    the same bounds keeps its table, with the patched rows replaced (`_FusedRun.patched`). New and patched
+    runs are made on their first call (`_Repatch`: a chunk program patches thousands), and a run's
+    resumes read its copy of the steps (one per run)."""
     n = len(plan)
     out: list[tuple[int, Callable] | None] = [None] * n
     marks = sorted(changed)  # (a chunk program changes tens of thousands of steps: find a run's by bisection)
@@ -196,6 +195,8 @@ _INT4 = FORMAT_CODES["int4"]
 _BY_ADDRESS = (10, 11, 14)  # INT4 rows that read their image by address (the table keeps the arrays)
 _LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
 _YIELD = 13  # a row `_nbblock.block` returns at: the caller runs that step, then resumes after it
+_ROW_BYTES: dict[tuple, bytes] = {}  # a fixed row (CVO, MEMSET) -> its table row's bytes (`_build`)
+_NO_ROW = bytes(8 * _COLS)
 
 
 def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
@@ -246,10 +247,9 @@ def _lowered(step: Callable[[], Work], cc: np.ndarray | None) -> tuple | None:
 
 
 class _CcBefore:
-    """The constant caches as a table's MEMSET rows before a row leave ``cc``, for rows asked in
-    ascending order: one running copy, each MEMSET row applied once (a chunk program's patch asks at
-    thousands of rows of one table; a copy and a scan of the rows before each cost ~0.1 ms a row).
-    ``tab`` may change at a row once that row has been asked for (its patched row counts from then)."""
+    """The constant caches as a table's MEMSET rows before a row leave ``cc``, for rows asked in ascending
+    order: one running copy, each MEMSET row applied once (a chunk program's patch asks at thousands of
+    rows: a copy and scan per row cost ~0.1 ms). ``tab`` may change at a row once it has been asked for."""
 
     def __init__(self, cc: np.ndarray, tab: np.ndarray) -> None:
         self.cc, self.tab, self.at = cc.copy(), tab, 0
@@ -260,6 +260,13 @@ class _CcBefore:
             self.cc[tab[r, 1], tab[r, 2]] = tab[r, 3:6]
         self.at = row
         return self.cc
+
+
+def _row_bytes(row: tuple) -> bytes:
+    """A fixed row as table bytes (a decode program's ~2 000 hold a few hundred distinct: layers repeat)."""
+    if len(_ROW_BYTES) >= 1 << 18:
+        _ROW_BYTES.clear()
+    return _ROW_BYTES.setdefault(row, np.array([*row, *(0,) * (_COLS - len(row))], np.int64).tobytes())
 
 
 _RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
@@ -311,12 +318,11 @@ class _FusedRun:
 
     def patched(self, offsets: list[int], steps: list[Callable[[], Work]], in_place: bool = False
                 ) -> _FusedRun:
-        """A copy for a program whose steps at ``offsets`` were recompiled (same run bounds): a built
-        table keeps its other rows and takes the recompiled steps' rows (a copy's or a GEMV's from
-        the constant caches as the rows before it leave them, as `_build` does); it is built anew
-        when a recompiled row is not available or reads a host region the table does not hold. With
-        ``in_place``, a `private` run whose new rows hold no INT4 GEMV is itself patched (a decode
-        token's span patches: no new table, the resumes after it stay valid)."""
+        """A copy for a program whose steps at ``offsets`` were recompiled (same run bounds): a built table
+        keeps its other rows and takes the recompiled steps' rows (a copy's or a GEMV's from the constant
+        caches as the rows before it leave them, as `_build` does); it is built anew when a recompiled row
+        is not available or reads a host region the table does not hold. With ``in_place``, a `private`
+        run whose new rows hold no INT4 GEMV is itself patched (a decode token's span patches)."""
         t = self.table
         new = _FusedRun(self.sim, steps)
         new.builds, new.dead, new.private = self.builds, self.dead, True
@@ -384,16 +390,14 @@ class _FusedRun:
         self.steps = steps
         return self
 
-    def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> _Table | None:
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
         """The table, the copy and GEMV rows bound for the constant caches ``cc`` (default: the device's now)
-        as the run's own MEMSETs leave them (each checks its entries when it runs), the fixed rows (CVO,
-        MEMSET: a step's own ``fuse``) gathered in bulk; ``like``: a run of another program at the same
-        steps (the previous bucket's, `ahead`) whose rows are taken where the step is the same, fixed."""
+        as the run's own MEMSETs leave them (each checks its entries when it runs); the fixed rows (CVO,
+        MEMSET: a step's own ``fuse``) are joined from their bytes, made once per row (`_row_bytes`)."""
         self.builds += 1
-        steps, old = self.steps, like.table if like is not None else None
-        fuses = [st.fuse for st in steps]
+        steps, fuses = self.steps, [st.fuse for st in self.steps]
         cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
-        n, bound, retry = len(steps), {}, False
+        n, bound, retry, makers, regions, keep = len(steps), {}, False, {}, [], []
         for o in [o for o, f in enumerate(fuses) if callable(f) or f[0][0] == 6]:
             f = fuses[o]
             if not callable(f):  # a MEMSET of an entry
@@ -406,14 +410,10 @@ class _FusedRun:
         if n < 2:
             self.dead = not retry
             return None
-        tab = np.empty((n, _COLS), np.int64)
-        same = like.steps[:min(n, len(old.works))] if old is not None else ()
-        if kept := [o for o in range(len(same)) if steps[o] is same[o] and o not in bound]:
-            tab[kept] = old.tab[kept]
-        if fresh := [o for o in range(n) if o not in bound and (o >= len(same) or steps[o] is not same[o])]:
-            tab[fresh] = [(r := fuses[o][0]) + (0,) * (_COLS - len(r)) for o in fresh]
+        got_row = _ROW_BYTES.get
+        blob = b"".join([_NO_ROW if callable(f) else got_row(f[0]) or _row_bytes(f[0]) for f in fuses[:n]])
+        tab = np.frombuffer(bytearray(blob), np.int64).reshape(n, _COLS)
         works = [None if o in bound else fuses[o][1] for o in range(n)]
-        makers, regions, keep = {}, [], []
         for o, got in bound.items():
             row = [*got[0], *(0,) * (_COLS - len(got[0]))]
             if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps it
@@ -502,7 +502,7 @@ class _Resume:
         t = self.parent.resolve().table
         return t if t is not None and self.offset < len(t.works) else None
 
-    def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> None:
+    def _build(self, cc: np.ndarray | None = None) -> None:
         return None  # (lowering ahead: the run's own table serves)
 
     def __call__(self) -> list[Work]:
@@ -569,8 +569,8 @@ class _Repatch:
             self.made.private = value
 
     # what callers read and write of a run (`ahead.build_tables`), on the run made
-    def _build(self, cc: np.ndarray | None = None, like: _FusedRun | None = None) -> _Table | None:
-        return self.resolve()._build(cc, like)
+    def _build(self, cc: np.ndarray | None = None) -> _Table | None:
+        return self.resolve()._build(cc)
 
     def resume(self, t: _Table, start: int) -> list[Work]:
         return self.resolve().resume(t, start)
