@@ -177,9 +177,17 @@ class _Table:
     def maker_rows(self) -> list[int]:
         """The rows with a Work maker, ascending (made once per table; `_FusedRun` forgets it when it
         edits ``makers``)."""
+        return self.maker_index[0]
+
+    @property
+    def maker_index(self) -> tuple[list[int], list[Callable[[list[int]], Work]], np.ndarray]:
+        """`maker_rows`, their makers in that order and the rows as an index array (one gather of their
+        ``info`` rows per call, no lookup per row)."""
         got = self.__dict__.get("_maker_rows")
         if got is None:
-            got = self.__dict__["_maker_rows"] = sorted(self.makers)
+            rows = sorted(self.makers)
+            got = (rows, [self.makers[i] for i in rows], np.array(rows, np.intp))
+            self.__dict__["_maker_rows"] = got
         return got
 
     @property
@@ -455,12 +463,12 @@ class _FusedRun:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
         works, items = t.works[start:done], t.items[start:done]
         if t.makers:  # the Work of a GEMV row, from the shape it ran with
-            made = t.maker_rows
+            made, makers, at = t.maker_index
             lo = bisect_left(made, start)
-            at = made[lo: bisect_left(made, done, lo)]
-            makers, ins = t.makers, t.ins
-            for i, info in zip(at, t.info[at].tolist(), strict=True):
-                works[i - start] = w = makers[i](info)
+            hi = bisect_left(made, done, lo)
+            ins = t.ins
+            for i, make, info in zip(made[lo:hi], makers[lo:hi], t.info[at[lo:hi]].tolist(), strict=True):
+                works[i - start] = w = make(info)
                 items[i - start] = (ins[i], w)
         if r >= rows:  # the last row ran, its e_max update is the reference reduction's
             i = r - rows
