@@ -9,7 +9,7 @@ its INT4 projections included, is one such call.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress
@@ -174,21 +174,26 @@ class _Table:
         return not all(c.valid for c in self.codes)
 
     @property
-    def maker_rows(self) -> list[int]:
-        """The rows with a Work maker, ascending (made once per table; `_FusedRun` forgets it when it
-        edits ``makers``)."""
-        return self.maker_index[0]
-
-    @property
     def maker_index(self) -> tuple[list[int], list[Callable[[list[int]], Work]], np.ndarray]:
-        """`maker_rows`, their makers in that order and the rows as an index array (one gather of their
-        ``info`` rows per call, no lookup per row)."""
+        """The rows with a Work maker, ascending, their makers in that order and the rows as an index
+        array (one gather of their ``info`` per call, no lookup per row): made once per table
+        (`_FusedRun` forgets it, ``_maker_rows``, when it edits ``makers``)."""
         got = self.__dict__.get("_maker_rows")
         if got is None:
             rows = sorted(self.makers)
             got = (rows, [self.makers[i] for i in rows], np.array(rows, np.intp))
             self.__dict__["_maker_rows"] = got
         return got
+
+    @property
+    def yields(self) -> tuple[list[int], list[list[int]]]:
+        """The `_YIELD` rows, ascending, and their (shape entry, size entry) columns: made once per
+        ``tab`` array (a patch that re-lowers rows makes a new one; in place only MEMSET rows change)."""
+        got = self.__dict__.get("_yields")
+        if got is None or got[0] is not self.tab:
+            at = np.flatnonzero(self.tab[:, 0] == _YIELD)
+            got = self.__dict__["_yields"] = (self.tab, at.tolist(), self.tab[at, 1:3].tolist())
+        return got[1], got[2]
 
     @property
     def items(self) -> list:
@@ -288,16 +293,15 @@ def _memset_entries(tab: np.ndarray, steps: list[Callable[[], Work]], offsets: l
     return out
 
 
-def _yields_reading(tab: np.ndarray, after: int, entries: set[tuple[int, int]] | None) -> list[int]:
-    """The yield rows past row ``after`` whose lowering reads one of ``entries`` (None: any may have
-    changed): a row's shape entry and the two size entries its binding key holds (`_lowered`). A yield
-    none of whose entries a patch rewrote lowers to the same row again. (Their columns read as one list:
-    a decode step asks this of a layer's tables each token.)"""
-    at = np.flatnonzero(tab[:, 0] == _YIELD)
-    at = at[at > after]
+def _yields_reading(t: _Table, after: int, entries: set[tuple[int, int]] | None) -> list[int]:
+    """The yield rows of ``t`` past row ``after`` whose lowering reads one of ``entries`` (None: any may
+    have changed): a row's shape entry and the two size entries its binding key holds (`_lowered`). A yield
+    none of whose entries a patch rewrote lowers to the same row again (asked each token: `_Table.yields`)."""
+    rows, cols = t.yields
+    lo = bisect_right(rows, after)
     if entries is None:
-        return at.tolist()
-    return [y for y, (shp, siz) in zip(at.tolist(), tab[at, 1:3].tolist(), strict=True)
+        return rows[lo:]
+    return [y for y, (shp, siz) in zip(rows[lo:], cols[lo:], strict=True)
             if (0, shp) in entries or (1, siz) in entries or (1, siz + 1) in entries]
 
 
@@ -339,7 +343,7 @@ class _FusedRun:
         # give it a binding the loop covers: lowered again, with the entries the rows before leave)
         own = [x for x in offsets if x < done]
         touched = _memset_entries(t.tab, steps, own)
-        later = _yields_reading(t.tab, min(offsets, default=done), touched)
+        later = _yields_reading(t, min(offsets, default=done), touched)
         if in_place and self.private and touched is not None and not later:
             return self._memsets_in_place(own, steps)
         tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
