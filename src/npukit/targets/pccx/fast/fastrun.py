@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import attrgetter
 from time import perf_counter
 
 import numpy as np
@@ -116,7 +117,8 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
         end, run = groups[s0]
         if isinstance(run, _Resume):  # (one with no run of its own and the same parent is as good as new)
             parent = moved.get(id(run.parent), run.parent) if moved else run.parent
-            if parent is not run.parent or (run.own is not None and _any_within(marks, s0, end)):
+            if parent is not run.parent or (  # (or a run of its own holding a patched step: one in [s0, end))
+                    run.own is not None and bisect_left(marks, end) > bisect_left(marks, s0)):
                 out[s0] = (end, _Resume(parent, run.offset))
             continue
         if not isinstance(run, _FusedRun | _Repatch):
@@ -135,12 +137,6 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
             moved[id(run)] = new
             out[s0] = (end, new)
     return out
-
-
-def _any_within(marks: list[int], start: int, end: int) -> bool:
-    """Whether a sorted ``marks`` entry lies in [start, end)."""
-    lo = bisect_left(marks, start)
-    return lo < len(marks) and marks[lo] < end
 
 
 @dataclass
@@ -171,7 +167,7 @@ class _Table:
     @property
     def stale(self) -> bool:
         """Whether cached codes an INT4 row reads were dropped (a host write over their image)."""
-        return not all(c.valid for c in self.codes)
+        return not all(map(_VALID, self.codes))  # (asked at each call: no generator frame)
 
     @property
     def maker_index(self) -> tuple[list[int], list[Callable[[list[int]], Work]], np.ndarray]:
@@ -205,6 +201,7 @@ class _Table:
 
 
 _COLS = 20  # table columns (`_nbblock.COLS`)
+_VALID = attrgetter("valid")
 _INT4 = FORMAT_CODES["int4"]
 _BY_ADDRESS = (10, 11, 14)  # INT4 rows that read their image by address (the table keeps the arrays)
 _LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
