@@ -139,7 +139,7 @@ class KVRing:
         for blocks, x in ((r.k, k), (r.v, v)):
             codes, scales = kv_quantize(np.asarray(x, np.float32), self.fmt)
             if self.fmt == "fp16":
-                raw = codes.astype("<f2").view(np.uint8).reshape(len(blocks), -1)
+                raw = codes.astype("<f2", copy=False).view(np.uint8).reshape(len(blocks), -1)  # (LE: no copy)
             elif self.fmt == "int8":
                 raw = codes.astype(np.int8).view(np.uint8).reshape(len(blocks), -1)
             else:

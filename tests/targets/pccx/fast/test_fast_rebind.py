@@ -74,3 +74,30 @@ def test_span_work_records_are_plain_work_dataclasses():
     assert dataclasses.astuple(w) == dataclasses.astuple(want)
     with pytest.raises(dataclasses.FrozenInstanceError):
         w.macs = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("kmajor", [False, True])
+@pytest.mark.parametrize("flags", ["", "flags=findemax|accm lanes=2 async"])
+def test_fp16_work_maker_gives_the_reference_work_records(kmajor, flags):
+    # the Work maker of a fused FP16 GEMV row (a span-grown attention product: a new Work each token)
+    # makes what the single step's `_mat_work` / `_kmajor_work` make (every field, equality, hash),
+    # and hands back the very same object for a shape it made before (the timing model's row cache)
+    import dataclasses
+
+    from npukit.sim.work import Work
+    from npukit.targets.pccx import asm
+    from npukit.targets.pccx.fast import fastmat
+    from npukit.targets.pccx.isa import decode
+
+    ins = decode(asm.assemble(f"gemv dest=0x100 src=0x20 shape=3 size=4 {flags}")[0], "extended")
+    make = fastmat._fp16_works(fastmat.mat_site(7, ins), kmajor)
+    ref_site = fastmat.mat_site(7, ins)
+    seen = {}
+    for m, k, live in [(256, 5, 5), (256, 6, 3), (256, 6, 3), (40, 9000, 17), (256, 7, 0), (8, 16, 16),
+                       (256, 5, 5)]:
+        got = make([m, k, live])
+        want = (fastmat._kmajor_work(ref_site, m, 1, k, "fp16", live, False) if kmajor
+                else fastmat._mat_work(ref_site, m, 1, k, "fp16"))
+        assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+        assert dataclasses.astuple(got) == dataclasses.astuple(want) and type(got) is Work
+        assert got is seen.setdefault((m, k, live) if kmajor else (m, k), got)

@@ -116,3 +116,32 @@ def test_tables_gathered_in_bulk_equal_the_rows_lowered_one_by_one():
                 assert sorted(table.makers) == makers
                 checked += len(rows)
     assert checked > 1000
+
+
+def test_yields_reading_follows_the_table_rows():
+    # the yield rows a patch must lower again, from the rows kept with the table, are the ones a scan
+    # of its rows gives (past ``after``; reading a rewritten entry, or all of them), also after a MEMSET
+    # row is rewritten in place and after the table's rows are replaced (a patch that re-lowers rows)
+    rng = np.random.default_rng(3)
+
+    def table(rows: int) -> fastrun._Table:
+        tab = np.zeros((rows, fastrun._COLS), np.int64)
+        tab[:, 0] = rng.choice([1, 6, fastrun._YIELD], rows)
+        tab[:, 1:3] = rng.integers(0, 6, (rows, 2))
+        return fastrun._Table(tab, [None] * rows, [None] * rows, {}, [], np.zeros((rows, 3), np.int64), False)
+
+    def scan(tab: np.ndarray, after: int, entries: set | None) -> list[int]:
+        return [r for r in range(len(tab)) if tab[r, 0] == fastrun._YIELD and r > after and (
+            entries is None or {(0, tab[r, 1]), (1, tab[r, 2]), (1, tab[r, 2] + 1)} & entries)]
+
+    t = table(60)
+    for step in range(40):
+        if step == 20:
+            t.tab = table(60).tab  # (new rows: what the table keeps is made again)
+        memsets = np.flatnonzero(t.tab[:, 0] == 6)
+        t.tab[rng.choice(memsets), 1:6] = rng.integers(0, 6, 5)  # (in place: a MEMSET row only)
+        after = int(rng.integers(-1, 60))
+        for entries in (None, {(0, int(rng.integers(6))), (1, int(rng.integers(6)))}):
+            got = fastrun._yields_reading(t, after, entries)
+            assert got == scan(t.tab, after, entries)
+    assert scan(t.tab, -1, None)  # (the tables do hold yields)

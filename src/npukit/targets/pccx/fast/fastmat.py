@@ -171,6 +171,7 @@ def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
     tail = " fp16 kmajor live_k=" if kmajor else " fp16 ksplit="
     bound = nx.DSP_ACC_BOUND
     shaped: list = [None, None]  # the last (K words, M words) and the Work fields they give
+    new_work = object.__new__
 
     def fields(kw: int, mw: int) -> dict:
         src, dst, rd = (s0, s0 + kw), (d0, d0 + mw), (kw + mw if accm else kw) * WORD_BYTES
@@ -181,23 +182,21 @@ def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
         return shaped[1]
 
     def work(info: list[int]) -> Work:
-        m, k = info[0], info[1]
-        key = ("kmajor", m, 1, k, "fp16", info[2], False) if kmajor else (m, 1, k, "fp16")
+        m, k, live = info
+        key = ("kmajor", m, 1, k, "fp16", live, False) if kmajor else (m, 1, k, "fp16")
         w = works.get(key)
         if w is not None:
             return w
-        splits = max(1, -(-k // bound))
+        splits = -(-k // bound) or 1  # (max(1, ...): K >= 0)
         if kmajor:
-            live = info[2]
             label, macs, wb = f"{head}{m} N=1 K={k}{tail}{live} ksplit={splits}", m * live, live * 2 * m
         else:
             label, macs, wb = f"{head}{m} N=1 K={k}{tail}{splits}", m * k, m * 2 * k
         if not _PLAIN_WORK:
             return _remember(site, key, _new_work(site, m, 1, k, label, macs, wb))
         words = (-(-k // _E), -(-m // _E))
-        d = (w := object.__new__(Work)).__dict__
-        d.update(shaped[1] if shaped[0] == words else fields(*words))
-        d["label"], d["macs"], d["weight_bytes"] = label, macs, wb
+        (w := new_work(Work)).__dict__.update(shaped[1] if shaped[0] == words else fields(*words),
+                                              label=label, macs=macs, weight_bytes=wb)
         if len(works) >= _MEMO:
             works.clear()
         works[key] = w

@@ -9,10 +9,11 @@ its INT4 projections included, is one such call.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import attrgetter
 from time import perf_counter
 
 import numpy as np
@@ -47,15 +48,13 @@ _TLUT_MADE = [False] * len(_TABLED)
 
 def tabled(core: Callable[[np.ndarray], np.ndarray]) -> int:
     """`TLUT`'s row holding ``core`` of every BF16 value (made on first use), or -1: not tabled."""
-    for i, c in enumerate(_TABLED):
-        if c is core:
-            if not _TLUT_MADE[i]:
-                with np.errstate(all="ignore"):
-                    TLUT[i] = core(kx.LUT64.copy())
-                    TBITS[i] = kx.np_f64_bits(TLUT[i])  # the single step's own rounding
-                _TLUT_MADE[i] = True
-            return i
-    return -1
+    i = next((i for i, c in enumerate(_TABLED) if c is core), -1)
+    if i >= 0 and not _TLUT_MADE[i]:
+        with np.errstate(all="ignore"):
+            TLUT[i] = core(kx.LUT64.copy())
+            TBITS[i] = kx.np_f64_bits(TLUT[i])  # the single step's own rounding
+        _TLUT_MADE[i] = True
+    return i
 
 
 def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None = None,
@@ -102,12 +101,10 @@ def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None
 
 def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[int], in_place: bool = False
                    ) -> list:
-    """`fuse_groups` for a program whose ``changed`` steps were recompiled without changing what can
-    fuse (the runs keep their bounds): each run holding a changed step becomes its `patched` copy,
-    made on its first call (`_Repatch`: a prefill chunk program re-run at new positions patches
-    thousands of span words, and patching every run at load cost ~50 ms a prompt token). With
-    ``in_place``, a `private` run already made is patched itself at once (a decode token's few span
-    patches: no new table, the resumes after it stay valid)."""
+    """`fuse_groups` for a program whose ``changed`` steps were recompiled, the runs' bounds kept: each run
+    holding a changed step becomes its `patched` copy, made on its first call (`_Repatch`: a chunk program
+    re-run at new positions patches thousands of words; patching all at load cost ~50 ms a prompt token).
+    ``in_place``: a `private` run already made is patched itself at once (a decode token's few patches)."""
     out = list(groups)
     marks = sorted(changed)
     moved: dict[int, _FusedRun | _Repatch] = {}  # id(run) -> what replaces it (the resumes after it follow)
@@ -115,7 +112,8 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
         end, run = groups[s0]
         if isinstance(run, _Resume):  # (one with no run of its own and the same parent is as good as new)
             parent = moved.get(id(run.parent), run.parent) if moved else run.parent
-            if parent is not run.parent or (run.own is not None and _any_within(marks, s0, end)):
+            if parent is not run.parent or (  # (or a run of its own holding a patched step: one in [s0, end))
+                    run.own is not None and bisect_left(marks, end) > bisect_left(marks, s0)):
                 out[s0] = (end, _Resume(parent, run.offset))
             continue
         if not isinstance(run, _FusedRun | _Repatch):
@@ -134,12 +132,6 @@ def repatch_groups(plan: list[Callable[[], Work]], groups: list, changed: list[i
             moved[id(run)] = new
             out[s0] = (end, new)
     return out
-
-
-def _any_within(marks: list[int], start: int, end: int) -> bool:
-    """Whether a sorted ``marks`` entry lies in [start, end)."""
-    lo = bisect_left(marks, start)
-    return lo < len(marks) and marks[lo] < end
 
 
 @dataclass
@@ -170,27 +162,37 @@ class _Table:
     @property
     def stale(self) -> bool:
         """Whether cached codes an INT4 row reads were dropped (a host write over their image)."""
-        return not all(c.valid for c in self.codes)
+        return not all(map(_VALID, self.codes))  # (asked at each call: no generator frame)
 
     @property
-    def maker_rows(self) -> list[int]:
-        """The rows with a Work maker, ascending (made once per table; `_FusedRun` forgets it when it
-        edits ``makers``)."""
-        got = self.__dict__.get("_maker_rows")
-        if got is None:
-            got = self.__dict__["_maker_rows"] = sorted(self.makers)
+    def maker_index(self) -> tuple[list[int], list[Callable[[list[int]], Work]], np.ndarray]:
+        """The rows with a Work maker (ascending), their makers, the rows as an index array (one gather of
+        ``info`` per call): made once per table, forgotten (``_maker_rows``) where ``makers`` is edited."""
+        if (got := self.__dict__.get("_maker_rows")) is None:
+            rows = sorted(self.makers)
+            got = (rows, [self.makers[i] for i in rows], np.array(rows, np.intp))
+            self.__dict__["_maker_rows"] = got
         return got
+
+    @property
+    def yields(self) -> tuple[list[int], list[list[int]]]:
+        """The `_YIELD` rows (ascending), their (shape, size entry) columns: once per ``tab`` array."""
+        got = self.__dict__.get("_yields")
+        if got is None or got[0] is not self.tab:
+            at = np.flatnonzero(self.tab[:, 0] == _YIELD)
+            got = self.__dict__["_yields"] = (self.tab, at.tolist(), self.tab[at, 1:3].tolist())
+        return got[1], got[2]
 
     @property
     def items(self) -> list:
         """The trace entries (instruction, Work) of the rows (made once per table)."""
-        got = self.__dict__.get("_items")
-        if got is None:
+        if (got := self.__dict__.get("_items")) is None:
             got = self.__dict__["_items"] = list(zip(self.ins, self.works, strict=True))
         return got
 
 
 _COLS = 20  # table columns (`_nbblock.COLS`)
+_VALID = attrgetter("valid")
 _INT4 = FORMAT_CODES["int4"]
 _BY_ADDRESS = (10, 11, 14)  # INT4 rows that read their image by address (the table keeps the arrays)
 _LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
@@ -287,16 +289,15 @@ def _memset_entries(tab: np.ndarray, steps: list[Callable[[], Work]], offsets: l
     return out
 
 
-def _yields_reading(tab: np.ndarray, after: int, entries: set[tuple[int, int]] | None) -> list[int]:
-    """The yield rows past row ``after`` whose lowering reads one of ``entries`` (None: any may have
-    changed): a row's shape entry and the two size entries its binding key holds (`_lowered`). A yield
-    none of whose entries a patch rewrote lowers to the same row again. (Their columns read as one list:
-    a decode step asks this of a layer's tables each token.)"""
-    at = np.flatnonzero(tab[:, 0] == _YIELD)
-    at = at[at > after]
+def _yields_reading(t: _Table, after: int, entries: set[tuple[int, int]] | None) -> list[int]:
+    """The yield rows of ``t`` past row ``after`` whose lowering reads one of ``entries`` (None: any may
+    have changed): a row's shape entry and the two size entries its binding key holds (`_lowered`). A yield
+    none of whose entries a patch rewrote lowers to the same row again (asked each token: `_Table.yields`)."""
+    rows, cols = t.yields
+    lo = bisect_right(rows, after)
     if entries is None:
-        return at.tolist()
-    return [y for y, (shp, siz) in zip(at.tolist(), tab[at, 1:3].tolist(), strict=True)
+        return rows[lo:]
+    return [y for y, (shp, siz) in zip(rows[lo:], cols[lo:], strict=True)
             if (0, shp) in entries or (1, siz) in entries or (1, siz + 1) in entries]
 
 
@@ -337,7 +338,7 @@ class _FusedRun:
         # give it a binding the loop covers: lowered again, with the entries the rows before leave)
         own = [x for x in offsets if x < done]
         touched = _memset_entries(t.tab, steps, own)
-        later = _yields_reading(t.tab, min(offsets, default=done), touched)
+        later = _yields_reading(t, min(offsets, default=done), touched)
         if in_place and self.private and touched is not None and not later:
             return self._memsets_in_place(own, steps)
         tab, ins, works, makers, keep = t.tab.copy(), list(t.ins), list(t.works), dict(t.makers), list(t.keep)
@@ -467,12 +468,12 @@ class _FusedRun:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
         works, items = t.works[start:done], t.items[start:done]
         if t.makers:  # the Work of a GEMV row, from the shape it ran with
-            made = t.maker_rows
+            made, makers, at = t.maker_index
             lo = bisect_left(made, start)
-            at = made[lo: bisect_left(made, done, lo)]
-            makers, ins = t.makers, t.ins
-            for i, info in zip(at, t.info[at].tolist(), strict=True):
-                works[i - start] = w = makers[i](info)
+            hi = bisect_left(made, done, lo)
+            ins = t.ins
+            for i, make, info in zip(made[lo:hi], makers[lo:hi], t.info[at[lo:hi]].tolist(), strict=True):
+                works[i - start] = w = make(info)
                 items[i - start] = (ins[i], w)
         if r >= rows:  # the last row ran, its e_max update is the reference reduction's
             i = r - rows
@@ -483,11 +484,10 @@ class _FusedRun:
 
 
 class _Resume:
-    """The rest of a fused run from step ``offset`` on (`fuse_groups`: after a step that may end the
-    run): the run's own table resumed there when it holds that row (one compiled call, no table of
-    its own to lower, ahead or not), else a run of those steps (the run's own copy of them, from
-    ``offset``) lowered on its first call (the run's table stopped before it, e.g. at a binding that
-    changed). ``parent`` is the run's `_FusedRun` or the `_Repatch` that makes it."""
+    """The rest of a fused run from step ``offset`` on (`fuse_groups`: after a step that may end the run):
+    the run's own table resumed there when it holds that row (one compiled call, no table of its own),
+    else a run of those steps (the run's copy of them from ``offset``) lowered on its first call (the
+    table stopped before it, e.g. at a changed binding). ``parent``: the run's `_FusedRun` or `_Repatch`."""
 
     dead = False
     builds = 0

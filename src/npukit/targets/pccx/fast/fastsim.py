@@ -72,7 +72,25 @@ def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
     None (then decode it)."""
     if not isinstance(was_ins, Memset) or (word ^ was) & ~_VALUE_BITS or was_ins.dest_cache not in _CC:
         return None
-    return dataclasses.replace(was_ins, **{name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS})
+    values = {name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS}
+    if "__slots__" in vars(Memset) or hasattr(Memset, "__post_init__"):
+        return dataclasses.replace(was_ins, **values)
+    ins = object.__new__(Memset)  # (a plain frozen dataclass: what its __init__ stores, one update)
+    ins.__dict__.update(was_ins.__dict__, **values)
+    return ins
+
+
+def _respan_label(was_label: str, was_ins: Memset, ins: Memset) -> str:
+    """`format_instr(ins)` from ``was_label`` (`format_instr(was_ins)`) where ``ins`` is ``was_ins`` with
+    new values (`_respan`): the three value operands replaced in place when they stand there as
+    decimals, as a constant-cache MEMSET shows them; else formatted anew."""
+    parts = was_label.split(" ")
+    old = [f"a={was_ins.a_value}", f"b={was_ins.b_value}", f"c={was_ins.c_value}"]
+    at = parts.index(old[0]) if old[0] in parts else -1
+    if at < 0 or parts[at: at + 3] != old:
+        return format_instr(ins)
+    parts[at: at + 3] = f"a={ins.a_value}", f"b={ins.b_value}", f"c={ins.c_value}"
+    return " ".join(parts)
 
 
 @dataclass(eq=False)
@@ -229,7 +247,7 @@ class FastSimulator(Simulator):
             for i in changed:
                 new[i] = int(words[i])
                 before = _fusable(plan[i])
-                plan[i] = self._compile(i, new[i], old[i])
+                plan[i] = self._compile(i, new[i], old[i], plan[i])
                 after = _fusable(plan[i])
                 refuse = refuse or before[0] or after[0]
                 same = same and before == after
@@ -315,12 +333,17 @@ class FastSimulator(Simulator):
         self.status = (self.status | STATUS_ERROR) & ~STATUS_BUSY
 
     # -- plan building --
-    def _compile(self, idx: int, word: int, was: int | None = None) -> Callable[[], Work]:
-        """The step of ``word`` at ``idx``; ``was``: the word there before (a span patch: a MEMSET whose
-        values alone changed is its old instruction with the new values, `_respan`)."""
-        ins = self._decoded.get(word)
+    def _compile(self, idx: int, word: int, was: int | None = None, was_step: Any = None
+                 ) -> Callable[[], Work]:
+        """The step of ``word`` at ``idx``; ``was``: the word there before and ``was_step`` its step (a span
+        patch: a MEMSET whose values alone changed is its old instruction with the new values, `_respan`,
+        and its label the old one with the new values, `_respan_label`)."""
+        ins, label = self._decoded.get(word), None
         if ins is None:
-            ins = _respan(self._decoded.get(was), was, word) if was is not None else None
+            was_ins = self._decoded.get(was) if was is not None else None
+            ins = _respan(was_ins, was, word) if was is not None else None
+            if ins is not None and hasattr(was_step, "work"):  # (the old step: `_compile_memset`'s)
+                label = _respan_label(was_step.work.label, was_ins, ins)
             try:
                 ins = ins or decode(word, self.profile, self.limits)
             except DecodeError as exc:
@@ -337,7 +360,7 @@ class FastSimulator(Simulator):
         if ins.op in (Op.GEMV, Op.GEMM):
             return self._compile_mat(idx, ins)
         if ins.op == Op.MEMSET:
-            return self._compile_memset(idx, ins)
+            return self._compile_memset(idx, ins, label)
         if ins.op == Op.CVO:
             body = compile_cvo(self, idx, ins)
             return self._reference(idx, ins) if body is None else self._traced(ins, body)
@@ -368,8 +391,8 @@ class FastSimulator(Simulator):
 
         return step
 
-    def _compile_memset(self, idx: int, ins: _Instr) -> Callable[[], Work]:
-        work = Work(idx, "ctrl", format_instr(ins), is_async=bool(ins.async_))
+    def _compile_memset(self, idx: int, ins: _Instr, label: str | None = None) -> Callable[[], Work]:
+        work = Work(idx, "ctrl", label or format_instr(ins), is_async=bool(ins.async_))
         trace = self.trace
         a = np.uint16(ins.a_value)
         if ins.dest_cache == DestCache.SREG:
@@ -394,6 +417,7 @@ class FastSimulator(Simulator):
 
         if self.backend == "numba":
             memset.fuse, memset.fuse_ins = ((6, cache, slot, *vals), work), ins
+        memset.work = work  # (its label is the next span patch's starting point: `_respan_label`)
         return memset
 
     def _bind_memcpy(self, idx: int, ins: _Instr,
