@@ -166,6 +166,39 @@ def test_the_rows_are_patched_on_the_timing_thread_beside_remember(monkeypatch):
     drv.close()
 
 
+def test_decode_runs_resumed_from_a_kept_state_are_the_readable_model_across_a_bucket(monkeypatch):
+    """Default timer (lean, on the timing thread): decode runs keep the loop's state at their first
+    changed row and later runs of the same program resume from it (`timing_job.Job`). Over a window
+    whose span buckets change, every record's cycles are `simulate_works`'s (the readable path), and
+    some runs did resume."""
+    from npukit.sim import timing_job, timing_nb
+    from npukit.targets.pccx.timing import simulate_works
+
+    resumed = []
+    real = timing_job.Job.refresh
+
+    def refresh(self, first=0):
+        real(self, first)
+        resumed.append(bool(self.args[9][timing_nb.IV_RESUME]))
+
+    monkeypatch.setattr(timing_job.Job, "refresh", refresh)
+    monkeypatch.setattr(timing_job, "MIN_PAUSE", 8)  # (the test model's decode program is short)
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.prefill([2, 3, 5, 7])
+    runs, programs, tok = [], set(), 11
+    for _ in range(14):  # spans grow past the sliding window; the full-attention bucket changes
+        drv.step(tok)
+        runs.append(list(drv.last_works))
+        programs.add(drv._current.key)
+        tok = (tok * 7 + 3) % 96
+    drv.timer.settle()
+    for i, (rec, works) in enumerate(zip(drv.records[-len(runs):], runs, strict=True)):
+        assert rec.cycles == simulate_works(drv.hw, works, renumber=True).cycles, f"decode run {i}"
+    assert len(programs) > 1 and any(resumed) and not all(resumed)  # a bucket changed; resumed runs
+    drv.close()
+
+
 class _Reads:
     """A Work seen through a recorder: every field `to_ops` reads lands in ``seen``."""
 

@@ -131,7 +131,7 @@ def _run_job(prog: _Program, job: timing_job.Job, label: Callable[[int], str],
     (`Job.done`)."""
     if patched:
         _link(prog)
-        job.refresh()
+        job.refresh(prog.first)
     job.loop()
     return job.done(label)
 
@@ -144,6 +144,7 @@ class _Program:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
         self.job: timing_job.Job | None = None  # the loop's tables and buffers, kept between runs
         self.linker: timing_job.BoundCall | None = None  # `_link_fifos` on these columns (`_link`)
+        self.first = 0  # the first position whose row the last `_patch` rewrote (len(works): none)
 
 
 # The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, stream, ...) are made from: a
@@ -341,7 +342,7 @@ class TokenTimer:
         identity, gathered from the store."""
         old = prog.works
         at = list(compress(range(len(works)), map(is_not, works, old)))  # (by identity, in C)
-        prog.works = works
+        prog.works, prog.first = works, at[0] if at else len(works)
         if not at:
             return
         _pause()
