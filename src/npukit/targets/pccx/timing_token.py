@@ -214,26 +214,27 @@ class TokenTimer:
             return timing_fast.schedule(self.plan, prog.cols, label).engines()  # in full: the sums
 
         if not self.background:
-            sched = self._timed(prog, works, label, built)[0]
+            sched = self._timed(prog, works, label, built, False)[0]
             return TimedRun(sched.cycles, make=lambda: make(sched), make_engines=lambda: engines(sched))
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
-        future = self._thread.submit(self._timed, prog, works, label, built)
+        future = self._thread.submit(self._timed, prog, works, label, built, True)
         run = self._last = TimedRun(make=make, make_engines=engines, pending=future)
         return run
 
     def _timed(self, prog: _Program, works: list[Work], label: Callable[[int], str],
-               built: bool) -> tuple[timing_fast.Schedule, float, float]:
+               built: bool, beside: bool) -> tuple[timing_fast.Schedule, float, float]:
         """Time ``works`` on ``prog`` (just ``built`` from them, or patched here): on the timing thread,
         or in line. The rows are patched here, not on the executor's thread: their Python (~0.5 ms a
         decode token at hidden 1024) then runs while that thread is inside its compiled calls (which
         release the GIL), not before its next one. `TokenTimer.settle` waits for all of it before the
         columns are patched again; the row caches are shared with `remember` (the executor's thread),
-        under ``_lock``. Returns the schedule, and this call's wall and thread CPU seconds."""
+        under ``_lock``; ``beside``: on the timing thread (the patch pauses for the executor's thread
+        between its pieces: `_pause`). Returns the schedule, and this call's wall and thread CPU seconds."""
         t0, c0 = time.perf_counter(), time.thread_time()
         if not built:
             with self._lock:
-                self._patch(prog, works)
+                self._patch(prog, works, _pause if beside else _go_on)
         c, job = prog.cols, prog.job
         fresh = job is None or job.cols is not c or job.lean != self.lean
         if fresh:
@@ -336,7 +337,7 @@ class TokenTimer:
             st.nwr[at])
         return _Program(works, cols, num[10].astype(i64), num[11].astype(i64))
 
-    def _patch(self, prog: _Program, works: list[Work]) -> None:
+    def _patch(self, prog: _Program, works: list[Work], pause: Callable[[], None]) -> None:
         """Rewrite the rows whose Work changed since this program length's last run (a few hundred of
         thousands: the attention's spans, the sparse rows; at a span bucket switch most rows): found by
         identity, gathered from the store."""
@@ -345,7 +346,7 @@ class TokenTimer:
         prog.works, prog.first = works, at[0] if at else len(works)
         if not at:
             return
-        _pause()
+        pause()
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         rows = self._rows_by_id
@@ -353,10 +354,10 @@ class TokenTimer:
         known = [h is not None and h[0] is w for h, w in zip(map(rows.get, map(id, new)), new, strict=True)]
         kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
         same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
-        _pause()
+        pause()
         if same:
             heads = self._heads(new if len(same) == len(at) else [works[i] for i in same])
-            _pause()
+            pause()
             _put_numbers(prog, np.array(same, np.int64), heads.T)
             if len(same) == len(at):
                 return
@@ -371,6 +372,11 @@ class TokenTimer:
         _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+def _go_on() -> None:
+    """`_patch` in line: no other thread of the timer's waits for the GIL (`_pause` would only sleep:
+    `time.sleep(0)` is a timed sleep, ~55 µs of wall at the kernel's timer slack, more under load)."""
 
 
 def _pause() -> None:
