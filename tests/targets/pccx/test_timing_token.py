@@ -152,6 +152,7 @@ def test_the_rows_are_patched_on_the_timing_thread_beside_remember(monkeypatch):
     monkeypatch.setattr(timing_token.TokenTimer, "_patch", patch)
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.timer.background = True
     m = machine(drv.hw)
     drv.prefill([2, 3, 5])
     runs = []
@@ -168,7 +169,7 @@ def test_the_rows_are_patched_on_the_timing_thread_beside_remember(monkeypatch):
 
 
 def test_decode_runs_resumed_from_a_kept_state_are_the_readable_model_across_a_bucket(monkeypatch):
-    """Default timer (lean, on the timing thread): decode runs keep the loop's state at their first
+    """Default timer (lean, in line): decode runs keep the loop's state at their first
     changed row and later runs of the same program resume from it (`timing_job.Job`). Over a window
     whose span buckets change, every record's cycles are `simulate_works`'s (the readable path), and
     some runs did resume."""
@@ -209,7 +210,7 @@ def test_the_rows_patched_in_line_do_not_pause(monkeypatch):
     monkeypatch.setattr(timing_token.time, "sleep", lambda s: sleeps.append(s))
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
-    drv.timer.background = False
+    assert not drv.timer.background  # (the default)
     m = machine(drv.hw)
     drv.prefill([2, 3, 5])
     for tok in (4, 9, 4, 11):

@@ -5,9 +5,11 @@ A token's Work records are mostly the very objects of the previous token of the 
 sparse W_down rows change every token). So `TokenTimer` keeps the previous run's op columns per
 program length, finds the positions whose Work object changed (an identity test per op), rewrites
 only those rows (each Work's row cached by identity) and recomputes the GEMV→SFU FIFO links (a
-sequential rule, compiled) before running `npukit.sim.timing_fast.schedule`; all of it after the run's
-columns were built runs on a timing thread beside the executor's next run (`TokenTimer._timed`). The
-cycles come back when that is done; the `TimingResult` (trace, utilisation) is built only for the runs
+sequential rule, compiled) before running the compiled loop on the program's kept `timing_job.Job`,
+which resumes from the state it kept before the first changed op where the rows before it are as in
+its last run. All of it runs in line (the default) or on a timing thread beside the executor's next
+run (``background``; `TokenTimer._timed`), the cycles then coming back when that is done. The
+`TimingResult` (trace, utilisation) is built only for the runs
 that ask for it (`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable
 path times, so both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.py`).
 The end-of-run figures need only its per-engine sums (`TimedRun.engines`): the compiled loop runs the
@@ -161,7 +163,7 @@ _ranges = attrgetter("reads", "writes")
 class TokenTimer:
     """Times the driver's program runs on ``hw``: `time(works)` → `TimedRun`."""
 
-    def __init__(self, hw: PccxHw, background: bool = True, lean: bool = True) -> None:
+    def __init__(self, hw: PccxHw, background: bool = False, lean: bool = True) -> None:
         self.hw = hw
         # lean: the loop computes the times only (the cycles); the few runs whose full schedule is
         # asked for (the figures' last token, a trace's last runs) are timed again in full then
@@ -176,9 +178,12 @@ class TokenTimer:
         self._table, self._table_n = np.zeros((0, 12)), 0
         self._programs: dict[int, _Program] = {}
         self._sfu_depth = float(hw.sfu.fifo_depth)
-        # the compiled loop releases the GIL: on a thread of its own it runs beside the next program
-        # run (the executor's Python leaves a core free), instead of in line after this one; the rows'
-        # patch runs there too (`_timed`), while the executor's thread is in its compiled calls
+        # background: the rows' patch and the compiled loop (which releases the GIL) on a thread of
+        # their own, beside the next program run, instead of in line after this one. In line by
+        # default: on the 2-core host the thread cost the executor's thread more wall per decode token
+        # than running it in line (10 of 10 interleaved A/B pairs at hidden 1024 and 2048, issue 29
+        # ninth pass): the second core is the executor's OpenMP worker's and other processes', and the
+        # patch's GIL pieces and pauses land on the executor's thread
         self.background = background
         self._thread: ThreadPoolExecutor | None = None
         self._last: TimedRun | None = None  # a schedule that may still be running on that thread
