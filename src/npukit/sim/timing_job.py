@@ -134,9 +134,15 @@ class Job(Pending):
     def _snapshot(self) -> None:
         """Remember each state array's value as `_setup` made it (the loop's inputs, not its tables;
         the hazard buffer and the samples are written before they are read and are left as they are,
-        as are the busy and stall sums in a lean job)."""
+        as are the busy and stall sums in a lean job). Left out too: the queues and stream tables,
+        which the loop never writes, and the event scratch it writes before it reads each event (the
+        flows; the head lists, FIFO pairs, stream targets and levels from 0 or for every stream; an
+        op's rate and reason only for ops running this event), but not ``rmark``: its stamps restart
+        at 0 in a fresh run, so a mark left by another run could match."""
         C, S, E, R, W, F, _, A, _, iv, fv, _, res_bytes = self.args
-        skip = {id(S.dep_buf)}
+        skip = {id(S.dep_buf), *map(id, F), *(id(a) for a in W if a is not W.rmark)}
+        skip |= {id(a) for a in (E.q_ops, E.q_off, E.q_len, R.s_ops, R.s_off, R.s_len, R.s_capb, R.s_bpc,
+                                 R.s_path, R.s_plen)}
         if self.lean:  # the sums a lean run never touches keep `_setup`'s values
             skip |= {id(a) for a in (*A, S.busy, res_bytes)}
         arrays = [*S, *E, *R, *W, *F, *A, iv, fv, res_bytes]
