@@ -99,6 +99,12 @@ def test_compiled_loop_is_the_readable_loop(data):
 def test_pccx_like_program_with_streams_fifos_and_hazards():
     """A long program in the shape of a pccx token: weight-streaming GEMVs with SFU consumers over a
     FIFO, DMAs sharing DDR, sync points; 600 ops, a few thousand events."""
+    fast, slow = both(*pccx_like())
+    assert fast == slow
+
+
+def pccx_like() -> tuple[Machine, list[Op]]:
+    """`test_pccx_like_program_with_streams_fifos_and_hazards`'s machine and program."""
     m = Machine(engines=("gemv", "sfu", "dma", "ctrl"),
                 resources=(Resource("ddr", 10.0), Resource("hp", 16.0), Resource("l2b", 16.0)),
                 streams=(Stream("weights", ("ddr", "hp"), 4096.0),), issue_window=8)
@@ -114,8 +120,7 @@ def test_pccx_like_program_with_streams_fifos_and_hazards():
         ops.append(Op(a + 2, "dma", f"dma{i}", latency=5.0, path=("ddr",), xfer_bytes=256.0, is_async=True,
                       reads=((20, 21),), writes=((30 + i % 2, 31 + i % 2),)))
         ops.append(Op(a + 3, "ctrl", f"ctrl{i}", cycles=2.0, writes=((40, 41),), is_async=i % 3 == 0))
-    fast, slow = both(m, ops)
-    assert fast == slow
+    return m, ops
 
 
 def test_errors_are_worded_alike():

@@ -227,6 +227,97 @@ def test_a_bound_call_goes_through_the_entry_point_once_compiled():
     call = timing_job.BoundCall(timing_job._derive, (*ops, *tables, *same))
     first = call()
     assert call.entry is not None and call.entry is timing_job.entry_of(timing_job._derive, call.args)
-    assert first is False and call() is False and np.array_equal(out, np.ones(3))
+    assert first == 0 and call() == 0 and np.array_equal(out, np.ones(3))  # (`_derive`'s flags: none)
     same[1][2] = 1  # op 2 was on engine 1
-    assert call() is True
+    assert call() == timing_job.MOVED
+
+
+def resumes(job: timing_job.Job) -> bool:
+    """Whether the job's next loop starts from a kept state (`refresh` set it to)."""
+    return bool(job.args[9][timing_nb.IV_RESUME])
+
+
+@pytest.mark.slow  # (about 6 s)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_lean_job_resumed_from_a_kept_state_gives_the_fresh_runs_times(data):
+    """Runs that keep a prefix of the last run's ops (the rest changed) pause before the first changed
+    op and resume later runs from there: every run's times are a fresh lean `Pending`'s on its ops."""
+    m = data.draw(machines())
+    plan = timing_fast.Plan.of(m)
+    if plan is None:
+        return
+    first_ops = data.draw(programs(m))
+    runs, prev = [first_ops], first_ops
+    for _ in range(5):  # each run: the last one's first j ops, then another program's
+        other = data.draw(programs(m))
+        n = min(len(prev), len(other))
+        j = data.draw(st.integers(0, n))
+        prev = [*prev[:j], *other[j:n]]
+        runs.append(prev)
+    n = min(map(len, runs))
+    runs = [ops[:n] for ops in runs]
+    job, last = None, None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(timing_job, "MIN_PAUSE", 1)  # (the drawn programs are short)
+        for ops in runs:
+            fresh = timing_fast.Pending(plan, columns(plan, ops), lean=True)
+            fresh.loop()
+            try:
+                want = fresh.done()
+            except TimingError:
+                job = None  # (errors: `Pending.done`'s; a job starts again after one)
+                continue
+            if job is None:
+                job = timing_job.Job(plan, columns(plan, ops), lean=True)
+            else:
+                cols = columns(plan, ops)
+                for f in dataclasses.fields(cols):
+                    np.copyto(getattr(job.cols, f.name), getattr(cols, f.name))
+                first = next((p for p, (a, b) in enumerate(zip(ops, last, strict=True)) if a != b), n)
+                job.refresh(first)
+            job.loop()
+            got = job.done()
+            assert got.cycles == want.cycles
+            for k in ("issue", "start", "end", "fetch_t0", "fetch_t1"):
+                assert np.array_equal(got.a[k], want.a[k]), k
+            last = ops
+
+
+def test_a_long_program_resumes_where_its_rows_change_and_stays_exact():
+    """A pccx-shaped 600-op program whose ops from 300 on change between runs (as a decode token's
+    attention rows do): the second run pauses before op 300 and keeps that state, later runs resume
+    from it; a run that changes an op before 300 starts over. Every run: a fresh lean run's times."""
+    from .test_timing_fast import pccx_like
+
+    m, base = pccx_like()
+    plan = timing_fast.Plan.of(m)
+    job = None
+    kept = []
+    real_keep = timing_job.Job._keep
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(timing_job.Job, "_keep", lambda self: kept.append(self._pause_at) or real_keep(self))
+        plan_runs = [(None, 0.0), (300, 1.0), (300, 2.0), (310, 3.0), (120, 4.0), (200, 5.0), (400, 6.0)]
+        resumed = []
+        for first, extra in plan_runs:
+            ops = [dataclasses.replace(o, cycles=o.cycles + extra) if first is not None and p >= first
+                   and o.engine == "gemv" else o for p, o in enumerate(base)]
+            fresh = timing_fast.Pending(plan, columns(plan, ops), lean=True)
+            fresh.loop()
+            want = fresh.done()
+            if job is None:
+                job = timing_job.Job(plan, columns(plan, ops), lean=True)
+            else:
+                cols = columns(plan, ops)
+                for f in dataclasses.fields(cols):
+                    np.copyto(getattr(job.cols, f.name), getattr(cols, f.name))
+                job.refresh(first)
+                resumed.append(resumes(job))
+            job.loop()
+            got = job.done()
+            assert got.cycles == want.cycles
+            for k in ("issue", "start", "end", "fetch_t0", "fetch_t1"):
+                assert np.array_equal(got.a[k], want.a[k]), k
+    # run 2 pauses at 300 (kept); 3 and 4 resume (300, 310 >= 300); 5 changes op 120: starts over,
+    # pausing there; 6 (200 >= 120) and 7 resume
+    assert kept == [300, 120] and resumed == [False, True, True, False, True, True]

@@ -8,6 +8,13 @@ engine and stream queues only when an op changed engine or stream membership, an
 array back to the value `timing_fast._setup` gives it. The loop then runs on exactly what a fresh
 `Pending` would hand it, so the schedules are the same bit for bit (`tests/sim/test_timing_job.py`).
 
+A lean job also resumes: the loop's state before it issues op X depends only on ops before X (their
+rows, FIFO links and derived tables; the queues; no queued op the prefetch walk could take as fetched
+unissued, `_derive`'s TINY). So a run pauses before the first op whose row changed since the last run
+(`refresh(first)`), the state is kept (`_keep`), and the runs after it, while no row before X changes,
+start from that state instead of `_setup`'s: the same loop on the same state, so the same schedule
+(`tests/sim/test_timing_job.py` runs both over a decode window's tokens).
+
 A `Schedule` made from a job reads the job's buffers: it is ``stale`` once the job runs again (its
 cycles were read at once; its full `TimingResult` must then be made afresh, `TokenTimer` does so).
 """
@@ -23,11 +30,14 @@ import numpy as np
 from npukit.sim import compile_report
 from npukit.sim import timing_nb as nbl
 from npukit.sim.timing_fast import Columns, Pending, Plan, Schedule, _pad
+from npukit.sim.timing_types import BYTES_EPS
 
 compile_report.install()  # first-run compiles are announced, never silent
 
 _INF = np.inf
 _LOW = 1 - 1e-6  # `timing_fast._static`'s bandwidth-bound threshold factor (the same double)
+MOVED, TINY = 1, 2  # `_derive`'s flags: an op changed engine or stream queue; a queued op has ~0 bytes
+MIN_PAUSE = 64  # the fewest ops before the first changed one worth a pause (the state's copy: ~50 µs)
 
 
 @nb.njit(cache=True, nogil=True, error_model="numpy")
@@ -35,9 +45,11 @@ def _derive(cycles, xfer, pid, narrow, rows, lens, sidx, sbr, fifo, isasync, dep
             cap, xcap, xlow, nominal, path, plen, sb, link, full, haswork, eng, eng_was,
             stream_was):  # pragma: no cover - numba
     """`timing_fast._static`'s per-op tables, written in place (the same IEEE operations per op), and
-    whether an op moved to another engine or stream queue since ``eng_was`` and ``stream_was``
-    (`_stream_of` as the job's queues were built)."""
-    moved = False
+    flags: MOVED, an op moved to another engine or stream queue since ``eng_was`` and ``stream_was``
+    (`_stream_of` as the job's queues were built); TINY, a queued op's bytes are within BYTES_EPS of 0
+    (the loop's prefetch walk takes such an op as fetched before its issue: its row then matters
+    earlier than its issue, and a paused state is not kept)."""
+    flags = 0
     for p in range(cycles.shape[0]):
         c = _INF
         if cycles[p] > 0:
@@ -63,8 +75,10 @@ def _derive(cycles, xfer, pid, narrow, rows, lens, sidx, sbr, fifo, isasync, dep
         haswork[p] = cycles[p] != 0 or xfer[p] != 0 or s != 0 or lk >= 0
         queue = sidx[p] if sidx[p] >= 0 and sbr[p] > 0 else -1
         if eng[p] != eng_was[p] or queue != stream_was[p]:
-            moved = True
-    return moved
+            flags |= MOVED
+        if queue >= 0 and s <= BYTES_EPS:
+            flags |= TINY
+    return flags
 
 
 class Job(Pending):
@@ -78,6 +92,10 @@ class Job(Pending):
         self._paths = -1  # how many of the plan's paths the path tables hold
         self._entry: tuple[tuple, Any] | None = None  # (the args it was typed for, the compiled entry)
         self._derive_call: BoundCall | None = None  # `_derive` on this job's arrays (new path tables: anew)
+        # the state kept at a pause before op ``_pause_at`` (array, its saved copy), and whether the
+        # next `loop` pauses (`refresh`)
+        self._image: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._pause_at = -1
         self._snapshot()
 
     def loop(self) -> None:
@@ -85,24 +103,46 @@ class Job(Pending):
         the dispatcher types the ~100 arrays of the loop's argument tuples on every call (~0.7 ms
         holding the GIL, on the timing thread: the executor's thread waits for it meanwhile). The
         arrays are the same objects from run to run (`refresh` writes them in place); `_rebuild`
-        makes new ones, and so a new lookup."""
+        makes new ones, and so a new lookup. A run that pauses (`refresh`) has its state kept
+        (`_keep`) and goes on from there."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        status = self._call()
+        if status == nbl.PAUSED:
+            self._keep()
+            status = self._call()
+        self.status = status
+        self.loop_s, self.loop_cpu_s = time.perf_counter() - t0, time.thread_time() - c0
+
+    def _call(self) -> int:
         args, got = self.args, self._entry
         if got is None or got[0] is not args:
             got = self._entry = (args, _entry_point(args))
         if got[1] is None:
-            super().loop()
-            self._entry = None  # (compiled by that call: looked up next time)
-            return
-        t0, c0 = time.perf_counter(), time.thread_time()
-        self.status = int(got[1](*args))
-        self.loop_s, self.loop_cpu_s = time.perf_counter() - t0, time.thread_time() - c0
+            self._entry = None  # (compiled by this call: looked up next time)
+            return int(nbl.run(*args))
+        return int(got[1](*args))
+
+    def _keep(self) -> None:
+        """Keep the state of a run paused before op ``_pause_at`` (every state array, the hazards
+        found so far, the saved scalars), and set it to resume."""
+        iv, dep_buf = self.args[9], self.args[1].dep_buf
+        n_dep = int(iv[nbl.IV_SAVE + 6])  # (the count saved at the pause: `timing_nb.run`)
+        arrays = [a for a, _, _ in self._state] + [dep_buf[:n_dep]]
+        self._image = [(a, a.copy()) for a in arrays]
+        iv[nbl.IV_RESUME], iv[nbl.IV_PAUSE] = 1, -1
 
     def _snapshot(self) -> None:
         """Remember each state array's value as `_setup` made it (the loop's inputs, not its tables;
         the hazard buffer and the samples are written before they are read and are left as they are,
-        as are the busy and stall sums in a lean job)."""
+        as are the busy and stall sums in a lean job). Left out too: the queues and stream tables,
+        which the loop never writes, and the event scratch it writes before it reads each event (the
+        flows; the head lists, FIFO pairs, stream targets and levels from 0 or for every stream; an
+        op's rate and reason only for ops running this event), but not ``rmark``: its stamps restart
+        at 0 in a fresh run, so a mark left by another run could match."""
         C, S, E, R, W, F, _, A, _, iv, fv, _, res_bytes = self.args
-        skip = {id(S.dep_buf)}
+        skip = {id(S.dep_buf), *map(id, F), *(id(a) for a in W if a is not W.rmark)}
+        skip |= {id(a) for a in (E.q_ops, E.q_off, E.q_len, R.s_ops, R.s_off, R.s_len, R.s_capb, R.s_bpc,
+                                 R.s_path, R.s_plen)}
         if self.lean:  # the sums a lean run never touches keep `_setup`'s values
             skip |= {id(a) for a in (*A, S.busy, res_bytes)}
         arrays = [*S, *E, *R, *W, *F, *A, iv, fv, res_bytes]
@@ -139,8 +179,10 @@ class Job(Pending):
                 c.fifo_depth, c.fifo_elems, C.cap, C.xcap, C.xlow, C.nominal, C.path, C.plen, C.sb,
                 C.link, C.full, C.haswork, C.eng, self._eng, self._streams)
 
-    def refresh(self) -> None:
-        """Ready the job for a run of its patched columns (as a new `Pending` on them would be)."""
+    def refresh(self, first: int = 0) -> None:
+        """Ready the job for a run of its patched columns (as a new `Pending` on them would be), whose
+        rows before ``first`` are as in its last run: from the state kept at a pause (`loop`) where
+        that pause came before ``first``; else from `_setup`'s, pausing before ``first``."""
         C = self.C
         plan = self.plan
         # paths registered since: the padded tables again, of the paths registered in full (a refresh
@@ -161,16 +203,26 @@ class Job(Pending):
         if derive is None:
             args = self._derive_args(self._narrow, self._rows, self._lens)
             derive = self._derive_call = BoundCall(_derive, args)
-        if derive():
+        flags = derive()
+        if flags & MOVED:
             self._rebuild()  # an op moved to another engine or stream: the queues again
             return
+        self.generation += 1
+        self.status = -1
+        iv = self.args[9]
+        if self._image is not None and first >= self._pause_at and not flags & TINY:
+            for a, saved in self._image:  # the rows before the pause are those it was kept with
+                np.copyto(a, saved)
+            iv[nbl.IV_RESUME], iv[nbl.IV_PAUSE] = 1, -1
+            return
+        self._image = None
         for a, value, init in self._state:
             if init is None:
                 a.fill(value)
             else:
                 np.copyto(a, init)
-        self.generation += 1
-        self.status = -1
+        if self.lean and not flags & TINY and MIN_PAUSE <= first < self.n:
+            iv[nbl.IV_PAUSE] = self._pause_at = first
 
     def _rebuild(self, events: int = 0) -> None:
         gen = self.generation

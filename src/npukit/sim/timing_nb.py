@@ -11,15 +11,12 @@ hold exactly the running ops, so they become arrays plus a per-event mark (``rma
 lists of ops become index arrays with counts.
 
 Why one long function: numba reference-counts every array a call passes, a tuple unpack binds or a
-record field read yields, with an atomic instruction each. With the phases as separate functions that
-counting measured 70 % of a pccx token's time (perf: NRT_incref / NRT_decref). Split by phase into
-functions numba inlines (``inline="always"``) over these named records, schedules stayed bit-identical
-but a 2,095-op decode token took 26.3 ms instead of 1.1 ms and a 20-token prefill chunk 545 ms instead
-of 18 ms (commit "experiment: the compiled loop split by phase", reverted): each phase binds its
-record fields again on every event. Here every array is bound once, by name, before the loop, and the
-loop body calls nothing that takes an array. Its sections carry the Python phases' names
-(`timing_phases`): settle (issue, heads, prefetches), survey, rates (water-filling, stream arrival,
-FIFO coupling), horizon, advance, attribute.
+record field read yields (perf: NRT_incref / NRT_decref); split by phase into inlined functions, a
+2,095-op decode token took 26.3 ms instead of 1.1 ms (commit "experiment: the compiled loop split by
+phase", reverted). Every array is bound once, by name, before the loop; the loop body calls nothing
+that takes an array. Its sections carry the Python phases' names (`timing_phases`): settle (issue,
+heads, prefetches), survey, rates (water-filling, stream arrival, FIFO coupling), horizon, advance,
+attribute. A run can pause before issuing a given op and resume from there (`timing_job.Job`).
 """
 
 from __future__ import annotations
@@ -37,14 +34,13 @@ compile_report.install()  # first-run compiles are announced, never silent
 _OPTS = {"cache": True, "error_model": "numpy", "nogil": True}
 _INF = np.inf
 
-# iv (ints in/out): the issue window and lean (1: times only) in, the counts of samples out
-IV_WIN, IV_NUSAGE, IV_NLEVEL, IV_LEAN = range(4)
-IV_SIZE = 4
-# fv (floats in/out): issue cycles in, t out
-FV_IC, FV_T = range(2)
-FV_SIZE = 2
-# status codes (worded by the Python side)
-OK, DEADLOCK, NO_PROGRESS, NO_RATE, FULL = 0, 1, 2, 3, 4
+# iv (ints in/out): the issue window, lean (1: times only), the op to pause before issuing (-1: none)
+# and resume (1: from the scalars saved at a pause, IV_SAVE on) in, the counts of samples out
+IV_WIN, IV_NUSAGE, IV_NLEVEL, IV_LEAN, IV_PAUSE, IV_RESUME, IV_SAVE, IV_SIZE = 0, 1, 2, 3, 4, 5, 6, 6 + 13
+# fv (floats in/out): issue cycles in, t out, next issue and t saved at a pause
+FV_IC, FV_T, FV_SAVE, FV_SIZE = 0, 1, 2, 4
+# status codes (worded by the Python side; PAUSED: stopped before issuing op iv[IV_PAUSE])
+OK, DEADLOCK, NO_PROGRESS, NO_RATE, FULL, PAUSED = 0, 1, 2, 3, 4, 5
 
 # The loop's arrays, grouped in named records (numba compiles a namedtuple's fields to static offsets:
 # `timing_fast` builds them by keyword, `run` reads them by name, so a field's place never matters).
@@ -105,18 +101,25 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
     n, ne, nstr, nres = eng.shape[0], cur.shape[0], tg.shape[0], capacity.shape[0]
     win, ic = iv[IV_WIN], fv[FV_IC]
     lean = iv[IV_LEAN] != 0  # times only: no resource bytes, samples, busy or stall sums
-    k, blocker, unstarted, n_done, next_issue = 0, -1, 0, 0, 0.0
-    n_infl = n_act = n_dep = 0
+    k, blocker, unstarted, n_done, next_issue, n_infl, n_act, n_dep = 0, -1, 0, 0, 0.0, 0, 0, 0
     stamp = event = n_usage = n_level = 0
-    last_usage = -1
-    t, stuck = 0.0, 0
-    status = OK
+    last_usage, t, stuck = -1, 0.0, 0
+    status, pause, sv = OK, iv[IV_PAUSE], IV_SAVE
+    if iv[IV_RESUME] != 0:  # the state arrays hold a paused run's: its scalars back (saved below)
+        k, blocker, unstarted, n_done, n_infl, n_act, n_dep = iv[sv:sv + 7]
+        stamp, event, n_usage, n_level, last_usage, stuck = iv[sv + 7:sv + 13]
+        next_issue, t = fv[FV_SAVE], fv[FV_SAVE + 1]
     while n_done < n:
         # ---- settle: issue, start and complete at t until nothing changes ---------------------------
         changed = True
         while changed:
             while k < n and blocker < 0 and unstarted < win and t >= next_issue - FRACTION_EPS:  # issue
                 p = k
+                if p == pause:  # (re-entered here on resume, the same state takes the same path)
+                    iv[sv:sv + 7] = k, blocker, unstarted, n_done, n_infl, n_act, n_dep
+                    iv[sv + 7:sv + 13] = stamp, event, n_usage, n_level, last_usage, stuck
+                    fv[FV_SAVE], fv[FV_SAVE + 1] = next_issue, t
+                    return PAUSED
                 issue[p] = t
                 next_issue = t + ic
                 if not isasync[p]:
@@ -133,19 +136,25 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                         infl[m] = q
                         m += 1
                         hit = False  # RAW/WAW: q's writes against p's reads and writes; WAR: q's reads
-                        for a in range(nwr[q]):
+                        for a in range(nwr[q]):  # (the first meeting pair decides: no float involved)
                             x0, x1 = wr[q, a, 0], wr[q, a, 1]
                             for b in range(nrd[p]):
                                 if x0 < rd[p, b, 1] and rd[p, b, 0] < x1:
                                     hit = True
-                            for b in range(nwr[p]):
+                                    break
+                            for b in range(0 if hit else nwr[p]):
                                 if x0 < wr[p, b, 1] and wr[p, b, 0] < x1:
                                     hit = True
-                        for a in range(nrd[q]):
+                                    break
+                            if hit:
+                                break
+                        for a in range(0 if hit else nrd[q]):
                             x0, x1 = rd[q, a, 0], rd[q, a, 1]
                             for b in range(nwr[p]):
                                 if x0 < wr[p, b, 1] and wr[p, b, 0] < x1:
                                     hit = True
+                            if hit:
+                                break
                         if hit and not (q == fifo[p] and isasync[q]):
                             if n_dep >= dep_buf.shape[0]:
                                 return FULL
@@ -473,8 +482,9 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
         if dt <= 0:
             continue
         # ---- advance: progress, fetched bytes, resource bytes, samples over [t, t+dt) ------------------
-        for r in range(nres):
-            used[r] = 0.0
+        if not lean:  # (the resource bytes: only a full `TimingResult` reads them)
+            for r in range(nres):
+                used[r] = 0.0
         for j in range(n_run):
             p = running[j]
             r = rate[p]
@@ -485,7 +495,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                 frac[p], prog_end[p] = 1.0, t + dt
             else:
                 frac[p] = f
-            if xfer[p] > 0:
+            if xfer[p] > 0 and not lean:
                 for a in range(plen[p]):
                     used[path[p, a]] += r * xfer[p]
         if fetching:
@@ -502,7 +512,7 @@ def run(C, S, E, R, W, F, K, A, O, iv, fv, capacity, res_bytes):
                     g = (x if x < sbr[p] else sbr[p]) - fetched[p]
                     fetched[p] += g
                     s_fetched[si] += g
-                    for a in range(s_plen[si]):
+                    for a in range(0 if lean else s_plen[si]):
                         used[s_path[si, a]] += f
         if not lean:  # the sums and samples only a full `TimingResult` reads (never the schedule's times)
             for r in range(nres):  # (an untouched resource adds 0.0: no change)

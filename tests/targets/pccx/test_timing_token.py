@@ -141,16 +141,18 @@ def test_the_rows_are_patched_on_the_timing_thread_beside_remember(monkeypatch):
 
     from npukit.targets.pccx import timing_token
 
-    where = []
+    where, pauses = [], []
     real = timing_token.TokenTimer._patch
 
-    def patch(self, prog, works):
+    def patch(self, prog, works, pause):
         where.append(threading.current_thread() is threading.main_thread())
-        return real(self, prog, works)
+        pauses.append(pause is timing_token._pause)  # (beside the executor's thread: it pauses for it)
+        return real(self, prog, works, pause)
 
     monkeypatch.setattr(timing_token.TokenTimer, "_patch", patch)
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.timer.background = True
     m = machine(drv.hw)
     drv.prefill([2, 3, 5])
     runs = []
@@ -159,10 +161,68 @@ def test_the_rows_are_patched_on_the_timing_thread_beside_remember(monkeypatch):
         runs.append(list(drv.last_works))
         drv.timer.remember(runs[0])  # (Works seen before: their rows looked up while a run may be patched)
     drv.timer.settle()
-    assert where and not any(where)
+    assert where and not any(where) and all(pauses)
     for rec, works in zip(drv.records[-len(runs):], runs, strict=True):
         assert rec.cycles == Sim(m, to_ops(drv.hw, works, _OpRecord, renumber=True)).run().cycles
         assert rec.timed.background_cpu_s > 0
+    drv.close()
+
+
+def test_decode_runs_resumed_from_a_kept_state_are_the_readable_model_across_a_bucket(monkeypatch):
+    """Default timer (lean, in line): decode runs keep the loop's state at their first
+    changed row and later runs of the same program resume from it (`timing_job.Job`). Over a window
+    whose span buckets change, every record's cycles are `simulate_works`'s (the readable path), and
+    some runs did resume."""
+    from npukit.sim import timing_job, timing_nb
+    from npukit.targets.pccx.timing import simulate_works
+
+    resumed = []
+    real = timing_job.Job.refresh
+
+    def refresh(self, first=0):
+        real(self, first)
+        resumed.append(bool(self.args[9][timing_nb.IV_RESUME]))
+
+    monkeypatch.setattr(timing_job.Job, "refresh", refresh)
+    monkeypatch.setattr(timing_job, "MIN_PAUSE", 8)  # (the test model's decode program is short)
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.prefill([2, 3, 5, 7])
+    runs, programs, tok = [], set(), 11
+    for _ in range(14):  # spans grow past the sliding window; the full-attention bucket changes
+        drv.step(tok)
+        runs.append(list(drv.last_works))
+        programs.add(drv._current.key)
+        tok = (tok * 7 + 3) % 96
+    drv.timer.settle()
+    for i, (rec, works) in enumerate(zip(drv.records[-len(runs):], runs, strict=True)):
+        assert rec.cycles == simulate_works(drv.hw, works, renumber=True).cycles, f"decode run {i}"
+    assert len(programs) > 1 and any(resumed) and not all(resumed)  # a bucket changed; resumed runs
+    drv.close()
+
+
+def test_the_rows_patched_in_line_do_not_pause(monkeypatch):
+    """In line (``background=False``) no thread of the timer's waits for the GIL: the patch never
+    sleeps (`time.sleep(0)` costs a timer-slack wait), and the cycles are the readable model's."""
+    from npukit.targets.pccx import timing_token
+
+    sleeps = []
+    monkeypatch.setattr(timing_token.time, "sleep", lambda s: sleeps.append(s))
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    assert not drv.timer.background  # (the default)
+    m = machine(drv.hw)
+    drv.prefill([2, 3, 5])
+    for tok in (4, 9, 4, 11):
+        drv.step(tok)
+        assert drv.records[-1].cycles == Sim(m, to_ops(drv.hw, drv.last_works, _OpRecord,
+                                                         renumber=True)).run().cycles
+    assert not sleeps and drv.timer._thread is None
+    drv.timer.background = True  # (the same timer on its thread: it pauses)
+    drv.step(5)
+    drv.step(6)
+    drv.timer.settle()
+    assert sleeps
     drv.close()
 
 

@@ -5,9 +5,11 @@ A token's Work records are mostly the very objects of the previous token of the 
 sparse W_down rows change every token). So `TokenTimer` keeps the previous run's op columns per
 program length, finds the positions whose Work object changed (an identity test per op), rewrites
 only those rows (each Work's row cached by identity) and recomputes the GEMV→SFU FIFO links (a
-sequential rule, compiled) before running `npukit.sim.timing_fast.schedule`; all of it after the run's
-columns were built runs on a timing thread beside the executor's next run (`TokenTimer._timed`). The
-cycles come back when that is done; the `TimingResult` (trace, utilisation) is built only for the runs
+sequential rule, compiled) before running the compiled loop on the program's kept `timing_job.Job`,
+which resumes from the state it kept before the first changed op where the rows before it are as in
+its last run. All of it runs in line (the default) or on a timing thread beside the executor's next
+run (``background``; `TokenTimer._timed`), the cycles then coming back when that is done. The
+`TimingResult` (trace, utilisation) is built only for the runs
 that ask for it (`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable
 path times, so both give the same schedule bit for bit (`tests/targets/pccx/test_timing_token.py`).
 The end-of-run figures need only its per-engine sums (`TimedRun.engines`): the compiled loop runs the
@@ -131,7 +133,7 @@ def _run_job(prog: _Program, job: timing_job.Job, label: Callable[[int], str],
     (`Job.done`)."""
     if patched:
         _link(prog)
-        job.refresh()
+        job.refresh(prog.first)
     job.loop()
     return job.done(label)
 
@@ -144,6 +146,7 @@ class _Program:
         self.works, self.cols, self.kind, self.sfu = works, cols, kind, sfu
         self.job: timing_job.Job | None = None  # the loop's tables and buffers, kept between runs
         self.linker: timing_job.BoundCall | None = None  # `_link_fifos` on these columns (`_link`)
+        self.first = 0  # the first position whose row the last `_patch` rewrote (len(works): none)
 
 
 # The Work fields an op's numbers (`to_ops`: engine, cycles, path, bytes, stream, ...) are made from: a
@@ -160,7 +163,7 @@ _ranges = attrgetter("reads", "writes")
 class TokenTimer:
     """Times the driver's program runs on ``hw``: `time(works)` → `TimedRun`."""
 
-    def __init__(self, hw: PccxHw, background: bool = True, lean: bool = True) -> None:
+    def __init__(self, hw: PccxHw, background: bool = False, lean: bool = True) -> None:
         self.hw = hw
         # lean: the loop computes the times only (the cycles); the few runs whose full schedule is
         # asked for (the figures' last token, a trace's last runs) are timed again in full then
@@ -175,9 +178,12 @@ class TokenTimer:
         self._table, self._table_n = np.zeros((0, 12)), 0
         self._programs: dict[int, _Program] = {}
         self._sfu_depth = float(hw.sfu.fifo_depth)
-        # the compiled loop releases the GIL: on a thread of its own it runs beside the next program
-        # run (the executor's Python leaves a core free), instead of in line after this one; the rows'
-        # patch runs there too (`_timed`), while the executor's thread is in its compiled calls
+        # background: the rows' patch and the compiled loop (which releases the GIL) on a thread of
+        # their own, beside the next program run, instead of in line after this one. In line by
+        # default: on the 2-core host the thread cost the executor's thread more wall per decode token
+        # than running it in line (10 of 10 interleaved A/B pairs at hidden 1024 and 2048, issue 29
+        # ninth pass): the second core is the executor's OpenMP worker's and other processes', and the
+        # patch's GIL pieces and pauses land on the executor's thread
         self.background = background
         self._thread: ThreadPoolExecutor | None = None
         self._last: TimedRun | None = None  # a schedule that may still be running on that thread
@@ -213,26 +219,27 @@ class TokenTimer:
             return timing_fast.schedule(self.plan, prog.cols, label).engines()  # in full: the sums
 
         if not self.background:
-            sched = self._timed(prog, works, label, built)[0]
+            sched = self._timed(prog, works, label, built, False)[0]
             return TimedRun(sched.cycles, make=lambda: make(sched), make_engines=lambda: engines(sched))
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="npukit-pccx-timing")
-        future = self._thread.submit(self._timed, prog, works, label, built)
+        future = self._thread.submit(self._timed, prog, works, label, built, True)
         run = self._last = TimedRun(make=make, make_engines=engines, pending=future)
         return run
 
     def _timed(self, prog: _Program, works: list[Work], label: Callable[[int], str],
-               built: bool) -> tuple[timing_fast.Schedule, float, float]:
+               built: bool, beside: bool) -> tuple[timing_fast.Schedule, float, float]:
         """Time ``works`` on ``prog`` (just ``built`` from them, or patched here): on the timing thread,
         or in line. The rows are patched here, not on the executor's thread: their Python (~0.5 ms a
         decode token at hidden 1024) then runs while that thread is inside its compiled calls (which
         release the GIL), not before its next one. `TokenTimer.settle` waits for all of it before the
         columns are patched again; the row caches are shared with `remember` (the executor's thread),
-        under ``_lock``. Returns the schedule, and this call's wall and thread CPU seconds."""
+        under ``_lock``; ``beside``: on the timing thread (the patch pauses for the executor's thread
+        between its pieces: `_pause`). Returns the schedule, and this call's wall and thread CPU seconds."""
         t0, c0 = time.perf_counter(), time.thread_time()
         if not built:
             with self._lock:
-                self._patch(prog, works)
+                self._patch(prog, works, _pause if beside else _go_on)
         c, job = prog.cols, prog.job
         fresh = job is None or job.cols is not c or job.lean != self.lean
         if fresh:
@@ -335,16 +342,16 @@ class TokenTimer:
             st.nwr[at])
         return _Program(works, cols, num[10].astype(i64), num[11].astype(i64))
 
-    def _patch(self, prog: _Program, works: list[Work]) -> None:
+    def _patch(self, prog: _Program, works: list[Work], pause: Callable[[], None]) -> None:
         """Rewrite the rows whose Work changed since this program length's last run (a few hundred of
         thousands: the attention's spans, the sparse rows; at a span bucket switch most rows): found by
         identity, gathered from the store."""
         old = prog.works
         at = list(compress(range(len(works)), map(is_not, works, old)))  # (by identity, in C)
-        prog.works = works
+        prog.works, prog.first = works, at[0] if at else len(works)
         if not at:
             return
-        _pause()
+        pause()
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         rows = self._rows_by_id
@@ -352,10 +359,10 @@ class TokenTimer:
         known = [h is not None and h[0] is w for h, w in zip(map(rows.get, map(id, new)), new, strict=True)]
         kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
         same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
-        _pause()
+        pause()
         if same:
             heads = self._heads(new if len(same) == len(at) else [works[i] for i in same])
-            _pause()
+            pause()
             _put_numbers(prog, np.array(same, np.int64), heads.T)
             if len(same) == len(at):
                 return
@@ -370,6 +377,11 @@ class TokenTimer:
         _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+def _go_on() -> None:
+    """`_patch` in line: no other thread of the timer's waits for the GIL (`_pause` would only sleep:
+    `time.sleep(0)` is a timed sleep, ~55 µs of wall at the kernel's timer slack, more under load)."""
 
 
 def _pause() -> None:
