@@ -24,7 +24,7 @@ import numpy as np
 
 from npukit.sim.work import Work
 from npukit.targets.pccx.fast import fastrun
-from npukit.targets.pccx.fast.fastcvo import fuse_groups
+from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, fuse_groups
 
 # the Work records `build_tables` makes in about the time one step compiles (measured at hidden 2048:
 # ~3.5 µs a record against ~45 µs a step), so a call's count of steps is about its time
@@ -114,6 +114,8 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             if table is not None and not table.retry:
                 run.table = table
                 works.extend(w for w in table.works if w is not None)
+        if type(step) is FusedCvoStep:  # (most steps: a CVO neither binds nor sets an entry)
+            continue
         prebind = getattr(step, "prebind", None)
         if prebind is not None:  # a GEMV/GEMM: its operands bound for the entries predicted here
             work = prebind(cc)
