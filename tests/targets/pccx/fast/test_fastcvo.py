@@ -4,6 +4,7 @@ step by step, every one equals the reference Simulator (the definition) bit for 
 
 import pytest
 
+from npukit.sim.work import Work
 from npukit.targets.pccx import asm
 from npukit.targets.pccx.fast import fastcvo, kernels
 from npukit.targets.pccx.fast.fastsim import FastSimulator
@@ -49,3 +50,46 @@ def test_fused_cvos_get_their_closure_on_their_first_single_call(monkeypatch):
     assert fast.run() == ref.run()  # again, as a fused run (its closures made)
     _assert_same(_state(fast), _state(ref))
     assert len(made) == len(LINES)
+
+
+def test_fused_cvo_steps_are_records_traced_like_the_reference():
+    """A CVO with a fused-run row is a `FusedCvoStep` (no closure pair); called as single steps after a
+    run, its Work and trace entries equal the reference's, and the same object runs both times."""
+    words = asm.assemble("\n".join(LINES))
+    ref, fast = Simulator(), FastSimulator(backend="numba" if kernels.HAVE_NUMBA else "numpy")
+    for sim in (ref, fast):
+        _setup(sim, 7, [])
+        sim.load_program(words)
+    records = [isinstance(step, fastcvo.FusedCvoStep) for step in fast._plan]
+    assert records.count(True) == (len(LINES) - 2 if kernels.HAVE_NUMBA else 0)
+    assert fast.run() == ref.run()
+    for sim in (ref, fast):
+        sim.load_program(words)
+    plan = list(fast._plan)
+    for _ in LINES:
+        assert fast.step() == ref.step()
+    assert fast._plan == plan
+    _assert_same(_state(fast), _state(ref))
+
+
+MEMSETS = ["memset cache=fmap slot=3 a=7 b=0 c=9", "cvo.square src=0x10 dst=0x20 len=8 flags=0",
+           "memset cache=fmap slot=3 a=7 b=0 c=9", "memset cache=sreg slot=1 a=0x3F80",
+           "memset cache=fmap slot=3 a=7 b=0 c=9", "memset cache=sreg slot=1 a=0x3F80"]
+
+
+def test_memset_work_records_made_once_per_instruction_equal_the_reference():
+    """`work_like`: the MEMSETs repeated at several indices share one decoded instruction and so one
+    memoised set of Work fields; each record still equals the reference simulator's, field by field,
+    with its own index (and `new_work` equals the dataclass's own constructor)."""
+    words = asm.assemble("\n".join(MEMSETS))
+    ref, fast = Simulator(), FastSimulator()
+    for sim in (ref, fast):
+        _setup(sim, 3, [])
+        sim.load_program(words)
+    for idx in range(len(MEMSETS)):
+        got, want = fast.step(), ref.step()
+        assert got == want and vars(got) == vars(want) and got.index == idx
+    assert fast._plan[0].work is not fast._plan[2].work
+    kw = dict(ddr_read_bytes=64, onchip_write_bytes=64, writes=((3, 5),), is_async=True)
+    assert vars(fastcvo.new_work(4, "dma", "x", **kw)) == vars(Work(4, "dma", "x", **kw))
+    assert fastcvo.new_work(4, "dma", "x", **kw) == Work(4, "dma", "x", **kw)

@@ -24,7 +24,7 @@ import numpy as np
 
 from npukit.sim.work import Work
 from npukit.targets.pccx.fast import fastrun
-from npukit.targets.pccx.fast.fastcvo import fuse_groups
+from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, fuse_groups
 
 # the Work records `build_tables` makes in about the time one step compiles (measured at hidden 2048:
 # ~3.5 µs a record against ~45 µs a step), so a call's count of steps is about its time
@@ -104,6 +104,7 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
     on its first call, as before). The Work records the tables and bindings hold (for the timing model)."""
     cc = (sim.cc if start is None else start).copy()
     works: list[Work] = []
+    at, covered = 0, []  # the last table lowered here: its first step, its INT4 rows' Work by offset
     for i, step in enumerate(plan):
         g = groups[i]
         run = g[1] if g is not None else None
@@ -114,8 +115,15 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             if table is not None and not table.retry:
                 run.table = table
                 works.extend(w for w in table.works if w is not None)
+                at, covered = i, [w if k in fastrun._BY_ADDRESS else None
+                                  for k, w in zip(table.tab[:, 0].tolist(), table.works, strict=True)]
+        if type(step) is FusedCvoStep:  # (most steps: a CVO neither binds nor sets an entry)
+            continue
         prebind = getattr(step, "prebind", None)
-        if prebind is not None:  # a GEMV/GEMM: its operands bound for the entries predicted here
+        if prebind is not None and (i - at >= len(covered) or covered[i - at] is None):
+            # a GEMV/GEMM bound for the entries predicted here, unless an INT4 row of a table lowered
+            # here covers it: its step runs only where the table stops before it (then it binds as any
+            # step does), and the row holds the same Work (`fastmat._mat_work`'s memo), taken above
             work = prebind(cc)
             if work is not None:
                 works.append(work)

@@ -37,6 +37,7 @@ _KEYS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_r
 # Work is a plain dataclass of exactly these fields: a record can be filled without its __init__
 _PLAIN_WORK = (tuple(f.name for f in fields(Work)) == _KEYS and "__slots__" not in vars(Work)
                and not hasattr(Work, "__post_init__"))
+_WORK_DEFAULTS = dict(vars(Work(0, "", ""))) if _PLAIN_WORK else {}
 _WORK_FIELDS: dict[int, tuple[Instr, dict]] = {}  # id(decoded CVO) -> (it, its Work's fields but the index)
 _MAX_WORK_FIELDS = 1 << 18
 # the CVO flags as ints: an IntFlag `&` builds a flag member (~2 µs; four per CVO a chunk program plans)
@@ -61,6 +62,32 @@ def _memo(ins: Instr) -> tuple:
         spec = CVO[ins.cvo_func]  # (the entry keeps ``ins``, so its id)
         hit = _WORK_FIELDS[id(ins)] = (ins, _cvo_fields(ins), spec, _fused_row("numba", spec, ins))
     return hit
+
+
+_FIXED_WORK: dict[int, tuple[Instr, dict]] = {}  # id(decoded instruction) -> (it, a Work's fields)
+
+
+def work_like(idx: int, ins: Instr, make: Callable[[], Work]) -> Work:
+    """The Work record ``make()`` makes, at index ``idx``: for a step whose record depends on its
+    instruction and index only (a MEMSET), ``make`` runs once per instruction object and later records
+    are copies of its fields with their own index (the layers repeat words, so a build's ~500 MEMSETs
+    hold far fewer instructions; a record made field by field with its label formatted is ~5 µs)."""
+    hit = _FIXED_WORK.get(id(ins))
+    if hit is None or hit[0] is not ins:
+        if len(_FIXED_WORK) >= _MAX_WORK_FIELDS:
+            _FIXED_WORK.clear()
+        hit = _FIXED_WORK[id(ins)] = (ins, dict(vars(make())))
+    return _work_at(idx, hit[1])
+
+
+def new_work(index: int, engine: str, label: str, **fields: object) -> Work:
+    """``Work(index, engine, label, **fields)``, filled in one update where Work is the plain dataclass
+    (`_PLAIN_WORK`; its frozen __init__ sets each field apart, ~3 µs: a build binds ~500 copies)."""
+    if not _PLAIN_WORK:
+        return Work(index, engine, label, **fields)
+    w = object.__new__(Work)
+    w.__dict__.update(_WORK_DEFAULTS, index=index, engine=engine, label=label, **fields)
+    return w
 
 
 def _work_at(idx: int, fields: dict) -> Work:
@@ -121,27 +148,40 @@ class _Operands:
 
 def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | None:
     """The step for one CVO (by its table row), or None where the reference path should run it. A CVO
-    that is a row of the fused runs (`_fused_row`) runs there, not as a step: its closure (L2 views,
-    kernels) is made on its first call as a single step, if any (a new span bucket's build compiles
-    ~1 000 of them, ~5 µs each saved)."""
+    that is a row of the fused runs (`_fused_row`) runs there, not as a step: it is a `FusedCvoStep`
+    (traced itself), whose closure (L2 views, kernels) is made on its first single call only, if any (a
+    new span bucket's build compiles ~1 000 of them); any other CVO is a closure for `_traced`."""
     _, fields, spec, row = _memo(ins)
     work = _work_at(idx, fields)
     if row is not None and sim.backend == "numba":
-        made: list[Callable[[], Work]] = []
-
-        def deferred() -> Work:
-            if not made:
-                made.append(_body(sim, ins, spec, work))
-            return made[0]()
-
-        body = deferred
-        body.fuse = (row, work)
-    else:
-        body = _body(sim, ins, spec, work)
-        if body is None:
-            return None  # a form added later runs on the reference path
+        return FusedCvoStep(sim, ins, spec, work, (row, work))
+    body = _body(sim, ins, spec, work)
+    if body is None:
+        return None  # a form added later runs on the reference path
     body.work = work  # the step's one Work record (`ahead.prepare` hands it to the timing model early)
     return body
+
+
+class FusedCvoStep:
+    """The plan step of a CVO that is a fused-run row: one small record in place of a closure pair
+    (the body made on demand and `FastSimulator._traced`'s tracing wrapper, each with its cells and
+    attribute dict), since a build makes thousands and a run almost never calls one. Calling it runs the
+    CVO as a single step and traces it, as the traced closure did."""
+
+    __slots__ = ("_body", "_trace", "fuse", "fuse_ins", "sim", "spec", "work")
+
+    def __init__(self, sim: FastState, ins: Instr, spec: CvoSpec, work: Work, fuse: tuple) -> None:
+        self.sim, self.fuse_ins, self.spec, self.work, self.fuse = sim, ins, spec, work, fuse
+        self._body: Callable[[], Work] | None = None
+        self._trace = sim.trace
+
+    def __call__(self) -> Work:
+        body = self._body
+        if body is None:
+            body = self._body = _body(self.sim, self.fuse_ins, self.spec, self.work)
+        w = body()
+        self._trace.append((self.fuse_ins, w))
+        return w
 
 
 def _body(sim: FastState, ins: Instr, spec: CvoSpec, work: Work) -> Callable[[], Work] | None:

@@ -36,8 +36,8 @@ from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.ddr import TrackedDDR
-from npukit.targets.pccx.fast.fastcvo import compile_cvo
-from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site, prebind_mat
+from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, compile_cvo, new_work, work_like
+from npukit.targets.pccx.fast.fastmat import asm_text, bind_mat, fused_row, mat_site, prebind_mat
 from npukit.targets.pccx.fast.fastrun import fuse_groups, int4_row, repatch_groups
 from npukit.targets.pccx.fast.state import Codes, MatBinding
 from npukit.targets.pccx.fast.twins import TwinChooser
@@ -363,7 +363,9 @@ class FastSimulator(Simulator):
             return self._compile_memset(idx, ins, label)
         if ins.op == Op.CVO:
             body = compile_cvo(self, idx, ins)
-            return self._reference(idx, ins) if body is None else self._traced(ins, body)
+            if body is None:
+                return self._reference(idx, ins)
+            return body if isinstance(body, FusedCvoStep) else self._traced(ins, body)
         if ins.op == Op.MEMCPY:
             return self._compile_memcpy(idx, ins)
         return self._reference(idx, ins)  # pragma: no cover - an opcode added to the ISA later
@@ -376,10 +378,7 @@ class FastSimulator(Simulator):
             trace.append((ins, w))
             return w
 
-        fuse = getattr(body, "fuse", None)
-        if fuse is not None:  # a row of a fused SFU run (fastcvo.fuse_groups)
-            step.fuse, step.fuse_ins = fuse, ins
-        step.work = body.work  # its Work record, fixed at load time
+        step.work = body.work  # its Work record, fixed at load time (a fused-run CVO: `FusedCvoStep`)
         return step
 
     def _reference(self, idx: int, ins: _Instr) -> Callable[[], Work]:
@@ -392,7 +391,8 @@ class FastSimulator(Simulator):
         return step
 
     def _compile_memset(self, idx: int, ins: _Instr, label: str | None = None) -> Callable[[], Work]:
-        work = Work(idx, "ctrl", label or format_instr(ins), is_async=bool(ins.async_))
+        work = work_like(idx, ins, lambda: Work(idx, "ctrl", label or format_instr(ins),
+                                                is_async=bool(ins.async_)))
         trace = self.trace
         a = np.uint16(ins.a_value)
         if ins.dest_cache == DestCache.SREG:
@@ -425,10 +425,10 @@ class FastSimulator(Simulator):
         """The copy the shape entry ``entry`` (words, hi, lo) describes, as its Work and a closure that
         moves the words; None when it falls outside L2 or host memory (the reference path then reports it)."""
         asy = bool(ins.async_)
-        words, hi, lo = (int(v) for v in entry)
+        words, hi, lo = entry.tolist()
         nbytes = words * WORD_BYTES
         host_addr = (((hi << 16) | lo) + ins.aux_addr) * WORD_BYTES
-        label = f"{format_instr(ins)}  ; {words} words"
+        label = f"{asm_text(ins)}  ; {words} words"
         lim = self.limits.l2_words
         if ins.from_device == Device.HOST:
             d0 = ins.dest_addr
@@ -441,8 +441,8 @@ class FastSimulator(Simulator):
             def mover() -> None:
                 dst[...] = src
 
-            work = Work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
-                        onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=asy)
+            work = new_work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
+                            onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=asy)
         else:
             s0 = ins.src_addr
             if s0 + words > lim:
@@ -459,8 +459,8 @@ class FastSimulator(Simulator):
                     hv[...] = srcl
                     inval(host_addr, nbytes)
 
-                work = Work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
-                            onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
+                work = new_work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
+                                onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
             else:
                 d0 = ins.dest_addr
                 if d0 + words > lim:
@@ -470,12 +470,11 @@ class FastSimulator(Simulator):
                 def mover() -> None:
                     dstl[...] = srcl.copy()
 
-                work = Work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
-                            reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
+                work = new_work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
+                                reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
         return work, mover
 
     def _compile_memcpy(self, idx: int, ins: _Instr) -> Callable[[], Work]:
-        ref = self._reference(idx, ins)
         trace, slot = self.trace, ins.shape_ptr_addr
         state: list[Any] = [None, None, None]  # key, work, mover
 
@@ -490,7 +489,7 @@ class FastSimulator(Simulator):
             key = self.cc[0, slot].tobytes()
             if key != state[0] and not bind(key, self.cc[0, slot]):
                 state[0] = None
-                return ref()
+                return self._reference(idx, ins)()  # (made here: a copy that falls back is rare)
             state[2]()
             work = state[1]
             trace.append((ins, work))
@@ -521,7 +520,6 @@ class FastSimulator(Simulator):
         return memcpy
 
     def _compile_mat(self, idx: int, ins: _Instr) -> Callable[[], Work]:
-        ref = self._reference(idx, ins)
         trace = self.trace
         shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
         cell: list[MatBinding | None] = [None]
@@ -534,7 +532,7 @@ class FastSimulator(Simulator):
             if b is None or b.key != key or (b.codes is not None and not b.codes.valid):
                 b = cell[0] = bind_mat(self, site, key)
                 if b is None:
-                    return ref()
+                    return self._reference(idx, ins)()  # (made here: a step that falls back is rare)
             w = b.run() or b.work  # a K-major step returns its own Work (live rows vary)
             trace.append((ins, w))
             return w
