@@ -271,17 +271,23 @@ def test_a_lean_job_resumed_from_a_kept_state_gives_the_fresh_runs_times(data):
             if job is None:
                 job = timing_job.Job(plan, columns(plan, ops), lean=True)
             else:
-                cols = columns(plan, ops)
-                for f in dataclasses.fields(cols):
-                    np.copyto(getattr(job.cols, f.name), getattr(cols, f.name))
-                first = next((p for p, (a, b) in enumerate(zip(ops, last, strict=True)) if a != b), n)
-                job.refresh(first)
+                _reload(job, plan, ops, next((p for p, (a, b) in enumerate(zip(ops, last, strict=True))
+                                              if a != b), n))
             job.loop()
             got = job.done()
             assert got.cycles == want.cycles
             for k in ("issue", "start", "end", "fetch_t0", "fetch_t1"):
                 assert np.array_equal(got.a[k], want.a[k]), k
             last = ops
+
+
+def _reload(job, plan, ops, first):
+    """The job's columns rewritten in place with ``ops``' (as a program's next run patches them), then
+    refreshed from ``first``, the first op whose row changed."""
+    cols = columns(plan, ops)
+    for f in dataclasses.fields(cols):
+        np.copyto(getattr(job.cols, f.name), getattr(cols, f.name))
+    job.refresh(first)
 
 
 def test_a_long_program_resumes_where_its_rows_change_and_stays_exact():
@@ -308,10 +314,7 @@ def test_a_long_program_resumes_where_its_rows_change_and_stays_exact():
             if job is None:
                 job = timing_job.Job(plan, columns(plan, ops), lean=True)
             else:
-                cols = columns(plan, ops)
-                for f in dataclasses.fields(cols):
-                    np.copyto(getattr(job.cols, f.name), getattr(cols, f.name))
-                job.refresh(first)
+                _reload(job, plan, ops, first)
                 resumed.append(resumes(job))
             job.loop()
             got = job.done()
