@@ -8,7 +8,7 @@ is what lets pccx and tern share one timing core.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
 Range = tuple[int, int]  # [start, end) in a memory's own address units
 
@@ -29,3 +29,28 @@ class Work:
     reads: tuple[Range, ...] = ()  # on-chip ranges read (for dependency tracking)
     writes: tuple[Range, ...] = ()  # on-chip ranges written
     lanes: int = 0  # parallel units engaged on the engine (e.g. GEMV cores); 0 = all of them
+
+
+# A record filled without the frozen dataclass's __init__ (one object.__setattr__ per field, ~3 µs): the
+# fast executors make thousands per program build and ~100 per decode token. The same fields, equality,
+# hash and repr, while Work stays the plain dataclass above (checked once here; else its __init__ runs).
+WORK_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Work) if f.default is not MISSING}
+_REQUIRED = [f.name for f in fields(Work) if f.name not in WORK_DEFAULTS]
+PLAIN_WORK = ("__slots__" not in vars(Work) and not hasattr(Work, "__post_init__")
+              and _REQUIRED == ["index", "engine", "label"]
+              and all(f.default_factory is MISSING for f in fields(Work)))
+
+
+def work_from(base: dict[str, object], **changes: object) -> Work:
+    """``Work(**{**base, **changes})``, where ``base`` holds every field (a record's ``vars``, a memoised
+    template, or `WORK_DEFAULTS` with index, engine and label among ``changes``): one dict update."""
+    if not PLAIN_WORK:
+        return Work(**{**base, **changes})
+    w = object.__new__(Work)
+    w.__dict__.update(base, **changes)
+    return w
+
+
+def make_work(index: int, engine: str, label: str, **fields: object) -> Work:
+    """``Work(index, engine, label, **fields)`` filled as `work_from` does."""
+    return work_from(WORK_DEFAULTS, index=index, engine=engine, label=label, **fields)

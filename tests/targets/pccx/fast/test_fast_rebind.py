@@ -57,12 +57,13 @@ def test_span_work_records_are_plain_work_dataclasses():
     built by it, and stay frozen."""
     import dataclasses
 
+    from npukit.sim import work
     from npukit.sim.work import Work
     from npukit.targets.pccx import asm
     from npukit.targets.pccx.fast import fastmat
     from npukit.targets.pccx.isa import decode
 
-    assert fastmat._PLAIN_WORK  # the fast fill is in use (Work is the dataclass it expects)
+    assert work.PLAIN_WORK  # the fast fill is in use (Work is the dataclass it expects)
     ins = decode(asm.assemble("gemv dest=0x100 src=0x20 shape=3 size=4 flags=findemax|accm lanes=2 async")[0],
                  "extended")
     w = fastmat._mat_work(fastmat.mat_site(7, ins), 40, 1, 128, "fp16")

@@ -4,7 +4,7 @@ step by step, every one equals the reference Simulator (the definition) bit for 
 
 import pytest
 
-from npukit.sim.work import Work
+from npukit.sim.work import Work, make_work
 from npukit.targets.pccx import asm
 from npukit.targets.pccx.fast import fastcvo, kernels
 from npukit.targets.pccx.fast.fastsim import FastSimulator
@@ -91,5 +91,5 @@ def test_memset_work_records_made_once_per_instruction_equal_the_reference():
         assert got == want and vars(got) == vars(want) and got.index == idx
     assert fast._plan[0].work is not fast._plan[2].work
     kw = dict(ddr_read_bytes=64, onchip_write_bytes=64, writes=((3, 5),), is_async=True)
-    assert vars(fastcvo.new_work(4, "dma", "x", **kw)) == vars(Work(4, "dma", "x", **kw))
-    assert fastcvo.new_work(4, "dma", "x", **kw) == Work(4, "dma", "x", **kw)
+    assert vars(make_work(4, "dma", "x", **kw)) == vars(Work(4, "dma", "x", **kw))
+    assert make_work(4, "dma", "x", **kw) == Work(4, "dma", "x", **kw)

@@ -10,11 +10,11 @@ one `numerics.py` rounds too); only the widening and the BF16 rounding are repla
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-from npukit.sim.work import Work
+from npukit.sim.work import Work, work_from
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
@@ -32,39 +32,36 @@ _ARITH = {nx.cvo_square: kx.SQUARE, nx.cvo_recip: kx.RECIP, nx.cvo_rsqrt: kx.RSQ
 _ZEROS7 = np.zeros(_E - 1, np.uint16)
 
 
-_KEYS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "ddr_write_bytes",
-         "onchip_read_bytes", "onchip_write_bytes", "is_async", "reads", "writes", "lanes")
-# Work is a plain dataclass of exactly these fields: a record can be filled without its __init__
-_PLAIN_WORK = (tuple(f.name for f in fields(Work)) == _KEYS and "__slots__" not in vars(Work)
-               and not hasattr(Work, "__post_init__"))
-_WORK_DEFAULTS = dict(vars(Work(0, "", ""))) if _PLAIN_WORK else {}
-_WORK_FIELDS: dict[int, tuple[Instr, dict]] = {}  # id(decoded CVO) -> (it, its Work's fields but the index)
+_WORK_FIELDS: dict[int, tuple] = {}  # id(decoded CVO) -> (it, its Work's fields, its rows: `_memo`)
 _MAX_WORK_FIELDS = 1 << 18
 # the CVO flags as ints: an IntFlag `&` builds a flag member (~2 µs; four per CVO a chunk program plans)
 _ACCM, _SUB_EMAX, _RECIP = int(CvoFlag.ACCM), int(CvoFlag.SUB_EMAX), int(CvoFlag.RECIP_SCALE)
 
 
-def _cvo_work(idx: int, ins: Instr) -> Work:
-    """The CVO's Work record at program index ``idx``. A decoded instruction is shared by every index
-    its word appears at (`FastSimulator._decoded`; a prefill chunk repeats most words per token), so
-    its fields (label, ranges, bytes) are made once per instruction object and reused."""
-    return _work_at(idx, _memo(ins)[1])
-
-
 def _memo(ins: Instr) -> tuple:
     """(``ins``, its Work's fields, its `CVO` row, its fused-run row on the numba backend): what a CVO's
-    step takes from its instruction alone, made once per instruction object (a new span bucket's ~1 000
-    recompiled CVO steps hold ~250 distinct words: the layers repeat them)."""
-    hit = _WORK_FIELDS.get(id(ins))
+    step takes from its instruction alone, made once per instruction object: a decoded instruction is
+    shared by every index its word appears at (`FastSimulator._decoded`), and a new span bucket's ~1 000
+    recompiled CVO steps hold ~250 distinct words (the layers repeat them)."""
+    def made() -> tuple:
+        spec = CVO[ins.cvo_func]
+        return _cvo_fields(ins), spec, _fused_row("numba", spec, ins)
+
+    return _per_instruction(_WORK_FIELDS, ins, made)
+
+
+def _per_instruction(memo: dict[int, tuple], ins: Instr, make: Callable[[], tuple]) -> tuple:
+    """``(ins, *make())``, made once per instruction object: ``memo`` is keyed by its id, and the entry
+    keeps ``ins`` (so the id stays its own while the entry lives)."""
+    hit = memo.get(id(ins))
     if hit is None or hit[0] is not ins:
-        if len(_WORK_FIELDS) >= _MAX_WORK_FIELDS:
-            _WORK_FIELDS.clear()
-        spec = CVO[ins.cvo_func]  # (the entry keeps ``ins``, so its id)
-        hit = _WORK_FIELDS[id(ins)] = (ins, _cvo_fields(ins), spec, _fused_row("numba", spec, ins))
+        if len(memo) >= _MAX_WORK_FIELDS:
+            memo.clear()
+        hit = memo[id(ins)] = (ins, *make())
     return hit
 
 
-_FIXED_WORK: dict[int, tuple[Instr, dict]] = {}  # id(decoded instruction) -> (it, a Work's fields)
+_FIXED_WORK: dict[int, tuple] = {}  # id(decoded instruction) -> (it, a Work's fields)
 
 
 def work_like(idx: int, ins: Instr, make: Callable[[], Work]) -> Work:
@@ -72,31 +69,7 @@ def work_like(idx: int, ins: Instr, make: Callable[[], Work]) -> Work:
     instruction and index only (a MEMSET), ``make`` runs once per instruction object and later records
     are copies of its fields with their own index (the layers repeat words, so a build's ~500 MEMSETs
     hold far fewer instructions; a record made field by field with its label formatted is ~5 µs)."""
-    hit = _FIXED_WORK.get(id(ins))
-    if hit is None or hit[0] is not ins:
-        if len(_FIXED_WORK) >= _MAX_WORK_FIELDS:
-            _FIXED_WORK.clear()
-        hit = _FIXED_WORK[id(ins)] = (ins, dict(vars(make())))
-    return _work_at(idx, hit[1])
-
-
-def new_work(index: int, engine: str, label: str, **fields: object) -> Work:
-    """``Work(index, engine, label, **fields)``, filled in one update where Work is the plain dataclass
-    (`_PLAIN_WORK`; its frozen __init__ sets each field apart, ~3 µs: a build binds ~500 copies)."""
-    if not _PLAIN_WORK:
-        return Work(index, engine, label, **fields)
-    w = object.__new__(Work)
-    w.__dict__.update(_WORK_DEFAULTS, index=index, engine=engine, label=label, **fields)
-    return w
-
-
-def _work_at(idx: int, fields: dict) -> Work:
-    if not _PLAIN_WORK:
-        return Work(**{**fields, "index": idx})
-    w = object.__new__(Work)
-    w.__dict__.update(fields)
-    w.__dict__["index"] = idx  # (first in the fields as in the dataclass: ``index`` leads the template)
-    return w
+    return work_from(_per_instruction(_FIXED_WORK, ins, lambda: (dict(vars(make())),))[1], index=idx)
 
 
 def _cvo_fields(ins: Instr) -> dict:
@@ -152,7 +125,7 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     (traced itself), whose closure (L2 views, kernels) is made on its first single call only, if any (a
     new span bucket's build compiles ~1 000 of them); any other CVO is a closure for `_traced`."""
     _, fields, spec, row = _memo(ins)
-    work = _work_at(idx, fields)
+    work = work_from(fields, index=idx)
     if row is not None and sim.backend == "numba":
         return FusedCvoStep(sim, ins, spec, work, (row, work))
     body = _body(sim, ins, spec, work)

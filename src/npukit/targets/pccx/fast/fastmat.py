@@ -9,7 +9,6 @@ INT4 codes, the packed image in place, or an INT8/FP16 host view) and the row sc
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npukit.errors import FormatError
-from npukit.sim.work import Work
+from npukit.sim.work import Work, make_work, work_from
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
@@ -105,16 +104,6 @@ def _mat_work(site: MatSite, m: int, n: int, k: int, fmt: str) -> Work:
     return _remember(site, (m, n, k, fmt), w)
 
 
-# A span-variable GEMV makes a new Work per token; the frozen dataclass's __init__ (one
-# object.__setattr__ per field) is most of that, so when Work is still the plain dataclass of these
-# fields its instance dict is filled in one update (same fields, same equality and hash).
-_FIELDS = ("index", "engine", "label", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes",
-           "ddr_write_bytes", "onchip_read_bytes", "onchip_write_bytes", "is_async", "reads", "writes",
-           "lanes")
-_PLAIN_WORK = (tuple(f.name for f in dataclasses.fields(Work)) == _FIELDS and "__slots__" not in vars(Work)
-               and not hasattr(Work, "__post_init__"))
-
-
 def _new_work(site: MatSite, m: int, n: int, k: int, label: str, macs: int, weight_bytes: int) -> Work:
     ins, accm = site.ins, site.accm
     kw, mw = -(-k // _E), -(-m // _E)
@@ -122,16 +111,9 @@ def _new_work(site: MatSite, m: int, n: int, k: int, label: str, macs: int, weig
     dst = (ins.dest_reg, ins.dest_reg + n * mw)
     rd = (n * kw + (n * mw if accm else 0)) * WORD_BYTES
     reads = (src, dst) if accm else (src,)
-    if not _PLAIN_WORK:
-        return Work(site.idx, site.engine, label, macs=macs, weight_bytes=weight_bytes, onchip_read_bytes=rd,
-                    onchip_write_bytes=n * mw * WORD_BYTES, is_async=site.is_async, reads=reads,
-                    writes=(dst,), lanes=ins.parallel_lane)
-    w = object.__new__(Work)
-    w.__dict__.update(index=site.idx, engine=site.engine, label=label, macs=macs, sfu_elems=0,
-                      weight_bytes=weight_bytes, ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd,
-                      onchip_write_bytes=n * mw * WORD_BYTES, is_async=site.is_async, reads=reads,
-                      writes=(dst,), lanes=ins.parallel_lane)
-    return w
+    return make_work(site.idx, site.engine, label, macs=macs, weight_bytes=weight_bytes, onchip_read_bytes=rd,
+                     onchip_write_bytes=n * mw * WORD_BYTES, is_async=site.is_async, reads=reads,
+                     writes=(dst,), lanes=ins.parallel_lane)
 
 
 def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
@@ -171,7 +153,6 @@ def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
     tail = " fp16 kmajor live_k=" if kmajor else " fp16 ksplit="
     bound = nx.DSP_ACC_BOUND
     shaped: list = [None, None]  # the last (K words, M words) and the Work fields they give
-    new_work = object.__new__
 
     def fields(kw: int, mw: int) -> dict:
         src, dst, rd = (s0, s0 + kw), (d0, d0 + mw), (kw + mw if accm else kw) * WORD_BYTES
@@ -192,15 +173,9 @@ def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
             label, macs, wb = f"{head}{m} N=1 K={k}{tail}{live} ksplit={splits}", m * live, live * 2 * m
         else:
             label, macs, wb = f"{head}{m} N=1 K={k}{tail}{splits}", m * k, m * 2 * k
-        if not _PLAIN_WORK:
-            return _remember(site, key, _new_work(site, m, 1, k, label, macs, wb))
         words = (-(-k // _E), -(-m // _E))
-        (w := new_work(Work)).__dict__.update(shaped[1] if shaped[0] == words else fields(*words),
-                                              label=label, macs=macs, weight_bytes=wb)
-        if len(works) >= _MEMO:
-            works.clear()
-        works[key] = w
-        return w
+        made = shaped[1] if shaped[0] == words else fields(*words)
+        return _remember(site, key, work_from(made, label=label, macs=macs, weight_bytes=wb))
 
     return work
 

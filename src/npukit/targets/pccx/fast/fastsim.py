@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 
 from npukit.errors import ConfigError, DecodeError
-from npukit.sim.work import Work
+from npukit.sim.work import Work, make_work
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.ddr import TrackedDDR
-from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, compile_cvo, new_work, work_like
+from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, compile_cvo, work_like
 from npukit.targets.pccx.fast.fastmat import asm_text, bind_mat, fused_row, mat_site, prebind_mat
 from npukit.targets.pccx.fast.fastrun import fuse_groups, int4_row, repatch_groups
 from npukit.targets.pccx.fast.state import Codes, MatBinding
@@ -441,8 +441,8 @@ class FastSimulator(Simulator):
             def mover() -> None:
                 dst[...] = src
 
-            work = new_work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
-                            onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=asy)
+            work = make_work(idx, "dma", label + f" from host 0x{host_addr:X}", ddr_read_bytes=nbytes,
+                             onchip_write_bytes=nbytes, writes=((d0, d0 + words),), is_async=asy)
         else:
             s0 = ins.src_addr
             if s0 + words > lim:
@@ -459,8 +459,8 @@ class FastSimulator(Simulator):
                     hv[...] = srcl
                     inval(host_addr, nbytes)
 
-                work = new_work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
-                                onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
+                work = make_work(idx, "dma", label + f" to host 0x{host_addr:X}", ddr_write_bytes=nbytes,
+                                 onchip_read_bytes=nbytes, reads=((s0, s0 + words),), is_async=asy)
             else:
                 d0 = ins.dest_addr
                 if d0 + words > lim:
@@ -470,8 +470,8 @@ class FastSimulator(Simulator):
                 def mover() -> None:
                     dstl[...] = srcl.copy()
 
-                work = new_work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
-                                reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
+                work = make_work(idx, "dma", label, onchip_read_bytes=nbytes, onchip_write_bytes=nbytes,
+                                 reads=((s0, s0 + words),), writes=((d0, d0 + words),), is_async=asy)
         return work, mover
 
     def _compile_memcpy(self, idx: int, ins: _Instr) -> Callable[[], Work]:
