@@ -72,26 +72,28 @@ def test_ring_write_drops_the_fast_executors_codes_of_the_rows_it_rewrites():
 
 
 @pytest.mark.parametrize("fmt", ["fp16", "int8", "int4"])
-def test_a_staged_write_stores_and_announces_what_write_does(fmt):
-    """`write_staged` (the driver's decode path: BF16 bits, one conversion per block) against `write` of
-    the widened values on a second ring: every byte of the region, the byte count, each announced range."""
+def test_a_stacked_write_stores_and_announces_what_the_per_block_write_does(fmt):
+    """`write` through a layer's stacked FP16 view (one conversion, one assignment per ring row) against
+    `write` block by block on a second ring (its stacks turned off): every byte of the region, the byte
+    count, each announced range."""
     cfg = Gemma3nConfig.from_hf(CFG)
     rng = np.random.default_rng(5)
-    seen: dict[str, list] = {"staged": [], "plain": []}
+    seen: dict[str, list] = {"stacked": [], "plain": []}
     rings = {}
     for name in seen:
         host = HostDDR()
         host.touched = lambda a, n, log=seen[name]: log.append((a, n))  # type: ignore[method-assign]
         rings[name] = KVRing(cfg, fmt, host, 0x1000_0000, max_tokens=10, sink=2)
+    rings["plain"]._stacks = dict.fromkeys(rings["plain"].layers)  # (None: block by block)
     specials = np.array([0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x8001, 0x4780, 0x477F, 0x3380, 0x0000, 0x8000])
     for pos in (0, 3, 5, 13):
         bits = nx.to_bits(rng.standard_normal((2, 2, rings["plain"].dim)) * 4.0 ** rng.integers(-20, 20))
         if fmt == "fp16":  # (±inf, NaN, BF16 subnormals, FP16 overflow and underflow)
             bits.reshape(-1)[: specials.size] = specials
         for layer in rings["plain"].layers:
-            got = rings["staged"].write_staged(layer, pos, bits)
+            got = rings["stacked"].write(layer, pos, nx.from_bits(bits[0]), nx.from_bits(bits[1]))
             want = rings["plain"].write(layer, pos, nx.from_bits(bits[0]), nx.from_bits(bits[1]))
             assert got == want
-    assert seen["staged"] == seen["plain"] and len(seen["plain"]) > 0
-    assert np.array_equal(rings["staged"]._region, rings["plain"]._region)
-    assert (rings["staged"]._stacks[0] is not None) == (fmt == "fp16")
+    assert seen["stacked"] == seen["plain"] and len(seen["plain"]) > 0
+    assert np.array_equal(rings["stacked"]._region, rings["plain"]._region)
+    assert (rings["stacked"]._stacks[0] is not None) == (fmt == "fp16")

@@ -572,11 +572,11 @@ class PccxDriver:
         cfg, rd, n = self.store.config, self.dev.host.read, 2 * st.n
         shape = (cfg.num_key_value_heads, self.ring.dim)
         for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
-            if va == ka + n:  # staged back to back (a decode step's blocks): one read, no widening
-                self.ring.write_staged(st.layer, pos + t, rd(ka, 2 * n).view("<u2").reshape(2, *shape))
-                continue
-            k = nx.from_bits(rd(ka, n).view("<u2")).reshape(shape)
-            v = nx.from_bits(rd(va, n).view("<u2")).reshape(shape)
+            if va == ka + n:  # staged back to back (a decode step's blocks): one read and widening
+                k, v = nx.from_bits(rd(ka, 2 * n).view("<u2")).reshape(2, *shape)
+            else:
+                k = nx.from_bits(rd(ka, n).view("<u2")).reshape(shape)
+                v = nx.from_bits(rd(va, n).view("<u2")).reshape(shape)
             self.ring.write(st.layer, pos + t, k, v)
 
     # ---- reports -----------------------------------------------------------------------------

@@ -137,6 +137,16 @@ class KVRing:
         NumPy assignment per row instead of a checked, looked-up store (a decode step writes ~50)."""
         r = self.layers[layer]
         rows, rb, touched = self.rows_of(layer, pos), self.rb, self.host.touched
+        stack = self._stacks[layer] if layer in self._stacks else self._stack(layer)
+        if stack is not None:  # FP16 blocks at one stride: one conversion, one assignment per ring row
+            codes, _ = kv_quantize(np.concatenate([k, v]).astype(np.float32, copy=False), self.fmt)
+            bits = codes.reshape(len(stack), -1).view("<u2")
+            for row in rows:
+                stack[:, row] = bits
+            for b in r.k + r.v:  # (announced in the order the loop below announces them)
+                for row in rows:
+                    touched(b.codes + row * rb, rb)
+            return len(stack) * len(rows) * rb
         nbytes = 0
         for blocks, x in ((r.k, k), (r.v, v)):
             codes, scales = kv_quantize(np.asarray(x, np.float32), self.fmt)
@@ -159,28 +169,10 @@ class KVRing:
                         nbytes += 4
         return nbytes
 
-    def write_staged(self, layer: int, pos: int, bits: np.ndarray) -> int:
-        """`write` of one token's staged K and V BF16 bits ([2, kv_heads, head_dim] uint16, K first);
-        bytes written. FP16 rings whose blocks lie evenly spaced (`_stack`) store them with one
-        `kv_quantize` of the whole block and one assignment per ring row; other formats take `write`.
-        (A 65 536-entry BF16 -> FP16 table was tried: its build, ~5 ms once per process at the first
-        decode step, outweighed what the lookup saves over a 32-token run.)"""
-        stack = self._stacks[layer] if layer in self._stacks else self._stack(layer)
-        if stack is None:
-            return self.write(layer, pos, nx.from_bits(bits[0]), nx.from_bits(bits[1]))
-        codes = kv_quantize(nx.from_bits(bits.reshape(len(stack), -1)), "fp16")[0].view("<u2")
-        rows, rb = self.rows_of(layer, pos), self.rb
-        touched, r = self.host.touched, self.layers[layer]
-        for row in rows:
-            stack[:, row] = codes
-        for b in r.k + r.v:  # announced row by row, as `write` does
-            for row in rows:
-                touched(b.codes + row * rb, rb)
-        return len(stack) * len(rows) * rb
-
     def _stack(self, layer: int) -> np.ndarray | None:
         """A FP16 layer's K then V blocks as one [blocks, rows, head_dim] uint16 view of the region when
-        they lie at one stride (made once per layer), else None."""
+        they lie at one stride (made once per layer), else None: `write` then stores a token's K and V
+        with one conversion and one assignment per ring row (a decode step writes every layer's)."""
         r = self.layers[layer]
         starts = [b.codes for b in r.k + r.v]
         stride = starts[1] - starts[0]  # (K and V: at least two blocks)
