@@ -6,6 +6,8 @@ cycles as a driver that builds the program at the switch, and the switch really 
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import driver as drvmod
 from npukit.targets.pccx import switch
 from npukit.targets.pccx.driver import PccxDriver
-from npukit.targets.pccx.fast import fastrun, fastsim
+from npukit.targets.pccx.fast import ahead, fastrun, fastsim
 from npukit.targets.pccx.fast.fastmat import bind_mat
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
@@ -273,3 +275,34 @@ def test_tables_built_ahead_across_buckets_equal_the_rows_lowered_one_by_one(mon
         tok = int(np.argmax(got))
     assert {warm._key_at(16), warm._key_at(32)} <= {k for k, n in checked.items() if n}, checked
     assert warm.dev.fallbacks == 0
+
+
+def test_build_tables_binds_no_gemv_a_table_row_runs(monkeypatch):
+    """`build_tables` binds ahead only the GEMV steps that run one by one (a yield's, or outside the tables
+    it lowers): none that an FP16 row (kinds 7, 9) or an INT4 row (10, 11, 14) of a table it lowers runs
+    in the compiled loop (the decode's logits and cycles with tables built ahead: the tests above)."""
+    _, _, drv = _drivers("fp16")
+    tok = int(np.argmax(drv.prefill([3, 9, 1, 4])))
+    for _ in range(14):  # positions 4..17: buckets 16 and 32 built
+        tok = int(np.argmax(drv.step(tok)))
+    sim, bound, prebind = drv.dev, [], fastsim.prebind_mat
+
+    def recorded(sim, site, *args):
+        bound.append(site)
+        return prebind(sim, site, *args)
+
+    monkeypatch.setattr(fastsim, "prebind_mat", recorded)
+    covered: list = []  # the sites of the GEMV steps the rows of the tables lowered below run
+    for slot in sim._tagged.values():
+        runs = [g[1].resolve() for g in slot.groups
+                if g is not None and not isinstance(g[1], fastrun._Resume)]
+        for run in runs:
+            run.table, run.dead = None, False
+        ahead.build_tables(sim, slot.plan, slot.groups)
+        for run in runs:
+            kinds = [] if run.table is None else run.table.tab[:, 0].tolist()
+            covered += [(k, inspect.getclosurevars(st.prebind).nonlocals["site"])
+                        for k, st in zip(kinds, run.steps, strict=False) if k in (7, 9, 10, 11, 14)]
+    kinds = {k for k, _ in covered}
+    assert kinds & {7, 9} and kinds & {10, 11, 14} and bound  # (FP16 and INT4 rows; yields' steps bound)
+    assert not {id(s) for s in bound} & {id(s) for _, s in covered}

@@ -114,8 +114,31 @@ def test_tables_gathered_in_bulk_equal_the_rows_lowered_one_by_one():
                 assert all(a is b for a, b in zip(table.ins, ins, strict=True))
                 assert all(a is b or a == b for a, b in zip(table.works, works, strict=True))
                 assert sorted(table.makers) == makers
+                assert table.large_upto == _large_upto_row_by_row(table.tab)
                 checked += len(rows)
     assert checked > 1000
+
+
+def _large_upto_row_by_row(tab: np.ndarray) -> list[int]:
+    """The weight bytes a table's large INT4 rows (kinds 10, 11 flagged `_LARGE`) stream, summed up to each
+    row: m x bytes per row (column 10) for kind 10, m x k (int8 codes) for kind 11 (`_Table.large_upto`)."""
+    upto = [0]
+    for row in tab.tolist():
+        large = row[0] in (10, 11) and row[5] & fastrun._LARGE
+        upto.append(upto[-1] + (row[7] * (row[10] if row[0] == 10 else row[8]) if large else 0))
+    return upto
+
+
+def test_large_rows_summed_as_row_by_row():
+    # `_Table.large_upto` (the twin chooser's byte counts) on mixed rows, large and small, both INT4 kinds
+    rng = np.random.default_rng(5)
+    tab = np.zeros((300, fastrun._COLS), np.int64)
+    tab[:, 0] = rng.choice([0, 4, 10, 11, fastrun._YIELD], 300)
+    tab[:, 5] = rng.integers(0, 8, 300)
+    tab[:, 7:11] = rng.integers(1, 1 << 20, (300, 4))
+    t = fastrun._Table(tab, [None] * 300, [None] * 300, {}, [], np.zeros((300, 3), np.int64), False)
+    assert t.large_upto == _large_upto_row_by_row(tab)
+    assert t.large_upto[-1] > 0 and len(set(t.large_upto)) < 300  # (large rows and others both drawn)
 
 
 def test_yields_reading_follows_the_table_rows():

@@ -29,6 +29,9 @@ from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, fuse_groups
 # the Work records `build_tables` makes in about the time one step compiles (measured at hidden 2048:
 # ~3.5 µs a record against ~45 µs a step), so a call's count of steps is about its time
 _WORKS_PER_STEP = 12
+# the table rows that run a GEMV step's work themselves (FP16 kinds 7 and 9, INT4 kinds 10, 11 and 14;
+# not a `_YIELD`, whose step the caller runs): `build_tables` binds no step such a row covers
+_RUN_IN_TABLE = frozenset((7, 9, *fastrun._BY_ADDRESS))
 
 
 @dataclass(eq=False)
@@ -104,7 +107,7 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
     on its first call, as before). The Work records the tables and bindings hold (for the timing model)."""
     cc = (sim.cc if start is None else start).copy()
     works: list[Work] = []
-    at, covered = 0, []  # the last table lowered here: its first step, its INT4 rows' Work by offset
+    at, covered = 0, []  # the last table lowered here: its first step, which of its rows run a GEMV
     for i, step in enumerate(plan):
         g = groups[i]
         run = g[1] if g is not None else None
@@ -115,15 +118,17 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             if table is not None and not table.retry:
                 run.table = table
                 works.extend(w for w in table.works if w is not None)
-                at, covered = i, [w if k in fastrun._BY_ADDRESS else None
-                                  for k, w in zip(table.tab[:, 0].tolist(), table.works, strict=True)]
+                at, covered = i, [k in _RUN_IN_TABLE for k in table.tab[:, 0].tolist()]
         if type(step) is FusedCvoStep:  # (most steps: a CVO neither binds nor sets an entry)
             continue
         prebind = getattr(step, "prebind", None)
-        if prebind is not None and (i - at >= len(covered) or covered[i - at] is None):
-            # a GEMV/GEMM bound for the entries predicted here, unless an INT4 row of a table lowered
+        if prebind is not None and (i - at >= len(covered) or not covered[i - at]):
+            # a GEMV/GEMM bound for the entries predicted here, unless a GEMV row of a table lowered
             # here covers it: its step runs only where the table stops before it (then it binds as any
-            # step does), and the row holds the same Work (`fastmat._mat_work`'s memo), taken above
+            # step does). An INT4 row holds the same Work (`fastmat._mat_work`'s memo), taken above; an
+            # FP16 row's Work is made from the shape it runs with, which for the attention's products
+            # is the span's then, not the predicted one (counted at hidden 1024, positions 4-35: 9 of
+            # 288 such prebinds gave a Work any token used)
             work = prebind(cc)
             if work is not None:
                 works.append(work)

@@ -9,6 +9,7 @@ its INT4 projections included, is one such call.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,12 +153,11 @@ class _Table:
     def __post_init__(self) -> None:
         self.hosts = np.array([(h.ctypes.data, h.size) for h in self.regions], np.int64).reshape(-1, 2)
         self.codes = [held[1] for held in self.keep if isinstance(held[1], Codes)]  # kind 11's
-        tab = self.tab
-        large = np.isin(tab[:, 0], (10, 11)) & (tab[:, 5] & _LARGE != 0)
-        # the weight bytes its large rows stream, summed up to each row (the twin chooser's costs are
-        # per such byte)
-        per_row = np.where(large, tab[:, 7] * np.where(tab[:, 0] == 10, tab[:, 10], tab[:, 8]), 0)
-        self.large_upto = np.concatenate([[0], np.cumsum(per_row)]).tolist()
+        tab, per_row = self.tab, np.zeros(len(self.tab), np.int64)
+        # the weight bytes its large INT4 rows stream, summed up to each row (the twin chooser's cost unit)
+        at = np.flatnonzero(((tab[:, 0] == 10) | (tab[:, 0] == 11)) & (tab[:, 5] & _LARGE != 0))
+        per_row[at] = tab[at, 7] * np.where(tab[at, 0] == 10, tab[at, 10], tab[at, 8])
+        self.large_upto = [0, *np.cumsum(per_row).tolist()]
 
     @property
     def stale(self) -> bool:
@@ -198,7 +198,8 @@ _BY_ADDRESS = (10, 11, 14)  # INT4 rows that read their image by address (the ta
 _LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
 _YIELD = 13  # a row `_nbblock.block` returns at: the caller runs that step, then resumes after it
 _ROW_BYTES: dict[tuple, bytes] = {}  # a fixed row (CVO, MEMSET) -> its table row's bytes (`_build`)
-_NO_ROW = bytes(8 * _COLS)
+_PACK_ROW = struct.Struct(f"={_COLS}q")  # a bound row's bytes (`_FusedRun._build`), zeros after its own
+_PADS = [(0,) * (_COLS - k) for k in range(_COLS + 1)]
 
 
 def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
@@ -396,37 +397,36 @@ class _FusedRun:
         as the run's own MEMSETs leave them (each checks its entries when it runs); the fixed rows (CVO,
         MEMSET: a step's own ``fuse``) are joined from their bytes, made once per row (`_row_bytes`)."""
         self.builds += 1
-        steps, fuses = self.steps, [st.fuse for st in self.steps]
+        steps, got_row, pack = self.steps, _ROW_BYTES.get, _PACK_ROW.pack
         cc = (self.sim.cc if cc is None else cc).copy()  # as the run leaves them before each step
-        n, bound, retry, makers, regions, keep = len(steps), {}, False, {}, [], []
-        for o in [o for o, f in enumerate(fuses) if callable(f) or f[0][0] == 6]:
-            f = fuses[o]
-            if not callable(f):  # a MEMSET of an entry
-                cc[f[0][1], f[0][2]] = f[0][3:6]
-            elif (got := _lowered(steps[o], cc)) is not None:
-                bound[o] = got
-            else:
+        n, retry, makers, regions, keep, blob, works = len(steps), False, {}, [], [], [], []
+        for o, step in enumerate(steps):
+            f = step.fuse
+            if not callable(f):  # a fixed row: its bytes, and an entry's MEMSET applied for the rows after
+                if f[0][0] == 6:
+                    cc[f[0][1], f[0][2]] = f[0][3:6]
+                blob.append(got_row(f[0]) or _row_bytes(f[0]))
+                works.append(f[1])
+                continue
+            if (got := _lowered(step, cc)) is None:
                 n, retry = o, self.builds < _RETRIES
                 break
-        if n < 2:
-            self.dead = not retry
-            return None
-        got_row = _ROW_BYTES.get
-        blob = b"".join([_NO_ROW if callable(f) else got_row(f[0]) or _row_bytes(f[0]) for f in fuses[:n]])
-        tab = np.frombuffer(bytearray(blob), np.int64).reshape(n, _COLS)
-        works = [None if o in bound else fuses[o][1] for o in range(n)]
-        for o, got in bound.items():
-            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            row = got[0]
             if row[0] in _BY_ADDRESS:  # an INT4 GEMV reads its image by address: the table keeps it
                 keep.append(got[4])
-            elif len(got) > 2:  # a host region the row reads, by identity
+            elif len(got) > 2:  # a host region the row reads, by identity (its index in column 6)
                 j = next((j for j, h in enumerate(regions) if h is got[2]), len(regions))
                 if j == len(regions):
                     regions.append(got[2])
-                row[6] = j
+                row = (*row[:6], j, *row[7:])
             if len(got) > 3 and got[3] is not None:
                 makers[o] = got[3]
-            tab[o], works[o] = row, got[1]
+            blob.append(pack(*row, *_PADS[len(row)]))
+            works.append(got[1])
+        if n < 2:
+            self.dead = not retry
+            return None
+        tab = np.frombuffer(bytearray(b"".join(blob)), np.int64).reshape(n, _COLS)
         ins = [st.fuse_ins for st in steps[:n]]
         return _Table(tab, ins, works, makers, regions, np.zeros((n, 3), np.int64), retry, keep)
 
