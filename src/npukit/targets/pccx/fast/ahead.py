@@ -117,7 +117,7 @@ def build_tables(sim: Any, plan: list, groups: list, start: np.ndarray | None = 
             run.builds = builds
             if table is not None and not table.retry:
                 run.table = table
-                works.extend(w for w in table.works if w is not None)
+                works.extend(filter(None, table.works))  # (a Work is never false: the Nones dropped in C)
                 at, covered = i, [k in _RUN_IN_TABLE for k in table.tab[:, 0].tolist()]
         if type(step) is FusedCvoStep:  # (most steps: a CVO neither binds nor sets an entry)
             continue
