@@ -146,3 +146,25 @@ def test_a_chunk_that_did_not_fit_is_remembered(ckpt):
         raise CapacityError("L2 peak 2 words over")
     with pytest.raises(CapacityError, match="2 words over"):
         drv.programs.get(name, object)
+
+
+def test_a_live_driver_keys_its_entries_by_what_it_is_now(ckpt, monkeypatch):
+    """The key prefix is remembered between lookups (`ProgramCache._where`), never past a change: a
+    driver's hardware edited in place, its environment or compiler changed, keys as a new driver would."""
+    *_, drv = _run(ckpt)
+    name = ("prefill", 4, ())
+
+    def fresh():  # the key a driver that never looked up before computes
+        return progcache.ProgramCache(drv)._path(name)
+
+    before = drv.programs._path(name)
+    assert before == fresh() and drv.programs._path(name) == before
+    drv.hw.clocks = dataclasses.replace(drv.hw.clocks, core_mhz=drv.hw.clocks.core_mhz / 2)
+    halved = drv.programs._path(name)
+    assert halved != before and halved == fresh()
+    monkeypatch.setattr(progcache, "fingerprint", lambda: "another compiler")
+    assert drv.programs._path(name) not in (before, halved) and drv.programs._path(name) == fresh()
+    monkeypatch.setenv("NPUKIT_PROGRAM_CACHE", str(ckpt.parent / "elsewhere"))
+    assert drv.programs._path(name)[0].parent == ckpt.parent / "elsewhere"
+    monkeypatch.setenv("NPUKIT_PROGRAM_CACHE", "off")
+    assert drv.programs._path(name) is None and not drv.programs.active
