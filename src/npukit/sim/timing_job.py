@@ -268,8 +268,9 @@ _entries: dict[tuple[Any, tuple], Any] = {}  # (function, `_layout` of its argum
 
 def _layout(args: tuple) -> tuple | None:
     """What numba's type of each argument is made from, for arguments that are arrays or named tuples
-    of arrays (None: another kind, typed by numba each time): an array's dtype, dimensions, layout,
-    writability and alignment (`numba.typeof`'s Array fields); a tuple's class and its arrays'."""
+    of arrays (None: another kind, typed by numba each time): an array's dtype, dimensions, layout
+    (numba's: C where C-contiguous, else F where F-contiguous, else A), writability and alignment
+    (`numba.typeof`'s Array fields); a tuple's class and its arrays'."""
     out: list = []
     for a in args:
         if type(a) is np.ndarray:
@@ -283,7 +284,7 @@ def _layout(args: tuple) -> tuple | None:
 
 def _array_layout(a: np.ndarray) -> tuple:
     f = a.flags
-    return a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned
+    return a.dtype, a.ndim, "C" if f.c_contiguous else "F" if f.f_contiguous else "A", f.writeable, f.aligned
 
 
 class BoundCall:
