@@ -232,6 +232,40 @@ def test_a_bound_call_goes_through_the_entry_point_once_compiled():
     assert call() == timing_job.MOVED
 
 
+def test_entry_points_found_by_array_layout_are_the_ones_numba_types_for():
+    """`entry_of` keeps what it found per layout of the arguments (`_layout`): each answer is still the
+    overload numba's own typing picks, for arguments that differ only in contiguity, writability or the
+    named tuple's class, and None where that exact overload is not compiled."""
+    import collections
+
+    import numba as nb
+
+    @nb.njit
+    def first(t, b):  # pragma: no cover - numba
+        return t[0][0] + b[0]
+
+    pair, other = collections.namedtuple("pair", "a b"), collections.namedtuple("other", "a b")
+
+    def typed_entry(args):
+        hit = first.overloads.get(tuple(first.typeof_pyval(a) for a in args))
+        return None if hit is None else hit.entry_point
+
+    c = np.arange(8.0)
+    strided = np.arange(16.0)[::2]
+    frozen = np.arange(8.0)
+    frozen.flags.writeable = False
+    cases = [(pair(c, c), c), (pair(strided, c), c), (pair(c, c), frozen), (other(c, c), c),
+             (pair(c, c.astype(np.int64)), c)]
+    first(*cases[0])
+    for args in cases:  # before and after each is compiled
+        assert timing_job.entry_of(first, args) is typed_entry(args)
+    assert all(timing_job.entry_of(first, args) is None for args in cases[1:])
+    for args in cases[1:]:
+        first(*args)
+    got = [timing_job.entry_of(first, args) for args in cases]
+    assert got == [typed_entry(args) for args in cases] and len(set(got)) == len(cases)
+
+
 def resumes(job: timing_job.Job) -> bool:
     """Whether the job's next loop starts from a kept state (`refresh` set it to)."""
     return bool(job.args[9][timing_nb.IV_RESUME])

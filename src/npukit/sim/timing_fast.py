@@ -378,11 +378,14 @@ def _setup(plan: Plan, C: nbl.OpTable, n: int, events: int, lean: bool = False
                         users=np.zeros(max(nres, 1), i64))
     K = nbl.ReasonCodes(s_why=plan.s_why, dep_code=plan.dep_code, wait_code=plan.wait_code, base=plan.base)
     nr = len(plan.reasons)
+    # a lean loop writes no per-op stall sums and no samples (`timing_nb.run`: all behind ``not lean``)
+    # and a lean `Schedule` reads none: empty ones (the same array types: the same compiled loop)
+    per_op, samples = (0, 0) if lean else (n, events)
     A = nbl.Accounts(e_busy=np.zeros(ne), e_idle=np.zeros(ne), e_st=np.zeros((ne, nr)),
-                     e_first=np.full((ne, nr), -1, i64), o_st=np.zeros((n, nr)),
-                     o_first=np.full((n, nr), -1, i64))
-    O = nbl.Samples(u_t=np.zeros(events), u_v=np.zeros((events, nres)), l_t=np.zeros(events),
-                    l_v=np.zeros((events, nstr)))
+                     e_first=np.full((ne, nr), -1, i64), o_st=np.zeros((per_op, nr)),
+                     o_first=np.full((per_op, nr), -1, i64))
+    O = nbl.Samples(u_t=np.zeros(samples), u_v=np.zeros((samples, nres)), l_t=np.zeros(samples),
+                    l_v=np.zeros((samples, nstr)))
     iv = np.zeros(nbl.IV_SIZE, i64)
     m = plan.machine
     iv[nbl.IV_WIN] = n + 1 if m.issue_window is None else m.issue_window  # (n + 1: never the limit)

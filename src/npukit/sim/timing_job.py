@@ -247,11 +247,44 @@ def _entry_point(args: tuple) -> Any:
 def entry_of(fn: Any, args: tuple) -> Any:
     """Compiled function ``fn``'s entry point for ``args``' types (what its dispatcher would pick: the
     overload of exactly those types), or None when none is compiled yet. The entry point unboxes its
-    arguments as that overload's types and releases the GIL as the dispatcher's call does."""
+    arguments as that overload's types and releases the GIL as the dispatcher's call does. Found once
+    per array layout (`_layout`): numba's typing of the loop's ~100 arrays costs ~1 ms, a new program's
+    job (and its FIFO-link and table passes) would pay it on every new span bucket."""
     if not hasattr(fn, "overloads"):  # (a plain function: numba's JIT disabled)
         return None
-    hit = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in args))
-    return None if hit is None else hit.entry_point
+    layout = _layout(args)
+    if layout is not None and (hit := _entries.get((fn, layout))) is not None:
+        return hit
+    got = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in args))
+    if got is None:
+        return None
+    if layout is not None:
+        _entries[(fn, layout)] = got.entry_point
+    return got.entry_point
+
+
+_entries: dict[tuple[Any, tuple], Any] = {}  # (function, `_layout` of its arguments) → entry point
+
+
+def _layout(args: tuple) -> tuple | None:
+    """What numba's type of each argument is made from, for arguments that are arrays or named tuples
+    of arrays (None: another kind, typed by numba each time): an array's dtype, dimensions, layout
+    (numba's: C where C-contiguous, else F where F-contiguous, else A), writability and alignment
+    (`numba.typeof`'s Array fields); a tuple's class and its arrays'."""
+    out: list = []
+    for a in args:
+        if type(a) is np.ndarray:
+            out.append(_array_layout(a))
+        elif isinstance(a, tuple) and all(type(x) is np.ndarray for x in a):
+            out.append((type(a), *map(_array_layout, a)))
+        else:
+            return None
+    return tuple(out)
+
+
+def _array_layout(a: np.ndarray) -> tuple:
+    f = a.flags
+    return a.dtype, a.ndim, "C" if f.c_contiguous else "F" if f.f_contiguous else "A", f.writeable, f.aligned
 
 
 class BoundCall:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import compress
-from operator import attrgetter, eq, is_not
+from operator import attrgetter, eq, is_not, itemgetter, not_
 from typing import Any
 
 import numba as nb
@@ -158,6 +158,7 @@ KEY_FIELDS = ("engine", "macs", "sfu_elems", "weight_bytes", "ddr_read_bytes", "
 UNKEYED = ("index", "label", "reads", "writes")
 _content = attrgetter(*KEY_FIELDS)
 _ranges = attrgetter("reads", "writes")
+_reads, _writes, _slot_of = attrgetter("reads"), attrgetter("writes"), itemgetter(1)
 
 
 class TokenTimer:
@@ -273,9 +274,8 @@ class TokenTimer:
         so that run's `time` finds them cached. A build hands a CVO's record twice (as compiled and in
         its fused table): each object's row is made once (a store slot and a content key per object)."""
         if self.plan is not None and works:
-            unique = list({id(w): w for w in works}.values())
             with self._lock:  # (the timing thread may be patching a run's rows from the same caches)
-                self._rows(unique)
+                self._add_rows(works)
 
     # ---- rows -------------------------------------------------------------------------------------
     def _head(self, w: Work, o: Any) -> tuple:
@@ -288,23 +288,29 @@ class TokenTimer:
                 self._sfu_depth if kind == _SFU else 0.0, kind, w.sfu_elems)
 
     def _rows(self, works: list[Work]) -> list[int]:
-        """The store slots of ``works``' rows: the Works not seen yet (by identity) get theirs, made with
-        one `to_ops` over the ones whose numbers no earlier Work had (`_content`)."""
+        """The store slots of ``works``' rows (`_add_rows` first)."""
+        self._add_rows(works)
+        return list(map(_slot_of, map(self._rows_by_id.__getitem__, map(id, works))))
+
+    def _add_rows(self, works: Sequence[Work]) -> None:
+        """Give the Works not seen yet (by identity; each object once) their rows, made with one `to_ops`
+        over the ones whose numbers no earlier Work had (`_heads`). Every step is a C-level map over the
+        batch (a build ahead hands ~1 300 Works a call): an id found in ``_rows_by_id`` is that very
+        Work, kept alive there with its slot (no live object shares its id)."""
         rows = self._rows_by_id
-        slots = [hit[1] if (hit := rows.get(id(w))) is not None and hit[0] is w else -1 for w in works]
-        if -1 not in slots:
-            return slots
-        new = [w for w, i in zip(works, slots, strict=True) if i < 0]
-        if len(rows) + len(new) > _MAX_ROWS:
+        ids = list(map(id, works))
+        known = list(map(rows.__contains__, ids))
+        if all(known):
+            return
+        missing = dict(compress(zip(ids, works, strict=True), map(not_, known)))  # (a Work twice: once)
+        if len(rows) + len(missing) > _MAX_ROWS:
             # full: start over with this batch, never part-way through it (its rows are looked up next)
             rows.clear()
             self._store.clear()
-            new = works
-        if new:
-            first = self._store.add(self._heads(new), [w.reads for w in new], [w.writes for w in new])
-            for i, w in enumerate(new, first):
-                rows[id(w)] = (w, i)  # (the Work is kept alive with its slot: its id stays its own)
-        return [rows[id(w)][1] for w in works]
+            missing = dict(zip(ids, works, strict=True))
+        new = list(missing.values())
+        first = self._store.add(self._heads(new), list(map(_reads, new)), list(map(_writes, new)))
+        rows.update(zip(missing, zip(new, range(first, first + len(new)), strict=True), strict=True))
 
     def _heads(self, works: list[Work]) -> np.ndarray:
         """The numbers of ``works``' rows (`_head`; one row each, float64), by content: one `to_ops` over
@@ -354,9 +360,8 @@ class TokenTimer:
         pause()
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
-        rows = self._rows_by_id
         new, was = [works[i] for i in at], [old[i] for i in at]
-        known = [h is not None and h[0] is w for h, w in zip(map(rows.get, map(id, new)), new, strict=True)]
+        known = map(self._rows_by_id.__contains__, map(id, new))  # (an id kept there is that Work's)
         kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
         same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
         pause()
