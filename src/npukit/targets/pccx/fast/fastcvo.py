@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npukit.sim.work import Work, work_from
+from npukit.sim.work import Work, work_at
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
@@ -43,9 +43,14 @@ def _memo(ins: Instr) -> tuple:
     step takes from its instruction alone, made once per instruction object: a decoded instruction is
     shared by every index its word appears at (`FastSimulator._decoded`), and a new span bucket's ~1 000
     recompiled CVO steps hold ~250 distinct words (the layers repeat them)."""
+    hit = _WORK_FIELDS.get(id(ins))  # (the hit inline: three in four of a build's CVO steps)
+    if hit is not None and hit[0] is ins:
+        return hit
+
     def made() -> tuple:
         spec = CVO[ins.cvo_func]
-        return _cvo_fields(ins), spec, _fused_row("numba", spec, ins)
+        out_n = cvo_out_elems(ins.cvo_func, ins.length)
+        return _cvo_fields(ins, spec, out_n), spec, _fused_row("numba", spec, ins, out_n)
 
     return _per_instruction(_WORK_FIELDS, ins, made)
 
@@ -69,23 +74,26 @@ def work_like(idx: int, ins: Instr, make: Callable[[], Work]) -> Work:
     instruction and index only (a MEMSET), ``make`` runs once per instruction object and later records
     are copies of its fields with their own index (the layers repeat words, so a build's ~500 MEMSETs
     hold far fewer instructions; a record made field by field with its label formatted is ~5 µs)."""
-    return work_from(_per_instruction(_FIXED_WORK, ins, lambda: (dict(vars(make())),))[1], index=idx)
+    return work_at(_per_instruction(_FIXED_WORK, ins, lambda: (dict(vars(make())),))[1], idx)
 
 
-def _cvo_fields(ins: Instr) -> dict:
-    fn, n = ins.cvo_func, ins.length
-    accm = bool(int(ins.flags) & _ACCM)
-    out_n = cvo_out_elems(fn, n)
+def _cvo_fields(ins: Instr, spec: CvoSpec | None = None, out_n: int | None = None) -> dict:
+    """A CVO's Work fields (index 0); ``spec`` and ``out_n``, when given, are ``CVO[ins.cvo_func]`` and
+    `cvo_out_elems` of it (`_memo` has them already: a fresh process misses ~1 100 instructions)."""
+    n = ins.length
+    spec = CVO[ins.cvo_func] if spec is None else spec
+    out_n = cvo_out_elems(ins.cvo_func, n) if out_n is None else out_n
+    accm = int(ins.flags) & _ACCM
     src = (ins.src_addr, ins.src_addr + words_of(n))
     dst = (ins.dst_addr, ins.dst_addr + words_of(out_n))
-    two = out_n and (accm or CVO[fn].arity == 2)
+    two = out_n and (accm or spec.arity == 2)
     reads = (src, dst) if two else (src,)
-    writes = (dst,) if CVO[fn].form is not CvoForm.LOAD_SCALAR else ()
+    writes = (dst,) if spec.form is not CvoForm.LOAD_SCALAR else ()
     rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
-    return dict(index=0, engine="sfu", label=format_instr(ins), macs=0, sfu_elems=n, weight_bytes=0,
-                ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd * 16,
-                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0, is_async=bool(ins.async_),
-                reads=reads, writes=writes, lanes=0)
+    return {"index": 0, "engine": "sfu", "label": format_instr(ins), "macs": 0, "sfu_elems": n,
+            "weight_bytes": 0, "ddr_read_bytes": 0, "ddr_write_bytes": 0, "onchip_read_bytes": rd * 16,
+            "onchip_write_bytes": (dst[1] - dst[0]) * 16 if writes else 0, "is_async": bool(ins.async_),
+            "reads": reads, "writes": writes, "lanes": 0}
 
 
 @dataclass
@@ -125,7 +133,7 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     (traced itself), whose closure (L2 views, kernels) is made on its first single call only, if any (a
     new span bucket's build compiles ~1 000 of them); any other CVO is a closure for `_traced`."""
     _, fields, spec, row = _memo(ins)
-    work = work_from(fields, index=idx)
+    work = work_at(fields, idx)
     if row is not None and sim.backend == "numba":
         return FusedCvoStep(sim, ins, spec, work, (row, work))
     body = _body(sim, ins, spec, work)
@@ -172,15 +180,17 @@ def _is_arith(spec: CvoSpec) -> bool:
     return spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS)
 
 
-def _fused_row(backend: str, spec: CvoSpec, ins: Instr) -> tuple | None:
+def _fused_row(backend: str, spec: CvoSpec, ins: Instr, out_n: int | None = None) -> tuple | None:
     """The CVO's row of a fused run (`fastrun.fuse_groups`, `_nbblock.block`; the numba backend), or
     None where it runs as a single step only: the arithmetic ones (kind 0; a negative code takes the
     operation from S), the exponent (8, `_nbblock._exp_row`), a tabled transcendental (12, core(x)
-    from `TLUT`), REDUCE_SUM (1) and LOAD_SCALAR (2), each where the output is as long as the input."""
+    from `TLUT`), REDUCE_SUM (1) and LOAD_SCALAR (2), each where the output is as long as the input.
+    ``out_n``: `cvo_out_elems` of it when the caller has it."""
     if backend != "numba":
         return None
     n, s0, d0, flags = ins.length, ins.src_addr * _E, ins.dst_addr * _E, int(ins.flags)
-    accm, same = int(bool(flags & _ACCM)), cvo_out_elems(ins.cvo_func, n) == n
+    accm = int(bool(flags & _ACCM))
+    same = (cvo_out_elems(ins.cvo_func, n) if out_n is None else out_n) == n
     if _is_arith(spec):
         fixed = _ARITH.get(spec.numerics)
         sop = -3 if spec.form is CvoForm.BIAS else (-2 if flags & _RECIP else -1)

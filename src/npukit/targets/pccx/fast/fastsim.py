@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from npukit.errors import ConfigError, DecodeError
-from npukit.sim.work import Work, make_work
+from npukit.sim.work import Work, make_work, work_from
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
@@ -52,6 +52,7 @@ _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
 _QUIET = {"over": "ignore", "invalid": "ignore"}  # the NumPy FP-warning state steps run under
 _CC = (DestCache.FMAP, DestCache.WEIGHT)
+_CVO, _GEMV, _GEMM, _MEMSET, _MEMCPY = Op.CVO, Op.GEMV, Op.GEMM, Op.MEMSET, Op.MEMCPY
 
 
 def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
@@ -337,13 +338,14 @@ class FastSimulator(Simulator):
                  ) -> Callable[[], Work]:
         """The step of ``word`` at ``idx``; ``was``: the word there before and ``was_step`` its step (a span
         patch: a MEMSET whose values alone changed is its old instruction with the new values, `_respan`,
-        and its label the old one with the new values, `_respan_label`)."""
-        ins, label = self._decoded.get(word), None
+        and its label the old one with the new values, `_respan_label`, its Work the old one's so)."""
+        ins, was_work = self._decoded.get(word), None
         if ins is None:
             was_ins = self._decoded.get(was) if was is not None else None
             ins = _respan(was_ins, was, word) if was is not None else None
-            if ins is not None and hasattr(was_step, "work"):  # (the old step: `_compile_memset`'s)
-                label = _respan_label(was_step.work.label, was_ins, ins)
+            old = getattr(was_step, "work", None)  # (the old step, `_compile_memset`'s: this index, `ctrl`)
+            if ins is not None and old is not None and old.index == idx:  # (same asynchrony: values alone)
+                was_work = work_from(vars(old), label=_respan_label(old.label, was_ins, ins))
             try:
                 ins = ins or decode(word, self.profile, self.limits)
             except DecodeError as exc:
@@ -357,16 +359,17 @@ class FastSimulator(Simulator):
                 raise err
 
             return fault
-        if ins.op in (Op.GEMV, Op.GEMM):
-            return self._compile_mat(idx, ins)
-        if ins.op == Op.MEMSET:
-            return self._compile_memset(idx, ins, label)
-        if ins.op == Op.CVO:
+        op = ins.op
+        if op == _CVO:  # (first: three in four steps)
             body = compile_cvo(self, idx, ins)
             if body is None:
                 return self._reference(idx, ins)
-            return body if isinstance(body, FusedCvoStep) else self._traced(ins, body)
-        if ins.op == Op.MEMCPY:
+            return body if type(body) is FusedCvoStep else self._traced(ins, body)
+        if op in (_GEMV, _GEMM):
+            return self._compile_mat(idx, ins)
+        if op == _MEMSET:
+            return self._compile_memset(idx, ins, was_work)
+        if op == _MEMCPY:
             return self._compile_memcpy(idx, ins)
         return self._reference(idx, ins)  # pragma: no cover - an opcode added to the ISA later
 
@@ -390,13 +393,13 @@ class FastSimulator(Simulator):
 
         return step
 
-    def _compile_memset(self, idx: int, ins: _Instr, label: str | None = None) -> Callable[[], Work]:
-        work = work_like(idx, ins, lambda: Work(idx, "ctrl", label or format_instr(ins),
-                                                is_async=bool(ins.async_)))
+    def _compile_memset(self, idx: int, ins: _Instr, work: Work | None = None) -> Callable[[], Work]:
+        if work is None:  # (else its record from the caller: a span patch's, the old step's relabelled)
+            work = work_like(idx, ins, lambda: Work(idx, "ctrl", format_instr(ins),
+                                                    is_async=bool(ins.async_)))
         trace = self.trace
-        a = np.uint16(ins.a_value)
         if ins.dest_cache == DestCache.SREG:
-            attr = "e_max" if ins.dest_addr == SREG_EMAX else "s_reg"
+            attr, a = "e_max" if ins.dest_addr == SREG_EMAX else "s_reg", np.uint16(ins.a_value)
 
             def sreg() -> Work:
                 setattr(self, attr, a)
