@@ -13,7 +13,7 @@ from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import driver as drvmod
 from npukit.targets.pccx import switch
 from npukit.targets.pccx.driver import PccxDriver
-from npukit.targets.pccx.fast import fastrun, fastsim
+from npukit.targets.pccx.fast import fastrun, faststeps
 from npukit.targets.pccx.fast.fastmat import bind_mat
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
@@ -52,7 +52,7 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         binds[id(sim)] = binds.get(id(sim), 0) + 1
         return bind_mat(sim, *args)
 
-    monkeypatch.setattr(fastsim, "bind_mat", counted)
+    monkeypatch.setattr(faststeps, "bind_mat", counted)  # (the binder the steps call when they run)
     lowered: list[int] = []  # fused-run tables lowered by `warm`'s runs when called (not ahead)
     build = fastrun._FusedRun._build
 
