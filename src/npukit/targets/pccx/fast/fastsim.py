@@ -65,6 +65,7 @@ def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
 _VALUE_FIELDS = tuple((f.name, f.lo, f.mask) for f in SPEC[Op.MEMSET]
                       if f.name in ("a_value", "b_value", "c_value") and not f.pieces)
 _VALUE_BITS = sum(mask << lo for _, lo, mask in _VALUE_FIELDS)
+_PLAIN_MEMSET = "__slots__" not in vars(Memset) and not hasattr(Memset, "__post_init__")  # (`_respan`)
 
 
 def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
@@ -73,11 +74,13 @@ def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
     None (then decode it)."""
     if not isinstance(was_ins, Memset) or (word ^ was) & ~_VALUE_BITS or was_ins.dest_cache not in _CC:
         return None
-    values = {name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS}
-    if "__slots__" in vars(Memset) or hasattr(Memset, "__post_init__"):
-        return dataclasses.replace(was_ins, **values)
+    if not _PLAIN_MEMSET:
+        return dataclasses.replace(was_ins, **{name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS})
     ins = object.__new__(Memset)  # (a plain frozen dataclass: what its __init__ stores, one update)
-    ins.__dict__.update(was_ins.__dict__, **values)
+    fields = ins.__dict__
+    fields.update(was_ins.__dict__)
+    for name, lo, mask in _VALUE_FIELDS:
+        fields[name] = (word >> lo) & mask
     return ins
 
 
@@ -395,8 +398,8 @@ class FastSimulator(Simulator):
 
     def _compile_memset(self, idx: int, ins: _Instr, work: Work | None = None) -> Callable[[], Work]:
         if work is None:  # (else its record from the caller: a span patch's, the old step's relabelled)
-            work = work_like(idx, ins, lambda: Work(idx, "ctrl", format_instr(ins),
-                                                    is_async=bool(ins.async_)))
+            work = work_like(idx, ins, lambda: make_work(idx, "ctrl", format_instr(ins),
+                                                         is_async=bool(ins.async_)))
         if ins.dest_cache == DestCache.SREG:  # (records, not closures: `fast.faststeps`)
             return SregSet(self, ins, work, ins.dest_addr == SREG_EMAX)
         return CacheSet(self, ins, work)  # (its Work's label: the next span patch's start, `_respan_label`)
