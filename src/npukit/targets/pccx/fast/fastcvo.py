@@ -47,12 +47,42 @@ def _memo(ins: Instr) -> tuple:
     if hit is not None and hit[0] is ins:
         return hit
 
-    def made() -> tuple:
-        spec = CVO[ins.cvo_func]
-        out_n = cvo_out_elems(ins.cvo_func, ins.length)
-        return _cvo_fields(ins, spec, out_n), spec, _fused_row("numba", spec, ins, out_n)
+    def made() -> tuple:  # `_cvo_fields` and `_fused_row` (the plain definitions), from the shape memo
+        spec, n, ws, wo, two, writes, rd, wr, asy, head = _shape(ins)
+        s, d = ins.src_addr, ins.dst_addr
+        src, dst = (s, s + ws), (d, d + wo)
+        return ({"index": 0, "engine": "sfu", "label": format_instr(ins), "macs": 0, "sfu_elems": n,
+                 "weight_bytes": 0, "ddr_read_bytes": 0, "ddr_write_bytes": 0, "onchip_read_bytes": rd,
+                 "onchip_write_bytes": wr, "is_async": asy, "reads": (src, dst) if two else (src,),
+                 "writes": (dst,) if writes else (), "lanes": 0},
+                spec, None if head is None else _row_at(head, n, s * _E, d * _E))
 
     return _per_instruction(_WORK_FIELDS, ins, made)
+
+
+_SHAPES: dict[tuple, tuple] = {}  # (function, length, flags, asynchrony) -> `_shape`
+
+
+def _shape(ins: Instr) -> tuple:
+    """What a CVO's Work fields and fused-run row take from its function, length, flags and asynchrony,
+    not its addresses: (spec, length, source and destination words, whether it reads the destination,
+    whether it writes it, on-chip bytes read and written, is_async, `_row_head`). Made once per shape: a
+    fresh process's first decode program and the two span buckets built ahead hold ~1 100 new CVO
+    instructions of 57 shapes (hidden 1024)."""
+    flags = int(ins.flags)
+    key = (ins.cvo_func, ins.length, flags, ins.async_)
+    hit = _SHAPES.get(key)
+    if hit is None:
+        spec, n = CVO[ins.cvo_func], ins.length
+        out_n = cvo_out_elems(ins.cvo_func, n)
+        two = bool(out_n and (flags & _ACCM or spec.arity == 2))
+        writes = spec.form is not CvoForm.LOAD_SCALAR
+        ws, wo = words_of(n), words_of(out_n)
+        if len(_SHAPES) >= _MAX_WORK_FIELDS:
+            _SHAPES.clear()
+        hit = _SHAPES[key] = (spec, n, ws, wo, two, writes, (ws + (wo if two else 0)) * 16,
+                              wo * 16 if writes else 0, bool(ins.async_), _row_head(spec, flags, n, out_n))
+    return hit
 
 
 def _per_instruction(memo: dict[int, tuple], ins: Instr, make: Callable[[], tuple]) -> tuple:
@@ -77,23 +107,22 @@ def work_like(idx: int, ins: Instr, make: Callable[[], Work]) -> Work:
     return work_at(_per_instruction(_FIXED_WORK, ins, lambda: (dict(vars(make())),))[1], idx)
 
 
-def _cvo_fields(ins: Instr, spec: CvoSpec | None = None, out_n: int | None = None) -> dict:
-    """A CVO's Work fields (index 0); ``spec`` and ``out_n``, when given, are ``CVO[ins.cvo_func]`` and
-    `cvo_out_elems` of it (`_memo` has them already: a fresh process misses ~1 100 instructions)."""
-    n = ins.length
-    spec = CVO[ins.cvo_func] if spec is None else spec
-    out_n = cvo_out_elems(ins.cvo_func, n) if out_n is None else out_n
-    accm = int(ins.flags) & _ACCM
+def _cvo_fields(ins: Instr) -> dict:
+    """A CVO's Work fields at index 0: the plain definition (`_memo` makes them from `_shape`; the tests
+    compare the two)."""
+    fn, n = ins.cvo_func, ins.length
+    accm = bool(int(ins.flags) & _ACCM)
+    out_n = cvo_out_elems(fn, n)
     src = (ins.src_addr, ins.src_addr + words_of(n))
     dst = (ins.dst_addr, ins.dst_addr + words_of(out_n))
-    two = out_n and (accm or spec.arity == 2)
+    two = out_n and (accm or CVO[fn].arity == 2)
     reads = (src, dst) if two else (src,)
-    writes = (dst,) if spec.form is not CvoForm.LOAD_SCALAR else ()
+    writes = (dst,) if CVO[fn].form is not CvoForm.LOAD_SCALAR else ()
     rd = (src[1] - src[0]) + ((dst[1] - dst[0]) if two else 0)
-    return {"index": 0, "engine": "sfu", "label": format_instr(ins), "macs": 0, "sfu_elems": n,
-            "weight_bytes": 0, "ddr_read_bytes": 0, "ddr_write_bytes": 0, "onchip_read_bytes": rd * 16,
-            "onchip_write_bytes": (dst[1] - dst[0]) * 16 if writes else 0, "is_async": bool(ins.async_),
-            "reads": reads, "writes": writes, "lanes": 0}
+    return dict(index=0, engine="sfu", label=format_instr(ins), macs=0, sfu_elems=n, weight_bytes=0,
+                ddr_read_bytes=0, ddr_write_bytes=0, onchip_read_bytes=rd * 16,
+                onchip_write_bytes=(dst[1] - dst[0]) * 16 if writes else 0, is_async=bool(ins.async_),
+                reads=reads, writes=writes, lanes=0)
 
 
 @dataclass
@@ -180,33 +209,44 @@ def _is_arith(spec: CvoSpec) -> bool:
     return spec.numerics in _ARITH or spec.form in (CvoForm.SCALE, CvoForm.BIAS)
 
 
-def _fused_row(backend: str, spec: CvoSpec, ins: Instr, out_n: int | None = None) -> tuple | None:
+def _fused_row(backend: str, spec: CvoSpec, ins: Instr) -> tuple | None:
     """The CVO's row of a fused run (`fastrun.fuse_groups`, `_nbblock.block`; the numba backend), or
-    None where it runs as a single step only: the arithmetic ones (kind 0; a negative code takes the
-    operation from S), the exponent (8, `_nbblock._exp_row`), a tabled transcendental (12, core(x)
-    from `TLUT`), REDUCE_SUM (1) and LOAD_SCALAR (2), each where the output is as long as the input.
-    ``out_n``: `cvo_out_elems` of it when the caller has it."""
+    None where it runs as a single step only (`_row_head`)."""
     if backend != "numba":
         return None
-    n, s0, d0, flags = ins.length, ins.src_addr * _E, ins.dst_addr * _E, int(ins.flags)
-    accm = int(bool(flags & _ACCM))
-    same = (cvo_out_elems(ins.cvo_func, n) if out_n is None else out_n) == n
+    n = ins.length
+    head = _row_head(spec, int(ins.flags), n, cvo_out_elems(ins.cvo_func, n))
+    return None if head is None else _row_at(head, n, ins.src_addr * _E, ins.dst_addr * _E)
+
+
+def _row_head(spec: CvoSpec, flags: int, n: int, out_n: int) -> tuple[int, int, int, bool] | None:
+    """A CVO's fused-run row less its addresses, (kind, code, accm column, whether the row names the
+    destination), or None where it has no row: the arithmetic ones (kind 0; a negative code takes the
+    operation from S), the exponent (8, `_nbblock._exp_row`), a tabled transcendental (12, core(x)
+    from `TLUT`), REDUCE_SUM (1) and LOAD_SCALAR (2), each where the output is as long as the input."""
+    accm, same = int(bool(flags & _ACCM)), out_n == n
     if _is_arith(spec):
         fixed = _ARITH.get(spec.numerics)
         sop = -3 if spec.form is CvoForm.BIAS else (-2 if flags & _RECIP else -1)
-        return (0, sop if fixed is None else fixed, s0, n, d0, accm, 0) if same else None
+        return (0, sop if fixed is None else fixed, accm, True) if same else None
     if spec.core is not None:
         sub = bool(flags & _SUB_EMAX)
         if spec.core is nx.exp_core and not accm and same:
-            return (8, int(sub), s0, n, d0, 0, 0)
+            return (8, int(sub), 0, True)
         if not sub and same and (row := tabled(spec.core)) >= 0:
-            return (12, row, s0, n, d0, accm, 0)
+            return (12, row, accm, True)
         return None
     if spec.form is CvoForm.REDUCE_SUM:
-        return (1, 0, s0, n, d0, accm, 0)
+        return (1, 0, accm, True)
     if spec.form is CvoForm.LOAD_SCALAR:
-        return (2, 0, s0, n, 0, 0, 0)
+        return (2, 0, 0, False)
     return None
+
+
+def _row_at(head: tuple[int, int, int, bool], n: int, s0: int, d0: int) -> tuple:
+    """The row of `_row_head` ``head`` for ``n`` elements from element ``s0`` to element ``d0``."""
+    kind, code, accm, to_dst = head
+    return (kind, code, s0, n, d0 if to_dst else 0, accm, 0)
 
 
 def _arith(ops: _Operands, spec: CvoSpec, ins: Instr) -> Callable[[], Work]:
