@@ -51,6 +51,22 @@ def work_from(base: dict[str, object], **changes: object) -> Work:
     return w
 
 
+def work_at(base: dict[str, object], index: int) -> Work:
+    """``work_from(base, index=index)``, the one change a build makes per step (a memoised template at
+    its step's index, thousands per program): the template's dict copied and installed whole, ~0.6 µs
+    against ~1.1 µs for the keyword update (no keyword dict, no per-key insertion)."""
+    if not PLAIN_WORK:
+        return Work(**{**base, "index": index})
+    fields = base.copy()
+    fields["index"] = index
+    w = _new(Work)
+    _install(w, "__dict__", fields)  # (a frozen dataclass's own __setattr__ refuses every name)
+    return w
+
+
+_new, _install = object.__new__, object.__setattr__
+
+
 def make_work(index: int, engine: str, label: str, **fields: object) -> Work:
     """``Work(index, engine, label, **fields)`` filled as `work_from` does."""
     return work_from(WORK_DEFAULTS, index=index, engine=engine, label=label, **fields)

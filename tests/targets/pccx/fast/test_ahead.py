@@ -6,8 +6,6 @@ cycles as a driver that builds the program at the switch, and the switch really 
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
@@ -15,7 +13,7 @@ from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import driver as drvmod
 from npukit.targets.pccx import switch
 from npukit.targets.pccx.driver import PccxDriver
-from npukit.targets.pccx.fast import ahead, fastrun, fastsim
+from npukit.targets.pccx.fast import ahead, fastrun, faststeps
 from npukit.targets.pccx.fast.fastmat import bind_mat
 from npukit.targets.pccx.gemma3n_quant import Int4Store
 
@@ -54,7 +52,7 @@ def test_switch_built_ahead_matches_reference_and_cycles(kv, slice_steps, monkey
         binds[id(sim)] = binds.get(id(sim), 0) + 1
         return bind_mat(sim, *args)
 
-    monkeypatch.setattr(fastsim, "bind_mat", counted)
+    monkeypatch.setattr(faststeps, "bind_mat", counted)  # (the binder the steps call when they run)
     lowered: list[int] = []  # fused-run tables lowered by `warm`'s runs when called (not ahead)
     build = fastrun._FusedRun._build
 
@@ -285,13 +283,13 @@ def test_build_tables_binds_no_gemv_a_table_row_runs(monkeypatch):
     tok = int(np.argmax(drv.prefill([3, 9, 1, 4])))
     for _ in range(14):  # positions 4..17: buckets 16 and 32 built
         tok = int(np.argmax(drv.step(tok)))
-    sim, bound, prebind = drv.dev, [], fastsim.prebind_mat
+    sim, bound, prebind = drv.dev, [], faststeps.prebind_mat
 
     def recorded(sim, site, *args):
         bound.append(site)
         return prebind(sim, site, *args)
 
-    monkeypatch.setattr(fastsim, "prebind_mat", recorded)
+    monkeypatch.setattr(faststeps, "prebind_mat", recorded)
     covered: list = []  # the sites of the GEMV steps the rows of the tables lowered below run
     for slot in sim._tagged.values():
         runs = [g[1].resolve() for g in slot.groups
@@ -301,7 +299,7 @@ def test_build_tables_binds_no_gemv_a_table_row_runs(monkeypatch):
         ahead.build_tables(sim, slot.plan, slot.groups)
         for run in runs:
             kinds = [] if run.table is None else run.table.tab[:, 0].tolist()
-            covered += [(k, inspect.getclosurevars(st.prebind).nonlocals["site"])
+            covered += [(k, st.site)
                         for k, st in zip(kinds, run.steps, strict=False) if k in (7, 9, 10, 11, 14)]
     kinds = {k for k, _ in covered}
     assert kinds & {7, 9} and kinds & {10, 11, 14} and bound  # (FP16 and INT4 rows; yields' steps bound)

@@ -93,3 +93,55 @@ def test_memset_work_records_made_once_per_instruction_equal_the_reference():
     kw = dict(ddr_read_bytes=64, onchip_write_bytes=64, writes=((3, 5),), is_async=True)
     assert vars(make_work(4, "dma", "x", **kw)) == vars(Work(4, "dma", "x", **kw))
     assert make_work(4, "dma", "x", **kw) == Work(4, "dma", "x", **kw)
+
+
+def _reference_row(spec, ins):
+    """`fastcvo._fused_row` as it was written before the shape memo (10c2c24), the definition here."""
+    from npukit.targets.pccx import numerics as nx
+    from npukit.targets.pccx.cvo import CvoForm
+    from npukit.targets.pccx.isa import cvo_out_elems
+
+    n, s0, d0, flags = ins.length, ins.src_addr * 8, ins.dst_addr * 8, int(ins.flags)
+    accm, same = int(bool(flags & 4)), cvo_out_elems(ins.cvo_func, n) == n
+    if fastcvo._is_arith(spec):
+        fixed = fastcvo._ARITH.get(spec.numerics)
+        sop = -3 if spec.form is CvoForm.BIAS else (-2 if flags & 8 else -1)
+        return (0, sop if fixed is None else fixed, s0, n, d0, accm, 0) if same else None
+    if spec.core is not None:
+        sub = bool(flags & 16)
+        if spec.core is nx.exp_core and not accm and same:
+            return (8, int(sub), s0, n, d0, 0, 0)
+        if not sub and same and (row := fastcvo.tabled(spec.core)) >= 0:
+            return (12, row, s0, n, d0, accm, 0)
+        return None
+    if spec.form is CvoForm.REDUCE_SUM:
+        return (1, 0, s0, n, d0, accm, 0)
+    if spec.form is CvoForm.LOAD_SCALAR:
+        return (2, 0, s0, n, 0, 0, 0)
+    return None
+
+
+def test_cvo_fields_and_rows_from_the_shape_memo_equal_the_plain_definitions():
+    # `_memo` makes a CVO's Work fields and row from its shape (function, length, flags, asynchrony),
+    # memoised, and its addresses: many instructions of each shape at other addresses (the first one
+    # fills the memo) against `_cvo_fields` and the row as defined before the memo
+    import itertools
+
+    import numpy as np
+
+    from npukit.targets.pccx.cvo import CVO
+    from npukit.targets.pccx.isa import Cvo, CvoFlag, CvoFunc
+
+    rng = np.random.default_rng(7)
+    fastcvo._SHAPES.clear()
+    checked = 0
+    for fn, bits, n, asy in itertools.product(CvoFunc, range(0, 32, 4), (1, 7, 8, 9, 40, 64), (False, True)):
+        for _ in range(3):
+            s, d = (int(x) for x in rng.integers(0, 1 << 12, 2))
+            ins = Cvo(fn, s, d if rng.random() < 0.8 else s, n, CvoFlag(bits), asy)
+            _, fields, spec, row = fastcvo._memo(ins)
+            assert spec is CVO[fn]
+            assert fields == fastcvo._cvo_fields(ins)
+            assert row == _reference_row(spec, ins) == fastcvo._fused_row("numba", spec, ins)
+            checked += 1
+    assert checked == len(CvoFunc) * 8 * 6 * 2 * 3 and len(fastcvo._SHAPES) == len(CvoFunc) * 8 * 6 * 2

@@ -315,3 +315,26 @@ def test_span_patched_memset_decodes_as_the_isa_does(cache, slot, a, b, c, async
     ref_sim.load_program([word])
     assert sim.run() == ref_sim.run() and sim.error == ref_sim.error and np.array_equal(sim.cc, ref_sim.cc)
     assert sim.trace[-1:] == ref_sim.trace[-1:]
+
+
+def test_span_patched_memset_record_is_the_reference_record_at_its_index():
+    # a span patch's Work is the old step's with the new label (`FastSimulator._compile`): the reference
+    # simulator's record at the same index, label included, for patches in a row at a later index
+    from npukit.sim.work import Work
+    from npukit.targets.pccx import isa
+
+    def memset(a: int, b: int) -> int:
+        return isa.encode(isa.Memset(isa.DestCache.FMAP, 5, a, b, 3, True))
+
+    sim = FastSimulator()
+    words = [memset(1, 1), memset(2, 2), memset(3, 4)]
+    sim.load_program(words, tag="t", dirty=range(3))
+    for a in (7, 8, 65534):
+        words[2] = memset(a, a + 1)
+        sim.load_program(words, tag="t", dirty=[2])
+        ref = Simulator()
+        ref.load_program(words)
+        want = ref.run()
+        assert sim.run() == want and sim.trace[-1] == ref.trace[-1]
+        ins = isa.decode(words[2])
+        assert sim._plan[2].work == want[2] == Work(2, "ctrl", asm.format_instr(ins), is_async=True)

@@ -77,7 +77,7 @@ def test_attention_run_is_one_compiled_call_and_matches_reference(monkeypatch):
     binds = []
     real = fastmat.bind_mat
     monkeypatch.setattr(fastmat, "bind_mat", lambda *a: binds.append(a[1].idx) or real(*a))
-    monkeypatch.setattr("npukit.targets.pccx.fast.fastsim.bind_mat", fastmat.bind_mat)
+    monkeypatch.setattr("npukit.targets.pccx.fast.faststeps.bind_mat", fastmat.bind_mat)
     rng = np.random.default_rng(3)
     keys, vals = _f16_bits(rng, (SPAN, D)), _f16_bits(rng, (SPAN, D))
     ref, fast = Simulator(), FastSimulator(backend="numba")
@@ -163,7 +163,7 @@ def test_small_int4_gemv_runs_inside_the_compiled_run(monkeypatch, weights):
     binds = []
     real = fastmat.bind_mat
     monkeypatch.setattr(fastmat, "bind_mat", lambda *a: binds.append(a[1].idx) or real(*a))
-    monkeypatch.setattr("npukit.targets.pccx.fast.fastsim.bind_mat", fastmat.bind_mat)
+    monkeypatch.setattr("npukit.targets.pccx.fast.faststeps.bind_mat", fastmat.bind_mat)
     rng = np.random.default_rng(5)
     m, k = 40, 201  # an odd K: the last packed byte holds one code
     ref, fast = Simulator(), FastSimulator(backend="numba", weights=weights)

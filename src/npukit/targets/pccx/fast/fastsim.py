@@ -23,7 +23,6 @@ device MEMCPY) must be announced with `FastSimulator.invalidate`, or cached INT4
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +30,16 @@ from typing import Any
 import numpy as np
 
 from npukit.errors import ConfigError, DecodeError
-from npukit.sim.work import Work, make_work
+from npukit.sim.work import Work, make_work, work_from
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.fast import kernels as kx
 from npukit.targets.pccx.fast.ddr import TrackedDDR
 from npukit.targets.pccx.fast.fastcvo import FusedCvoStep, compile_cvo, work_like
-from npukit.targets.pccx.fast.fastmat import asm_text, bind_mat, fused_row, mat_site, prebind_mat
-from npukit.targets.pccx.fast.fastrun import fuse_groups, int4_row, repatch_groups
-from npukit.targets.pccx.fast.state import Codes, MatBinding
+from npukit.targets.pccx.fast.fastmat import asm_text
+from npukit.targets.pccx.fast.fastrun import fuse_groups, repatch_groups
+from npukit.targets.pccx.fast.faststeps import CacheSet, CopyStep, MatStep, SregSet
+from npukit.targets.pccx.fast.state import Codes
 from npukit.targets.pccx.fast.twins import TwinChooser
 from npukit.targets.pccx.isa import SPEC, SREG_EMAX, DestCache, Device, Memset, Op, decode
 from npukit.targets.pccx.isa import Instr as _Instr
@@ -52,6 +52,7 @@ _MAX_PLANS = 8
 _MAX_DECODED = 1 << 18  # decoded words kept (decode is a pure function of the word)
 _QUIET = {"over": "ignore", "invalid": "ignore"}  # the NumPy FP-warning state steps run under
 _CC = (DestCache.FMAP, DestCache.WEIGHT)
+_CVO, _GEMV, _GEMM, _MEMSET, _MEMCPY = Op.CVO, Op.GEMV, Op.GEMM, Op.MEMSET, Op.MEMCPY
 
 
 def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
@@ -64,6 +65,7 @@ def _fusable(step: Callable[[], Work]) -> tuple[bool, bool]:
 _VALUE_FIELDS = tuple((f.name, f.lo, f.mask) for f in SPEC[Op.MEMSET]
                       if f.name in ("a_value", "b_value", "c_value") and not f.pieces)
 _VALUE_BITS = sum(mask << lo for _, lo, mask in _VALUE_FIELDS)
+_PLAIN_MEMSET = "__slots__" not in vars(Memset) and not hasattr(Memset, "__post_init__")  # (`_respan`)
 
 
 def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
@@ -72,11 +74,13 @@ def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
     None (then decode it)."""
     if not isinstance(was_ins, Memset) or (word ^ was) & ~_VALUE_BITS or was_ins.dest_cache not in _CC:
         return None
-    values = {name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS}
-    if "__slots__" in vars(Memset) or hasattr(Memset, "__post_init__"):
-        return dataclasses.replace(was_ins, **values)
+    if not _PLAIN_MEMSET:
+        return dataclasses.replace(was_ins, **{name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS})
     ins = object.__new__(Memset)  # (a plain frozen dataclass: what its __init__ stores, one update)
-    ins.__dict__.update(was_ins.__dict__, **values)
+    fields = ins.__dict__
+    fields.update(was_ins.__dict__)
+    for name, lo, mask in _VALUE_FIELDS:
+        fields[name] = (word >> lo) & mask
     return ins
 
 
@@ -337,13 +341,14 @@ class FastSimulator(Simulator):
                  ) -> Callable[[], Work]:
         """The step of ``word`` at ``idx``; ``was``: the word there before and ``was_step`` its step (a span
         patch: a MEMSET whose values alone changed is its old instruction with the new values, `_respan`,
-        and its label the old one with the new values, `_respan_label`)."""
-        ins, label = self._decoded.get(word), None
+        and its label the old one with the new values, `_respan_label`, its Work the old one's so)."""
+        ins, was_work = self._decoded.get(word), None
         if ins is None:
             was_ins = self._decoded.get(was) if was is not None else None
             ins = _respan(was_ins, was, word) if was is not None else None
-            if ins is not None and hasattr(was_step, "work"):  # (the old step: `_compile_memset`'s)
-                label = _respan_label(was_step.work.label, was_ins, ins)
+            old = getattr(was_step, "work", None)  # (the old step, `_compile_memset`'s: this index, `ctrl`)
+            if ins is not None and old is not None and old.index == idx:  # (same asynchrony: values alone)
+                was_work = work_from(vars(old), label=_respan_label(old.label, was_ins, ins))
             try:
                 ins = ins or decode(word, self.profile, self.limits)
             except DecodeError as exc:
@@ -357,16 +362,17 @@ class FastSimulator(Simulator):
                 raise err
 
             return fault
-        if ins.op in (Op.GEMV, Op.GEMM):
-            return self._compile_mat(idx, ins)
-        if ins.op == Op.MEMSET:
-            return self._compile_memset(idx, ins, label)
-        if ins.op == Op.CVO:
+        op = ins.op
+        if op == _CVO:  # (first: three in four steps)
             body = compile_cvo(self, idx, ins)
             if body is None:
                 return self._reference(idx, ins)
-            return body if isinstance(body, FusedCvoStep) else self._traced(ins, body)
-        if ins.op == Op.MEMCPY:
+            return body if type(body) is FusedCvoStep else self._traced(ins, body)
+        if op in (_GEMV, _GEMM):
+            return self._compile_mat(idx, ins)
+        if op == _MEMSET:
+            return self._compile_memset(idx, ins, was_work)
+        if op == _MEMCPY:
             return self._compile_memcpy(idx, ins)
         return self._reference(idx, ins)  # pragma: no cover - an opcode added to the ISA later
 
@@ -390,35 +396,13 @@ class FastSimulator(Simulator):
 
         return step
 
-    def _compile_memset(self, idx: int, ins: _Instr, label: str | None = None) -> Callable[[], Work]:
-        work = work_like(idx, ins, lambda: Work(idx, "ctrl", label or format_instr(ins),
-                                                is_async=bool(ins.async_)))
-        trace = self.trace
-        a = np.uint16(ins.a_value)
-        if ins.dest_cache == DestCache.SREG:
-            attr = "e_max" if ins.dest_addr == SREG_EMAX else "s_reg"
-
-            def sreg() -> Work:
-                setattr(self, attr, a)
-                trace.append((ins, work))
-                return work
-
-            if self.backend == "numba":
-                sreg.fuse, sreg.fuse_ins = ((3, int(attr == "e_max"), 0, 0, 0, 0, int(a)), work), ins
-            sreg.work = work
-            return sreg
-        cache, slot = int(ins.dest_cache), ins.dest_addr
-        vals = (ins.a_value, ins.b_value, ins.c_value)
-
-        def memset() -> Work:
-            self.cc[cache, slot] = vals
-            trace.append((ins, work))
-            return work
-
-        if self.backend == "numba":
-            memset.fuse, memset.fuse_ins = ((6, cache, slot, *vals), work), ins
-        memset.work = work  # (its label is the next span patch's starting point: `_respan_label`)
-        return memset
+    def _compile_memset(self, idx: int, ins: _Instr, work: Work | None = None) -> Callable[[], Work]:
+        if work is None:  # (else its record from the caller: a span patch's, the old step's relabelled)
+            work = work_like(idx, ins, lambda: make_work(idx, "ctrl", format_instr(ins),
+                                                         is_async=bool(ins.async_)))
+        if ins.dest_cache == DestCache.SREG:  # (records, not closures: `fast.faststeps`)
+            return SregSet(self, ins, work, ins.dest_addr == SREG_EMAX)
+        return CacheSet(self, ins, work)  # (its Work's label: the next span patch's start, `_respan_label`)
 
     def _bind_memcpy(self, idx: int, ins: _Instr,
                      entry: np.ndarray) -> tuple[Work, Callable[[], None]] | None:
@@ -475,76 +459,10 @@ class FastSimulator(Simulator):
         return work, mover
 
     def _compile_memcpy(self, idx: int, ins: _Instr) -> Callable[[], Work]:
-        trace, slot = self.trace, ins.shape_ptr_addr
-        state: list[Any] = [None, None, None]  # key, work, mover
-
-        def bind(key: bytes, entry: np.ndarray) -> bool:
-            bound = self._bind_memcpy(idx, ins, entry)
-            if bound is None:
-                return False
-            state[:] = [key, *bound]
-            return True
-
-        def memcpy() -> Work:
-            key = self.cc[0, slot].tobytes()
-            if key != state[0] and not bind(key, self.cc[0, slot]):
-                state[0] = None
-                return self._reference(idx, ins)()  # (made here: a copy that falls back is rare)
-            state[2]()
-            work = state[1]
-            trace.append((ins, work))
-            return work
-
-        host_src = ins.from_device == Device.HOST
-        if self.backend == "numba" and (host_src or ins.to_device != Device.HOST):
-            s0, d0, aux = ins.src_addr * _E, ins.dest_addr * _E, ins.aux_addr
-
-            def row(cc: np.ndarray) -> tuple | None:
-                """The fused-run row (`fastcvo.fuse_groups`) of the copy the constant caches ``cc`` (as
-                the run will have set them when it reaches the copy) describe, its Work (and the host
-                region it reads): valid while the shape entry holds the same (words, hi, lo), which the
-                row checks when it runs."""
-                key = cc[0, slot].tobytes()
-                if key != state[0] and not bind(key, cc[0, slot]):
-                    return None
-                words, hi, lo = struct.unpack("=3H", state[0])
-                key = words | hi << 16 | lo << 32
-                if not host_src:
-                    return (4, slot, s0, words * _E, d0, key, 0), state[1]
-                hit = self.host.region_words((((hi << 16) | lo) + aux) * WORD_BYTES, words * WORD_BYTES)
-                if hit is None:
-                    return None
-                return (5, slot, hit[1], words * _E, d0, key, 0), state[1], hit[0]
-
-            memcpy.fuse, memcpy.fuse_ins = row, ins
-        return memcpy
+        return CopyStep(self, idx, ins)  # (a record, not closures: `fast.faststeps`)
 
     def _compile_mat(self, idx: int, ins: _Instr) -> Callable[[], Work]:
-        trace = self.trace
-        shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
-        cell: list[MatBinding | None] = [None]
-        site = mat_site(idx, ins)
-        cc0, cc1 = self.cc[0], self.cc[1]
-
-        def mat() -> Work:
-            key = cc0[shp].tobytes() + cc1[siz: siz + 2].tobytes()
-            b = cell[0]
-            if b is None or b.key != key or (b.codes is not None and not b.codes.valid):
-                b = cell[0] = bind_mat(self, site, key)
-                if b is None:
-                    return self._reference(idx, ins)()  # (made here: a step that falls back is rare)
-            w = b.run() or b.work  # a K-major step returns its own Work (live rows vary)
-            trace.append((ins, w))
-            return w
-
-        if self.backend == "numba":  # a row of a fused run where its binding allows (`fused_row`)
-            def row(cc: np.ndarray) -> tuple | bool:
-                key = cc[0, shp].tobytes() + cc[1, siz: siz + 2].tobytes()
-                return fused_row(self, site, key) or int4_row(self, site, key)
-
-            mat.fuse, mat.fuse_ins, mat.fuse_may_end = row, ins, True
-        mat.prebind = lambda cc: prebind_mat(self, site, cell, cc, shp, siz)  # (`fast.ahead`)
-        return mat
+        return MatStep(self, idx, ins)
 
     # -- INT4 code cache --
     def int4_codes(self, addr: int, m: int, k: int, w_scale: bool) -> Codes | None:
