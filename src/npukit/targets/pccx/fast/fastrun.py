@@ -381,11 +381,11 @@ class _FusedRun:
         t = self.table
         assert t is not None
         items = t.__dict__.get("_items")
-        t.__dict__.pop("_maker_rows", None)
         for o in offsets:
             row, work = steps[o].fuse
             t.tab[o] = [*row, *(0,) * (_COLS - len(row))]
-            t.makers.pop(o, None)
+            if t.makers.pop(o, None) is not None:  # (a MEMSET row has no maker: the index stands)
+                t.__dict__.pop("_maker_rows", None)
             t.ins[o], t.works[o] = steps[o].fuse_ins, work
             if items is not None:
                 items[o] = (t.ins[o], work)
