@@ -115,3 +115,33 @@ def test_toy_function_runs_everywhere(toy_sigmoid, backend):
         sim.run()
         assert np.array_equal(sim.read_l2_bits(0x40, 40), want2)
     assert "toy: logistic sigmoid" in asm.isa_table_markdown()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_fast_executor_follows_a_table_edit_after_running_the_function(monkeypatch, backend):
+    """A process that ran `cvo.tanh` before the table's row changes (and after it is restored) runs the
+    row in the table now, as the reference does: the fast executor's per-shape memo (`fastcvo._shape`)
+    is keyed by the row's spec, not by the function code alone."""
+    x = _inputs()[:40]
+    words = asm.assemble("cvo.tanh src=0x10 dst=0x40 len=40")
+
+    def outputs() -> tuple[np.ndarray, np.ndarray]:
+        ref, fast = Simulator(), FastSimulator(backend=backend)
+        for sim in (ref, fast):
+            sim.write_l2(0x10, x)
+            sim.load_program(words)
+            sim.run()
+        return ref.read_l2_bits(0x40, 40), fast.read_l2_bits(0x40, 40)
+
+    tanh = nx.to_bits(CVO[CvoFunc.TANH].numerics(x))
+    toy = CvoSpec(CvoForm.UNARY, "toy: logistic sigmoid", nx.sfu_unary(_sigmoid_core), _sigmoid_core,
+                  op_name="cvo_sigmoid")
+    sigmoid = nx.to_bits(toy.numerics(x))
+    assert not np.array_equal(tanh, sigmoid)
+    for want, row in ((tanh, None), (sigmoid, toy), (tanh, None)):
+        if row is not None:
+            monkeypatch.setitem(cvo.CVO, CvoFunc.TANH, row)
+        else:
+            monkeypatch.undo()
+        ref_bits, fast_bits = outputs()
+        assert np.array_equal(ref_bits, want) and np.array_equal(fast_bits, want)

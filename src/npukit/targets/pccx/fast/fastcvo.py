@@ -45,7 +45,11 @@ def _memo(ins: Instr) -> tuple:
     recompiled CVO steps hold ~250 distinct words (the layers repeat them)."""
     hit = _WORK_FIELDS.get(id(ins))  # (the hit inline: three in four of a build's CVO steps)
     if hit is not None and hit[0] is ins:
-        return hit
+        if hit[2] is CVO[ins.cvo_func]:
+            return hit
+        # the function's row was replaced since (the table is open; decoded instructions are shared
+        # process-wide, `isa.decode`'s memo): made again for the row in the table now
+        del _WORK_FIELDS[id(ins)]
 
     def made() -> tuple:  # `_cvo_fields` and `_fused_row` (the plain definitions), from the shape memo
         spec, n, ws, wo, two, writes, rd, wr, asy, head = _shape(ins)
@@ -60,7 +64,7 @@ def _memo(ins: Instr) -> tuple:
     return _per_instruction(_WORK_FIELDS, ins, made)
 
 
-_SHAPES: dict[tuple, tuple] = {}  # (function, length, flags, asynchrony) -> `_shape`
+_SHAPES: dict[tuple, tuple] = {}  # (function, its spec, length, flags, asynchrony) -> `_shape`
 
 
 def _shape(ins: Instr) -> tuple:
@@ -69,11 +73,14 @@ def _shape(ins: Instr) -> tuple:
     whether it writes it, on-chip bytes read and written, is_async, `_row_head`). Made once per shape: a
     fresh process's first decode program and the two span buckets built ahead hold ~1 100 new CVO
     instructions of 57 shapes (hidden 1024)."""
-    flags = int(ins.flags)
-    key = (ins.cvo_func, ins.length, flags, ins.async_)
+    flags, spec = int(ins.flags), CVO[ins.cvo_func]
+    # keyed by the function's registered spec object too (kept in the entry, so its id stays its own):
+    # the registry is open (a toy or new function registered, a test's monkeypatch undone), and an
+    # entry made under another spec would run that spec's numerics
+    key = (ins.cvo_func, id(spec), ins.length, flags, ins.async_)
     hit = _SHAPES.get(key)
-    if hit is None:
-        spec, n = CVO[ins.cvo_func], ins.length
+    if hit is None or hit[0] is not spec:
+        n = ins.length
         out_n = cvo_out_elems(ins.cvo_func, n)
         two = bool(out_n and (flags & _ACCM or spec.arity == 2))
         writes = spec.form is not CvoForm.LOAD_SCALAR
@@ -162,7 +169,9 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     (traced itself), whose closure (L2 views, kernels) is made on its first single call only, if any (a
     new span bucket's build compiles ~1 000 of them); any other CVO is a closure for `_traced`."""
     hit = _WORK_FIELDS.get(id(ins))  # (`_memo`'s hit inline: one call less for three in four steps)
-    _, fields, spec, row = hit if hit is not None and hit[0] is ins else _memo(ins)
+    if hit is None or hit[0] is not ins or hit[2] is not CVO[ins.cvo_func]:
+        hit = _memo(ins)
+    _, fields, spec, row = hit
     work = work_at(fields, idx)
     if row is not None and sim.backend == "numba":
         return FusedCvoStep(sim, ins, spec, work, (row, work))
