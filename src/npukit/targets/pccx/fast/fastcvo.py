@@ -168,10 +168,7 @@ def compile_cvo(sim: FastState, idx: int, ins: Instr) -> Callable[[], Work] | No
     that is a row of the fused runs (`_fused_row`) runs there, not as a step: it is a `FusedCvoStep`
     (traced itself), whose closure (L2 views, kernels) is made on its first single call only, if any (a
     new span bucket's build compiles ~1 000 of them); any other CVO is a closure for `_traced`."""
-    hit = _WORK_FIELDS.get(id(ins))  # (`_memo`'s hit inline: one call less for three in four steps)
-    if hit is None or hit[0] is not ins or hit[2] is not CVO[ins.cvo_func]:
-        hit = _memo(ins)
-    _, fields, spec, row = hit
+    _, fields, spec, row = _memo(ins)
     work = work_at(fields, idx)
     if row is not None and sim.backend == "numba":
         return FusedCvoStep(sim, ins, spec, work, (row, work))

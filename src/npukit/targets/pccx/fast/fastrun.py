@@ -269,7 +269,7 @@ def _row_bytes(row: tuple) -> bytes:
     """A fixed row as table bytes (a decode program's ~2 000 hold a few hundred distinct: layers repeat)."""
     if len(_ROW_BYTES) >= 1 << 18:
         _ROW_BYTES.clear()
-    return _ROW_BYTES.setdefault(row, np.array([*row, *(0,) * (_COLS - len(row))], np.int64).tobytes())
+    return _ROW_BYTES.setdefault(row, _PACK_ROW.pack(*row, *_PADS[len(row)]))
 
 
 _RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
@@ -349,7 +349,7 @@ class _FusedRun:
             got = _lowered(st, before.at_row(o) if callable(st.fuse) else None)
             if got is None:
                 return new
-            row = [*got[0], *(0,) * (_COLS - len(got[0]))]
+            row = [*got[0], *_PADS[len(got[0])]]
             if row[0] in _BY_ADDRESS:
                 keep.append(got[4])
             elif len(got) > 2:
@@ -383,7 +383,7 @@ class _FusedRun:
         items = t.__dict__.get("_items")
         for o in offsets:
             row, work = steps[o].fuse
-            t.tab[o] = [*row, *(0,) * (_COLS - len(row))]
+            t.tab[o] = (*row, *_PADS[len(row)])
             if t.makers.pop(o, None) is not None:  # (a MEMSET row has no maker: the index stands)
                 t.__dict__.pop("_maker_rows", None)
             t.ins[o], t.works[o] = steps[o].fuse_ins, work
