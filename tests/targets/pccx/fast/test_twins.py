@@ -66,6 +66,19 @@ def test_a_probe_samples_every_site():
     assert runs and set(runs) == {len(SITES) + 1}  # (the first of a parallel burst wakes the workers)
 
 
+def test_a_probe_after_the_prompt_lasts_one_decode_step():
+    """The prompt's chunks call many sites once each; the decode step after it calls `SITES` only. The
+    first probe of the decode ends at the first site it calls again, not after a call per prompt site
+    (it ran the probed twin for 8 decode steps at hidden 1024 so)."""
+    ch = TwinChooser(period=6, threads=2)
+    for k in range(40):  # a prompt: 40 sites, one call each, parallel cheaper
+        twin = ch.pick(("chunk", k))
+        ch.record(twin, 1e-4 if twin == 0 else 1e-3, 1000, ("chunk", k))
+    flat = [t for step in _steps(ch, 20, {0: 1e-4, 1: 1e-3}) for t in step]
+    runs = [len(r) for r in "".join(map(str, flat)).split("0") if r]
+    assert runs and max(runs) <= len(SITES) + 1 and ch.twin == 0
+
+
 def test_kernel_loads_and_worker_wake_ups_are_no_samples():
     """A twin's first call loads its kernel (50 ms here); a parallel call right after a serial one wakes
     the workers (5 ms here). Neither is a sample: steadily the parallel twin is 10x cheaper and wins."""

@@ -23,7 +23,10 @@ wake-up from sleep, which steady parallel calls do not: it is no sample). The ne
 steps), and at once again (up to twice in a row) when its burst beat the twin in use but did not yet
 outweigh the older times in its windows, or when the twin in use has looked the dearer at a whole
 step's worth of calls in a row (the machine's load changed). The sites counted are those called
-since the last probe (a program layout no longer run drops out).
+since the last probe (a program layout no longer run drops out), and a burst ends early at the first
+site it calls again (that call is its "one more"): the program running now has no other sites. (The
+first probe of a decode comes right after the prompt, whose chunks called ~35 sites once each; sized
+by those, it ran the probed twin for 40 calls, 8 decode steps at hidden 1024.)
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class TwinChooser:
         self._left = 0  # calls left in the probe under way
         self._last = -1  # the twin of the last call recorded
         self._active: set[Hashable] = set()  # the sites called since the last probe (a probe's length)
+        self._burst: set[Hashable] = set()  # the sites the probe under way has called
         self._again = 0  # probes run at once in a row (`_decide`)
         self._worse = 0  # calls in a row at which the twin in use looked the dearer (`_watch`)
 
@@ -92,8 +96,11 @@ class TwinChooser:
         self._active.add(site)
         if not self._left and self._n >= self._next:  # a probe of the other twin begins
             self._left = len(self._active) + 1
-            self._active = {site}
+            self._active, self._burst = {site}, set()
         if self._left:
+            if site in self._burst:  # every site of the running program sampled: this call ends it
+                self._left = 1
+            self._burst.add(site)
             return self.twin ^ 1
         return self.twin
 
