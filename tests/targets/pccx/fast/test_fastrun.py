@@ -139,6 +139,13 @@ def test_large_rows_summed_as_row_by_row():
     t = fastrun._Table(tab, [None] * 300, [None] * 300, {}, [], np.zeros((300, 3), np.int64), False)
     assert t.large_upto == _large_upto_row_by_row(tab)
     assert t.large_upto[-1] > 0 and len(set(t.large_upto)) < 300  # (large rows and others both drawn)
+    # and where no row is large (most decode tables: INT4 rows under the flag, or none at all), all zeros
+    for kinds in ([0, 4, 10, 11], [0, 4, 6]):
+        tab[:, 0] = rng.choice(kinds, 300)
+        tab[:, 5] &= ~fastrun._LARGE
+        t = fastrun._Table(tab, [None] * 300, [None] * 300, {}, [], np.zeros((300, 3), np.int64), False)
+        assert t.large_upto == _large_upto_row_by_row(tab) == [0] * 301
+        assert all(type(v) is int for v in t.large_upto)
 
 
 def test_yields_reading_follows_the_table_rows():

@@ -154,10 +154,10 @@ class _Table:
         self.hosts = np.array([(h.ctypes.data, h.size) for h in self.regions], np.int64).reshape(-1, 2)
         self.codes = [held[1] for held in self.keep if isinstance(held[1], Codes)]  # kind 11's
         tab, per_row = self.tab, np.zeros(len(self.tab), np.int64)
-        # the weight bytes its large INT4 rows stream, summed up to each row (the twin chooser's cost unit)
-        at = np.flatnonzero(((tab[:, 0] == 10) | (tab[:, 0] == 11)) & (tab[:, 5] & _LARGE != 0))
+        # large INT4 rows' weight bytes summed to each row (the twin chooser's unit); none (most): no sum
+        at = (at := np.flatnonzero((tab[:, 0] == 10) | (tab[:, 0] == 11)))[tab[at, 5] & _LARGE != 0]
         per_row[at] = tab[at, 7] * np.where(tab[at, 0] == 10, tab[at, 10], tab[at, 8])
-        self.large_upto = [0, *np.cumsum(per_row).tolist()]
+        self.large_upto = [0, *np.cumsum(per_row).tolist()] if at.size else [0] * (len(tab) + 1)
 
     @property
     def stale(self) -> bool:
