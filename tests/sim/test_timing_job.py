@@ -358,3 +358,35 @@ def test_a_long_program_resumes_where_its_rows_change_and_stays_exact():
     # run 2 pauses at 300 (kept); 3 and 4 resume (300, 310 >= 300); 5 changes op 120: starts over,
     # pausing there; 6 (200 >= 120) and 7 resume
     assert kept == [300, 120] and resumed == [False, True, True, False, True, True]
+
+
+def test_a_derive_pass_with_a_prefix_runs_it_first_and_alone_before_a_rebuild():
+    """`Job.derive_pass`: `refresh` calls ``fn(*prefix, *`_derive`'s arguments)`` (a caller's own pass on
+    the columns, then the tables, in one call) and the schedule is the readable loop's; where the path
+    tables widen (a rebuild, no tables derived), it calls the prefix's pass alone, `_derive`'s arrays
+    empty."""
+    from .test_timing_fast import Machine, Op, Resource, Stream
+
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0), Resource("q", 2.0)),
+                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
+    ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=4.0 + i, path=("r",), xfer_bytes=1.0 + i,
+              stream="s" if i % 3 == 0 else None, stream_bytes=30.0 if i % 3 == 0 else 0.0,
+              is_async=i % 2 == 1, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(9)]
+    plan = timing_fast.Plan.of(m)
+    job = timing_job.Job(plan, columns(plan, ops))
+    seen: list[tuple[int, int]] = []
+    marker = np.zeros(1)
+
+    def both(mark, *args):
+        seen.append((len(mark), len(args[0])))  # (the prefix's ops, the tables' ops)
+        return timing_job._derive(*args)
+
+    job.derive_pass = (both, (marker,))
+    job.refresh()
+    job.loop()
+    assert seen == [(1, 9)] and dump(job.done().result(ops)) == dump(Sim(m, ops).run())
+    plan.path_id(("r", "q"))  # a longer path registered: the path tables widen, the job is rebuilt
+    job.refresh()
+    job.loop()
+    assert seen[1:] == [(1, 0)] and job.derive_pass[0] is both  # (a rebuild keeps the job's pass)
+    assert dump(job.done().result(ops)) == dump(Sim(m, ops).run())

@@ -85,6 +85,14 @@ class Job(Pending):
     """`Pending` for a program run again and again: `refresh` after its `Columns` were patched in
     place, then `loop` (any thread) and `done`, as for `Pending`."""
 
+    # The compiled pass `refresh` calls, ``fn(*prefix, *`_derive`'s arguments)`` → `_derive`'s flags. A
+    # caller with a compiled pass of its own to run on the columns first (pccx's FIFO links) sets one
+    # that runs both in one call, `_derive` compiled into it: one function loaded from numba's cache
+    # in a process instead of two (~4 ms each, the first time), and one call a run instead of two.
+    # The prefix's pass must run over no op for empty prefix arrays (`refresh` calls it alone so
+    # before a rebuild, with `_derive`'s arguments empty).
+    derive_pass: tuple[Any, tuple] = (_derive, ())
+
     def __init__(self, plan: Plan, c: Columns, events: int = 0, lean: bool = False) -> None:
         super().__init__(plan, c, events, lean)
         self.cols = c
@@ -159,17 +167,19 @@ class Job(Pending):
         self._streams = _stream_of(C)
 
     def warm(self) -> None:
-        """Load `refresh`'s compiled pass (from numba's disk cache: ~5 ms, on a program's second run)
-        now: one call over no op with this job's argument types, which writes nothing. Skipped where a
-        slice would not keep an argument's type (that would compile another specialisation)."""
+        """Load `refresh`'s compiled pass (`derive_pass`; from numba's disk cache: ~5 ms, on a program's
+        second run) now: one call over no op with this job's argument types, which writes nothing.
+        Skipped where a slice would not keep an argument's type (that would compile another
+        specialisation)."""
         plan = self.plan
         rows = self._rows if self._paths >= 0 else _pad(plan.path_rows)
-        args = self._derive_args(np.asarray(plan.narrow, np.float64), rows,
-                                 np.zeros(len(plan.path_rows), np.int64))
+        fn, prefix = self.derive_pass
+        args = (*prefix, *self._derive_args(np.asarray(plan.narrow, np.float64), rows,
+                                            np.zeros(len(plan.path_rows), np.int64)))
         empty = tuple(a[:0] for a in args)
-        typeof = getattr(_derive, "typeof_pyval", None)
+        typeof = getattr(fn, "typeof_pyval", None)
         if typeof is not None and all(typeof(a) == typeof(e) for a, e in zip(args, empty, strict=True)):
-            _derive(*empty)
+            fn(*empty)
 
     def _derive_args(self, narrow: np.ndarray, rows: np.ndarray, lens: np.ndarray) -> tuple:
         """`_derive`'s arguments: the columns it reads, the path tables given, the per-op tables it
@@ -196,13 +206,16 @@ class Job(Pending):
             self._narrow = np.array(plan.narrow[:n], np.float64)
             self._paths = n
             self._derive_call = None
+        fn, prefix = self.derive_pass
         if self._rows.shape[1] != C.path.shape[1]:  # a longer path than the tables were made for
+            if prefix:  # (the prefix's pass alone, as the tables are made from what it writes)
+                fn(*prefix, *(a[:0] for a in self._derive_args(self._narrow, self._rows, self._lens)))
             self._rebuild()
             return
         derive = self._derive_call
         if derive is None:
             args = self._derive_args(self._narrow, self._rows, self._lens)
-            derive = self._derive_call = BoundCall(_derive, args)
+            derive = self._derive_call = BoundCall(fn, (*prefix, *args))
         flags = derive()
         if flags & MOVED:
             self._rebuild()  # an op moved to another engine or stream: the queues again
@@ -255,7 +268,7 @@ def entry_of(fn: Any, args: tuple) -> Any:
     layout = _layout(args)
     if layout is not None and (hit := _entries.get((fn, layout))) is not None:
         return hit
-    got = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in args))
+    got = fn.overloads.get(_types_of(fn, args, layout))
     if got is None:
         return None
     if layout is not None:
@@ -264,6 +277,23 @@ def entry_of(fn: Any, args: tuple) -> Any:
 
 
 _entries: dict[tuple[Any, tuple], Any] = {}  # (function, `_layout` of its arguments) → entry point
+_types: dict[tuple, Any] = {}  # numba's type of an argument, by its `_layout`
+
+
+def _types_of(fn: Any, args: tuple, layout: tuple | None) -> tuple:
+    """numba's types of ``args`` (``fn.typeof_pyval``'s), each typed once per `_layout` in a process:
+    the loop's first lookup with a compiled overload (the first decode token) then reuses the types
+    of the lookup that found none (the prompt's run, which loads the loop), not typing its ~100
+    arrays again (~1 ms)."""
+    if layout is None:
+        return tuple(fn.typeof_pyval(a) for a in args)
+    out = []
+    for a, key in zip(args, layout, strict=True):
+        ty = _types.get(key)
+        if ty is None:
+            ty = _types[key] = fn.typeof_pyval(a)
+        out.append(ty)
+    return tuple(out)
 
 
 def _layout(args: tuple) -> tuple | None:

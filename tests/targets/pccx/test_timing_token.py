@@ -6,6 +6,7 @@ grow, a span bucket changes, prefill chunks), bit for bit."""
 from __future__ import annotations
 
 import json
+import operator
 
 import pytest
 
@@ -327,3 +328,42 @@ def test_remembered_works_take_one_store_row_each_however_often_handed():
     drv.step(4)
     want = Sim(machine(drv.hw), to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
     assert drv.records[-1].cycles == want.cycles
+
+
+def test_one_compiled_pass_links_and_derives_for_every_run_of_a_decode():
+    """The FIFO links and the job's tables are one compiled function (`_link_derive`, `Job.derive_pass`):
+    its halves over no op (`NO_LINK`, `NO_DERIVE`) have the layouts of a job's own arrays, so the prompt's
+    run and every decode run, patched or new, call one overload of it, and `Job.refresh` links the
+    patched rows itself (no separate link call); each record's cycles are the readable model's."""
+    from npukit.sim import timing_job
+    from npukit.targets.pccx import timing_token as tt
+    from npukit.targets.pccx.timing import simulate_works
+
+    calls = {"link": 0}
+    real_link = tt._link
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
+    drv.prefill([2, 3, 5, 7])
+    tt._link = lambda prog: calls.__setitem__("link", calls["link"] + 1) or real_link(prog)
+    try:
+        runs, tok = [], 11
+        for _ in range(10):  # spans grow past the sliding window; the full-attention bucket changes
+            drv.step(tok)
+            runs.append(list(drv.last_works))
+            tok = (tok * 7 + 3) % 96
+    finally:
+        tt._link = real_link
+    drv.timer.settle()
+    progs = [p for p in drv.timer._programs.values() if p.job is not None and p.job._paths >= 0]
+    assert progs and calls["link"] == len({len(w) for w in runs})  # (refreshed; a new program's first run)
+    for prog in progs:
+        job = prog.job
+        fn, prefix = job.derive_pass
+        assert fn is tt._link_derive and all(map(operator.is_, prefix, tt._link_args(prog)))
+        args = job._derive_args(job._narrow, job._rows, job._lens)
+        assert timing_job._layout(args) == timing_job._layout(tt.NO_DERIVE)
+        assert timing_job._layout(tt._link_args(prog)) == timing_job._layout(tt.NO_LINK)
+    assert len(tt._link_derive.overloads) == 1
+    for i, (rec, works) in enumerate(zip(drv.records[-len(runs):], runs, strict=True)):
+        assert rec.cycles == simulate_works(drv.hw, works, renumber=True).cycles, f"decode run {i}"
+    drv.close()

@@ -117,22 +117,57 @@ def _link_fifos(kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems):  
                     break
 
 
+@nb.njit(cache=True, nogil=True)
+def _link_derive(kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems, cycles, xfer, pid, narrow,
+                 rows, lens, sidx, sbr, fifo_, isasync_, depth, elems, cap, xcap, xlow, nominal, path, plen,
+                 sb, link, full, haswork, eng, eng_was, stream_was):  # pragma: no cover - numba
+    """`_link_fifos` over the first nine arrays, then `timing_job._derive` over the rest (its flags):
+    each pass over no op where its arrays are empty. One compiled function for both, so that one
+    function is loaded from numba's cache in a process (the first run's links), not two: the second
+    (`_derive`, a program's second run) cost ~4-5 ms of loading on the first decode token. (numba keys
+    this function's cache on this module's source only: a change to `timing_job._derive` needs this
+    module's cache files deleted, as for every compiled callee in another module.)"""
+    _link_fifos(kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems)
+    return timing_job._derive(cycles, xfer, pid, narrow, rows, lens, sidx, sbr, fifo_, isasync_, depth, elems,
+                              cap, xcap, xlow, nominal, path, plen, sb, link, full, haswork, eng, eng_was,
+                              stream_was)
+
+
+def _empty(*kinds: tuple[type, int]) -> tuple[np.ndarray, ...]:
+    """Arrays of no op: each (dtype, dimensions) as a C-contiguous, writable array."""
+    return tuple(np.zeros((0, 1, 2)[:dims], dtype) for dtype, dims in kinds)
+
+
+_I1, _F1, _B1, _I2, _I3 = (np.int64, 1), (np.float64, 1), (np.bool_, 1), (np.int64, 2), (np.int64, 3)
+# `_link_derive`'s halves over no op: the arrays' types as `TokenTimer._build`'s columns and
+# `timing_job.Job`'s tables have them (one compiled overload for every call;
+# tests/targets/pccx/test_timing_token.py checks the layouts against a job's)
+NO_LINK = _empty(_I1, _B1, _I3, _I1, _I3, _I1, _I1, _I1, _F1)
+NO_DERIVE = _empty(_F1, _F1, _I1, _F1, _I2, _I1, _I1, _F1, _I1, _B1, _F1, _F1, _F1, _F1, _F1, _F1, _I2, _I1,
+                   _F1, _I1, _F1, _B1, _I1, _I1, _I1)
+
+
+def _link_args(prog: _Program) -> tuple[np.ndarray, ...]:
+    c = prog.cols
+    return prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems
+
+
 def _link(prog: _Program) -> None:
+    """The FIFO links of a program's columns alone (a new job's: `Job.refresh` makes them with its
+    tables for the runs after it, `Job.derive_pass`)."""
     c, call = prog.cols, prog.linker
-    if call is None or call.args[0] is not prog.kind or call.args[-1] is not c.fifo_elems \
-            or call.args[-2] is not c.fifo:  # (new columns: the entry point typed for them)
-        call = prog.linker = timing_job.BoundCall(_link_fifos, (
-            prog.kind, c.isasync, c.rd, c.nrd, c.wr, c.nwr, prog.sfu, c.fifo, c.fifo_elems))
+    if call is None or call.args[0] is not prog.kind or call.args[8] is not c.fifo_elems \
+            or call.args[7] is not c.fifo:  # (new columns: the entry point typed for them)
+        call = prog.linker = timing_job.BoundCall(_link_derive, (*_link_args(prog), *NO_DERIVE))
     call()
 
 
 def _run_job(prog: _Program, job: timing_job.Job, label: Callable[[int], str],
              patched: bool) -> timing_fast.Schedule:
     """A program's run on the timing model (`TokenTimer._timed`): for a patched program its FIFO links
-    and its job's tables first (compiled, without the GIL), the loop, and the schedule's reading
-    (`Job.done`)."""
+    and its job's tables first (one compiled call, without the GIL: `_link_derive`), the loop, and the
+    schedule's reading (`Job.done`)."""
     if patched:
-        _link(prog)
         job.refresh(prog.first)
     job.loop()
     return job.done(label)
@@ -246,6 +281,7 @@ class TokenTimer:
         if fresh:
             _link(prog)
             job = prog.job = timing_job.Job(self.plan, c, lean=self.lean)
+            job.derive_pass = (_link_derive, _link_args(prog))  # (`refresh` links the patched rows too)
         sched = _run_job(prog, job, label, not fresh)
         return sched, time.perf_counter() - t0, time.thread_time() - c0
 
@@ -263,11 +299,11 @@ class TokenTimer:
             self._thread = None
 
     def warm(self) -> None:
-        """Load the compiled code a program's second run calls first (`timing_job.Job.warm`), so that
-        the second decode token does not (the end of prefill calls this)."""
-        job = next((p.job for p in self._programs.values() if p.job is not None), None)
-        if job is not None:
-            job.warm()
+        """Load the compiled code a program's second run calls first, so that the second decode token
+        does not (the first decode token's build calls this): nothing is left to load. That code is
+        `Job.refresh`'s table pass, compiled into `_link_derive` with the FIFO links, which every job's
+        first run has called (`_link`) before a job exists (`timing_job.Job.warm` would only type the
+        pass's 34 arrays twice again: ~0.9 ms)."""
 
     def remember(self, works: Sequence[Work]) -> None:
         """Make the rows of Work records a later run will hold (a program built ahead of its switch),
