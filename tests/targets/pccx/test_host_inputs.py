@@ -1,0 +1,86 @@
+"""The per-token host input rows (`targets/pccx/host_inputs.py`): what `HostInputs.stage` writes into
+staging, against each row made by `compile.lower.eval_recipe` position by position and written with
+`HostDDR.write` (the driver's path before the RoPE blocks and staging views), on a host that hands out
+views (the fast executor's) and on one that does not; and the logits read back."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models"))  # gemma3n_tiny
+from gemma3n_tiny import MIXED, SL
+
+from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
+from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.compile.lower import eval_recipe
+from npukit.targets.pccx.fast.fastsim import FastSimulator
+from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
+from npukit.targets.pccx.host_inputs import ROPE_BLOCK, HostInputs
+from npukit.targets.pccx.memory import HostDDR
+
+STAGING = 0x0010_0000
+FU = "full_attention"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Gemma3nW4A8(Int4Store(synthetic_weights(Gemma3nConfig.from_hf(MIXED), seed=0)))
+
+
+def _recipes(model: Gemma3nW4A8) -> list[tuple[int, tuple]]:
+    """A decode program's six rows, at word-aligned staging addresses with gaps between them."""
+    kinds = [("embed", 0), ("ple", 0), ("rope", SL, 0, 0), ("rope", SL, 1, 0), ("rope", FU, 0, 0),
+             ("rope", FU, 1, 0)]
+    out, addr = [], STAGING
+    for recipe in kinds:
+        out.append((addr, recipe))
+        addr += 2 * eval_recipe(model, recipe, [0], 0, {}).size + 64
+    return out
+
+
+def _host(kind: str, log: list) -> HostDDR:
+    host = FastSimulator(weights="int8").host if kind == "tracked" else HostDDR()
+    host.map(STAGING, 1 << 16)
+    host.touched = lambda a, n: log.append((a, n))  # type: ignore[method-assign]
+    return host
+
+
+@pytest.mark.parametrize("kind", ["tracked", "plain"])
+def test_staged_rows_are_the_recipes_rows_position_by_position(model, kind):
+    recipes = _recipes(model)
+    log: list = []
+    host, want_host = _host(kind, log), _host("plain", [])
+    inputs = HostInputs(model, host)
+    rng = np.random.default_rng(2)
+    vocab, n = model.cfg.vocab_size, model.cfg.max_position_embeddings
+    # a prompt chunk, decode steps across two RoPE blocks, a jump back (a reset), the last position
+    calls = [([int(t) for t in rng.integers(0, vocab, 3)], 0)]
+    calls += [([int(rng.integers(0, vocab))], p) for p in [*range(3, ROPE_BLOCK + 6), 1, 2, n - 1]]
+    for ids, pos in calls:
+        rows = recipes if len(ids) == 1 else [(a, (r[0], 2)) if r[0] != "rope" else (a, (*r[:3], 2))
+                                              for a, r in recipes]
+        log.clear()
+        inputs.stage("decode" if len(ids) == 1 else "chunk", rows, ids, pos)
+        memo: dict = {}
+        for addr, recipe in rows:
+            want_host.write(addr, eval_recipe(model, recipe, ids, pos, memo).astype("<u2"))
+        assert np.array_equal(host.read(STAGING, 1 << 16), want_host.read(STAGING, 1 << 16)), (ids, pos)
+        for addr, recipe in rows if kind == "tracked" else ():  # every row's bytes announced (codes
+            # cached over them are dropped; a plain `HostDDR.write` announces nothing)
+            size = 2 * eval_recipe(model, recipe, ids, pos, {}).size
+            assert any(a <= addr and addr + size <= a + m for a, m in log), (recipe, log)
+
+
+def test_logits_read_back_are_the_bits_widened(model):
+    host = _host("tracked", [])
+    bits = nx.to_bits(np.random.default_rng(3).standard_normal(1000) * 1e3)
+    bits[:3] = (0x7F80, 0xFFC1, 0x8001)  # inf, a NaN, a subnormal
+    host.write(STAGING + 64, bits)
+    for h in (host, _host("plain", [])):
+        h.write(STAGING + 64, bits)
+        got = HostInputs(model, h).read_floats(STAGING + 64, bits.size)
+        assert got.dtype == np.float32 and got.tobytes() == nx.from_bits(bits).tobytes()
