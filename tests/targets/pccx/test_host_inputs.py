@@ -54,7 +54,7 @@ def test_staged_rows_are_the_recipes_rows_position_by_position(model, kind):
     recipes = _recipes(model)
     log: list = []
     host, want_host = _host(kind, log), _host("plain", [])
-    inputs = HostInputs(model, host)
+    inputs = HostInputs(model, host, model.s)
     rng = np.random.default_rng(2)
     vocab, n = model.cfg.vocab_size, model.cfg.max_position_embeddings
     # a prompt chunk, decode steps across two RoPE blocks, a jump back (a reset), the last position
@@ -82,5 +82,21 @@ def test_logits_read_back_are_the_bits_widened(model):
     host.write(STAGING + 64, bits)
     for h in (host, _host("plain", [])):
         h.write(STAGING + 64, bits)
-        got = HostInputs(model, h).read_floats(STAGING + 64, bits.size)
+        got = HostInputs(model, h, model.s).read_floats(STAGING + 64, bits.size)
         assert got.dtype == np.float32 and got.tobytes() == nx.from_bits(bits).tobytes()
+
+
+@pytest.mark.parametrize("per_layer", [8, 12])  # per-layer rows in whole words (8), padded to 16 (12)
+def test_token_rows_of_every_id_are_the_recipes_rows(per_layer):
+    """The embedding and per-layer-embedding rows from the 16 rounded values per scale group
+    (`HostInputs._token_row`) against `eval_recipe` (widen, scale, round the row) for every token id,
+    those past the per-layer table (row 0) included."""
+    cfg = Gemma3nConfig.from_hf(dict(MIXED, hidden_size_per_layer_input=per_layer))
+    m = Gemma3nW4A8(Int4Store(synthetic_weights(cfg, seed=1)))
+    assert m.lay.ple_padded == (per_layer == 12) and cfg.vocab_size_per_layer_input < cfg.vocab_size
+    inputs = HostInputs(m, HostDDR(), m.s)
+    for token in range(cfg.vocab_size):
+        for recipe in (("embed", 0), ("ple", 0)):
+            want = eval_recipe(m, recipe, [token], 0, {})
+            got = inputs._token_row(recipe[0], token)
+            assert got.dtype == np.uint16 and got.tobytes() == want.tobytes(), (recipe, token)

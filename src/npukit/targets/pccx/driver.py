@@ -203,7 +203,7 @@ class PccxDriver:
         if self.ring is None:
             raise ConfigError("driver: kv_init() before start()")
         self.model, _ = trace_model(self.store, self.kv, self.image, self.ring)
-        self.inputs = HostInputs(self.model, self.dev.host)
+        self.inputs = HostInputs(self.model, self.dev.host, self.store)
         return self
 
     def reset(self) -> None:
