@@ -56,6 +56,7 @@ class HostInputs:
         self._rope: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
         # program key -> (per recipe its staging words, or None: no view; first and end byte of them all)
         self._dests: dict[Any, tuple[list[np.ndarray | None], int, int]] = {}
+        self._outputs: dict[tuple[int, int], np.ndarray] = {}  # (address, words) -> a view (`read_floats`)
 
     def stage(self, key: Any, recipes: list[tuple[int, tuple]], ids: list[int], pos: int) -> None:
         """Write the rows of ``recipes`` (program ``key``'s) for tokens ``ids`` from position ``pos``."""
@@ -115,8 +116,14 @@ class HostInputs:
         """``n`` BF16 words of host DDR from ``addr`` (a program's logits) widened to a new float32 array:
         `numerics.from_bits` read through a view of the region, widened and shifted in place (one
         vocabulary-sized array made instead of three)."""
-        words = self._view(addr, n)
-        out = (self.host.read(addr, 2 * n).view("<u2") if words is None else words).astype(np.uint32)
+        words = self._outputs.get((addr, n))
+        if words is None:  # (a view is kept: a host region is never unmapped or moved)
+            words = self._view(addr, n)
+            if words is None:
+                words = self.host.read(addr, 2 * n).view("<u2")
+            else:
+                self._outputs[addr, n] = words
+        out = words.astype(np.uint32)
         out <<= 16
         return out.view(np.float32)
 

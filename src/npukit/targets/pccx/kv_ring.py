@@ -102,6 +102,7 @@ class KVRing:
         self._region = host.map(self.base, max(self.end - self.base, WORD_BYTES))
         self._views: dict[int, np.ndarray] = {}
         self._stacks: dict[int, np.ndarray | None] = {}  # layer -> its FP16 K and V blocks as one view
+        self._staging: dict[tuple[int, int], np.ndarray] = {}  # (host address, words) -> a view (`_staged`)
         self.host = host
 
     @property
@@ -184,12 +185,15 @@ class KVRing:
 
     def _staged(self, addr: int, n: int) -> np.ndarray:
         """``n`` BF16 words of host DDR from ``addr``: a view where the host hands one out
-        (`fast.ddr.TrackedDDR.region_words`), else a copy."""
-        region_words = getattr(self.host, "region_words", None)
-        hit = region_words(addr, 2 * n) if region_words is not None else None
-        if hit is None:
-            return self.host.read(addr, 2 * n).view("<u2")
-        return hit[0][hit[1]: hit[1] + n]
+        (`fast.ddr.TrackedDDR.region_words`; kept: a region is never unmapped or moved), else a copy."""
+        view = self._staging.get((addr, n))
+        if view is None:
+            region_words = getattr(self.host, "region_words", None)
+            hit = region_words(addr, 2 * n) if region_words is not None else None
+            if hit is None:
+                return self.host.read(addr, 2 * n).view("<u2")
+            view = self._staging[addr, n] = hit[0][hit[1]: hit[1] + n]
+        return view
 
     def _write_stacked(self, layer: int, pos: int, stack: np.ndarray, kv: np.ndarray) -> int:
         """`write` of a FP16 layer whose K and V blocks lie at one stride (``stack``, `_stack`): ``kv``
