@@ -100,3 +100,17 @@ def test_token_rows_of_every_id_are_the_recipes_rows(per_layer):
             want = eval_recipe(m, recipe, [token], 0, {})
             got = inputs._token_row(recipe[0], token)
             assert got.dtype == np.uint16 and got.tobytes() == want.tobytes(), (recipe, token)
+
+
+def test_a_program_made_anew_under_a_known_key_gets_its_own_staging(model):
+    """Staging views are kept per program key and recipe list: a new list under the same key (its rows
+    elsewhere) is written where it says, not through the old views."""
+    first = _recipes(model)
+    moved = [(addr + 0x4000, recipe) for addr, recipe in first]
+    host, want = _host("tracked", []), _host("plain", [])
+    inputs = HostInputs(model, host, model.s)
+    for pos, recipes in ((5, first), (6, first), (7, moved), (8, moved)):
+        inputs.stage("decode", recipes, [3], pos)
+        for addr, recipe in recipes:
+            want.write(addr, eval_recipe(model, recipe, [3], pos, {}).astype("<u2"))
+        assert np.array_equal(host.read(STAGING, 1 << 16), want.read(STAGING, 1 << 16)), pos

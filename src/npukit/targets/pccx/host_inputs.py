@@ -54,17 +54,17 @@ class HostInputs:
         self._ple_blocks = (cfg.num_hidden_layers, lay.p, lay.pp) if lay.ple_padded else None
         # layer type -> (first position, cos rows, sin rows) as BF16 bits [ROPE_BLOCK, head_dim]
         self._rope: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
-        # program key -> (per recipe its staging words, or None: no view; first and end byte of them all)
-        self._dests: dict[Any, tuple[list[np.ndarray | None], int, int]] = {}
+        # program key -> (its recipes, per recipe its staging words or None: no view, first and end byte)
+        self._dests: dict[Any, tuple[list, list[np.ndarray | None], int, int]] = {}
         self._outputs: dict[tuple[int, int], np.ndarray] = {}  # (address, words) -> a view (`read_floats`)
 
     def stage(self, key: Any, recipes: list[tuple[int, tuple]], ids: list[int], pos: int) -> None:
         """Write the rows of ``recipes`` (program ``key``'s) for tokens ``ids`` from position ``pos``."""
         dests = self._dests.get(key) if len(ids) == 1 else None
-        if dests is None:
+        if dests is None or dests[0] is not recipes:  # (a program made anew under a known key: planned again)
             self._stage_each(key, recipes, ids, pos)
             return
-        views, lo, hi = dests
+        _, views, lo, hi = dests
         for dst, (addr, recipe) in zip(views, recipes, strict=True):
             bits = self.rope_bits(recipe[1], pos + recipe[3])[recipe[2]] if recipe[0] == "rope" else \
                 self._token_row(recipe[0], ids[recipe[1]])
@@ -86,7 +86,7 @@ class HostInputs:
             views.append(self._view(addr, bits.size))
             lo, hi = addr if lo is None else min(lo, addr), max(hi, addr + 2 * bits.size)
         if len(ids) == 1 and lo is not None:
-            self._dests[key] = (views, lo, hi)
+            self._dests[key] = (recipes, views, lo, hi)
 
     def _token_row(self, kind: str, token: int) -> np.ndarray:
         """The BF16 bits of token ``token``'s embedding (``kind`` "embed") or per-layer-embedding ("ple")
