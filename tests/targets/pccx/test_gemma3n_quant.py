@@ -346,3 +346,21 @@ def test_backend_registered_with_kv_modes(tiny):
     assert st["kv"] == "int4" and st["position"] == 5 and st["kv_bytes"] > 0
     with pytest.raises(ConfigError):
         backends.create_backend(model, "quant", kv="fp32")
+
+
+@pytest.mark.parametrize("head_dim", [16, 24])  # plain halves (16), word-padded ones (24)
+def test_rope_rows_of_a_block_are_the_rows_position_by_position(head_dim):
+    """`host_rope_rows` (one vectorised pass) against `host_rope` at every position up to the model's
+    maximum, bit for bit, for both layer types, from a block start of 0 and from an odd one."""
+    cfg = Gemma3nConfig.from_hf(dict(CFG, head_dim=head_dim))
+    m = Gemma3nW4A8(Int4Store(synthetic_weights(cfg, seed=0)))
+    assert m.lay.heads_padded == (head_dim == 24)
+    n = cfg.max_position_embeddings
+    for layer_type in (SL, "full_attention"):
+        cos, sin = m.host_rope_rows(layer_type, 0, n)
+        assert cos.shape == sin.shape == (n, m.lay.D) and cos.dtype == sin.dtype == F64
+        for p in range(n):
+            c, s = m.host_rope(layer_type, p)
+            assert cos[p].tobytes() == c.tobytes() and sin[p].tobytes() == s.tobytes(), p
+        odd_cos, odd_sin = m.host_rope_rows(layer_type, 37, 5)
+        assert odd_cos.tobytes() == cos[37:42].tobytes() and odd_sin.tobytes() == sin[37:42].tobytes()

@@ -97,3 +97,44 @@ def test_a_stacked_write_stores_and_announces_what_the_per_block_write_does(fmt)
     assert seen["stacked"] == seen["plain"] and len(seen["plain"]) > 0
     assert np.array_equal(rings["stacked"]._region, rings["plain"]._region)
     assert (rings["stacked"]._stacks[0] is not None) == (fmt == "fp16")
+
+
+class _Staged:
+    """A `compile.lower.HostStep` as the ring reads it: K and V blocks in host DDR."""
+
+    def __init__(self, layer: int, k_addr: int, v_addr: int, n: int, items: tuple = ()) -> None:
+        self.layer, self.k_addr, self.v_addr, self.n, self.items = layer, k_addr, v_addr, n, items
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "int4"])
+@pytest.mark.parametrize("host_kind", ["plain", "tracked"])
+def test_storing_staged_blocks_is_writing_the_values_read_back(fmt, host_kind):
+    """`store_staged` (K and V staged back to back: one view, one widening, no K/V split on the stacked
+    path; or apart; or a chunk's tokens) against `write` of the BF16 values read back from staging on a
+    second ring: every byte of the ring's region and each announced range, in order."""
+    cfg = Gemma3nConfig.from_hf(CFG)
+    rng = np.random.default_rng(7)
+    staging, seen, rings = 0x0010_0000, {"staged": [], "written": []}, {}
+    for name, log in seen.items():
+        host = FastSimulator(weights="int8").host if host_kind == "tracked" else HostDDR()
+        host.map(staging, 1 << 16)
+        host.touched = lambda a, n, log=log: log.append((a, n))  # type: ignore[method-assign]
+        rings[name] = KVRing(cfg, fmt, host, 0x1000_0000, max_tokens=10, sink=2)
+    dim, heads = rings["staged"].dim, cfg.num_key_value_heads
+    n = heads * dim
+    for pos in (0, 3, 5, 13):
+        bits = nx.to_bits(rng.standard_normal(4 * n) * 4.0 ** rng.integers(-20, 20))
+        for ring in rings.values():
+            ring.host.write(staging, bits)
+        for layer in rings["staged"].layers:
+            steps = (_Staged(layer, staging, staging + 2 * n, n),  # a decode step's blocks
+                     _Staged(layer, staging + 4 * n, staging, n),  # apart
+                     _Staged(layer, 0, 0, n, ((0, staging, staging + 4 * n), (1, staging + 2 * n, staging))))
+            for st in steps:
+                rings["staged"].store_staged(st, pos)
+                for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
+                    k, v = (nx.from_bits(rings["written"].host.read(a, 2 * n).view("<u2")).reshape(heads, dim)
+                            for a in (ka, va))
+                    rings["written"].write(layer, pos + t, k, v)
+                assert np.array_equal(rings["staged"]._region, rings["written"]._region)
+    assert seen["staged"] == seen["written"] and len(seen["staged"]) > 0

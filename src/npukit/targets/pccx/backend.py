@@ -105,7 +105,9 @@ class Gemma3nPccx:
         """Keep the schedules a trace or the figures can still use (the last TRACE_TOKENS runs); the
         cycle counts stay in every record."""
         recs = self.drv.records
-        for r in recs[max(0, len(recs) - TRACE_TOKENS - 1)::-1]:
+        # by index, as the slice recs[max(0, len(recs) - TRACE_TOKENS - 1)::-1] walked them (no copy)
+        for i in range(max(0, len(recs) - TRACE_TOKENS - 1) if recs else -1, -1, -1):
+            r = recs[i]
             if r.timed is None:  # (`timed`, not `timing`: a schedule not built yet is never built)
                 break
             if r is not recs[-1]:

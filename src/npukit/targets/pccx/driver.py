@@ -35,15 +35,15 @@ import numpy as np
 from npukit.errors import ConfigError, ModelError, NpukitError
 from npukit.sim.timing import TimingResult
 from npukit.sim.work import Work
-from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.compile.codegen import CodeGen, CompileStats, Program, report_extensions
 from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES, DeviceImage
 from npukit.targets.pccx.compile.ir import CapacityError
-from npukit.targets.pccx.compile.lower import eval_recipe, span_bucket, trace_model, window_key
+from npukit.targets.pccx.compile.lower import span_bucket, trace_model, window_key
 from npukit.targets.pccx.compile.lower_prefill import GEMM_MAX_N, lower_prefill
 from npukit.targets.pccx.compile.progcache import ProgramCache
 from npukit.targets.pccx.compile.steps import compile_model
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
+from npukit.targets.pccx.host_inputs import HostInputs
 from npukit.targets.pccx.hw import PccxHw
 from npukit.targets.pccx.kv_ring import KVRing
 from npukit.targets.pccx.switch import AheadBuild
@@ -203,6 +203,7 @@ class PccxDriver:
         if self.ring is None:
             raise ConfigError("driver: kv_init() before start()")
         self.model, _ = trace_model(self.store, self.kv, self.image, self.ring)
+        self.inputs = HostInputs(self.model, self.dev.host, self.store)
         return self
 
     def reset(self) -> None:
@@ -502,9 +503,7 @@ class PccxDriver:
             for addr, bits in v.static_inputs:
                 host.write(addr, bits.astype("<u2"))
             self._current = v
-        memo: dict = {}
-        for addr, recipe in v.recipes:
-            host.write(addr, eval_recipe(self.model, recipe, ids, pos, memo).astype("<u2", copy=False))
+        self.inputs.stage(v.key, v.recipes, ids, pos)
         t1 = time.perf_counter()
         stats = v.program.stats
         works: list[Work] = []
@@ -525,7 +524,7 @@ class PccxDriver:
             if seg.host is not None:
                 self._host_step(seg.host, pos)
         addr, n = v.output
-        logits = nx.from_bits(host.read(addr, 2 * n).view("<u2"))  # (a new float32 array: no copy)
+        logits = self.inputs.read_floats(addr, n)  # (a new float32 array)
         t2 = time.perf_counter()
         timed, key = None, self._runs
         self._runs += 1
@@ -567,17 +566,8 @@ class PccxDriver:
             self.pool = None
 
     def _host_step(self, st: Any, pos: int) -> None:
-        """Quantize the staged K/V blocks into the ring: one token (decode) or the chunk's T tokens,
-        at positions ``pos + t`` in order (prefill)."""
-        cfg, rd, n = self.store.config, self.dev.host.read, 2 * st.n
-        shape = (cfg.num_key_value_heads, self.ring.dim)
-        for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
-            if va == ka + n:  # staged back to back (a decode step's blocks): one read and widening
-                k, v = nx.from_bits(rd(ka, 2 * n).view("<u2")).reshape(2, *shape)
-            else:
-                k = nx.from_bits(rd(ka, n).view("<u2")).reshape(shape)
-                v = nx.from_bits(rd(va, n).view("<u2")).reshape(shape)
-            self.ring.write(st.layer, pos + t, k, v)
+        """Quantize the staged K/V blocks into the ring (`KVRing.store_staged`)."""
+        self.ring.store_staged(st, pos)
 
     # ---- reports -----------------------------------------------------------------------------
     def compile_report(self) -> dict[str, Any]:

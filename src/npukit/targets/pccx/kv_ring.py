@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +102,7 @@ class KVRing:
         self._region = host.map(self.base, max(self.end - self.base, WORD_BYTES))
         self._views: dict[int, np.ndarray] = {}
         self._stacks: dict[int, np.ndarray | None] = {}  # layer -> its FP16 K and V blocks as one view
+        self._staging: dict[tuple[int, int], np.ndarray] = {}  # (host address, words) -> a view (`_staged`)
         self.host = host
 
     @property
@@ -135,18 +137,11 @@ class KVRing:
         The rows are written through views of the ring's own region (mapped here, so every row is in
         it) and each one announced to the host (`HostDDR.touched`), as `HostDDR.store` would: one
         NumPy assignment per row instead of a checked, looked-up store (a decode step writes ~50)."""
-        r = self.layers[layer]
-        rows, rb, touched = self.rows_of(layer, pos), self.rb, self.host.touched
         stack = self._stacks[layer] if layer in self._stacks else self._stack(layer)
         if stack is not None:  # FP16 blocks at one stride: one conversion, one assignment per ring row
-            codes, _ = kv_quantize(np.concatenate([k, v]).astype(np.float32, copy=False), self.fmt)
-            bits = codes.reshape(len(stack), -1).view("<u2")
-            for row in rows:
-                stack[:, row] = bits
-            for b in r.k + r.v:  # (announced in the order the loop below announces them)
-                for row in rows:
-                    touched(b.codes + row * rb, rb)
-            return len(stack) * len(rows) * rb
+            return self._write_stacked(layer, pos, stack, np.concatenate([k, v]))
+        r = self.layers[layer]
+        rows, rb, touched = self.rows_of(layer, pos), self.rb, self.host.touched
         nbytes = 0
         for blocks, x in ((r.k, k), (r.v, v)):
             codes, scales = kv_quantize(np.asarray(x, np.float32), self.fmt)
@@ -168,6 +163,50 @@ class KVRing:
                         touched(b.scales + 4 * row, 4)
                         nbytes += 4
         return nbytes
+
+    def store_staged(self, st: Any, pos: int) -> None:
+        """Quantize K/V blocks the program staged in host DDR (BF16 [kv_heads, head_dim] each, a
+        `compile.lower.HostStep`) into the ring: one token (decode) or a prompt chunk's T tokens, at
+        positions ``pos + t`` in order. K and V staged back to back (a decode step's) are read through
+        a view of the staging region (no copy), widened once and stored as one [2 · kv_heads, head_dim]
+        block (`_write_stacked`: no split into K and V to join again)."""
+        n, shape, heads = st.n, (self.cfg.num_key_value_heads, self.dim), self.cfg.num_key_value_heads
+        for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
+            stack = self._stacks[st.layer] if st.layer in self._stacks else self._stack(st.layer)
+            if va == ka + 2 * n:  # one read and widening of both
+                kv = nx.from_bits(self._staged(ka, 2 * n)).reshape(2 * heads, self.dim)
+                if stack is not None:
+                    self._write_stacked(st.layer, pos + t, stack, kv)
+                else:
+                    self.write(st.layer, pos + t, kv[:heads], kv[heads:])
+            else:
+                k, v = (nx.from_bits(self._staged(a, n)).reshape(shape) for a in (ka, va))
+                self.write(st.layer, pos + t, k, v)
+
+    def _staged(self, addr: int, n: int) -> np.ndarray:
+        """``n`` BF16 words of host DDR from ``addr``: a view where the host hands one out
+        (`fast.ddr.TrackedDDR.region_words`; kept: a region is never unmapped or moved), else a copy."""
+        view = self._staging.get((addr, n))
+        if view is None:
+            region_words = getattr(self.host, "region_words", None)
+            hit = region_words(addr, 2 * n) if region_words is not None else None
+            if hit is None:
+                return self.host.read(addr, 2 * n).view("<u2")
+            view = self._staging[addr, n] = hit[0][hit[1]: hit[1] + n]
+        return view
+
+    def _write_stacked(self, layer: int, pos: int, stack: np.ndarray, kv: np.ndarray) -> int:
+        """`write` of a FP16 layer whose K and V blocks lie at one stride (``stack``, `_stack`): ``kv``
+        holds K's heads then V's ([blocks, head_dim]); one conversion, one assignment per ring row."""
+        r, rows, rb, touched = self.layers[layer], self.rows_of(layer, pos), self.rb, self.host.touched
+        codes, _ = kv_quantize(kv.astype(np.float32, copy=False), self.fmt)
+        bits = codes.reshape(len(stack), -1).view("<u2")
+        for row in rows:
+            stack[:, row] = bits
+        for b in r.k + r.v:  # (announced in the order `write`'s loop over blocks announces them)
+            for row in rows:
+                touched(b.codes + row * rb, rb)
+        return len(stack) * len(rows) * rb
 
     def _stack(self, layer: int) -> np.ndarray | None:
         """A FP16 layer's K then V blocks as one [blocks, rows, head_dim] uint16 view of the region when

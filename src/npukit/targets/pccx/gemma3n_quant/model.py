@@ -337,6 +337,19 @@ class Gemma3nW4A8:
         cos[:h], cos[hp:hp + h], sin[:h], sin[hp:hp + h] = c, c, -s, s
         return cos, sin
 
+    def host_rope_rows(self, layer_type: str, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """`host_rope` of positions ``first`` .. ``first + count - 1`` in one vectorised pass: cos and sin
+        rows [count, D]. The same bits as position by position (float32 products, then NumPy's float64 cos
+        and sin, which give an element the same value in a batch as alone: checked for every position up
+        to the maximum, tests/targets/pccx/gemma3n_quant/test_model.py), for ~1/count of the calls."""
+        freqs = np.arange(first, first + count).astype(F32)[:, None] * self._inv_freq[layer_type][None, :]
+        c, s = np.cos(freqs.astype(np.float64)), np.sin(freqs.astype(np.float64))
+        h = c.shape[1]
+        hp = self.lay.hp if self.lay.heads_padded else h  # the second half's offset (0, hp or h)
+        cos, sin = np.zeros((count, self.lay.D)), np.zeros((count, self.lay.D))
+        cos[:, :h], cos[:, hp:hp + h], sin[:, :h], sin[:, hp:hp + h] = c, c, -s, s
+        return cos, sin
+
     def _embed(self, token: int) -> np.ndarray:
         return self.ops.host_to_l2(self.host_embed(token))  # one BF16 rounding
 
