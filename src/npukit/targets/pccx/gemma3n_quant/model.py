@@ -328,20 +328,17 @@ class Gemma3nW4A8:
         return out.ravel()
 
     def host_rope(self, layer_type: str, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """cos and sign-folded sin ([-sin, sin] halves) rows for ``pos`` (float64, before BF16)."""
-        freqs = F32(pos) * self._inv_freq[layer_type]  # float32 as transformers computes it
-        c, s = np.cos(freqs.astype(np.float64)), np.sin(freqs.astype(np.float64))
-        if not self.lay.heads_padded:
-            return np.concatenate([c, c]), np.concatenate([-s, s])
-        cos, sin, h, hp = np.zeros(self.lay.D), np.zeros(self.lay.D), c.size, self.lay.hp  # halves at 0, hp
-        cos[:h], cos[hp:hp + h], sin[:h], sin[hp:hp + h] = c, c, -s, s
-        return cos, sin
+        """cos and sign-folded sin ([-sin, sin] halves) rows for ``pos`` (float64, before BF16): row 0 of
+        `host_rope_rows` from ``pos``."""
+        cos, sin = self.host_rope_rows(layer_type, pos, 1)
+        return cos[0], sin[0]
 
     def host_rope_rows(self, layer_type: str, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """`host_rope` of positions ``first`` .. ``first + count - 1`` in one vectorised pass: cos and sin
-        rows [count, D]. The same bits as position by position (float32 products, then NumPy's float64 cos
-        and sin, which give an element the same value in a batch as alone: checked for every position up
-        to the maximum, tests/targets/pccx/gemma3n_quant/test_model.py), for ~1/count of the calls."""
+        """cos and sign-folded sin rows [count, D] of positions ``first`` .. ``first + count - 1`` in one
+        vectorised pass (`host_rope` is its one-row case). A row is the same bits in a batch as alone
+        (float32 products, then NumPy's float64 cos and sin, elementwise: checked for every position up to
+        the maximum, tests/targets/pccx/test_gemma3n_quant.py), for ~1/count of the calls."""
+        # float32 products as transformers computes them
         freqs = np.arange(first, first + count).astype(F32)[:, None] * self._inv_freq[layer_type][None, :]
         c, s = np.cos(freqs.astype(np.float64)), np.sin(freqs.astype(np.float64))
         h = c.shape[1]
