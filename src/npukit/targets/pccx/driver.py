@@ -54,8 +54,9 @@ EXECUTORS = ("reference", "fast")
 # the next span bucket's program is built over the decode steps before the switch (fast executor,
 # `switch.AheadBuild`): from SWITCH_LOOKAHEAD steps ahead (or the switch before it), in a few slices
 # (`switch.SWITCH_SLICES`), each an even share of what is left and at most `slice_cap` changed plan steps
-# (~15 µs each) per token it stands for
-SWITCH_LOOKAHEAD = 32
+# (~15 µs each) per token it stands for; 16, not 32: a run that ends in a bucket's first half does not
+# build the next bucket's program (from a 4-token prompt, 32 tokens paid ~8 ms of bucket 128's at 1024)
+SWITCH_LOOKAHEAD = 16
 SWITCH_SLICE = 128
 
 
