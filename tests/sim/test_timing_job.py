@@ -153,17 +153,24 @@ def test_refresh_takes_only_paths_registered_in_full(data):
     assert job._paths == whole + 1 and job._narrow.shape[0] == whole + 1 and len(job._lens) == whole + 1
 
 
-def test_warm_loads_the_refresh_pass_for_the_jobs_types_and_writes_nothing():
-    """`Job.warm` calls `refresh`'s compiled pass over no op with the job's own argument types (the
-    first decode tokens then load nothing from numba's cache): the job's arrays are untouched, the
-    refresh that follows adds no overload, and the schedule is still the readable loop's."""
+def _nine_ops(*extra: tuple[str, float]) -> tuple:
+    """A two-engine machine (resource "r", plus ``extra`` resources) and nine ops on it, every third
+    streamed, every other async, each reading and writing its own small range."""
     from .test_timing_fast import Machine, Op, Resource, Stream
 
-    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0),),
+    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0), *(Resource(n, w) for n, w in extra)),
                 streams=(Stream("s", ("r",), 64.0),), issue_window=None)
     ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=4.0 + i, path=("r",), xfer_bytes=1.0 + i,
               stream="s" if i % 3 == 0 else None, stream_bytes=30.0 if i % 3 == 0 else 0.0,
               is_async=i % 2 == 1, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(9)]
+    return m, ops
+
+
+def test_warm_loads_the_refresh_pass_for_the_jobs_types_and_writes_nothing():
+    """`Job.warm` calls `refresh`'s compiled pass over no op with the job's own argument types (the
+    first decode tokens then load nothing from numba's cache): the job's arrays are untouched, the
+    refresh that follows adds no overload, and the schedule is still the readable loop's."""
+    m, ops = _nine_ops()
     plan = timing_fast.Plan.of(m)
     job = timing_job.Job(plan, columns(plan, ops))
     cols = [getattr(job.cols, f.name) for f in dataclasses.fields(job.cols)]
@@ -365,13 +372,7 @@ def test_a_derive_pass_with_a_prefix_runs_it_first_and_alone_before_a_rebuild():
     the columns, then the tables, in one call) and the schedule is the readable loop's; where the path
     tables widen (a rebuild, no tables derived), it calls the prefix's pass alone, `_derive`'s arrays
     empty."""
-    from .test_timing_fast import Machine, Op, Resource, Stream
-
-    m = Machine(engines=("a", "b"), resources=(Resource("r", 1.0), Resource("q", 2.0)),
-                streams=(Stream("s", ("r",), 64.0),), issue_window=None)
-    ops = [Op(index=i, engine="ab"[i % 2], label="", cycles=4.0 + i, path=("r",), xfer_bytes=1.0 + i,
-              stream="s" if i % 3 == 0 else None, stream_bytes=30.0 if i % 3 == 0 else 0.0,
-              is_async=i % 2 == 1, reads=((i, i + 2),), writes=((i + 1, i + 3),)) for i in range(9)]
+    m, ops = _nine_ops(("q", 2.0))
     plan = timing_fast.Plan.of(m)
     job = timing_job.Job(plan, columns(plan, ops))
     seen: list[tuple[int, int]] = []
