@@ -332,10 +332,10 @@ class PccxDriver:
 
     def _prepare_first_decode(self) -> None:
         """Build the first decode token's program whole before it runs (plan, fused tables, timing rows;
-        ~90-120 ms CPU at hidden 1024) and load the timing pass a program's second run calls
-        (`TokenTimer.warm`). Called by the first decode step, not at the prompt's end: a run decoding no
-        token does not pay it. Only a program compiled (in memory or on disk) is built; the results
-        are the same either way (`_prepare_ahead`)."""
+        ~40-60 ms at hidden 1024; the timing pass a program's second run calls is loaded with the first
+        run's FIFO links, `timing_token._link_derive`). Called by the first decode step, not at the
+        prompt's end: a run decoding no token does not pay it. Only a program compiled (in memory or on
+        disk) is built; the results are the same either way (`_prepare_ahead`)."""
         prepare = getattr(self.dev, "prepare_program", None)
         if prepare is None or self._pos >= self.store.config.max_position_embeddings:
             return
@@ -353,7 +353,6 @@ class PccxDriver:
         self._store_decoded(v)
         if self.timing is True and works:
             self.timer.remember(works)
-            self.timer.warm()  # the compiled refresh pass the second decode token would load
 
     def _seed_decoded(self, key: tuple, base: tuple | None = None) -> None:
         """Seed the fast executor's decode and label memos from decode program ``key``'s decoded words

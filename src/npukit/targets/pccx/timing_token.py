@@ -298,13 +298,6 @@ class TokenTimer:
             self._thread.shutdown()
             self._thread = None
 
-    def warm(self) -> None:
-        """Load the compiled code a program's second run calls first, so that the second decode token
-        does not (the first decode token's build calls this): nothing is left to load. That code is
-        `Job.refresh`'s table pass, compiled into `_link_derive` with the FIFO links, which every job's
-        first run has called (`_link`) before a job exists (`timing_job.Job.warm` would only type the
-        pass's 34 arrays twice again: ~0.9 ms)."""
-
     def remember(self, works: Sequence[Work]) -> None:
         """Make the rows of Work records a later run will hold (a program built ahead of its switch),
         so that run's `time` finds them cached. A build hands a CVO's record twice (as compiled and in
