@@ -26,6 +26,7 @@ from npukit.models.gemma3n.weights import EMBED, EMBED_PLE
 from npukit.targets.pccx.compile.lower import eval_recipe, host_bits
 from npukit.targets.pccx.gemma3n_quant.model import Gemma3nW4A8
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
+from npukit.targets.pccx.memory import HostWords
 
 # positions per block of RoPE rows: one block costs about as much as two positions made one by one
 ROPE_BLOCK = 64
@@ -56,7 +57,7 @@ class HostInputs:
         self._rope: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
         # program key -> (its recipes, per recipe its staging words or None: no view, first and end byte)
         self._dests: dict[Any, tuple[list, list[np.ndarray | None], int, int]] = {}
-        self._outputs: dict[tuple[int, int], np.ndarray] = {}  # (address, words) -> a view (`read_floats`)
+        self._words = HostWords(host)  # staging rows' views (`_stage_each`) and the logits (`read_floats`)
 
     def stage(self, key: Any, recipes: list[tuple[int, tuple]], ids: list[int], pos: int) -> None:
         """Write the rows of ``recipes`` (program ``key``'s) for tokens ``ids`` from position ``pos``."""
@@ -83,7 +84,7 @@ class HostInputs:
         for addr, recipe in recipes:
             bits = eval_recipe(self.model, recipe, ids, pos, memo).astype("<u2", copy=False)
             self.host.write(addr, bits)
-            views.append(self._view(addr, bits.size))
+            views.append(self._words.view(addr, bits.size))
             lo, hi = addr if lo is None else min(lo, addr), max(hi, addr + 2 * bits.size)
         if len(ids) == 1 and lo is not None:
             self._dests[key] = (recipes, views, lo, hi)
@@ -105,25 +106,11 @@ class HostInputs:
             return out.reshape(-1)
         return bits
 
-    def _view(self, addr: int, n: int) -> np.ndarray | None:
-        """Host words [addr, addr + 2n) as a writable uint16 view of their region, or None (a host DDR
-        that hands out no views: `fast.ddr.TrackedDDR` does)."""
-        region_words = getattr(self.host, "region_words", None)
-        hit = region_words(addr, 2 * n) if region_words is not None else None
-        return None if hit is None else hit[0][hit[1]: hit[1] + n]
-
     def read_floats(self, addr: int, n: int) -> np.ndarray:
         """``n`` BF16 words of host DDR from ``addr`` (a program's logits) widened to a new float32 array:
         `numerics.from_bits` read through a view of the region, widened and shifted in place (one
         vocabulary-sized array made instead of three)."""
-        words = self._outputs.get((addr, n))
-        if words is None:  # (a view is kept: a host region is never unmapped or moved)
-            words = self._view(addr, n)
-            if words is None:
-                words = self.host.read(addr, 2 * n).view("<u2")
-            else:
-                self._outputs[addr, n] = words
-        out = words.astype(np.uint32)
+        out = self._words.read(addr, n).astype(np.uint32)
         out <<= 16
         return out.view(np.float32)
 

@@ -33,7 +33,7 @@ from npukit.errors import ConfigError
 from npukit.models.gemma3n.config import Gemma3nConfig
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.gemma3n_quant.padding import layout
-from npukit.targets.pccx.memory import KV_FORMATS, WORD_BYTES, HostDDR, kv_quantize, row_bytes
+from npukit.targets.pccx.memory import KV_FORMATS, WORD_BYTES, HostDDR, HostWords, kv_quantize, row_bytes
 
 
 def ring_size(max_tokens: int | None, sink: int | None, window: int | None) -> tuple[int | None, int]:
@@ -102,7 +102,7 @@ class KVRing:
         self._region = host.map(self.base, max(self.end - self.base, WORD_BYTES))
         self._views: dict[int, np.ndarray] = {}
         self._stacks: dict[int, np.ndarray | None] = {}  # layer -> its FP16 K and V blocks as one view
-        self._staging: dict[tuple[int, int], np.ndarray] = {}  # (host address, words) -> a view (`_staged`)
+        self._staging = HostWords(host)  # the staged K/V blocks (`store_staged`)
         self.host = host
 
     @property
@@ -171,29 +171,18 @@ class KVRing:
         a view of the staging region (no copy), widened once and stored as one [2 · kv_heads, head_dim]
         block (`_write_stacked`: no split into K and V to join again)."""
         n, shape, heads = st.n, (self.cfg.num_key_value_heads, self.dim), self.cfg.num_key_value_heads
+        stack = self._stacks[st.layer] if st.layer in self._stacks else self._stack(st.layer)
+        staged = self._staging.read
         for t, ka, va in st.items or ((0, st.k_addr, st.v_addr),):
-            stack = self._stacks[st.layer] if st.layer in self._stacks else self._stack(st.layer)
             if va == ka + 2 * n:  # one read and widening of both
-                kv = nx.from_bits(self._staged(ka, 2 * n)).reshape(2 * heads, self.dim)
+                kv = nx.from_bits(staged(ka, 2 * n)).reshape(2 * heads, self.dim)
                 if stack is not None:
                     self._write_stacked(st.layer, pos + t, stack, kv)
                 else:
                     self.write(st.layer, pos + t, kv[:heads], kv[heads:])
             else:
-                k, v = (nx.from_bits(self._staged(a, n)).reshape(shape) for a in (ka, va))
+                k, v = (nx.from_bits(staged(a, n)).reshape(shape) for a in (ka, va))
                 self.write(st.layer, pos + t, k, v)
-
-    def _staged(self, addr: int, n: int) -> np.ndarray:
-        """``n`` BF16 words of host DDR from ``addr``: a view where the host hands one out
-        (`fast.ddr.TrackedDDR.region_words`; kept: a region is never unmapped or moved), else a copy."""
-        view = self._staging.get((addr, n))
-        if view is None:
-            region_words = getattr(self.host, "region_words", None)
-            hit = region_words(addr, 2 * n) if region_words is not None else None
-            if hit is None:
-                return self.host.read(addr, 2 * n).view("<u2")
-            view = self._staging[addr, n] = hit[0][hit[1]: hit[1] + n]
-        return view
 
     def _write_stacked(self, layer: int, pos: int, stack: np.ndarray, kv: np.ndarray) -> int:
         """`write` of a FP16 layer whose K and V blocks lie at one stride (``stack``, `_stack`): ``kv``

@@ -120,6 +120,33 @@ class HostDDR:
         buf[off: off + raw.size] = raw
 
 
+class HostWords:
+    """BF16 words of a host DDR read by address, again and again (a program's staged K/V blocks and
+    logits): through a view of their region where the host hands one out (`fast.ddr.TrackedDDR
+    .region_words`; kept per (address, words): a region is never unmapped or moved), else as a copy."""
+
+    def __init__(self, host: HostDDR) -> None:
+        self.host = host
+        self._views: dict[tuple[int, int], np.ndarray] = {}
+
+    def view(self, addr: int, n: int) -> np.ndarray | None:
+        """``n`` words from ``addr`` as a writable uint16 view of their region, or None (a `HostDDR`
+        hands out none; a range not in one region)."""
+        got = self._views.get((addr, n))
+        if got is None:
+            region_words = getattr(self.host, "region_words", None)
+            hit = region_words(addr, 2 * n) if region_words is not None else None
+            if hit is None:
+                return None
+            got = self._views[addr, n] = hit[0][hit[1]: hit[1] + n]
+        return got
+
+    def read(self, addr: int, n: int) -> np.ndarray:
+        """``n`` words from ``addr``: the view, else a copy (`HostDDR.read`)."""
+        got = self.view(addr, n)
+        return self.host.read(addr, 2 * n).view("<u2") if got is None else got
+
+
 # --- weight images ------------------------------------------------------------------------------------
 
 def row_bytes(fmt: str, k: int) -> int:
