@@ -166,26 +166,6 @@ def _nine_ops(*extra: tuple[str, float]) -> tuple:
     return m, ops
 
 
-def test_warm_loads_the_refresh_pass_for_the_jobs_types_and_writes_nothing():
-    """`Job.warm` calls `refresh`'s compiled pass over no op with the job's own argument types (the
-    first decode tokens then load nothing from numba's cache): the job's arrays are untouched, the
-    refresh that follows adds no overload, and the schedule is still the readable loop's."""
-    m, ops = _nine_ops()
-    plan = timing_fast.Plan.of(m)
-    job = timing_job.Job(plan, columns(plan, ops))
-    cols = [getattr(job.cols, f.name) for f in dataclasses.fields(job.cols)]
-    arrays = [a for a in (*job.C, *cols) if isinstance(a, np.ndarray)]
-    before = [a.copy() for a in arrays]
-    job.warm()
-    assert all(np.array_equal(a, b) for a, b in zip(arrays, before, strict=True))
-    loaded = len(timing_job._derive.overloads)
-    assert loaded >= 1
-    job.refresh()
-    assert len(timing_job._derive.overloads) == loaded
-    job.loop()
-    assert dump(job.done().result(ops)) == dump(Sim(m, ops).run())
-
-
 def test_refresh_rebuilds_the_queues_when_an_op_changes_engine_or_stream(monkeypatch):
     """`_derive` says whether an op moved to another engine or stream queue (its compiled pass compares
     each op with the queues the job was built for): the job is then rebuilt, else it is not, and either

@@ -166,21 +166,6 @@ class Job(Pending):
         self._eng = C.eng.copy()
         self._streams = _stream_of(C)
 
-    def warm(self) -> None:
-        """Load `refresh`'s compiled pass (`derive_pass`; from numba's disk cache: ~5 ms, on a program's
-        second run) now: one call over no op with this job's argument types, which writes nothing.
-        Skipped where a slice would not keep an argument's type (that would compile another
-        specialisation)."""
-        plan = self.plan
-        rows = self._rows if self._paths >= 0 else _pad(plan.path_rows)
-        fn, prefix = self.derive_pass
-        args = (*prefix, *self._derive_args(np.asarray(plan.narrow, np.float64), rows,
-                                            np.zeros(len(plan.path_rows), np.int64)))
-        empty = tuple(a[:0] for a in args)
-        typeof = getattr(fn, "typeof_pyval", None)
-        if typeof is not None and all(typeof(a) == typeof(e) for a, e in zip(args, empty, strict=True)):
-            fn(*empty)
-
     def _derive_args(self, narrow: np.ndarray, rows: np.ndarray, lens: np.ndarray) -> tuple:
         """`_derive`'s arguments: the columns it reads, the path tables given, the per-op tables it
         writes."""

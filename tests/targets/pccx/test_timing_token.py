@@ -332,15 +332,18 @@ def test_remembered_works_take_one_store_row_each_however_often_handed():
 
 def test_one_compiled_pass_links_and_derives_for_every_run_of_a_decode():
     """The FIFO links and the job's tables are one compiled function (`_link_derive`, `Job.derive_pass`):
-    its halves over no op (`NO_LINK`, `NO_DERIVE`) have the layouts of a job's own arrays, so the prompt's
-    run and every decode run, patched or new, call one overload of it, and `Job.refresh` links the
-    patched rows itself (no separate link call); each record's cycles are the readable model's."""
+    its tables' half over no op (`NO_DERIVE`) has the layouts of a job's own arrays and its link half's
+    columns the layouts stated here, so the prompt's run and every decode run, patched or new, call one
+    overload of it, and `Job.refresh` links the patched rows itself (no separate link call); each
+    record's cycles are the readable model's."""
     from npukit.sim import timing_job
     from npukit.targets.pccx import timing_token as tt
     from npukit.targets.pccx.timing import simulate_works
 
     calls = {"link": 0}
     real_link = tt._link
+    # kind, isasync, rd, nrd, wr, nwr, sfu_elems, fifo, fifo_elems
+    no_link = tt._empty(tt._I1, tt._B1, tt._I3, tt._I1, tt._I3, tt._I1, tt._I1, tt._I1, tt._F1)
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("int8").start()
     drv.prefill([2, 3, 5, 7])
@@ -362,7 +365,7 @@ def test_one_compiled_pass_links_and_derives_for_every_run_of_a_decode():
         assert fn is tt._link_derive and all(map(operator.is_, prefix, tt._link_args(prog)))
         args = job._derive_args(job._narrow, job._rows, job._lens)
         assert timing_job._layout(args) == timing_job._layout(tt.NO_DERIVE)
-        assert timing_job._layout(tt._link_args(prog)) == timing_job._layout(tt.NO_LINK)
+        assert timing_job._layout(tt._link_args(prog)) == timing_job._layout(no_link)
     assert len(tt._link_derive.overloads) == 1
     for i, (rec, works) in enumerate(zip(drv.records[-len(runs):], runs, strict=True)):
         assert rec.cycles == simulate_works(drv.hw, works, renumber=True).cycles, f"decode run {i}"

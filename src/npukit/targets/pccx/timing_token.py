@@ -139,10 +139,9 @@ def _empty(*kinds: tuple[type, int]) -> tuple[np.ndarray, ...]:
 
 
 _I1, _F1, _B1, _I2, _I3 = (np.int64, 1), (np.float64, 1), (np.bool_, 1), (np.int64, 2), (np.int64, 3)
-# `_link_derive`'s halves over no op: the arrays' types as `TokenTimer._build`'s columns and
+# `_link_derive`'s second half over no op (a new job's first run links alone): the arrays' types as
 # `timing_job.Job`'s tables have them (one compiled overload for every call;
 # tests/targets/pccx/test_timing_token.py checks the layouts against a job's)
-NO_LINK = _empty(_I1, _B1, _I3, _I1, _I3, _I1, _I1, _I1, _F1)
 NO_DERIVE = _empty(_F1, _F1, _I1, _F1, _I2, _I1, _I1, _F1, _I1, _B1, _F1, _F1, _F1, _F1, _F1, _F1, _I2, _I1,
                    _F1, _I1, _F1, _B1, _I1, _I1, _I1)
 
