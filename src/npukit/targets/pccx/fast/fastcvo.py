@@ -79,7 +79,7 @@ def _shape(ins: Instr) -> tuple:
     # entry made under another spec would run that spec's numerics
     key = (ins.cvo_func, id(spec), ins.length, flags, ins.async_)
     hit = _SHAPES.get(key)
-    if hit is None or hit[0] is not spec:
+    if hit is None:
         n = ins.length
         out_n = cvo_out_elems(ins.cvo_func, n)
         two = bool(out_n and (flags & _ACCM or spec.arity == 2))
