@@ -175,3 +175,42 @@ def test_yields_reading_follows_the_table_rows():
             got = fastrun._yields_reading(t, after, entries)
             assert got == scan(t.tab, after, entries)
     assert scan(t.tab, -1, None)  # (the tables do hold yields)
+
+
+def test_int4_rows_read_the_host_views_and_fp16_rows_share_their_site_maker(monkeypatch):
+    """A compiled INT4 row's image and scale addresses (kinds 10 and 14: columns 6 and 9) are the data
+    addresses of the views `host.view` hands out for its key's image (the definition: ``ctypes.data``);
+    the FP16 rows (kinds 7, 9) a GEMV step lowers hand out one Work maker per step (made once per site)."""
+    from npukit.targets.pccx.fast.faststeps import MatStep
+    from npukit.targets.pccx.memory import WORD_BYTES
+
+    monkeypatch.setattr(kx, "PARALLEL_MIN_MACS", 64)  # every matrix here large: read in place (kind 10)
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    fast = PccxDriver(executor="fast", timing=False).open().load(store).kv_init("fp16", 64).start()
+    tok = int(np.argmax(fast.prefill([3, 9, 1, 4])))
+    for _ in range(3):
+        tok = int(np.argmax(fast.step(tok)))
+    sim, kinds = fast.dev, {}
+    for slot in sim._tagged.values():
+        for g in slot.groups:
+            if g is None or not isinstance(g[1], fastrun._FusedRun | fastrun._Repatch):
+                continue
+            run = g[1].resolve()
+            builds = run.builds
+            table = run._build(sim.cc)
+            run.builds = builds
+            if table is None:
+                continue
+            before = fastrun._CcBefore(sim.cc, table.tab)  # (the entries as the rows before a row leave them)
+            for o, row in enumerate(table.tab.tolist()):
+                kinds[row[0]] = kinds.get(row[0], 0) + 1
+                if row[0] in (10, 14):
+                    rows, rb, step = (row[7] if row[0] == 10 else row[8]), row[10], run.steps[o]
+                    addr = ((row[15] << 16) | row[16]) * WORD_BYTES
+                    assert row[6] == sim.host.view(addr, rows * rb).ctypes.data
+                    at = addr + rows * rb + (-(rows * rb)) % WORD_BYTES
+                    assert row[9] == (sim.host.view(at, 4 * row[7]).ctypes.data if step.site.w_scale else 0)
+                elif row[0] in (7, 9):
+                    step = run.steps[o]
+                    assert isinstance(step, MatStep) and table.makers[o] is step.fuse(before.at_row(o))[3]
+    assert kinds.get(10, 0) + kinds.get(14, 0) > 10 and kinds.get(7, 0) + kinds.get(9, 0) > 2

@@ -75,6 +75,7 @@ class MatSite:
     engine: str = ""
     is_async: bool = False
     works: dict = field(default_factory=dict)
+    fp16_maker: tuple | None = None  # (row kind, its `_fp16_works` maker): made once per site, not per row
 
     @property
     def asm_head(self) -> str:  # the text a K-major label starts with (the reference splits its label)
@@ -140,7 +141,10 @@ def fused_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
         return False
     row = (kind, ins.shape_ptr_addr, ins.size_ptr_addr, ins.src_addr, ins.dest_reg,
            int(site.accm) | int(site.findemax) << 1, 0, addr - 2 * hit[1], sim.limits.l2_words)
-    return row, None, hit[0], _fp16_works(site, kind == 9)
+    maker = site.fp16_maker  # (the same maker for every row of the site: its Works come from `site.works`)
+    if maker is None or maker[0] != kind:
+        maker = site.fp16_maker = (kind, _fp16_works(site, kind == 9))
+    return row, None, hit[0], maker[1]
 
 
 def _fp16_works(site: MatSite, kmajor: bool) -> Callable[[list[int]], Work]:
@@ -460,20 +464,20 @@ def bind_ext(sim: FastState, site: MatSite, key: bytes, m: int, n: int, k: int, 
 
 
 def packed_views(sim: FastState, site: MatSite, m: int, k: int, word: int, rows: int,
-                 rb: int) -> tuple[int, np.ndarray, np.ndarray | None] | None:
+                 rb: int) -> tuple[int, np.ndarray, np.ndarray | None, int, int] | None:
     """A compiled INT4 row's operands, or None (the single step runs): the activation (K) and output
     (M) inside L2, and host views of the packed image at word address ``word`` (``rows`` rows of
     ``rb`` bytes) and of its M float32 scales after it where the site has them. (byte address,
-    image, scales)."""
+    image, scales, the image's and the scales' data addresses (0: none))."""
     s0, d0, lim = site.ins.src_addr, site.ins.dest_reg, sim.limits.l2_words
     if s0 + -(-k // _E) > lim or d0 + -(-m // _E) > lim:
         return None
     addr = word * WORD_BYTES
-    body = sim.host.view(addr, rows * rb)
-    sb = sim.host.view(addr + rows * rb + (-(rows * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
+    body = sim.host.view_at(addr, rows * rb)
+    sb = sim.host.view_at(addr + rows * rb + (-(rows * rb)) % WORD_BYTES, 4 * m) if site.w_scale else None
     if body is None or (site.w_scale and sb is None):
         return None
-    return addr, body, sb
+    return (addr, body[0], None, body[1], 0) if sb is None else (addr, body[0], sb[0], body[1], sb[1])
 
 
 def kmajor_row(sim: FastState, site: MatSite, f: tuple[int, ...]) -> tuple | bool:
@@ -488,11 +492,10 @@ def kmajor_row(sim: FastState, site: MatSite, f: tuple[int, ...]) -> tuple | boo
     got = packed_views(sim, site, m, k, (hi << 16) | lo, k, rb)
     if got is None:
         return False
-    _, body, sb = got
+    _, body, sb, body_at, sb_at = got
     ins = site.ins
     row = (14, ins.shape_ptr_addr, ins.size_ptr_addr, ins.src_addr, ins.dest_reg,
-           int(site.accm) | int(site.findemax) << 1, body.ctypes.data, m, k,
-           0 if sb is None else sb.ctypes.data, rb, *f)
+           int(site.accm) | int(site.findemax) << 1, body_at, m, k, sb_at, rb, *f)
     return row, None, None, lambda info: _kmajor_work(site, m, 1, k, "int4", info[2], False), (body, sb)
 
 

@@ -33,7 +33,7 @@ from npukit.targets.pccx.fast.fastmat import (
 )
 from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
-from npukit.targets.pccx.memory import FORMAT_CODES, row_bytes
+from npukit.targets.pccx.memory import FORMAT_CODES
 
 _E = 8
 
@@ -216,11 +216,11 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     m, n, k, a, hi, lo = f[:6]
     if a != _INT4 or n > 1 or m == 0 or k == 0:
         return kmajor_row(sim, site, f)  # (a K-major image: kind 14, or False)
-    ins, rb = site.ins, row_bytes("int4", k)
+    ins, rb = site.ins, -(-k // 2)  # (`memory.row_bytes("int4", k)`, without its dict per call)
     got = packed_views(sim, site, m, k, (hi << 16) | lo, m, rb)
     if got is None:
         return False
-    addr, body, sb = got
+    addr, body, sb, body_at, sb_at = got
     s0, d0 = ins.src_addr, ins.dest_reg
     codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
     flags = int(site.accm) | int(site.findemax) << 1 | (_LARGE if m * k >= kx.PARALLEL_MIN_MACS else 0)
@@ -230,8 +230,7 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
         scale = codes.scale.ctypes.data if codes.scale.size else 0
         row = (11, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, c.ctypes.data, m, k, scale, 0, *f)
         return row, work, None, None, (c, codes)
-    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body.ctypes.data, m, k,
-           0 if sb is None else sb.ctypes.data, rb, *f)
+    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body_at, m, k, sb_at, rb, *f)
     return row, work, None, None, (body, sb)
 
 

@@ -43,7 +43,7 @@ class FastState(Protocol):
     l2: np.ndarray  # [words, 8] BF16 bits
     flat: np.ndarray  # l2 as one row of BF16 bits
     cc: np.ndarray  # [fmap, weight][slot][a, b, c]
-    host: Any  # ddr.TrackedDDR (``view`` added to `memory.HostDDR`)
+    host: Any  # ddr.TrackedDDR (``view`` added to `memory.HostDDR`, and ``view_at``)
     limits: Any  # isa.Limits
     profile: str
     backend: str  # "numba" | "numpy"
