@@ -68,5 +68,14 @@ _new, _install = object.__new__, object.__setattr__
 
 
 def make_work(index: int, engine: str, label: str, **fields: object) -> Work:
-    """``Work(index, engine, label, **fields)`` filled as `work_from` does."""
-    return work_from(WORK_DEFAULTS, index=index, engine=engine, label=label, **fields)
+    """``Work(index, engine, label, **fields)`` filled as `work_from` does: `WORK_DEFAULTS` copied, the
+    three required fields and ``fields`` set in it (~1.1 µs against ~2.0 for ``work_from``'s keywords:
+    the fast executors' builds make one per copy and GEMV binding)."""
+    if not PLAIN_WORK:
+        return Work(index, engine, label, **fields)
+    made = WORK_DEFAULTS.copy()
+    made["index"], made["engine"], made["label"] = index, engine, label
+    made.update(fields)
+    w = _new(Work)
+    _install(w, "__dict__", made)
+    return w
