@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import compress
-from operator import attrgetter, eq, is_not, itemgetter, not_
+from operator import attrgetter, is_not, itemgetter, not_
 from typing import Any
 
 import numba as nb
@@ -389,9 +389,12 @@ class TokenTimer:
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         new, was = [works[i] for i in at], [old[i] for i in at]
-        known = map(self._rows_by_id.__contains__, map(id, new))  # (an id kept there is that Work's)
-        kept = map(eq, map(_ranges, new), map(_ranges, was))  # (reads, writes) as before
-        same = [i for i, k, r in zip(at, known, kept, strict=True) if r and not k]
+        # the ranges compared only for the Works not known (an id kept there is that Work's): at a span
+        # bucket switch ~1 900 rows change, every Work remembered by the build ahead, and each
+        # comparison of their (reads, writes) was a deep tuple compare of cold objects
+        unknown = list(compress(zip(at, new, was, strict=True),
+                                map(not_, map(self._rows_by_id.__contains__, map(id, new)))))
+        same = [i for i, w, v in unknown if _ranges(w) == _ranges(v)]  # (reads, writes) as before
         pause()
         if same:
             heads = self._heads(new if len(same) == len(at) else [works[i] for i in same])
