@@ -37,9 +37,7 @@ class TrackedDDR(HostDDR):
     def region_words(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
         """Bytes [addr, addr+n) as (its whole writable region viewed as BF16 words, element offset), or
         None (unmapped, split, read-only, or not at an even offset)."""
-        if addr < 0 or n < 0 or addr + n > self.size:
-            return None
-        hit = self._find(addr, n)
+        hit = self._in_one(addr, n)
         if hit is None or hit[1] % 2 or not (hit[0].flags.writeable and hit[0].flags.c_contiguous):
             return None
         buf, off = hit
@@ -51,9 +49,7 @@ class TrackedDDR(HostDDR):
     def view_at(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
         """`view` and its data address: the region's, kept per region, plus the offset (an array's
         ``ctypes.data`` is ~1.2 µs a call, and a compiled INT4 row takes one per host view it reads)."""
-        if addr < 0 or n < 0 or addr + n > self.size:
-            return None
-        hit = self._find(addr, n)
+        hit = self._in_one(addr, n)
         if hit is None:
             return None
         buf, off = hit
@@ -64,10 +60,14 @@ class TrackedDDR(HostDDR):
 
     def view(self, addr: int, n: int) -> np.ndarray | None:
         """Bytes [addr, addr+n) as a view of one region, or None (unmapped, split, or out of range)."""
-        if addr < 0 or n < 0 or addr + n > self.size:
-            return None
-        hit = self._find(addr, n)
+        hit = self._in_one(addr, n)
         if hit is None:
             return None
         buf, off = hit
         return buf[off: off + n]
+
+    def _in_one(self, addr: int, n: int) -> tuple[np.ndarray, int] | None:
+        """(region buffer, offset) of bytes [addr, addr+n) inside one region, or None."""
+        if addr < 0 or n < 0 or addr + n > self.size:
+            return None
+        return self._find(addr, n)
