@@ -150,7 +150,15 @@ class HostWords:
 # --- weight images ------------------------------------------------------------------------------------
 
 def row_bytes(fmt: str, k: int) -> int:
-    return {"int4": -(-k // 2), "int8": k, "fp16": 2 * k}[fmt]
+    """Bytes of one ``k``-element weight row in ``fmt`` (KeyError for another format). Branches, not a
+    dict made per call: compiled GEMV rows ask for it once per binding."""
+    if fmt == "int4":
+        return -(-k // 2)
+    if fmt == "int8":
+        return k
+    if fmt == "fp16":
+        return 2 * k
+    raise KeyError(fmt)
 
 
 def weight_image(w: np.ndarray, fmt: str = "int4", scales: np.ndarray | None = None) -> bytes:

@@ -33,7 +33,7 @@ from npukit.targets.pccx.fast.fastmat import (
 )
 from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
-from npukit.targets.pccx.memory import FORMAT_CODES
+from npukit.targets.pccx.memory import FORMAT_CODES, row_bytes
 
 _E = 8
 
@@ -216,7 +216,7 @@ def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
     m, n, k, a, hi, lo = f[:6]
     if a != _INT4 or n > 1 or m == 0 or k == 0:
         return kmajor_row(sim, site, f)  # (a K-major image: kind 14, or False)
-    ins, rb = site.ins, -(-k // 2)  # (`memory.row_bytes("int4", k)`, without its dict per call)
+    ins, rb = site.ins, row_bytes("int4", k)
     got = packed_views(sim, site, m, k, (hi << 16) | lo, m, rb)
     if got is None:
         return False
