@@ -69,3 +69,25 @@ def test_non_finite_weights_are_reported():
     wk[9, 3] = 0xFC00  # -Inf in a live row
     assert nk.gemv_km_f16(x, wk, np.zeros(0, np.float32), np.zeros(8, np.uint16), False, q, nk.LUT32,
                           nk.LUT64) == -2
+
+
+def test_kmajor_non_finite_weight_in_a_dead_row_is_not_read():
+    """Only the rows of nonzero activation codes are read (as the reference): a NaN or Inf in a row
+    whose code is zero neither reports nor changes the sums; the same one in a live row reports."""
+    rng = np.random.default_rng(11)
+    k, m = 40, 24
+    w = _fp16_bits(rng, (k, m))
+    x = _bf16(rng, k)
+    x[7] = 0  # row 7's code is zero: a dead row
+    want = nx.to_bits(nx.gemv(w.T.view(np.float16), nx.from_bits(x), fmt="fp16"))
+    for bad in (0x7C00, 0xFC00, 0x7E00, 0xFFFF):
+        wb = w.copy()
+        wb[7, rng.integers(m)] = bad
+        dst = np.zeros(m, np.uint16)
+        q = np.zeros(k + 16, np.int8)
+        live = nk.gemv_km_f16(x, wb, np.zeros(0, np.float32), dst, False, q, nk.LUT32, nk.LUT64)
+        assert q[7] == 0 and live == int(np.count_nonzero(q[:k])) > 0
+        assert np.array_equal(dst, want)
+        wb[int(np.flatnonzero(q[:k])[-1]), m - 1] = bad  # the last weight of the last live row
+        assert nk.gemv_km_f16(x, wb, np.zeros(0, np.float32), np.zeros(m, np.uint16), False, q, nk.LUT32,
+                              nk.LUT64) == -2
