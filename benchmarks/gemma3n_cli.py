@@ -21,6 +21,10 @@ times, each figure the median:
   twice), but what a run itself did, so growth with N outside the loop shows there whatever else
   the machine runs;
 * **driver**: ``decode_s`` of the 2N run per decode step (every program switch included);
+* **CLI window**: ``decode_s`` of the N-token run per decode step: the window of *CLI from the start*
+  (the first decode program and the early switches included) on the process's own clock, so without
+  the other processes' start-up, loading and prompt, whose spread between fresh processes swings the
+  wall difference by ±10 ms a token on a shared host;
 * **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode from the same 4-token
   prompt, marginal s/token the same way, in its own process started with the environment this
   script was given: nothing this process loads or sets (numba's OpenMP runtime and its wait policy,
@@ -210,9 +214,9 @@ def hf_prefill_wall(model: Any, ids: list[int]) -> float:
 def decode_rounds(peer: Peer, mdir: Path, n: int, repeats: int) -> dict[str, list[float]]:
     """Interleaved rounds (the machine's load hits every peer alike); the order of the two CLI runs
     alternates, since the first process after the transformers runs starts slower."""
-    got: dict[str, list[float]] = {k: [] for k in ("cli", "cli_decode", "driver", "transformers",
-                                                     "cli_from_start", "setup_s", "outside_generation_s",
-                                                     "cli_cpu", "cli_from_start_cpu")}
+    got: dict[str, list[float]] = {k: [] for k in ("cli", "cli_decode", "driver", "cli_window",
+                                                     "transformers", "cli_from_start", "setup_s",
+                                                     "outside_generation_s", "cli_cpu", "cli_from_start_cpu")}
     for r in range(repeats):
         if r % 2:
             (w2, j2), (w1, j1) = cli_run(mdir, 2 * n), cli_run(mdir, n)
@@ -225,6 +229,7 @@ def decode_rounds(peer: Peer, mdir: Path, n: int, repeats: int) -> dict[str, lis
         got["cli_cpu"].append((j2["_cpu_s"] - j1["_cpu_s"]) / n)
         got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
         got["driver"].append(figure(j2, "decode_s") / max(j2["stats"]["generated_tokens"] - 1, 1))
+        got["cli_window"].append(figure(j1, "decode_s") / max(j1["stats"]["generated_tokens"] - 1, 1))
         got["transformers"].append((peer.ask(decode=2 * n) - peer.ask(decode=n)) / n)
         for w, j in ((w1, j1), (w2, j2)):
             got["setup_s"].append(j["stats"]["backend"]["setup_seconds"])
@@ -369,8 +374,9 @@ def measured(args: argparse.Namespace, mdir: Path, peer: Peer, n: int) -> dict[s
     floor = image / host_bandwidth()
     res: dict[str, Any] = {
         "shape": {k: v for k, v in vars(args).items() if k != "probe_switch"},
-        "marginal_s_per_token": {k: med[k] for k in ("cli", "cli_decode", "driver", "transformers",
-                                                     "cli_from_start")},
+        "marginal_s_per_token": {k: med[k] for k in ("cli", "cli_decode", "driver", "cli_window",
+                                                     "transformers", "cli_from_start")},
+        "cli_window_vs_transformers": med["transformers"] / med["cli_window"],
         "cli_from_start_vs_transformers": med["transformers"] / med["cli_from_start"],
         "cli_vs_transformers": med["transformers"] / med["cli"],
         "cli_decode_vs_transformers": med["transformers"] / med["cli_decode"],
@@ -382,7 +388,8 @@ def measured(args: argparse.Namespace, mdir: Path, peer: Peer, n: int) -> dict[s
         "setup_s": med["setup_s"], "outside_generation_s": med["outside_generation_s"],
         "cli_cpu_s_per_token": {"marginal": med["cli_cpu"], "from_start": med["cli_from_start_cpu"],
                                 "note": "the CLI processes' own CPU time (all threads), same differences"},
-        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "cli_from_start", "transformers",
+        "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "cli_from_start", "cli_window",
+                                                   "transformers",
                                                    "cli_cpu", "cli_from_start_cpu")}}
     probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
     for name in ("", "_cpu"):  # wall time, and the process's CPU time (steadier on a shared machine)
@@ -409,7 +416,8 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> str:
              f"driver {res['driver_vs_transformers']:.2f}x transformers",
              f"  CLI from the first decode token (N-token run less a 1-token run, first steps and "
              f"switches included) {m['cli_from_start']:.1f} ms/tok -> "
-             f"{res['cli_from_start_vs_transformers']:.2f}x",
+             f"{res['cli_from_start_vs_transformers']:.2f}x; the same window on the N-token run's own "
+             f"clock {m['cli_window']:.1f} ms/tok -> {res['cli_window_vs_transformers']:.2f}x",
              f"  CLI processes' own CPU time (all threads; steadier where other work shares the cores): "
              f"{res['cli_cpu_s_per_token']['marginal'] * 1e3:.1f} ms/tok marginal, "
              f"{res['cli_cpu_s_per_token']['from_start'] * 1e3:.1f} from the first decode token",

@@ -20,6 +20,9 @@ def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
     assert res["driver_vs_transformers"] == pytest.approx(m["transformers"] / m["driver"])
     assert res["cli_vs_transformers"] == pytest.approx(m["transformers"] / m["cli"])
     assert res["cli_from_start_vs_transformers"] == pytest.approx(m["transformers"] / m["cli_from_start"])
+    # the window on the N-token run's own clock: its decode_s over its N - 1 decode steps
+    assert res["cli_window_vs_transformers"] == pytest.approx(m["transformers"] / m["cli_window"])
+    assert len(res["rounds_s_per_token"]["cli_window"]) == 1 and m["cli_window"] > 0
     assert res["host_floor_s_per_token"] > 0
     assert res["cli_decode_over_floor"] == pytest.approx(m["cli_decode"] / res["host_floor_s_per_token"])
     assert 0 < res["setup_s"] < res["outside_generation_s"]
