@@ -389,8 +389,7 @@ def measured(args: argparse.Namespace, mdir: Path, peer: Peer, n: int) -> dict[s
         "cli_cpu_s_per_token": {"marginal": med["cli_cpu"], "from_start": med["cli_from_start_cpu"],
                                 "note": "the CLI processes' own CPU time (all threads), same differences"},
         "rounds_s_per_token": {k: got[k] for k in ("cli", "cli_decode", "cli_from_start", "cli_window",
-                                                   "transformers",
-                                                   "cli_cpu", "cli_from_start_cpu")}}
+                                                   "transformers", "cli_cpu", "cli_from_start_cpu")}}
     probes = [switch_run(mdir, 2 * n + len(PROMPT)) for _ in range(args.repeats)]
     for name in ("", "_cpu"):  # wall time, and the process's CPU time (steadier on a shared machine)
         ms = [p[f"switch{name}_ms"] for p in probes if p[f"switch{name}_ms"] is not None]
