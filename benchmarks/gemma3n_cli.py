@@ -137,6 +137,11 @@ def figure(out: dict, name: str) -> float:
     return out["stats"]["figures"][name]["value"]
 
 
+def per_decode_step(out: dict) -> float:
+    """A run's ``decode_s`` per decode step (its first token comes from the prompt, not a step)."""
+    return figure(out, "decode_s") / max(out["stats"]["generated_tokens"] - 1, 1)
+
+
 def outside_generation(wall: float, out: dict) -> float:
     """Process start, imports, loading and setup: what a run spends before and after generating."""
     return wall - figure(out, "prefill_s") - figure(out, "decode_s")
@@ -228,8 +233,8 @@ def decode_rounds(peer: Peer, mdir: Path, n: int, repeats: int) -> dict[str, lis
         got["cli_from_start_cpu"].append((j1["_cpu_s"] - j0["_cpu_s"]) / (n - 1))
         got["cli_cpu"].append((j2["_cpu_s"] - j1["_cpu_s"]) / n)
         got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
-        got["driver"].append(figure(j2, "decode_s") / max(j2["stats"]["generated_tokens"] - 1, 1))
-        got["cli_window"].append(figure(j1, "decode_s") / max(j1["stats"]["generated_tokens"] - 1, 1))
+        got["driver"].append(per_decode_step(j2))
+        got["cli_window"].append(per_decode_step(j1))
         got["transformers"].append((peer.ask(decode=2 * n) - peer.ask(decode=n)) / n)
         for w, j in ((w1, j1), (w2, j2)):
             got["setup_s"].append(j["stats"]["backend"]["setup_seconds"])
