@@ -370,3 +370,49 @@ def test_one_compiled_pass_links_and_derives_for_every_run_of_a_decode():
     for i, (rec, works) in enumerate(zip(drv.records[-len(runs):], runs, strict=True)):
         assert rec.cycles == simulate_works(drv.hw, works, renumber=True).cycles, f"decode run {i}"
     drv.close()
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_runs_of_mostly_new_works_take_their_rows_from_the_works(monkeypatch, lean):
+    """`BULK_ROWS` lowered so that the small model's programs take the bulk paths (a 512-token prompt's
+    chunks do at the default): a new program whose Works are mostly unseen is built from them
+    (`_direct`), a run whose Works are mostly new is patched from them (`_patch_bulk`), once with the
+    store's ranges wider than the columns (the columns made again), and every run times as the readable
+    model does, its full schedule too."""
+    from npukit.targets.pccx import timing_token as tt
+
+    monkeypatch.setattr(tt, "BULK_ROWS", 8)
+    calls = {"direct": 0, "bulk": 0}
+    real_direct, real_bulk = tt.TokenTimer._direct, tt.TokenTimer._patch_bulk
+    monkeypatch.setattr(tt.TokenTimer, "_direct",
+                        lambda self, w: calls.__setitem__("direct", calls["direct"] + 1) or real_direct(self, w))
+    monkeypatch.setattr(tt.TokenTimer, "_patch_bulk", lambda self, p, w, at: calls.__setitem__(
+        "bulk", calls["bulk"] + 1) or real_bulk(self, p, w, at))
+    store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
+    drv = PccxDriver(executor="fast").open().load(store).kv_init("fp16").start()
+    drv.timer.lean = lean
+    m = machine(drv.hw)
+    drv.prefill([2, 3, 5, 7])
+    chunk = list(drv.last_works)  # the prompt program's Works: new copies make its next run mostly new
+    widest = max(max(len(w.reads) for w in chunk), max(len(w.writes) for w in chunk))
+    drv.timer._store.widen(widest + 1, widest + 1)  # (the columns' widths are behind the store's now)
+    import dataclasses
+
+    moved = chunk[1:] + chunk[:1]  # (the third run: each op takes the next one's ranges, new hazards)
+    for again in (1, 2, 3):
+        copies = [dataclasses.replace(w, **({} if again < 3 else {"reads": v.reads, "writes": v.writes}))
+                  for w, v in zip(chunk, moved, strict=True)]
+        run = drv.timer.time(copies)
+        want = Sim(m, to_ops(drv.hw, copies, _OpRecord, renumber=True)).run()
+        assert run.cycles == want.cycles, f"prompt program again, {again}"
+        if not lean:
+            assert dump(run.result()) == dump(want)
+    tok = 11
+    for i in range(10):  # spans grow past the sliding window; the full-attention bucket changes
+        drv.step(tok)
+        want = Sim(m, to_ops(drv.hw, drv.last_works, _OpRecord, renumber=True)).run()
+        assert drv.records[-1].cycles == want.cycles, f"decode run {i}"
+        if not lean and i in (0, 5, 9):
+            assert dump(drv.records[-1].timing) == dump(want), f"decode run {i}"
+        tok = (tok * 7 + 3) % 96
+    assert calls["direct"] >= 3 and calls["bulk"] >= 2

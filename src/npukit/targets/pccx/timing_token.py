@@ -40,6 +40,13 @@ compile_report.install()  # first-run compiles are announced, never silent
 
 _MAT, _SFU, _OTHER = 0, 1, 2
 _MAX_ROWS = 1 << 17  # Work rows kept (by identity); cleared when exceeded
+# A program of at least this many ops whose Works are mostly new — a prompt chunk's first run, or its
+# run after a span-bucket switch moved its on-chip layout (60 000-80 000 of a 512-token prompt's
+# 83 500-op chunks) — takes its rows straight from its Works (`TokenTimer._direct`: numbers by content,
+# ranges packed in one pass), kept in no per-Work store: through the store (ids, slots, a range compare
+# per Work, then a gather) such a run cost 0.34-0.64 s against ~0.15 (hidden 1024). A decode token's
+# program (~2 600 ops) is below it: its Works recur (built ahead, `remember`), the store serves them.
+BULK_ROWS = 4096
 
 
 class TimedRun:
@@ -366,15 +373,30 @@ class TokenTimer:
         return self._table[np.array(at, np.int64)]
 
     def _build(self, works: list[Work]) -> _Program:
-        at = np.array(self._rows(works), np.int64)
-        st, n = self._store, len(works)
-        num = np.ascontiguousarray(st.num[at].T)  # (each column a contiguous array, as numba's loop takes)
+        n = len(works)
+        if n >= BULK_ROWS and 2 * sum(map(self._rows_by_id.__contains__, map(id, works))) < n:
+            heads, rd, nrd, wr, nwr = self._direct(works)
+        else:
+            at = np.array(self._rows(works), np.int64)
+            st = self._store
+            heads, rd, nrd, wr, nwr = st.num[at], st.rd[at], st.nrd[at], st.wr[at], st.nwr[at]
+        num = np.ascontiguousarray(heads.T)  # (each column a contiguous array, as numba's loop takes)
         i64 = np.int64
         cols = timing_fast.Columns(
             num[0].astype(i64), num[1], num[2], num[3], num[5], num[4].astype(i64), num[6].astype(i64),
-            num[7], np.full(n, -1, i64), num[9], np.zeros(n), num[8] != 0, st.rd[at], st.nrd[at], st.wr[at],
-            st.nwr[at])
+            num[7], np.full(n, -1, i64), num[9], np.zeros(n), num[8] != 0, rd, nrd, wr, nwr)
         return _Program(works, cols, num[10].astype(i64), num[11].astype(i64))
+
+    def _direct(self, works: list[Work]) -> tuple[np.ndarray, ...]:
+        """The rows of ``works`` made from the Works themselves (`BULK_ROWS`), in the store's layout: their
+        numbers (`_heads`, by content) and their ranges padded to the store's widths, which widen to
+        theirs (so later runs patched through the store keep these columns)."""
+        reads, writes = list(map(_reads, works)), list(map(_writes, works))
+        st = self._store
+        st.widen(max(map(len, reads), default=0), max(map(len, writes), default=0))
+        rd, nrd = timing_fast.range_columns(reads, st.rd.shape[1])
+        wr, nwr = timing_fast.range_columns(writes, st.wr.shape[1])
+        return self._heads(works), rd, nrd, wr, nwr
 
     def _patch(self, prog: _Program, works: list[Work], pause: Callable[[], None]) -> None:
         """Rewrite the rows whose Work changed since this program length's last run (a few hundred of
@@ -386,6 +408,9 @@ class TokenTimer:
         if not at:
             return
         pause()
+        if len(at) >= BULK_ROWS and 2 * len(at) >= len(works):  # most rows new: from the Works themselves
+            self._patch_bulk(prog, works, at)
+            return
         # a Work not seen before with its position's ranges (a span-grown GEMV: a new record each token,
         # never seen again) takes only its numbers (by content); the others their rows (`_rows`)
         new, was = [works[i] for i in at], [old[i] for i in at]
@@ -413,6 +438,21 @@ class TokenTimer:
         _put_numbers(prog, changed, st.num[slots].T)
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+
+
+    def _patch_bulk(self, prog: _Program, works: list[Work], at: list[int]) -> None:
+        """`_patch` for a run whose Works are mostly new (`BULK_ROWS`): the rows at positions ``at`` made
+        from their Works (`_direct`), written in place; the columns made again where the store's
+        widths grew since they were."""
+        heads, rd, nrd, wr, nwr = self._direct([works[i] for i in at])
+        c = prog.cols
+        if rd.shape[1] != c.rd.shape[1] or wr.shape[1] != c.wr.shape[1]:
+            fresh = self._build(works)
+            prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
+            return
+        changed = np.array(at, np.int64)
+        _put_numbers(prog, changed, heads.T)
+        c.rd[changed], c.nrd[changed], c.wr[changed], c.nwr[changed] = rd, nrd, wr, nwr
 
 
 def _go_on() -> None:
@@ -470,15 +510,20 @@ class _RowStore:
             self.num = _grown(self.num, cap)
             self.nrd, self.nwr = _grown(self.nrd, cap), _grown(self.nwr, cap)
             self.rd, self.wr = _grown(self.rd, cap), _grown(self.wr, cap)
-        if rd.shape[1] > self.rd.shape[1]:
-            self.rd = _widened(self.rd, rd.shape[1])
-        if wr.shape[1] > self.wr.shape[1]:
-            self.wr = _widened(self.wr, wr.shape[1])
+        self.widen(rd.shape[1], wr.shape[1])
         self.num[first:first + k] = heads
         self.rd[first:first + k, :rd.shape[1]], self.nrd[first:first + k] = rd, nrd
         self.wr[first:first + k, :wr.shape[1]], self.nwr[first:first + k] = wr, nwr
         self.n = first + k
         return first
+
+
+    def widen(self, reads: int, writes: int) -> None:
+        """Room for ``reads`` read and ``writes`` write ranges a row (the rows kept, zeros after them)."""
+        if reads > self.rd.shape[1]:
+            self.rd = _widened(self.rd, reads)
+        if writes > self.wr.shape[1]:
+            self.wr = _widened(self.wr, writes)
 
 
 def _grown(a: np.ndarray, rows: int) -> np.ndarray:
