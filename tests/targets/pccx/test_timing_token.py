@@ -382,12 +382,15 @@ def test_runs_of_mostly_new_works_take_their_rows_from_the_works(monkeypatch, le
     from npukit.targets.pccx import timing_token as tt
 
     monkeypatch.setattr(tt, "BULK_ROWS", 8)
-    calls = {"direct": 0, "bulk": 0}
-    real_direct, real_bulk = tt.TokenTimer._direct, tt.TokenTimer._patch_bulk
-    monkeypatch.setattr(tt.TokenTimer, "_direct",
-                        lambda self, w: calls.__setitem__("direct", calls["direct"] + 1) or real_direct(self, w))
-    monkeypatch.setattr(tt.TokenTimer, "_patch_bulk", lambda self, p, w, at: calls.__setitem__(
-        "bulk", calls["bulk"] + 1) or real_bulk(self, p, w, at))
+    calls = {"_direct": 0, "_patch_bulk": 0}
+    for name in calls:
+        real = getattr(tt.TokenTimer, name)
+
+        def counted(self, *args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(self, *args)
+
+        monkeypatch.setattr(tt.TokenTimer, name, counted)
     store = Int4Store(synthetic_weights(Gemma3nConfig.from_hf(CFG), seed=7))
     drv = PccxDriver(executor="fast").open().load(store).kv_init("fp16").start()
     drv.timer.lean = lean
@@ -415,4 +418,4 @@ def test_runs_of_mostly_new_works_take_their_rows_from_the_works(monkeypatch, le
         if not lean and i in (0, 5, 9):
             assert dump(drv.records[-1].timing) == dump(want), f"decode run {i}"
         tok = (tok * 7 + 3) % 96
-    assert calls["direct"] >= 3 and calls["bulk"] >= 2
+    assert calls["_direct"] >= 3 and calls["_patch_bulk"] >= 2
