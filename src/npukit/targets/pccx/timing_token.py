@@ -439,7 +439,6 @@ class TokenTimer:
         c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
         c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
 
-
     def _patch_bulk(self, prog: _Program, works: list[Work], at: list[int]) -> None:
         """`_patch` for a run whose Works are mostly new (`BULK_ROWS`): the rows at positions ``at`` made
         from their Works (`_direct`), written in place; the columns made again where the store's
