@@ -7,7 +7,9 @@ program length, finds the positions whose Work object changed (an identity test 
 only those rows (each Work's row cached by identity) and recomputes the GEMV→SFU FIFO links (a
 sequential rule, compiled) before running the compiled loop on the program's kept `timing_job.Job`,
 which resumes from the state it kept before the first changed op where the rows before it are as in
-its last run. All of it runs in line (the default) or on a timing thread beside the executor's next
+its last run. A long program whose Works are mostly new (a prompt chunk's first run, or its run after a
+span-bucket switch moved its layout) takes those rows from the Works themselves instead (`BULK_ROWS`).
+All of it runs in line (the default) or on a timing thread beside the executor's next
 run (``background``; `TokenTimer._timed`), the cycles then coming back when that is done. The
 `TimingResult` (trace, utilisation) is built only for the runs
 that ask for it (`TimedRun.result`), from `to_ops` on the kept Works — the same records the readable
