@@ -518,7 +518,6 @@ class _RowStore:
         self.n = first + k
         return first
 
-
     def widen(self, reads: int, writes: int) -> None:
         """Room for ``reads`` read and ``writes`` write ranges a row (the rows kept, zeros after them)."""
         if reads > self.rd.shape[1]:
