@@ -379,9 +379,7 @@ class TokenTimer:
         if n >= BULK_ROWS and 2 * sum(map(self._rows_by_id.__contains__, map(id, works))) < n:
             heads, rd, nrd, wr, nwr = self._direct(works)
         else:
-            at = np.array(self._rows(works), np.int64)
-            st = self._store
-            heads, rd, nrd, wr, nwr = st.num[at], st.rd[at], st.nrd[at], st.wr[at], st.nwr[at]
+            heads, rd, nrd, wr, nwr = self._store.rows(np.array(self._rows(works), np.int64))
         num = np.ascontiguousarray(heads.T)  # (each column a contiguous array, as numba's loop takes)
         i64 = np.int64
         cols = timing_fast.Columns(
@@ -430,22 +428,20 @@ class TokenTimer:
             if len(same) == len(at):
                 return
             at = sorted(set(at).difference(same))
-        changed = np.array(at, np.int64)
         slots = np.array(self._rows([works[i] for i in at]), np.int64)
-        c, st = prog.cols, self._store
-        if st.rd.shape[1] != c.rd.shape[1] or st.wr.shape[1] != c.wr.shape[1]:
-            fresh = self._build(works)  # the store's ranges widened: the columns again
-            prog.cols, prog.kind, prog.sfu = fresh.cols, fresh.kind, fresh.sfu
-            return
-        _put_numbers(prog, changed, st.num[slots].T)
-        c.rd[changed], c.nrd[changed] = st.rd[slots], st.nrd[slots]
-        c.wr[changed], c.nwr[changed] = st.wr[slots], st.nwr[slots]
+        self._put_rows(prog, works, at, self._store.rows(slots))
 
     def _patch_bulk(self, prog: _Program, works: list[Work], at: list[int]) -> None:
         """`_patch` for a run whose Works are mostly new (`BULK_ROWS`): the rows at positions ``at`` made
-        from their Works (`_direct`), written in place; the columns made again where the store's
-        widths grew since they were."""
-        heads, rd, nrd, wr, nwr = self._direct([works[i] for i in at])
+        from their Works (`_direct`)."""
+        self._put_rows(prog, works, at, self._direct([works[i] for i in at]))
+
+    def _put_rows(self, prog: _Program, works: list[Work], at: list[int],
+                  rows: tuple[np.ndarray, ...]) -> None:
+        """Write ``rows`` (numbers, ranges and counts: `_RowStore.rows` or `_direct`) at positions ``at`` of
+        ``prog``'s columns; where their range widths are not the columns' (the store's widened since the
+        columns were made), the columns are made again from ``works`` instead."""
+        heads, rd, nrd, wr, nwr = rows
         c = prog.cols
         if rd.shape[1] != c.rd.shape[1] or wr.shape[1] != c.wr.shape[1]:
             fresh = self._build(works)
@@ -517,6 +513,10 @@ class _RowStore:
         self.wr[first:first + k, :wr.shape[1]], self.nwr[first:first + k] = wr, nwr
         self.n = first + k
         return first
+
+    def rows(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The rows at ``slots``: numbers, read ranges and counts, write ranges and counts (copies)."""
+        return self.num[slots], self.rd[slots], self.nrd[slots], self.wr[slots], self.nwr[slots]
 
     def widen(self, reads: int, writes: int) -> None:
         """Room for ``reads`` read and ``writes`` write ranges a row (the rows kept, zeros after them)."""
