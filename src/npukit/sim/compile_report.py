@@ -17,6 +17,7 @@ import time
 from numba.core import event
 
 from npukit import progress
+from npukit.sim import numba_blas
 
 
 class CompileReporter(event.Listener):
@@ -81,6 +82,7 @@ def install() -> CompileReporter:
     if _REPORTER is None:
         _REPORTER = CompileReporter()
         event.register("numba:compile", _REPORTER)
+        numba_blas.defer_probe()  # (before any kernel loads: numba's BLAS probe then imports no SciPy)
     return _REPORTER
 
 
