@@ -28,7 +28,6 @@ from npukit import hw as hwmod
 from npukit.errors import ConfigError, ModelError
 from npukit.evidence import Ledger, Tier
 from npukit.runtime.backends import register_backend
-from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.gemma3n_quant import KV_FORMATS
 from npukit.targets.pccx.gemma3n_quant.cache import load_store
 from npukit.targets.pccx.kv_ring import ring_size
@@ -48,6 +47,8 @@ class Gemma3nPccx:
                  trace: str | None = None, executor: str = "fast", profile: str = "extended",
                  prefill: str = "gemm") -> None:
         t0 = time.perf_counter()
+        from npukit.targets.pccx.driver import PccxDriver  # (numba and the compiler: not for --help)
+
         if prefill not in PREFILL_MODES:
             raise ConfigError(f"unknown prefill mode {prefill!r} (known: {', '.join(PREFILL_MODES)})")
         self.prefill_mode = prefill
