@@ -46,9 +46,11 @@ class Gemma3nPccx:
                  kv_max_tokens: int | None = None, kv_sink: int | None = None, kv_window: int | None = None,
                  trace: str | None = None, executor: str = "fast", profile: str = "extended",
                  prefill: str = "gemm") -> None:
-        t0 = time.perf_counter()
-        from npukit.targets.pccx.driver import PccxDriver  # (numba and the compiler: not for --help)
+        # imported here, not at the top: listing the targets (every `npukit generate`) must not import
+        # numba and the compiler; before t0, so ``setup_s`` keeps counting the setup alone, as before
+        from npukit.targets.pccx.driver import PccxDriver
 
+        t0 = time.perf_counter()
         if prefill not in PREFILL_MODES:
             raise ConfigError(f"unknown prefill mode {prefill!r} (known: {', '.join(PREFILL_MODES)})")
         self.prefill_mode = prefill
