@@ -57,8 +57,9 @@ class _DeferredProbe(importlib.abc.MetaPathFinder):
                 run_body(module)
             finally:
                 linalg.ensure_blas = real
+                vars(loader).pop("exec_module", None)  # the loader's own method again
 
-        loader.exec_module = exec_module  # (this spec's own loader object: no other module shares it)
+        loader.exec_module = exec_module  # (on this loader object only, for this one load)
         return spec
 
 
