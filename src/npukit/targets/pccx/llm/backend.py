@@ -18,8 +18,7 @@ from npukit import hw as hwmod
 from npukit.evidence import Ledger, Tier
 from npukit.models.llm.config import ARCHITECTURES
 from npukit.runtime.backends import ModelBackend, register_backend
-from npukit.targets.pccx.llm.model import KV_MODES, LlmW4A8
-from npukit.targets.pccx.llm.offload import LlmPccxOffload
+from npukit.targets.pccx.memory import KV_FORMATS as KV_MODES  # (the model's own check reads the same)
 
 DEFAULT_HW = "pccx-v002-kv260"
 
@@ -28,6 +27,8 @@ class LlmQuant(ModelBackend):
     target = "quant"
 
     def __init__(self, model: Any, kv: str = "fp16") -> None:
+        from npukit.targets.pccx.llm.model import LlmW4A8  # (here: listing the targets imports no model)
+
         self.model = model
         self.ref = LlmW4A8(model.weights, kv=kv)
         self.kv = kv
@@ -41,6 +42,8 @@ class LlmPccx(ModelBackend):
 
     def __init__(self, model: Any, kv: str = "fp16", hw: str | None = None, overrides: Sequence[str] = ()
                  ) -> None:
+        from npukit.targets.pccx.llm.offload import LlmPccxOffload  # (as `LlmQuant`'s import)
+
         self.model = model
         self.hw_name, self.overrides = hw or DEFAULT_HW, list(overrides or ())
         self.ref = LlmPccxOffload(model.weights, hwmod.load_hw(self.hw_name, self.overrides, expect="pccx"),

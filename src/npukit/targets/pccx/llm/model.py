@@ -23,9 +23,9 @@ from npukit.models.llm.weights import LlmWeights, unpermute_rows
 from npukit.targets.pccx.llm.calibration import CalibrationUnavailable, calibrated_matrices, needs_gptq
 from npukit.targets.pccx.llm.policy import POLICIES, permute_rows, policy_matrix
 from npukit.targets.pccx.llm.w4a8 import GroupedMatrix, bf16_f32, grouped_gemm, relative_error
-from npukit.targets.pccx.memory import kv_quantize
+from npukit.targets.pccx.memory import KV_FORMATS, kv_quantize
 
-KV_MODES = ("fp16", "int8", "int4")
+KV_MODES = KV_FORMATS  # the pccx KV formats (`memory.KV_FORMATS`)
 DEFAULT_KEEP_INT8 = ("embed",)  # the ablation's costliest class (docs/models.md)
 DEFAULT_KV_GROUP = 32
 # GGUF tensor name part -> tensor class (the unit of the error report and of the INT8 ablation)
