@@ -68,8 +68,10 @@ _FINDER = _DeferredProbe()
 
 def defer_probe() -> bool:
     """Install the hook unless ``numba.np.arraymath`` is loaded already (idempotent). True if installed."""
-    if _TARGET in sys.modules or _FINDER in sys.meta_path:
-        return _FINDER in sys.meta_path
+    if _FINDER in sys.meta_path:
+        return True
+    if _TARGET in sys.modules:  # (numba has probed already: nothing left to defer)
+        return False
     sys.meta_path.insert(0, _FINDER)
     return True
 
