@@ -26,7 +26,10 @@ times, each figure the median:
   the other processes' start-up, loading and prompt, whose spread between fresh processes swings the
   wall difference by ±10 ms a token on a shared host;
 * **transformers**: ``Gemma3nForCausalLM`` fp32 eager, KV-cached decode from the same 4-token
-  prompt, marginal s/token the same way, in its own process started with the environment this
+  prompt, marginal s/token: steps N to 2N − 1 of one 2N-token run, each step timed (what
+  wall(2N) − wall(N) measures, inside one run, so two runs' spread cannot make it negative: it did,
+  −9.9 ms, at hidden 256 on a loaded CI machine), after one untimed 2N-token run (every cache
+  length's first call, as the CLI's warm-up run), in its own process started with the environment this
   script was given: nothing this process loads or sets (numba's OpenMP runtime and its wait policy,
   which a torch loaded here would share) reaches it (measured at hidden 1024, the passive wait
   policy npukit used to set for every process made transformers 40% slower);
@@ -158,13 +161,22 @@ class Peer:
                                      text=True, env=USER_ENV)
 
     def ask(self, **request: Any) -> float:
+        """The wall time of one request: {"decode": N} or {"prefill": [ids]}."""
+        return float(self.reply(request)["wall_s"])
+
+    def marginal(self, n: int) -> float:
+        """s/token of steps N to 2N − 1 of one 2N-token decode run."""
+        steps = self.reply({"decode": 2 * n})["steps_s"]
+        return sum(steps[n:]) / n
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the transformers process ended (exit {self.proc.wait()})")
-        return float(json.loads(line)["wall_s"])
+        return json.loads(line)
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -180,29 +192,33 @@ def serve_peer(model_dir: str, threads: int) -> int:
     torch.set_num_threads(threads)
     model = Gemma3nForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
                                                attn_implementation="eager").eval()
-    hf_decode_wall(model, 2)  # (first calls allocate)
+    hf_decode_steps(model, 2)  # (first calls allocate)
     for line in sys.stdin:
         req = json.loads(line)
         if "decode" in req:
-            wall = hf_decode_wall(model, req["decode"])
+            steps = hf_decode_steps(model, req["decode"])
+            reply = {"wall_s": sum(steps), "steps_s": steps}
         else:
-            wall = hf_prefill_wall(model, req["prefill"])
-        print(json.dumps({"wall_s": wall}), flush=True)
+            reply = {"wall_s": hf_prefill_wall(model, req["prefill"])}
+        print(json.dumps(reply), flush=True)
     return 0
 
 
-def hf_decode_wall(model: Any, tokens: int) -> float:
+def hf_decode_steps(model: Any, tokens: int) -> list[float]:
+    """The wall time of each of ``tokens`` KV-cached steps from `PROMPT` (the first is the prompt's)."""
     import torch
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
     tok = torch.tensor([list(PROMPT)])
-    t0 = time.perf_counter()
+    steps = []
     with torch.no_grad():
         for _ in range(tokens):
+            t0 = time.perf_counter()
             out = model(input_ids=tok, past_key_values=cache, use_cache=True)
             tok = out.logits[:, -1:].argmax(-1)
-    return time.perf_counter() - t0
+            steps.append(time.perf_counter() - t0)
+    return steps
 
 
 def hf_prefill_wall(model: Any, ids: list[int]) -> float:
@@ -235,7 +251,7 @@ def decode_rounds(peer: Peer, mdir: Path, n: int, repeats: int) -> dict[str, lis
         got["cli_decode"].append((figure(j2, "decode_s") - figure(j1, "decode_s")) / n)
         got["driver"].append(per_decode_step(j2))
         got["cli_window"].append(per_decode_step(j1))
-        got["transformers"].append((peer.ask(decode=2 * n) - peer.ask(decode=n)) / n)
+        got["transformers"].append(peer.marginal(n))
         for w, j in ((w1, j1), (w2, j2)):
             got["setup_s"].append(j["stats"]["backend"]["setup_seconds"])
             got["outside_generation_s"].append(outside_generation(w, j))
@@ -364,6 +380,7 @@ def measure(args: argparse.Namespace, mdir: Path) -> dict[str, Any]:
     cli_run(mdir, 2 * n)  # warm-up: INT4 image and programs cached, as for a user's second run
     peer = Peer(mdir, args.threads)
     try:
+        peer.ask(decode=2 * n)  # its warm-up: every cache length's first call, as the CLI's run above
         return measured(args, mdir, peer, n)
     finally:
         peer.close()

@@ -44,3 +44,20 @@ def test_reports_every_figure_with_the_machine(capsys, load_benchmark):
     assert cpu["from_start"] == pytest.approx(rounds["cli_from_start_cpu"][0])
     args = mod.parse(["--hidden", "256"])
     assert f"{cpu['marginal'] * 1e3:.1f} ms/tok marginal" in mod.summary(args, res | {"machine": "CPU x"})
+
+
+def test_transformers_marginal_is_the_second_half_of_one_run(load_benchmark):
+    """transformers' marginal s/token: steps N to 2N − 1 of one 2N-token run, each timed, so the spread
+    between two runs cannot make it negative (a difference of two runs' walls came out −9.9 ms in CI)."""
+    mod = load_benchmark("gemma3n_cli")
+    peer = object.__new__(mod.Peer)  # no child process: its replies are given
+    asked = []
+
+    def reply(request):
+        asked.append(request)
+        return {"wall_s": 15.0, "steps_s": [9.0, 1.0, 1.0, 2.0, 3.0, 4.0]}
+
+    peer.reply = reply
+    assert peer.marginal(3) == pytest.approx(3.0)
+    assert asked == [{"decode": 6}]
+    assert peer.ask(decode=6) == 15.0
