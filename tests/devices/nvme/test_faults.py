@@ -42,12 +42,36 @@ def _reset(s: socket.socket) -> None:
     s.close()
 
 
+def _connects_within(port: int, owner, qid: int, seconds: float) -> bool:
+    """Whether a raw Connect as I/O queue ``qid`` succeeds within ``seconds`` (the target frees a
+    vanished queue's QID once its worker has seen the FIN or RST: a loaded machine may take longer
+    than the test's sleep)."""
+    end = time.monotonic() + seconds
+    while True:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            s.sendall(fuzz.icreq())
+            read_pdu(s)
+            s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid))
+            resp = read_pdu(s)
+        except ConnectionError:
+            resp = b"\xff"  # refused by closing: try again
+        finally:
+            s.close()
+        if resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("how", ["fin", "rst"])
 def test_host_vanishing_mid_write_leaves_the_blocks_as_they_were(server, how):
     before = os.urandom(128 * 1024)
     with NvmeTcpHost("127.0.0.1", server.port, NQN, io_queues=1) as h, _owner(server.port) as owner:
         h.write(1000, before)
         s = raw_io_queue(server.port, owner, qid=2)
+        assert not _connects_within(server.port, owner, qid=2, seconds=0.0)  # taken while it lives
         s.sendall(b"".join(pdu.capsule_cmd(fuzz._sqe(0x01, 9, 1, {10: 1000, 12: 255}, sgl_len=128 * 1024))))
         r2t = read_pdu(s)
         assert r2t[0] == pdu.PduType.R2T
@@ -58,8 +82,7 @@ def test_host_vanishing_mid_write_leaves_the_blocks_as_they_were(server, how):
         _reset(s) if how == "rst" else s.close()
         time.sleep(0.3)
         assert h.read(1000, 256) == before
-        again = raw_io_queue(server.port, owner, qid=2)  # the vanished queue's QID is free again
-        again.close()
+        assert _connects_within(server.port, owner, qid=2, seconds=10.0)  # the vanished queue's QID is free
     assert server.alive()
 
 

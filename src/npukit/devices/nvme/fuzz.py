@@ -211,7 +211,8 @@ class Outcome:
 def exchange(port: int, stream: list[bytes], *, expect: int | None = None, idle: float = IDLE_S,
              deadline: float = CASE_DEADLINE_S) -> Outcome:
     """Send ``stream`` while reading replies; stop at EOF, after ``expect`` CapsuleResps, or when the
-    target has been silent for ``idle`` seconds after everything was sent."""
+    target has been silent for ``idle`` seconds after everything was sent. With ``expect``, silence
+    never ends the wait (only ``deadline`` does): a loaded machine may pause a reply past ``idle``."""
     out = Outcome()
     data = memoryview(b"".join(stream))
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -226,7 +227,7 @@ def exchange(port: int, stream: list[bytes], *, expect: int | None = None, idle:
             if now - start > deadline:
                 out.timed_out = True
                 break
-            if sent >= len(data) and now - last > (5.0 if out.term else idle):
+            if expect is None and sent >= len(data) and now - last > (5.0 if out.term else idle):
                 break  # after a C2HTermReq the target must close: give it time to
             if expect is not None and len(out.statuses) >= expect:
                 break
