@@ -192,7 +192,6 @@ def serve_peer(model_dir: str, threads: int) -> int:
     torch.set_num_threads(threads)
     model = Gemma3nForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
                                                attn_implementation="eager").eval()
-    hf_decode_steps(model, 2)  # (first calls allocate)
     for line in sys.stdin:
         req = json.loads(line)
         if "decode" in req:

@@ -59,14 +59,26 @@ def read_ready_line(proc: subprocess.Popen, timeout: float = 60.0) -> dict:
     return json.loads(line)
 
 
+def io_queue_connect(port: int, owner: NvmeTcpHost, qid: int,
+                     nqn: str = fuzz.GUEST_NQN) -> tuple[socket.socket, bool]:
+    """A raw socket that sent a Connect as I/O queue ``qid`` of ``owner``'s association, and whether the
+    target accepted it (a CapsuleResp with status 0)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(fuzz.icreq())
+        read_pdu(s)
+        s.sendall(fuzz.connect_pdu(qid, owner.cntlid, nqn, owner.hostnqn, owner.hostid))
+        resp = read_pdu(s)
+    except BaseException:
+        s.close()
+        raise
+    return s, resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0
+
+
 def raw_io_queue(port: int, owner: NvmeTcpHost, qid: int, nqn: str = fuzz.GUEST_NQN) -> socket.socket:
     """A raw socket connected as I/O queue ``qid`` of ``owner``'s association (Connect checked)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(fuzz.icreq())
-    read_pdu(s)
-    s.sendall(fuzz.connect_pdu(qid, owner.cntlid, nqn, owner.hostnqn, owner.hostid))
-    resp = read_pdu(s)
-    assert resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0
+    s, accepted = io_queue_connect(port, owner, qid, nqn)
+    assert accepted
     return s
 
 

@@ -16,7 +16,7 @@ from npukit.devices.nvme import fuzz, pdu
 from npukit.devices.nvme.client import NvmeTcpHost
 from npukit.devices.nvme.command import Command
 
-from .conftest import raw_io_queue, read_pdu
+from .conftest import io_queue_connect, raw_io_queue, read_pdu
 
 NQN = fuzz.GUEST_NQN
 
@@ -48,17 +48,12 @@ def _connects_within(port: int, owner, qid: int, seconds: float) -> bool:
     than the test's sleep)."""
     end = time.monotonic() + seconds
     while True:
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
-            s.sendall(fuzz.icreq())
-            read_pdu(s)
-            s.sendall(fuzz.connect_pdu(qid, owner.cntlid, NQN, owner.hostnqn, owner.hostid))
-            resp = read_pdu(s)
-        except ConnectionError:
-            resp = b"\xff"  # refused by closing: try again
-        finally:
+            s, accepted = io_queue_connect(port, owner, qid)
             s.close()
-        if resp[0] == pdu.PduType.CAPSULE_RESP and struct.unpack_from("<H", resp, 22)[0] >> 1 == 0:
+        except ConnectionError:  # refused by closing: try again
+            accepted = False
+        if accepted:
             return True
         if time.monotonic() > end:
             return False

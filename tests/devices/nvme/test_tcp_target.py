@@ -148,9 +148,11 @@ def test_keep_alive_timeout_drops_the_controller(target):
         time.sleep(0.9)
         h.read(0, 1)
         assert target.sub.controllers
-        quiet = time.monotonic()  # silence from here: dropped after KATO (+ grace), polled, not slept,
-        while target.sub.controllers and time.monotonic() - quiet < 10.0:  # (its watchdog ticks 0.25 s,
-            time.sleep(0.05)  # so a fixed 2 s sleep had 0.25 s of margin on a loaded machine)
+        # silence from here: dropped after KATO + grace, polled rather than slept (the watchdog ticks
+        # every 0.25 s, so a fixed 2 s sleep left 0.25 s of margin on a loaded machine)
+        quiet = time.monotonic()
+        while target.sub.controllers and time.monotonic() - quiet < 10.0:
+            time.sleep(0.05)
         assert not target.sub.controllers and time.monotonic() - quiet >= 1.0
         with pytest.raises(ProtocolError):
             h.read(0, 1)
