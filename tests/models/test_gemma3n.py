@@ -80,12 +80,19 @@ def test_variant_configs_match_transformers(tmp_path):
     d = save_hf(m, tmp_path / "m")
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
     with torch.no_grad():
-        want = m(input_ids=torch.tensor([ids])).logits[0].numpy()
+        hf32 = m(input_ids=torch.tensor([ids])).logits[0].numpy()
+        exact = m.double()(input_ids=torch.tensor([ids])).logits[0].numpy()
     model = load_model(d)
     assert model.config.rope_theta == {"full_attention": 777.0, "sliding_attention": 33.0}
     assert not model.config.tie_word_embeddings
     got = Gemma3nReference(model.weights).forward(ids, all_logits=True)
-    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    # Sparse layers (mean + k·std cut-offs over the FFN width) magnify float32 rounding: two float32
+    # runs that sum in different orders (transformers on an AVX2 AMD host against ours) differed by
+    # 2.5e-4 here, so the oracle is transformers in float64, and ours may be off it by no more than
+    # twice what transformers' own float32 run is (1.1e-4 against 1.4e-4 on a Zen 3 host).
+    hf_err, our_err = np.abs(hf32 - exact).max(), np.abs(got - exact).max()
+    assert hf_err < 1e-3, f"transformers float32 is {hf_err:.2e} off its float64 run"
+    assert our_err <= 2 * hf_err + 1e-5, f"ours {our_err:.2e} off float64, transformers float32 {hf_err:.2e}"
 
 
 def test_streamed_plan_and_fp16_kv_agree():
