@@ -6,6 +6,15 @@ Durability contract (stated in Identify Controller VWC bit 0 = 1, a volatile wri
 * a completed Flush, a Write with FUA, and every Write while the cache is disabled (Set Features
   Volatile Write Cache WCE = 0, i.e. write-through) has been ``fdatasync``'d: it survives power loss.
 Deallocated blocks read as zeroes (DLFEAT = 1).
+
+Atomicity (Identify Controller AWUN = FFFFh: in normal operation every command is atomic): a Read that
+overlaps a Write in flight on another queue sees all of it or none of it, and overlapping Writes land
+one after the other. The page cache does not give that (on ext4 a buffered read copies a page while a
+write is still copying into it: reads saw torn blocks under the 8-host load test), so every read and
+write of the file holds an open-file-description byte-range lock over its whole range
+(``F_OFD_SETLKW``: shared to read, exclusive to write); each queue's worker process opens the file
+itself, so the locks order them against each other. Across a power failure only one block is atomic
+(AWUPF = 0).
 """
 
 from __future__ import annotations
@@ -14,8 +23,10 @@ import contextlib
 import contextvars
 import ctypes
 import ctypes.util
+import fcntl
 import os
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +37,15 @@ from npukit.errors import ConfigError
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = bytes(1 << 20)
+_OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)  # Linux; elsewhere reads and writes are not ordered
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
+
+
+def range_lock(fd: int, kind: int, offset: int, length: int) -> None:
+    """Take (``fcntl.F_RDLCK`` / ``F_WRLCK``) or drop (``F_UNLCK``) the byte-range lock, waiting for
+    conflicting ones of other open files of the same file."""
+    if _OFD_SETLKW is not None and length > 0:
+        fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(kind, os.SEEK_SET, offset, length, 0))
 
 
 def parse_size(text: str) -> int:
@@ -77,10 +97,18 @@ class FileRegion:
         return self.length
 
     def tobytes(self) -> bytes:
-        return _pread_all(self.fd, self.length, self.offset)
+        return _pread_locked(self.fd, self.length, self.offset)
 
     def read_into(self, view: memoryview) -> None:
         """Fill ``view`` (``length`` bytes) from the file; zeroes beyond its end."""
+        range_lock(self.fd, fcntl.F_RDLCK, self.offset, self.length)
+        try:
+            self.read_into_unlocked(view)
+        finally:
+            range_lock(self.fd, fcntl.F_UNLCK, self.offset, self.length)
+
+    def read_into_unlocked(self, view: memoryview) -> None:
+        """:meth:`read_into` for a caller that holds the range's read lock."""
         done = 0
         while done < self.length:
             n = os.preadv(self.fd, [view[done:self.length]], self.offset + done)
@@ -88,6 +116,14 @@ class FileRegion:
                 view[done:self.length] = bytes(self.length - done)
                 return
             done += n
+
+
+def _pread_locked(fd: int, want: int, offset: int) -> bytes:
+    range_lock(fd, fcntl.F_RDLCK, offset, want)
+    try:
+        return _pread_all(fd, want, offset)
+    finally:
+        range_lock(fd, fcntl.F_UNLCK, offset, want)
 
 
 def _pread_all(fd: int, want: int, offset: int) -> bytes:
@@ -148,23 +184,31 @@ class Namespace:
         want, offset = nlb * self.lba_size, slba * self.lba_size
         if _LAZY_READS.get():
             return FileRegion(self.fd, offset, want)
-        return _pread_all(self.fd, want, offset)
+        return _pread_locked(self.fd, want, offset)
 
     def write(self, slba: int, data: memoryview | bytes, *, fua: bool = False) -> None:
         view = memoryview(data)
         done, offset = 0, slba * self.lba_size
-        while done < len(view):
-            done += os.pwrite(self.fd, view[done:], offset + done)
+        range_lock(self.fd, fcntl.F_WRLCK, offset, len(view))
+        try:
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:], offset + done)
+        finally:
+            range_lock(self.fd, fcntl.F_UNLCK, offset, len(view))
         if fua or not self.write_cache:
             os.fdatasync(self.fd)
 
     def write_zeroes(self, slba: int, nlb: int, *, fua: bool = False) -> None:
         offset, length = slba * self.lba_size, nlb * self.lba_size
-        if not self._punch(offset, length):
-            end = offset + length
-            while offset < end:
-                n = min(len(_ZERO_CHUNK), end - offset)
-                offset += os.pwrite(self.fd, memoryview(_ZERO_CHUNK)[:n], offset)
+        range_lock(self.fd, fcntl.F_WRLCK, offset, length)
+        try:
+            if not self._punch(offset, length):
+                at, end = offset, offset + length
+                while at < end:
+                    n = min(len(_ZERO_CHUNK), end - at)
+                    at += os.pwrite(self.fd, memoryview(_ZERO_CHUNK)[:n], at)
+        finally:
+            range_lock(self.fd, fcntl.F_UNLCK, offset, length)
         if fua or not self.write_cache:
             os.fdatasync(self.fd)
 

@@ -28,6 +28,7 @@ a successful command's last C2HData carries LAST_PDU|SUCCESS and no CapsuleResp 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import struct
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 from npukit.devices.nvme import nvm, pdu
 from npukit.devices.nvme.command import SGL_TRANSPORT_DATA_BLOCK, Completion
 from npukit.devices.nvme.lifecycle import QueueState
-from npukit.devices.nvme.namespace import FileRegion, Namespace
+from npukit.devices.nvme.namespace import FileRegion, Namespace, range_lock
 from npukit.devices.nvme.pdu import PduType
 from npukit.devices.nvme.receive import PduReceiver
 from npukit.devices.nvme.registry import QueueKind
@@ -283,9 +284,13 @@ class ReadPath:
         _C2H_HEAD.pack_into(arena, at, PduType.C2H_DATA, _C2H_SUCCESS if success else pdu.FLAG_DATA_LAST,
                             _C2H_HLEN, _C2H_HLEN, _C2H_HLEN + n, cid, 0, 0, n)
         data = at + _C2H_HLEN
-        got = os.preadv(fd, [self._arena_view[data:data + n]], offset)
-        if got != n:  # short read (a file shorter than the namespace): as FileRegion does it
-            FileRegion(fd, offset, n).read_into(self._arena_view[data:data + n])
+        range_lock(fd, fcntl.F_RDLCK, offset, n)  # each block whole against a Write in flight elsewhere
+        try:
+            got = os.preadv(fd, [self._arena_view[data:data + n]], offset)
+            if got != n:  # short read (a file shorter than the namespace): as FileRegion does it
+                FileRegion(fd, offset, n).read_into_unlocked(self._arena_view[data:data + n])
+        finally:
+            range_lock(fd, fcntl.F_UNLCK, offset, n)
         if not success:
             _RESP.pack_into(arena, data + n, PduType.CAPSULE_RESP, 0, _RESP_LEN, 0, _RESP_LEN, 0, 0,
                             self.conn.sqhd, self.conn.fabrics.qid, cid, 0)
