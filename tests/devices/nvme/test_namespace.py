@@ -1,6 +1,7 @@
 """The namespace file keeps every command atomic (AWUN = FFFFh) against other processes' commands:
-a Read never sees a Write half done, whichever path reads (bytes, a lazy FileRegion, the read path's
-arena), and a Write waits for a Read that holds its blocks."""
+a Read never sees a Write half done (read as bytes and through a lazy FileRegion; the target's read
+path, which takes the same lock around its preadv, is loaded through a real server by test_load.py),
+and a Write waits for a Read that holds its blocks."""
 
 from __future__ import annotations
 
