@@ -5,7 +5,7 @@
 Sets up (or finds cached) an arm64 Debian Python with npukit's dependencies from the registries
 (scripts/aarch64_root.py says how), then runs each smoke command twice, natively with this Python and
 under ``qemu-aarch64-static``, both from the same source tree (``--src``, default this checkout's
-src/, run from a content-addressed copy: ``stage_source``), and compares their ``--json`` results
+src/, run from a content-addressed copy: scripts/staged_src.py), and compares their ``--json`` results
 field by field: tokens, cycles, check verdicts, every derived figure must be equal as parsed JSON
 (floats too: JSON keeps a float's shortest round-trip form, so equal text is equal bits). Fields
 that are host measurements (wall times, RSS) or name the host's kernel path are listed per command
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import hashlib
 import json
 import os
 import platform
@@ -38,12 +37,11 @@ from pathlib import Path
 
 from aarch64_root import RecipeError, Root, default_cache, log
 from npukit.sim.cpu import host_cpu_model
+from staged_src import stage_source
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSE_REL = 1e-12  # relative; host-BLAS float64 statistics only (Smoke.host_blas)
 HEARTBEAT_S = 20.0  # a still-running command says so this often
-SKIP_PARTS = {"__pycache__", ".npukit-int4"}  # not part of the source tree
-STAGED_MTIME = 1_000_000_000  # every staged file's mtime: numba's cache stamp stays put across clones
 RESULT_KEYS = ("rc", "seconds", "cpu_seconds", "timed_out", "stderr_tail")
 
 
@@ -198,42 +196,6 @@ def compare(smoke: Smoke, native: dict[str, object], emulated: dict[str, object]
             "compared_to_rel_1e-12": sorted(host_paths(parsed.get("native"), smoke.host_blas)),
             "aarch64_path": {f: lookup(parsed.get("aarch64"), f) for f in ("simd",)
                              if lookup(parsed.get("aarch64"), f) is not None}}
-
-
-def stage_source(src: Path, cache: Path, keep: int = 4) -> Path:
-    """A copy of ``src`` at ``<cache>/src/<content hash>`` with one fixed mtime on every file.
-
-    numba's on-disk cache is keyed by a source file's path and mtime, so a fresh clone (CI) would
-    compile everything again under emulation (minutes); the same tree content always lands at the
-    same path with the same stamps, so its kernels come from the cache. Trees are immutable once
-    made (concurrent runs share them); beyond ``keep``, those unused for an hour are removed."""
-    files = sorted(p for p in src.rglob("*")
-                   if p.is_file() and not SKIP_PARTS & set(p.relative_to(src).parts))
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.relative_to(src)}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\0".encode())
-    trees = cache / "src"
-    target = trees / digest.hexdigest()[:16]
-    if not target.is_dir():
-        tmp = trees / f"{target.name}.partial-{os.getpid()}"
-        for f in files:
-            dst = tmp / f.relative_to(src)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, dst)
-            os.utime(dst, (STAGED_MTIME, STAGED_MTIME))
-        try:
-            tmp.rename(target)
-        except OSError:  # another run staged the same tree first
-            shutil.rmtree(tmp, ignore_errors=True)
-    target.touch()  # its mtime says when it was last used
-    old = sorted((p for p in trees.iterdir() if p.is_dir() and "." not in p.name),
-                 key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
-    for tree in old:
-        if time.time() - tree.stat().st_mtime > 3600:
-            shutil.rmtree(tree, ignore_errors=True)
-            for nb in cache.glob("numba-*"):
-                shutil.rmtree(nb / str(tree).lstrip("/"), ignore_errors=True)
-    return target
 
 
 def guest_numba_cache(cache: Path, guest_cpu: str | None) -> Path:

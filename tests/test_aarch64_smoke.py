@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,25 +117,6 @@ def test_the_wheel_set_covers_npukits_dependencies_at_their_pins():
     pinned = aarch64_root.pins(REPO / "constraints.txt")
     root = aarch64_root.Root(Path("/nonexistent"), REPO)
     assert root.requirements() == [f"{w}=={pinned[w]}" for w in aarch64_root.WHEELS]
-
-
-def test_two_clones_of_one_tree_share_a_staged_copy_and_its_numba_stamps(tmp_path):
-    """numba's cache is keyed by path and mtime: equal content must land at one path, one mtime."""
-    clones = [tmp_path / "a" / "src", tmp_path / "b" / "src"]
-    for i, src in enumerate(clones):
-        (src / "pkg" / "__pycache__").mkdir(parents=True)
-        (src / "pkg" / "k.py").write_text("x = 1\n")
-        (src / "pkg" / "__pycache__" / "k.pyc").write_bytes(bytes([i]))  # never part of the tree
-        os.utime(src / "pkg" / "k.py", (1e9 + 7 * i, 1e9 + 7 * i))
-    cache = tmp_path / "cache"
-    first, second = (aarch64_smoke.stage_source(src, cache) for src in clones)
-    assert first == second
-    assert (first / "pkg" / "k.py").stat().st_mtime == aarch64_smoke.STAGED_MTIME
-    assert not (first / "pkg" / "__pycache__").exists()
-    (clones[1] / "pkg" / "k.py").write_text("x = 2\n")
-    changed = aarch64_smoke.stage_source(clones[1], cache)
-    assert changed != first and (changed / "pkg" / "k.py").read_text() == "x = 2\n"
-    assert (first / "pkg" / "k.py").read_text() == "x = 1\n"  # a staged tree is never rewritten
 
 
 def test_a_missing_recipe_piece_is_named_with_its_reason(tmp_path, monkeypatch):
