@@ -5,6 +5,7 @@ and a Write waits for a Read that holds its blocks."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import multiprocessing as mp
 import os
@@ -12,7 +13,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from npukit.cli.main import main
 from npukit.devices.nvme.namespace import Namespace, lazy_reads, range_lock
+from npukit.errors import ConfigError
 
 SPAN = 64 << 10  # a 64 KiB Write: 16 pages, copied into the page cache one after another
 PATTERNS = (b"\xa5", b"\x5a")
@@ -75,3 +80,39 @@ def test_a_write_waits_for_a_read_lock_of_another_open_file(tmp_path: Path) -> N
     assert done.is_set() and os.pread(reader.fd, 1024, 4096) == b"\x01" * 512 + b"\x02" * 512
     reader.close()
     writer.close()
+
+
+def _without_ofd_locks(monkeypatch) -> None:
+    """A filesystem without OFD byte-range locks (some FUSE, network ones): fcntl refuses them."""
+    real = fcntl.fcntl
+
+    def refuse(fd, cmd, arg=0):
+        if cmd in (getattr(fcntl, "F_OFD_GETLK", None), getattr(fcntl, "F_OFD_SETLKW", None)):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refuse)
+
+
+def test_a_filesystem_without_range_locks_is_refused_at_open(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "ns.img"
+    Namespace(path, size=1 << 20).close()  # a file made where locks work
+    _without_ofd_locks(monkeypatch)
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ConfigError, match=r"ns\.img: its filesystem has no open-file-description "
+                                          r"byte-range locks \(Invalid argument\)"):
+        Namespace(path)
+    assert len(os.listdir("/proc/self/fd")) == fds  # its descriptor closed
+    assert path.stat().st_size == 1 << 20  # an existing file is left as it was
+
+
+@pytest.mark.timeout(30)  # without the check at open, serve would start and serve on
+def test_serve_refuses_such_a_namespace_with_exit_2_and_makes_no_file(tmp_path: Path, monkeypatch,
+                                                                       capsys) -> None:
+    _without_ofd_locks(monkeypatch)
+    disk = tmp_path / "disk.img"
+    rc = main(["nvme", "serve", "--listen", "tcp://127.0.0.1:0", "--namespace", str(disk), "--size", "1M",
+               "--no-discovery"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "no open-file-description byte-range locks" in err
+    assert "Traceback" not in err and not disk.exists()

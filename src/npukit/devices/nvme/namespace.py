@@ -38,6 +38,7 @@ _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = bytes(1 << 20)
 _OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)  # Linux; elsewhere reads and writes are not ordered
+_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", None)
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
 
 
@@ -46,6 +47,20 @@ def range_lock(fd: int, kind: int, offset: int, length: int) -> None:
     conflicting ones of other open files of the same file."""
     if _OFD_SETLKW is not None and length > 0:
         fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(kind, os.SEEK_SET, offset, length, 0))
+
+
+def check_range_locks(fd: int, path: Path) -> None:
+    """Raise `ConfigError` where the file's filesystem has no OFD byte-range locks (some FUSE and
+    network filesystems): without them every command would fail with the OSError, so say it once, at
+    open, naming the file. F_OFD_GETLK only asks whether a lock could be placed: no lock, no wait."""
+    if _OFD_GETLK is None:
+        return
+    try:
+        fcntl.fcntl(fd, _OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+    except OSError as exc:
+        raise ConfigError(f"namespace file {path}: its filesystem has no open-file-description byte-range "
+                          f"locks ({exc.strerror}), which keep each command atomic against the other "
+                          "queues' (AWUN); put it on a local filesystem such as ext4, xfs or tmpfs") from None
 
 
 def parse_size(text: str) -> int:
@@ -170,6 +185,13 @@ class Namespace:
         if current % LBA_SIZE:
             os.close(self.fd)
             raise ConfigError(f"namespace file {self.path} is {current} bytes, not a multiple of {LBA_SIZE}")
+        try:
+            check_range_locks(self.fd, self.path)
+        except ConfigError:
+            os.close(self.fd)
+            if not exists:  # made just now: a refused file leaves nothing behind
+                self.path.unlink(missing_ok=True)
+            raise
         self.blocks = current // LBA_SIZE
 
     @property
