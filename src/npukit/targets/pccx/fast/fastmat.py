@@ -274,7 +274,7 @@ def _unpacked(sim: FastState, m: int, n: int, k: int) -> bool:
     on VNNI or AVX2 from K = 128 on (two 64-byte runs per row beat int8 codes). A large matrix is read packed
     on every CPU: the portable packed loop (offset-binary nibbles, the next rows prefetched) streamed
     a 2 MB matrix in 0.31-0.47 ms against 0.56-1.6 ms for its int8 codes on this host's Haswell,
-    Skylake-SP and x86-64-v2 builds (docs/targets/pccx.md), and holds no second copy."""
+    Skylake-SP and x86-64-v2 builds (docs/targets/pccx-user-path-log.md), and holds no second copy."""
     if sim.backend == "numpy" or sim.weights == "int8":
         return True
     if sim.weights != "auto":
