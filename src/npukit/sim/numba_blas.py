@@ -4,8 +4,8 @@ When numba first loads or compiles a function it imports its NumPy implementatio
 ``numba.np.arraymath`` asks at import whether BLAS is there (``_HAVE_BLAS``) by importing
 ``scipy.linalg.cython_blas``: all of ``scipy.linalg`` (130 ms on the 2-core Xeon VM of
 docs/targets/pccx-user-path-log.md, up to 270 ms in its slow minutes; `python -X importtime`).
-npukit's kernels call no BLAS routine, yet every ``npukit generate`` paid that import before its first token wherever SciPy is
-installed (the dev environment has it through scikit-learn).
+npukit's kernels call no BLAS routine, yet every ``npukit generate`` paid that import before its first
+token wherever SciPy is installed (the dev environment has it through scikit-learn).
 
 `defer_probe` installs an import hook for that one module: while ``numba.np.arraymath`` executes, numba's
 ``ensure_blas`` answers from whether SciPy is installed (`importlib.util.find_spec`, no import), and the
