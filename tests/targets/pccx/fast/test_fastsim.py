@@ -331,10 +331,45 @@ def test_span_patched_memset_record_is_the_reference_record_at_its_index():
     sim.load_program(words, tag="t", dirty=range(3))
     for a in (7, 8, 65534):
         words[2] = memset(a, a + 1)
-        sim.load_program(words, tag="t", dirty=[2])
-        ref = Simulator()
-        ref.load_program(words)
-        want = ref.run()
-        assert sim.run() == want and sim.trace[-1] == ref.trace[-1]
+        want = _patched_as_the_reference_runs(sim, words, 2)
         ins = isa.decode(words[2])
         assert sim._plan[2].work == want[2] == Work(2, "ctrl", asm.format_instr(ins), is_async=True)
+
+
+def _patched_as_the_reference_runs(sim: FastSimulator, words: list[int], at: int) -> list:
+    """Patch tagged slot "t" of ``sim`` at word ``at`` to ``words`` and run it: it runs and traces as the
+    reference simulator does on the same words (whose records are returned)."""
+    sim.load_program(words, tag="t", dirty=[at])
+    ref = Simulator()
+    ref.load_program(words)
+    want = ref.run()
+    assert sim.run() == want and sim.trace[-1] == ref.trace[-1]
+    return want
+
+
+def test_span_patch_back_to_a_seen_word_takes_the_old_record_not_a_new_label(monkeypatch):
+    # a sliding window's ring descriptors cycle, so a patch often brings back a word decoded tokens ago:
+    # its record is still the reference's at that index, and it is made from the old step's as for a new
+    # word, never formatted anew (~25 µs each; nine a token at hidden 1024 past the 512-token window)
+    from npukit.sim.work import Work
+    from npukit.targets.pccx import isa
+    from npukit.targets.pccx.fast import fastsim
+
+    def memset(a: int, b: int) -> int:
+        return isa.encode(isa.Memset(isa.DestCache.WEIGHT, 9, a, b, 0, False))
+
+    sim = FastSimulator()
+    words = [memset(1, 1), memset(2, 2), memset(3, 4)]
+    sim.load_program(words, tag="t", dirty=range(3))
+    for a in (7, 9):  # both words decoded once (new words: the span patch path)
+        words[2] = memset(a, a + 1)
+        sim.load_program(words, tag="t", dirty=[2])
+        sim.run()
+    formatted = []
+    real = fastsim.format_instr
+    monkeypatch.setattr(fastsim, "format_instr", lambda ins: formatted.append(ins) or real(ins))
+    for a in (7, 9, 7, 9):  # patched back and forth between words seen before
+        words[2] = memset(a, a + 1)
+        want = _patched_as_the_reference_runs(sim, words, 2)
+        assert sim._plan[2].work == want[2] == Work(2, "ctrl", real(isa.decode(words[2])))
+    assert formatted == []

@@ -68,11 +68,16 @@ _VALUE_BITS = sum(mask << lo for _, lo, mask in _VALUE_FIELDS)
 _PLAIN_MEMSET = "__slots__" not in vars(Memset) and not hasattr(Memset, "__post_init__")  # (`_respan`)
 
 
+def _values_only(was_ins: Any, was: int, word: int) -> bool:
+    """Whether ``word`` is the constant-cache MEMSET ``was_ins`` (`decode(was)`) with other values only."""
+    return isinstance(was_ins, Memset) and not (word ^ was) & ~_VALUE_BITS and was_ins.dest_cache in _CC
+
+
 def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
     """`decode(word)` from ``was_ins`` (`decode(was)`) where both are constant-cache MEMSETs that differ in
     their values only (the driver's per-token span patches: the spec's generic decode is ~20-70 µs), else
     None (then decode it)."""
-    if not isinstance(was_ins, Memset) or (word ^ was) & ~_VALUE_BITS or was_ins.dest_cache not in _CC:
+    if not _values_only(was_ins, was, word):
         return None
     if not _PLAIN_MEMSET:
         return dataclasses.replace(was_ins, **{name: (word >> lo) & mask for name, lo, mask in _VALUE_FIELDS})
@@ -82,6 +87,16 @@ def _respan(was_ins: Any, was: int, word: int) -> _Instr | None:
     for name, lo, mask in _VALUE_FIELDS:
         fields[name] = (word >> lo) & mask
     return ins
+
+
+def _respan_work(idx: int, was_step: Any, was_ins: Memset, ins: Memset) -> Work | None:
+    """The Work of MEMSET ``ins`` at ``idx``, which is ``was_ins`` with new values: the old step's record
+    with the new label (`_respan_label`), where that step (`_compile_memset`'s) was at this index; else None
+    (the record is made)."""
+    old = getattr(was_step, "work", None)
+    if old is None or old.index != idx:
+        return None
+    return work_from(vars(old), label=_respan_label(old.label, was_ins, ins))
 
 
 def _respan_label(was_label: str, was_ins: Memset, ins: Memset) -> str:
@@ -346,15 +361,20 @@ class FastSimulator(Simulator):
         if ins is None:
             was_ins = self._decoded.get(was) if was is not None else None
             ins = _respan(was_ins, was, word) if was is not None else None
-            old = getattr(was_step, "work", None)  # (the old step, `_compile_memset`'s: this index, `ctrl`)
-            if ins is not None and old is not None and old.index == idx:  # (same asynchrony: values alone)
-                was_work = work_from(vars(old), label=_respan_label(old.label, was_ins, ins))
+            if ins is not None:
+                was_work = _respan_work(idx, was_step, was_ins, ins)
             try:
                 ins = ins or decode(word, self.profile, self.limits)
             except DecodeError as exc:
                 ins = exc
             if len(self._decoded) < _MAX_DECODED:
                 self._decoded[word] = ins
+        elif was is not None and type(ins) is Memset:  # a patch back to a word seen before (a sliding
+            # window's ring descriptors cycle): its record from the old step's too, not made and formatted
+            # anew (~25 µs each; 9 a token at hidden 1024 past the 512-token window)
+            was_ins = self._decoded.get(was)
+            if _values_only(was_ins, was, word):
+                was_work = _respan_work(idx, was_step, was_ins, ins)
         if isinstance(ins, DecodeError):
             err = ins
 
