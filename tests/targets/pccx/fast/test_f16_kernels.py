@@ -27,8 +27,10 @@ def _fp16_bits(rng, shape) -> np.ndarray:
     return bits
 
 
-@pytest.mark.parametrize("m,k", [(1, 16), (37, 128), (300, 256)])
-def test_row_major_fp16_gemv_matches_reference(m, k):
+@pytest.mark.parametrize("twin", ["gemv_f16", "gemv_f16_1"])  # parallel; the serial twin fused rows run
+@pytest.mark.parametrize("m,k", [(1, 16), (37, 128), (300, 256), (1030, 128)])
+def test_row_major_fp16_gemv_matches_reference(m, k, twin):
+    kernel = nk.gemv_f16 if twin == "gemv_f16" else nk._SERIAL[twin]
     rng = np.random.default_rng(m * 1000 + k)
     w = _fp16_bits(rng, (m, k))
     for accm in (False, True):
@@ -37,7 +39,7 @@ def test_row_major_fp16_gemv_matches_reference(m, k):
         want = nx.to_bits(nx.gemv(w.view(np.float16), nx.from_bits(x),
                                   dest=nx.from_bits(dst) if accm else None, fmt="fp16"))
         q = np.zeros(k + 16, np.int8)
-        st = nk.gemv_f16(x, w, np.zeros(0, np.float32), dst, accm, q, nk.LUT32, nk.LUT64)
+        st = kernel(x, w, np.zeros(0, np.float32), dst, accm, q, nk.LUT32, nk.LUT64)
         assert st == 0
         assert np.array_equal(dst, want)
 
