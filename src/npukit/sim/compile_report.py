@@ -17,7 +17,7 @@ import time
 from numba.core import event
 
 from npukit import progress
-from npukit.sim import numba_blas
+from npukit.sim import numba_blas, numba_cache
 
 
 class CompileReporter(event.Listener):
@@ -83,6 +83,7 @@ def install() -> CompileReporter:
         _REPORTER = CompileReporter()
         event.register("numba:compile", _REPORTER)
         numba_blas.defer_probe()  # (before any kernel loads: numba's BLAS probe then imports no SciPy)
+        numba_cache.install()  # (before any kernel is defined: its cache entry is stamped with its callees)
     return _REPORTER
 
 
