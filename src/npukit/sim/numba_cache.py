@@ -57,7 +57,7 @@ class DependentStamp(caching._CacheLocator):
 
     @classmethod
     def from_function(cls, py_func: types.FunctionType, py_file: str) -> DependentStamp | None:
-        if not _inside(os.path.abspath(py_file)):
+        if not _inside(os.path.realpath(py_file)):
             return None
         for numba_locator in _NUMBA_LOCATORS:
             inner = numba_locator.from_function(py_func, py_file)
@@ -79,7 +79,11 @@ class _LazyStamp:
 
     def pair(self) -> tuple[Any, str]:
         if self._pair is None:
-            self._pair = (self._inner, reach_digest(self._func))
+            try:
+                digest = reach_digest(self._func)
+            except Exception as exc:  # (a kernel must still load: with numba's own stamp then)
+                digest = f"unwalked: {type(exc).__name__}"
+            self._pair = (self._inner, digest)
         return self._pair
 
     def __eq__(self, other: object) -> bool:
@@ -155,8 +159,8 @@ def _direct(func: types.FunctionType) -> tuple[frozenset[str], dict[str, str], l
         if isinstance(obj, types.ModuleType):  # `nbk.gemv_f16_1`: the module's file, and what it names
             if not _add_file(obj, files):
                 continue  # (NumPy, numba: installed, not edited in place; numba's index has its version)
-            for attr in names:
-                inner = getattr(obj, attr, _MISSING)
+            for attr in names:  # (the module's own dict: a PEP 562 `__getattr__` is never called)
+                inner = vars(obj).get(attr, _MISSING)
                 if inner is not _MISSING and not isinstance(inner, types.ModuleType):
                     _refer(f"{obj.__name__}.{attr}", inner, files, values, callees)
         else:
@@ -196,7 +200,7 @@ def _names(code: types.CodeType) -> set[str]:
 def _add_file(obj: Any, files: set[str]) -> bool:
     """Add the file defining ``obj`` where it lies under `DependentStamp.roots`; whether it does."""
     try:
-        path = os.path.abspath(inspect.getfile(obj))
+        path = os.path.realpath(inspect.getfile(obj))
     except (TypeError, OSError):
         return False
     if not _inside(path) or not os.path.isfile(path):
