@@ -1,12 +1,12 @@
 """A content-addressed copy of npukit's source tree, so that numba's disk cache survives fresh clones.
 
-numba keys a cached kernel by its source file's path and mtime (and checks only that file: a kernel
-that inlined another module's function, or froze another module's constant, is not invalidated when
-that module changes). A clean clone (CI) has a new path and new mtimes, so every kernel compiles
-again: minutes per CPU class in tests/test_cpu_matrix.py, ten under aarch64 emulation in
-scripts/aarch64_smoke.py. Both run npukit from ``<cache>/src/<hash of the whole tree>`` instead, every
-file stamped `STAGED_MTIME`: the same tree lands at the same path with the same stamps (its kernels
-come from the cache), and any change anywhere gives a new path (nothing stale is ever loaded).
+numba names a kernel's cache folder after its source file's directory (with ``NUMBA_CACHE_DIR``; else
+the folder is the ``__pycache__`` beside the source) and stamps each entry with that file's content
+hash (numba 0.68; npukit's `sim.numba_cache` adds the files and constants the kernel reaches). A
+clean clone (CI) has a new path, so every kernel compiles again: minutes per CPU class in
+tests/test_cpu_matrix.py, ten under aarch64 emulation in scripts/aarch64_smoke.py. Both run npukit
+from ``<cache>/src/<hash of the whole tree>`` instead: the same tree lands at the same path (its
+kernels come from the cache), and any change anywhere gives a new path.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ SKIP_PARTS = {"__pycache__", ".npukit-int4"}  # not part of the source tree
 # build metadata pip writes beside an editable install (PKG-INFO embeds the README: a docs-only change
 # must not make a new tree and cost a cold compile)
 SKIP_SUFFIXES = (".egg-info",)
-STAGED_MTIME = 1_000_000_000  # every staged file's mtime: numba's cache stamp stays put across clones
+# every staged file's mtime: numba 0.68 stamps by content, not mtime; one fixed stamp keeps two stagings
+# of a tree identical to any tool that reads mtimes (numba's own hash memo among them)
+STAGED_MTIME = 1_000_000_000
 KEEP_UNUSED_S = 3600  # trees beyond ``keep`` are removed once unused this long
 
 

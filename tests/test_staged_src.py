@@ -25,7 +25,7 @@ def _clone(root: Path, i: int) -> Path:
 
 
 def test_two_clones_of_one_tree_share_a_staged_copy_and_its_numba_stamps(tmp_path):
-    """numba's cache is keyed by path and mtime: equal content must land at one path, one mtime."""
+    """numba names its cache folders by source path: equal content must land at one path (one mtime)."""
     clones = [_clone(tmp_path / name, i) for i, name in enumerate("ab")]
     cache = tmp_path / "cache"
     first, second = (staged_src.stage_source(src, cache) for src in clones)

@@ -165,8 +165,9 @@ def _direct(func: types.FunctionType) -> tuple[frozenset[str], dict[str, str], l
                     _refer(f"{obj.__name__}.{attr}", inner, files, values, callees)
         else:
             _refer(f"{where}.{name}", obj, files, values, callees)
-    _DIRECT[id(func)] = (func, frozenset(files), values, callees)
-    return frozenset(files), values, callees
+    made = (func, frozenset(files), values, callees)
+    _DIRECT[id(func)] = made
+    return made[1:]
 
 
 def _refer(name: str, obj: Any, files: set[str], values: dict[str, str], callees: list) -> None:
