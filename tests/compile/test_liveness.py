@@ -5,7 +5,7 @@ is the node before are free again), inside [lo, hi)."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npukit.compile.liveness import Lifetime, NoRoom, first_fit, lifetimes
+from npukit.compile.liveness import Lifetime, NoRoom, first_fit, fit_around, lifetimes
 
 
 def _lowest_fit(need: int, busy: list[tuple[int, int]], lo: int, hi: int) -> int | None:
@@ -65,6 +65,45 @@ def test_first_fit_is_the_lowest_free_address_at_birth(spans, lo, room):
             assert exc.item is spans[j].item and exc.node == node
         else:
             raise AssertionError("a buffer that fits nowhere was placed")
+
+
+def _overlap(s: Lifetime, t: Lifetime) -> bool:
+    return s.first <= t.last and t.first <= s.last
+
+
+@given(_spans(), _spans(), st.integers(0, 3), st.integers(8, 60))
+def test_fit_around_places_each_at_the_lowest_address_clear_of_every_buffer_live_with_it(
+        fixed, more, lo, room):
+    hi = lo + room
+    try:
+        at, _ = first_fit(fixed, _size, lo, hi)
+    except NoRoom:
+        return
+    placed = [(s, at[j]) for j, s in enumerate(fixed)]
+    busy = list(placed)  # brute force: in birth order, the lowest address clear of every overlapping one
+    want: dict[int, int] | None = {}
+    for j in sorted(range(len(more)), key=lambda j: more[j].first):
+        s = more[j]
+        a = _lowest_fit(_size(s.item), [(b, b + _size(t.item)) for t, b in busy if _overlap(s, t)], lo, hi)
+        if a is None:
+            want = None
+            break
+        want[j] = a
+        busy.append((s, a))
+    if want is None:
+        try:
+            fit_around(more, _size, placed, lo, hi)
+        except NoRoom:
+            return
+        raise AssertionError("a buffer that fits nowhere was placed")
+    addrs, peak = fit_around(more, _size, placed, lo, hi)
+    assert addrs == want
+    every = placed + [(s, addrs[j]) for j, s in enumerate(more)]
+    assert peak == max([lo] + [a + _size(s.item) for s, a in every])
+    for k, (s, a) in enumerate(every):  # simultaneously live buffers never share an address
+        for t, b in every[:k]:
+            if _overlap(s, t):
+                assert a + _size(s.item) <= b or b + _size(t.item) <= a
 
 
 def test_lifetimes_span_first_to_last_mention_in_first_appearance_order():

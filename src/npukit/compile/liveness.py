@@ -5,6 +5,9 @@ reads it) to the last. `first_fit` is a linear scan over the node order: at node
 the buffers born there — in the order given, each at the lowest free address where it fits — and
 then frees those whose last use is ``i``, merging neighbouring free ranges. The placement is a
 pure function of (order, sizes, range): two compilers that agree on those agree on every address.
+`fit_around` places more buffers around ones already placed, each at the lowest address where it
+overlaps no placed buffer that lives at the same time: a program whose bucket-sized buffers are
+placed that way keeps every other address whatever the bucket.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -80,4 +85,36 @@ def first_fit(spans: list[Lifetime], size: Callable[[Any], int], lo: int,
                 else:
                     merged.append((a, e))
             free = merged
+    return addr, peak
+
+
+def fit_around(spans: list[Lifetime], size: Callable[[Any], int], placed: list[tuple[Lifetime, int]],
+               lo: int, hi: int) -> tuple[dict[int, int], int]:
+    """Place every lifetime of ``spans`` in [lo, hi) around ``placed`` ((lifetime, address) pairs that
+    stay where they are): in order of birth, each at the lowest address where it overlaps no placed
+    buffer, nor one placed here before it, that is live at any node it is (both alive at a node:
+    ``a.first <= b.last and b.first <= a.last``). Returns ({index in ``spans``: address}, the peak end
+    address of all of them, the placed ones too); raises `NoRoom` naming the first that does not fit."""
+    order = sorted(range(len(spans)), key=lambda j: spans[j].first)
+    firsts = np.array([s.first for s, _ in placed], np.int64)
+    lasts = np.array([s.last for s, _ in placed], np.int64)
+    starts = np.array([a for _, a in placed], np.int64)
+    ends = starts + np.array([size(s.item) for s, _ in placed], np.int64)
+    peak = max(lo, int(ends.max(initial=lo)))
+    addr: dict[int, int] = {}
+    for j in order:
+        s, need = spans[j], size(spans[j].item)
+        live = (firsts <= s.last) & (lasts >= s.first)
+        busy = sorted(zip(starts[live].tolist(), ends[live].tolist(), strict=True))
+        a = lo
+        for b, e in busy:
+            if b >= a + need:
+                break
+            a = max(a, e)
+        if a + need > hi:
+            raise NoRoom(s.item, need, s.first)
+        addr[j] = a
+        peak = max(peak, a + need)
+        firsts, lasts = np.append(firsts, s.first), np.append(lasts, s.last)
+        starts, ends = np.append(starts, a), np.append(ends, a + need)
     return addr, peak

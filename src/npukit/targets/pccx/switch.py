@@ -1,12 +1,13 @@
 """The next span bucket's decode program built ahead of the switch (`PccxDriver._prepare_ahead`).
 
 The driver runs another compiled program when the attention span enters a new power-of-two bucket.
-The two programs share the instruction sequence but not the on-chip layout: the L2 allocator places
-the span-sized buffers first-fit, so every buffer after them moves, and 37-73 % of the words differ
-(addresses, not only the span fields; measured at hidden 1024: 973-1 924 of 2 625 words per switch,
-segment 0 alone unchanged). Those steps are compiled, their fused runs lowered and their Work
-records' timing rows made over the tokens before the switch, in `SWITCH_SLICES` even shares on tokens
-evenly apart (`AheadBuild`).
+The two programs share the instruction sequence and the on-chip layout: the span-sized buffers are
+placed around the others (`codegen.CodeGen._allocate`), their copies' constant-cache entries are named
+by window class and the bucket-sized constants staged apart, so only the words that name a span buffer
+differ (hidden 1024: 178-282 of 2 629 words per switch; with the plain first-fit layout, before
+2026-11-29, every buffer after the span's moved and 973-1 561 of ~2 625 differed). Those steps are
+compiled, their fused runs lowered and their Work records' timing rows made over the tokens before
+the switch, in `SWITCH_SLICES` even shares on tokens evenly apart (`AheadBuild`).
 """
 
 from __future__ import annotations

@@ -128,3 +128,57 @@ def test_allocator_never_overlaps_live_buffers():
                 assert span[1] <= a or e <= span[0]
         live[id(b)] = span
     assert peak <= max(e for _, e in live.values())
+
+
+def _compiled_at(drv: PccxDriver, n: int):
+    """The decode program for a query at length ``n`` (its span buckets), with its traced buffers."""
+    from npukit.targets.pccx.compile.steps import compile_model
+
+    spans = drv.spans(n)
+    drv.model.reset()
+    drv.model.cache.bucket = dict(drv._bucket_key(spans))
+    run = compile_model(drv.model, drv.hw, drv.profile, spans=spans)
+    roots = {}
+    for nd in run["lower"].nodes:
+        for r in ([nd.out] if nd.out is not None else []) + list(nd.srcs):
+            b = r.root()[0]
+            roots[b.name] = b
+    return run.value, roots, run["lower"].host_inputs
+
+
+def test_span_buckets_change_only_the_words_that_name_a_span_buffer(store):
+    """Two span buckets' decode programs: every buffer whose size is not the bucket's keeps its L2
+    address, every host input but the bucket-sized one its staging address, every segment its length,
+    so a bucket switch recompiles only the attention words (the executor's cost at a switch)."""
+    drv = PccxDriver(timing=False).open().load(store).kv_init("fp16").start()
+    (p16, b16, h16), (p32, b32, h32) = _compiled_at(drv, 9), _compiled_at(drv, 17)
+    assert drv._bucket_key(drv.spans(9)) != drv._bucket_key(drv.spans(17))
+    assert b16.keys() == b32.keys()
+    moved = [name for name, b in b16.items() if b.span_class is None and b.addr != b32[name].addr]
+    assert not moved
+    sized = [name for name, b in b16.items() if b.span_class is not None and b.n != b32[name].n]
+    assert sized  # (the scores, their softmax, the -inf tail: the bucket's length)
+    assert [len(s.words) for s in p16.segments] == [len(s.words) for s in p32.segments]
+    staged = [(a == b, x.size == y.size) for (a, x), (b, y) in zip(h16, h32, strict=True)]
+    assert (False, False) in staged and all(same or not size for same, size in staged)  # (the -inf tails)
+    differ = [(j, i) for j, (s, t) in enumerate(zip(p16.segments, p32.segments, strict=True))
+              for i, (a, b) in enumerate(zip(s.words, t.words, strict=True)) if a != b]
+    words = sum(len(s.words) for s in p16.segments)
+    assert 0 < len(differ) < words // 4
+    ops = {isa.decode(p32.segments[j].words[i], "extended", drv.hw).op for j, i in differ}
+    assert ops <= {isa.Op.MEMSET, isa.Op.MEMCPY, isa.Op.CVO, isa.Op.GEMV}
+
+
+def test_bucket_sized_constants_are_staged_from_the_top_down(store):
+    from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES
+    from npukit.targets.pccx.compile.ir import CapacityError
+    from npukit.targets.pccx.compile.lower import LoweringOps
+
+    drv = PccxDriver(timing=False).open().load(store).kv_init("fp16").start()
+    ops = LoweringOps(drv.model.ops.image, drv.model.ops.ring)
+    end = STAGING_BASE + STAGING_BYTES
+    assert ops.stage(100) == STAGING_BASE and ops.stage(60, top=True) == end - 64  # (whole words)
+    assert ops.stage(8) == STAGING_BASE + 112 and ops.stage(16, top=True) == end - 80
+    assert ops.staged_bytes(end - 64) == 60
+    with pytest.raises(CapacityError, match="staging area"):  # the two ends may not cross
+        ops.stage(STAGING_BYTES - 200, top=True)

@@ -177,7 +177,8 @@ def test_a_seen_decode_program_built_ahead_decodes_none_of_its_words(ckpt, monke
         # bucket 16's words, and bucket 32's less bucket 16's (decoded before it, in every process)
         for k, base in zip(keys, (None, keys[0]), strict=True):
             entry = drv.programs.get(decoded.variant_name(k, base), decoded.DecodedWords)
-            assert entry is not None and len(entry.words) > 100
+            # (bucket 32 less bucket 16: the words that name a span buffer, tens at this size)
+            assert entry is not None and len(entry.words) > (100 if base is None else 10)
             if base is not None:  # (bucket 16's span words are patched per token since)
                 prev = drv.variants[base].program
                 shared = set(entry.words.tolist()) & {w for s in prev.segments for w in s.words}
@@ -190,4 +191,4 @@ def test_a_seen_decode_program_built_ahead_decodes_none_of_its_words(ckpt, monke
         assert all(np.array_equal(a, b) for a, b in zip(bits, bits0, strict=True))
     assert cycles1 == cycles0 and cycles2 == cycles0 and all(c > 0 for c in cycles0)
     assert ahead1 == 0 and drv1.programs.writes == 0  # seeded from disk: nothing decoded, nothing stored
-    assert ahead2 > 100 and drv2.programs.writes == 2
+    assert ahead2 > 10 and drv2.programs.writes == 2

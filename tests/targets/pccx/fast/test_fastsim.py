@@ -280,6 +280,46 @@ def test_fused_run_with_copies_follows_their_descriptors():
             assert fast.error is not None and fast.error.index == 4
 
 
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="fused SFU runs are a numba-backend path")
+def test_copies_whose_entry_changed_are_bound_again_in_their_table(monkeypatch):
+    """A fused run's copies bound for one shape entry, run again after the entry took another value outside
+    the run (a span bucket's -inf tail copy: the same word, another length in the entry): the call stops at
+    the first copy, lowers it and the later copies bound as it was for the entry now and goes on, so the
+    table is kept (not made again, no copy run step by step), and the state is the reference's."""
+    from npukit.targets.pccx.fast import fastrun
+
+    lines = ["cvo.square src=0x10 dst=0x20 len=40 flags=0",
+             "memcpy from=npu to=npu dest=0x30 src=0x20 shape=3 async",
+             "cvo.scale src=0x22 dst=0x41 len=30 flags=0",
+             "memcpy from=npu to=npu dest=0x50 src=0x20 shape=3 async",
+             "cvo.mul src=0x60 dst=0x62 len=12 flags=0",
+             "memcpy from=npu to=npu dest=0x70 src=0x21 shape=3 async",
+             "cvo.reduce_sum src=0x30 dst=0x80 len=16 flags=0"]
+    words = asm.assemble("\n".join(lines))
+    ref, fast = Simulator(), FastSimulator(backend="numba")
+    rebound, real = [], fastrun._FusedRun._rebound_copy
+    monkeypatch.setattr(fastrun._FusedRun, "_rebound_copy",
+                        lambda run, t, r: rebound.append(r) or real(run, t, r))
+    for sim in (ref, fast):
+        _setup(sim, 17, [])
+    table, prev = None, 4
+    for copy_words in (4, 4, 9, 9, 2):
+        for sim in (ref, fast):
+            sim.set_cc(0, 3, copy_words, 0, 0)
+            sim.load_program(words)
+        del rebound[:]
+        assert fast.run() == ref.run()
+        _assert_same(_state(fast), _state(ref))
+        run = fast._groups[0][1].resolve()
+        assert fast._groups[0][0] == len(lines) and run.table is not None
+        if table is None:
+            table, builds = run.table, run.builds
+        assert run.table is table and run.builds == builds  # kept: its copies bound again in place
+        assert rebound == ([1] if copy_words != prev else [])  # one stop a change, at the first copy
+        assert [int(table.tab[i, 5]) & 0xFFFF for i in (1, 3, 5)] == [copy_words] * 3
+        prev = copy_words
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.integers(0, 3), st.integers(0, 63), st.integers(0, 2**16 - 1), st.integers(0, 2**16 - 1),
        st.integers(0, 2**16 - 1), st.booleans(), st.integers(0, 2**64 - 1), st.booleans())

@@ -6,7 +6,10 @@
    concatenation), the operand is first copied into the result's place (MEMCPY L2 → L2).
 2. **Allocation.** Every root buffer lives from its first definition to its last use; a linear scan
    over the node order places roots first-fit in L2 words above a one-word scratch (the S-register
-   load target) and frees them after their last use. Peak usage must fit ``hw.l2.words``.
+   load target) and frees them after their last use. The buffers sized by the attention span bucket
+   (scores, their softmax, the -inf tail) are placed after the others, around them, so one bucket's
+   program differs from the next only where a word names a span buffer. Peak usage must fit
+   ``hw.l2.words``.
 3. **Constant cache.** Each GEMV needs an fmap-shape entry (M, 1, K) and a weight entry (format |
    layout bits, host address); a MEMCPY an fmap entry (words, host window). Entries are reused when
    they already hold the value and replaced least-recently-used when the 64 are taken (a MEMSET);
@@ -266,15 +269,29 @@ class CodeGen:
 
     # ---- 2. allocation ---------------------------------------------------------------------------
     def _allocate(self, nodes: list[Node]) -> int:
+        """Place every root; the peak end word. The buffers sized by the span bucket are placed around
+        the others (first fit among themselves only), so every other buffer has the same address in
+        every bucket's program and a bucket switch rewrites only the words that name a span buffer;
+        where that split does not fit L2, all are placed first-fit together."""
         spans = liveness.lifetimes(
             [r.root()[0] for r in ([nd.out] if nd.out is not None else []) + self._reads(nd)] for nd in nodes)
+        size, hi = (lambda b: words_of(b.n)), self.limits.l2_words
+        fixed = [s for s in spans if s.item.span_class is None]
+        moving = [s for s in spans if s.item.span_class is not None]
         try:  # word 0: scratch for S loads
-            addrs, peak = liveness.first_fit(spans, lambda b: words_of(b.n), 1, self.limits.l2_words)
-        except liveness.NoRoom as full:
-            raise CapacityError(f"L2 is full: {full.item.name} needs {full.size} words at node {full.node} "
-                                f"({self.limits.l2_words} words in all)") from None
-        for j, span in enumerate(spans):
-            span.item.addr = addrs[j]
+            at, peak = liveness.first_fit(fixed, size, 1, hi)
+            placed = [(s, at[j]) for j, s in enumerate(fixed)]
+            more, peak = liveness.fit_around(moving, size, placed, 1, hi)
+            placed += [(s, more[j]) for j, s in enumerate(moving)]
+        except liveness.NoRoom:
+            try:
+                at, peak = liveness.first_fit(spans, size, 1, hi)
+            except liveness.NoRoom as full:
+                raise CapacityError(f"L2 is full: {full.item.name} needs {full.size} words at node "
+                                    f"{full.node} ({hi} words in all)") from None
+            placed = [(s, at[j]) for j, s in enumerate(spans)]
+        for span, addr in placed:
+            span.item.addr = addr
         return peak
 
     # ---- 3-5. emission ---------------------------------------------------------------------------
@@ -344,7 +361,8 @@ class CodeGen:
         (placeholder entry, patch kind, window key, patch argument)."""
         if real is not None and val in real:
             ent, kind, wk, arg = real[val]
-            self._dyn(kind, wk, arg)
+            if kind is not None:  # (None: a value named by a key, not patched)
+                self._dyn(kind, wk, arg)
             val = ent
         self.instrs.append(isa.Memset(cache, slot, *val))
         self.stats.memsets[cache.name.lower()] += 1
@@ -436,20 +454,24 @@ class CodeGen:
             self.instrs.append(isa.Cvo(fn, src.word() + w0, dst.word() + w0, n, flags, async_=not sync))
 
     def _memcpy(self, route: tuple[Device, Device], dest: int, src: int, words: int, host_addr: int,
-                sync: bool) -> None:
+                sync: bool, span_class: Any = None) -> None:
+        """MEMCPY in tiles; a copy sized by a span bucket (``span_class``) keys its fmap entry by that
+        class, not by its value, so every bucket's program hits and misses the cache alike."""
         for w0 in range(0, words, MEMCPY_MAX_WORDS):
             n = min(MEMCPY_MAX_WORDS, words - w0)
             if route[0] == Device.NPU and route[1] == Device.NPU:
-                fm, aux = self._fmap((n, 0, 0)), 0
+                val, aux = (n, 0, 0), 0
             else:
                 val, aux = _host_entry(n, host_addr + w0 * WORD_BYTES)
-                fm = self._fmap(val)
+            key = val if span_class is None else ("bucket", span_class, route, w0)
+            fm = self._fmap(key, None if span_class is None else {key: (val, None, None, None)})
             d = 0 if route[1] == Device.HOST else dest + w0
             s = 0 if route[0] == Device.HOST else src + w0
             self.instrs.append(isa.Memcpy(route[0], route[1], d, s, aux, fm, async_=not sync))
 
     def _emit_load(self, nd: Node) -> None:
-        self._memcpy((Device.HOST, Device.NPU), nd.out.word(), 0, words_of(nd.out.n), nd.host_addr, False)
+        self._memcpy((Device.HOST, Device.NPU), nd.out.word(), 0, words_of(nd.out.n), nd.host_addr, False,
+                     nd.out.root()[0].span_class)
 
     def _emit_store(self, nd: Node) -> None:
         r = nd.srcs[0]
@@ -459,7 +481,9 @@ class CodeGen:
         r = nd.srcs[0]
         if r.n % ELEMS_PER_WORD and r.n != nd.out.n:
             raise CompileError(f"copy of {r.n} elements into {nd.out.n} ({nd.label}: {r.buf.name})")
-        self._memcpy((Device.NPU, Device.NPU), nd.out.word(), r.word(), words_of(r.n), 0, False)
+        cls = nd.out.root()[0].span_class
+        self._memcpy((Device.NPU, Device.NPU), nd.out.word(), r.word(), words_of(r.n), 0, False,
+                     r.root()[0].span_class if cls is None else cls)
 
 
 # one emitter per IR node kind (compile/ir.Node.kind); "host" and "mark" are segment boundaries

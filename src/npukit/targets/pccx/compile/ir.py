@@ -35,6 +35,17 @@ class Buf:
     # attention span buffer (allocated at the bucket length, used length set per token): its span key,
     # the window class (decode) or (window class, token index in the chunk) (prefill)
     dyn: Any = None
+    # sized by this window class's span bucket without being a span itself (the scores' -inf tail)
+    bucket_class: Any = None
+
+    @property
+    def span_class(self) -> Any:
+        """The window class whose span bucket sizes this buffer (None: its size is fixed). Such buffers
+        are placed apart (`codegen.CodeGen._allocate`) and their copies' constant-cache entries named
+        by class, not value, so one bucket's program differs from the next only where it names one."""
+        if self.dyn is not None:
+            return self.dyn[0] if isinstance(self.dyn, tuple) else self.dyn
+        return self.bucket_class
 
     def root(self) -> tuple[Buf, int]:
         b, off = self, 0

@@ -9,9 +9,8 @@ reference's exact op sequence; host-side work (embedding and PLE row lookups, Ro
 for real and becomes staged host inputs. The program therefore computes what the reference
 computes by construction; the simulator checks the addressing, tiling and encoding.
 
-A prefill chunk (GEMMs over T tokens) is lowered by `npukit.targets.pccx.compile.lower_prefill` on the same
-machinery: `SymbolicKVCache.append_batch` (one host step for the chunk's T K/V rows) and per-token
-span keys (`KVOperand.slot`).
+A prefill chunk (GEMMs over T tokens) is lowered by `npukit.targets.pccx.compile.lower_prefill` on the
+same machinery: `SymbolicKVCache.append_batch` (the chunk's K/V rows) and per-token span keys.
 
 Helpers swapped into the traced model: `TraceStore` (matrix codes are never unpacked; the row
 scales identify the weight tile), `SymbolicKVCache` (the KV ring: appends become a staging copy and
@@ -199,12 +198,13 @@ class LoweringOps:
         self._prescaled: dict[int, tuple[Ref, KVOperand]] = {}
         self._vec_ptrs = {_ptr(v): name for name, v in image.store.vecs.items()}
         self._vec_bufs: dict[str, Buf] = {}
-        self._consts: dict[tuple[float, int], Buf] = {}
+        self._consts: dict[tuple[float, int, Any], Buf] = {}
         self.host_inputs: list[tuple[int, np.ndarray]] = []
         self.recipes: list[tuple[int, tuple]] = []  # (staging address, host recipe) of per-token inputs
         self._tags: dict[int, tuple] = {}
         self.outputs: list[tuple[int, int]] = []
         self._staging = STAGING_BASE
+        self._staging_top = STAGING_BASE + STAGING_BYTES  # bucket-sized constants, staged downwards
         self._staged: dict[int, int] = {}
         self._recipe_addr: dict[tuple, int] = {}  # a host input already staged (RoPE rows: once per type)
         self._batches: dict[int, tuple[Ref, int, int]] = {}  # GEMM operands: ptr -> (ref, rows, row stride)
@@ -233,33 +233,39 @@ class LoweringOps:
                 return Ref(buf, (p - s) // 4, int(a.size))
         return None
 
-    def stage(self, nbytes: int) -> int:
-        addr = self._staging
-        self._staging = align(addr + nbytes)
-        if self._staging > STAGING_BASE + STAGING_BYTES:
-            raise CapacityError("per-token host staging area (2 MiB) is full")
+    def stage(self, nbytes: int, top: bool = False) -> int:
+        """A host staging address for ``nbytes``: from the bottom up, or with ``top`` from the top down."""
+        self._staging_top -= align(nbytes) if top else 0
+        addr = self._staging_top if top else self._staging
+        self._staging = self._staging if top else align(addr + nbytes)
+        if self._staging > self._staging_top:
+            raise CapacityError(f"per-token host staging area ({STAGING_BYTES >> 20} MiB) is full")
         self._staged[addr] = nbytes
         return addr
 
     def staged_bytes(self, addr: int) -> int:
         return self._staged.get(addr, 0)
 
-    def _host_input(self, bits: np.ndarray, name: str, shared: bool = False, addr: int | None = None) -> Buf:
+    def _host_input(self, bits: np.ndarray, name: str, shared: bool = False, addr: int | None = None,
+                    top: bool = False) -> Buf:
         bits = np.asarray(bits, np.uint16).ravel()
         if addr is None:
-            addr = self.stage(2 * bits.size)
+            addr = self.stage(2 * bits.size, top)
             self.host_inputs.append((addr, bits))
         self._n += 1
         buf = Buf(bits.size, f"{name}#{self._n}", shared=shared)
         self.nodes.append(Node("load", out=Ref(buf, 0, bits.size), host_addr=addr, label=name))
         return buf
 
-    def const_vec(self, value: float, n: int = 1) -> Ref:
+    def const_vec(self, value: float, n: int = 1, span_class: Any = None) -> Ref:
+        """A constant vector from the host; ``span_class``: its length is that window class's span bucket
+        (one per class, staged from the top down: other host inputs keep their addresses in every bucket)."""
         v = float(nx.bf16(value)[()])
-        key = (v, n)
+        key = (v, n, span_class)
         if key not in self._consts:
             self._consts[key] = self._host_input(np.full(n, nx.to_bits(v)[()], np.uint16), f"const {v:g}",
-                                                 shared=True)
+                                                 shared=True, top=span_class is not None)
+            self._consts[key].bucket_class = span_class
         return Ref(self._consts[key], 0, n)
 
     def ref(self, a: Any, n: int | None = None) -> Ref:
@@ -402,8 +408,8 @@ class LoweringOps:
         arr, buf = self._new(n, wt.name)
         if w.kind == "k":  # scores over the bucket: rows past the token's span stay -inf (exp -> 0)
             buf.dyn = wk
-            self.nodes.append(Node("copy", out=Ref(buf, 0, n), srcs=(self.const_vec(-np.inf, n),),
-                                   label="span tail -inf"))
+            tail = self.const_vec(-np.inf, n, span_class=wk[0] if isinstance(wk, tuple) else wk)
+            self.nodes.append(Node("copy", out=Ref(buf, 0, n), srcs=(tail,), label="span tail -inf"))
         self.nodes.append(Node("gemv", out=Ref(buf, 0, n), srcs=(xr,), weight=wt, label=wt.name))
         return arr
 

@@ -17,9 +17,9 @@ e_max registers, dispatching on the row's kind to the kernels the single steps c
   this CPU took (VNNI, AVX2 or portable), so `block` is built once per path under its own name; the
   image is read in place at the host address the row was built for, while the descriptors hold the
   binding key it was built from (`_key_holds`; else the single step rebinds);
-* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastrun.TLUT`,
+* 12 GELU, TANH, SIN or COS (no e_max): core(x) from a table of every BF16 input (`fastrows.TLUT`,
   made by the NumPy core itself), then the single step's rounding (`round_store`, accm included);
-  without accm the rounded value itself, from `fastrun.TBITS` (the table rounded by the single
+  without accm the rounded value itself, from `fastrows.TBITS` (the table rounded by the single
   step's NumPy rounding: 128 KiB a function rather than 512);
 * 11 the same GEMV on its cached int8 codes (`FastSimulator.int4_codes`; the serial int8 kernel, or
   its parallel twin as for kind 10), where the single step would read codes (the caller rebuilds the
@@ -168,7 +168,7 @@ def _key_holds(t, cc):
     """Whether the descriptors still hold the binding key an INT4 row (kinds 10, 11) or a yield (13)
     was built for: the shape entry and the weight slot. Not slot + 1 (the key's last three columns):
     a plain INT4 binding never reads it, and whether a GEMV is a row or a yield depends on the first
-    six fields only (`fastmat.fused_row`, `fastrun.int4_row`); a decode program's slot + 1 may be an
+    six fields only (`fastmat.fused_row`, `fastrows.int4_row`); a decode program's slot + 1 may be an
     entry the next GEMV reads, rewritten every token."""
     shp, siz = t[1], t[2]
     for j in range(3):

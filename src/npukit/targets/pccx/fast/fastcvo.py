@@ -20,7 +20,7 @@ from npukit.targets.pccx.asm import format_instr
 from npukit.targets.pccx.cvo import CVO, CvoForm, CvoSpec
 from npukit.targets.pccx.fast import fastrun
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastrun import _TABLED, TLUT, tabled  # noqa: F401 (their home was here)
+from npukit.targets.pccx.fast.fastrows import _TABLED, TLUT, tabled  # noqa: F401 (their home was here)
 from npukit.targets.pccx.fast.state import FastState
 from npukit.targets.pccx.isa import CvoFlag, Instr, cvo_out_elems, words_of
 

@@ -2,7 +2,7 @@
 
 `fuse_groups` finds the runs of a plan (`fastsim.FastSimulator`), a `_FusedRun` lowers one into a
 table of int64 rows on its first call (the rows each step's ``fuse`` gives: `fastcvo` for CVOs,
-`fastmat.fused_row` and `int4_row` for GEMVs, `fastsim` for MEMSET and MEMCPY), and a `_Resume`
+`fastmat.fused_row` and `fastrows.int4_row` for GEMVs, `fastsim` for MEMSET and MEMCPY), and a `_Resume`
 runs the rest of a run after a step the compiled loop left to the caller. A decode step's layer,
 its INT4 projections included, is one such call.
 """
@@ -20,43 +20,23 @@ from time import perf_counter
 import numpy as np
 
 from npukit.sim.work import Work
-from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import kernels as kx
-from npukit.targets.pccx.fast.fastmat import (
-    MatSite,
-    _mat_work,
-    _unpacked,
-    key_fields,
-    kmajor_row,
-    packed_views,
-    update_emax,
+from npukit.targets.pccx.fast.fastmat import update_emax
+from npukit.targets.pccx.fast.fastrows import (
+    _BY_ADDRESS,
+    _COLS,
+    _LARGE,
+    _PADS,
+    _YIELD,
+    TBITS,
+    TLUT,
+    _lowered,
+    int4_row,  # noqa: F401 (its home was here)
 )
 from npukit.targets.pccx.fast.state import Codes, FastState
 from npukit.targets.pccx.fast.twins import PARALLEL as _PARALLEL
-from npukit.targets.pccx.memory import FORMAT_CODES, row_bytes
 
 _E = 8
-
-# Unary cores a fused run reads from a table (`_nbblock` kind 12, the steps `fastcvo` marks): a BF16
-# input has 2^16 values, so core(x) for each, computed once by the core itself (NumPy, float64, as the
-# single step calls it on its slice; the loops are elementwise), is what every single step would
-# compute; the rounding (and accm's add) is then the single step's own `round_store`.
-_TABLED = (nx.gelu_core, nx.tanh_core, nx.sin_core, nx.cos_core)
-TLUT = np.zeros((len(_TABLED), 1 << 16), np.float64)
-TBITS = np.zeros((len(_TABLED), 1 << 16), np.uint16)  # the same, rounded to BF16 (a row without accm)
-_TLUT_MADE = [False] * len(_TABLED)
-
-
-def tabled(core: Callable[[np.ndarray], np.ndarray]) -> int:
-    """`TLUT`'s row holding ``core`` of every BF16 value (made on first use), or -1: not tabled."""
-    i = next((i for i, c in enumerate(_TABLED) if c is core), -1)
-    if i >= 0 and not _TLUT_MADE[i]:
-        with np.errstate(all="ignore"):
-            TLUT[i] = core(kx.LUT64.copy())
-            TBITS[i] = kx.np_f64_bits(TLUT[i])  # the single step's own rounding
-        _TLUT_MADE[i] = True
-    return i
-
 
 def fuse_groups(sim: FastState, plan: list[Callable[[], Work]], old: list | None = None,
                 changed: frozenset[int] = frozenset()) -> list[tuple[int, Callable] | None]:
@@ -191,61 +171,9 @@ class _Table:
         return got
 
 
-_COLS = 20  # table columns (`_nbblock.COLS`)
 _VALID = attrgetter("valid")
-_INT4 = FORMAT_CODES["int4"]
-_BY_ADDRESS = (10, 11, 14)  # INT4 rows that read their image by address (the table keeps the arrays)
-_LARGE = 4  # an INT4 row's flag (column 5) of a large matrix (`_nbblock.LARGE`)
-_YIELD = 13  # a row `_nbblock.block` returns at: the caller runs that step, then resumes after it
 _ROW_BYTES: dict[tuple, bytes] = {}  # a fixed row (CVO, MEMSET) -> its table row's bytes (`_build`)
 _PACK_ROW = struct.Struct(f"={_COLS}q")  # a bound row's bytes (`_FusedRun._build`), zeros after its own
-_PADS = [(0,) * (_COLS - k) for k in range(_COLS + 1)]
-
-
-def int4_row(sim: FastState, site: MatSite, key: bytes) -> tuple | bool:
-    """The `_nbblock` row of a plain INT4 GEMV for the binding key ``key``, and its Work: kind 11
-    where the single step reads cached int8 codes, else kind 10 (the packed image in place), so a run
-    of fused steps goes on through every projection of a decode step (a layer between two host
-    interactions is one compiled call). A large matrix (from `kernels.PARALLEL_MIN_MACS` weights) is
-    flagged `_nbblock.LARGE`: the run's call then takes the twin `twins.TwinChooser` picks, as the
-    single step would. False for every other binding. The last item holds what the row reads by
-    address (kept alive), and the codes whose validity the table depends on."""
-    f = key_fields(key)
-    if sim.backend != "numba" or len(f) != 9:
-        return False
-    m, n, k, a, hi, lo = f[:6]
-    if a != _INT4 or n > 1 or m == 0 or k == 0:
-        return kmajor_row(sim, site, f)  # (a K-major image: kind 14, or False)
-    ins, rb = site.ins, row_bytes("int4", k)
-    got = packed_views(sim, site, m, k, (hi << 16) | lo, m, rb)
-    if got is None:
-        return False
-    addr, body, sb, body_at, sb_at = got
-    s0, d0 = ins.src_addr, ins.dest_reg
-    codes = sim.int4_codes(addr, m, k, site.w_scale) if _unpacked(sim, m, 1, k) else None
-    flags = int(site.accm) | int(site.findemax) << 1 | (_LARGE if m * k >= kx.PARALLEL_MIN_MACS else 0)
-    work = _mat_work(site, m, 1, k, "int4")
-    if codes is not None:
-        c = np.ascontiguousarray(codes.codes)
-        scale = codes.scale.ctypes.data if codes.scale.size else 0
-        row = (11, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, c.ctypes.data, m, k, scale, 0, *f)
-        return row, work, None, None, (c, codes)
-    row = (10, ins.shape_ptr_addr, ins.size_ptr_addr, s0, d0, flags, body_at, m, k, sb_at, rb, *f)
-    return row, work, None, None, (body, sb)
-
-
-def _lowered(step: Callable[[], Work], cc: np.ndarray | None) -> tuple | None:
-    """A step's table row (and what goes with it: `fuse_groups`) for the constant caches ``cc``: a
-    `_YIELD` row for a GEMV the compiled loop does not cover (the caller runs it between two calls);
-    None where the step cannot be bound now (the table ends before it)."""
-    got = step.fuse(cc) if callable(step.fuse) else step.fuse
-    if got is False and getattr(step, "fuse_may_end", False) and cc is not None:
-        ins = step.fuse_ins  # a GEMV: a yield while its descriptors hold this binding key
-        shp, siz = ins.shape_ptr_addr, ins.size_ptr_addr
-        if siz + 2 <= cc.shape[1]:
-            key = [*cc[0, shp].tolist(), *cc[1, siz: siz + 2].reshape(-1).tolist()]
-            return (_YIELD, shp, siz, *(0,) * 8, *key), None
-    return None if got is False else got
 
 
 class _CcBefore:
@@ -462,6 +390,8 @@ class _FusedRun:
         sim = self.sim
         r = self._run(t, start)
         rows = len(t.works)
+        while 0 <= r < rows and self._rebound_copy(t, r):
+            r = self._run(t, r)  # (the rows before it ran: on from the copy, bound anew)
         done = rows if r == -1 else (-2 - r if r < 0 else (r - rows + 1 if r >= rows else r))
         if 0 <= r < rows or t.retry:
             self.table = None  # a binding or copy changed (or a longer prefix may fuse): rebuild next time
@@ -480,6 +410,46 @@ class _FusedRun:
             update_emax(sim, [sim.flat[d0: d0 + m]])
         sim.trace.extend(items)
         return works
+
+
+    def _rebound_copy(self, t: _Table, r: int) -> bool:
+        """Whether row ``r``, a copy the call stopped at, was lowered again (in place) for the shape entry
+        the constant caches hold now, as the rows before it left them: a program whose bucket-keyed
+        entry changed value while the copy's word did not (`codegen.CodeGen._memcpy`), or a shared table
+        run by a program that set that entry otherwise. Its row checks the entry as any row does, so a
+        table shared by two such programs stays exact whichever ran it last."""
+        tab = t.tab
+        if tab[r, 0] not in (4, 5):
+            return False
+        was = tab[r].copy()
+        if not self._relower_copy(t, r):
+            return False  # (it stopped for another reason: the single step runs it)
+        # the later copies bound as it was read the same entry (one per token and head in a chunk
+        # program): lowered for it now too, not stopped at one by one (each still checks it)
+        later = tab[r + 1:]
+        for k in (np.flatnonzero((later[:, 0] == was[0]) & (later[:, 1] == was[1]) & (later[:, 5] == was[5]))
+                  + r + 1).tolist():
+            self._relower_copy(t, k)
+        return True
+
+    def _relower_copy(self, t: _Table, r: int) -> bool:
+        """Row ``r`` (a copy) lowered for the constant caches now, in place: whether it changed."""
+        got = _lowered(self.steps[r], self.sim.cc)
+        if got is None:
+            return False
+        row = [*got[0], *_PADS[len(got[0])]]
+        if row[0] == 5:
+            j = next((j for j, h in enumerate(t.regions) if h is got[2]), None)
+            if j is None:
+                return False
+            row[6] = j
+        if row == t.tab[r].tolist():
+            return False
+        t.tab[r], t.works[r] = row, got[1]
+        items = t.__dict__.get("_items")
+        if items is not None:
+            items[r] = (t.ins[r], got[1])
+        return True
 
 
 class _Resume:

@@ -28,7 +28,7 @@ import numpy as np
 
 from npukit.sim.work import Work
 from npukit.targets.pccx.fast.fastmat import bind_mat, fused_row, mat_site, prebind_mat
-from npukit.targets.pccx.fast.fastrun import int4_row
+from npukit.targets.pccx.fast.fastrows import int4_row
 from npukit.targets.pccx.fast.state import MatBinding
 from npukit.targets.pccx.isa import Device
 from npukit.targets.pccx.isa import Instr as _Instr
@@ -103,7 +103,7 @@ class CopyStep:
 
 class _MatRow:
     """A GEMV/GEMM step's row maker (``fuse``): its row of a fused run where its binding for the
-    entries ``cc`` allows (`fastmat.fused_row`, `fastrun.int4_row`)."""
+    entries ``cc`` allows (`fastmat.fused_row`, `fastrows.int4_row`)."""
 
     __slots__ = ("shp", "sim", "site", "siz")
 
