@@ -5,6 +5,7 @@ is the node before are free again), inside [lo, hi)."""
 from hypothesis import given
 from hypothesis import strategies as st
 
+from npukit.compile import liveness
 from npukit.compile.liveness import Lifetime, NoRoom, first_fit, fit_around, lifetimes
 
 
@@ -98,6 +99,11 @@ def test_fit_around_places_each_at_the_lowest_address_clear_of_every_buffer_live
         raise AssertionError("a buffer that fits nowhere was placed")
     addrs, peak = fit_around(more, _size, placed, lo, hi)
     assert addrs == want
+    every_, liveness.PRUNE_EVERY = liveness.PRUNE_EVERY, 1  # the dead dropped before every birth
+    try:
+        assert fit_around(more, _size, placed, lo, hi) == (addrs, peak)
+    finally:
+        liveness.PRUNE_EVERY = every_
     every = placed + [(s, addrs[j]) for j, s in enumerate(more)]
     assert peak == max([lo] + [a + _size(s.item) for s, a in every])
     for k, (s, a) in enumerate(every):  # simultaneously live buffers never share an address

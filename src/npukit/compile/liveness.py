@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+PRUNE_EVERY = 64  # `fit_around` drops the buffers dead before the next birth this often
+
 
 @dataclass(frozen=True)
 class Lifetime:
@@ -96,25 +98,30 @@ def fit_around(spans: list[Lifetime], size: Callable[[Any], int], placed: list[t
     ``a.first <= b.last and b.first <= a.last``). Returns ({index in ``spans``: address}, the peak end
     address of all of them, the placed ones too); raises `NoRoom` naming the first that does not fit."""
     order = sorted(range(len(spans)), key=lambda j: spans[j].first)
-    firsts = np.array([s.first for s, _ in placed], np.int64)
-    lasts = np.array([s.last for s, _ in placed], np.int64)
-    starts = np.array([a for _, a in placed], np.int64)
-    ends = starts + np.array([size(s.item) for s, _ in placed], np.int64)
-    peak = max(lo, int(ends.max(initial=lo)))
+    rows = [(s.first, s.last, a, a + size(s.item)) for s, a in placed]
+    table = np.zeros((4, len(rows) + len(spans)), np.int64)  # first, last, start, end of those placed
+    n = len(rows)
+    table[:, :n] = np.array(rows, np.int64).reshape(-1, 4).T
+    peak = max(lo, int(table[3, :n].max(initial=lo)))
     addr: dict[int, int] = {}
-    for j in order:
+    for k, j in enumerate(order):
         s, need = spans[j], size(spans[j].item)
-        live = (firsts <= s.last) & (lasts >= s.first)
-        busy = sorted(zip(starts[live].tolist(), ends[live].tolist(), strict=True))
-        a = lo
-        for b, e in busy:
-            if b >= a + need:
-                break
-            a = max(a, e)
+        if k % PRUNE_EVERY == 0:  # (births come in order: one dead before this birth never counts again)
+            keep = table[1, :n] >= s.first
+            n = int(keep.sum())
+            table[:, :n] = table[:, :keep.size][:, keep]
+        firsts, lasts, starts, ends = table[:, :n]
+        live = np.flatnonzero((firsts <= s.last) & (lasts >= s.first))
+        by = np.argsort(starts[live], kind="stable")
+        b = starts[live][by]
+        # the lowest free address before the k-th lowest obstacle: lo, or past every one below it
+        cand = np.maximum(np.concatenate(([lo], np.maximum.accumulate(ends[live][by]))), lo)
+        fits = np.flatnonzero(b >= cand[:-1] + need)
+        a = int(cand[fits[0]] if fits.size else cand[-1])
         if a + need > hi:
             raise NoRoom(s.item, need, s.first)
         addr[j] = a
         peak = max(peak, a + need)
-        firsts, lasts = np.append(firsts, s.first), np.append(lasts, s.last)
-        starts, ends = np.append(starts, a), np.append(ends, a + need)
+        table[:, n] = (s.first, s.last, a, a + need)
+        n += 1
     return addr, peak
