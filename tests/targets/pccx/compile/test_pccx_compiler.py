@@ -182,3 +182,31 @@ def test_bucket_sized_constants_are_staged_from_the_top_down(store):
     assert ops.staged_bytes(end - 64) == 60
     with pytest.raises(CapacityError, match="staging area"):  # the two ends may not cross
         ops.stage(STAGING_BYTES - 200, top=True)
+
+
+def test_a_span_class_names_one_copy_shape_and_a_second_is_looked_up_by_value():
+    """Copies sized by a window class's bucket share one constant-cache name; a copy of that class with
+    another length (none in Gemma 3n today) must not reuse that entry: each MEMCPY's shape entry, as the
+    program's MEMSETs leave it, holds its own word count."""
+    tail8 = Buf(64, "tail8", bucket_class=0)
+    tail16 = Buf(128, "tail16", bucket_class=0)
+    a, b, c = Buf(64, "scores a", dyn=0), Buf(128, "scores b", dyn=0), Buf(64, "scores c", dyn=0)
+    nodes = [Node("load", out=Ref(tail8, 0, 64), host_addr=0x100000),
+             Node("load", out=Ref(tail16, 0, 128), host_addr=0x100400),
+             Node("copy", out=Ref(a, 0, 64), srcs=(Ref(tail8, 0, 64),)),
+             Node("copy", out=Ref(b, 0, 128), srcs=(Ref(tail16, 0, 128),)),
+             Node("copy", out=Ref(c, 0, 64), srcs=(Ref(tail8, 0, 64),)),
+             Node("copy", out=Ref(Buf(64, "out"), 0, 64), srcs=(Ref(a, 0, 64),)),
+             Node("copy", out=Ref(Buf(128, "out2"), 0, 128), srcs=(Ref(b, 0, 128),)),
+             Node("copy", out=Ref(Buf(64, "out3"), 0, 64), srcs=(Ref(c, 0, 64),))]
+    hw = load_hw("pccx-v002-kv260")
+    segs, _ = CodeGen(hw).compile(nodes)
+    fmap: dict[int, tuple] = {}
+    copied = []
+    for w in segs[0].words:
+        ins = isa.decode(w, "extended", hw)
+        if ins.op == isa.Op.MEMSET and ins.dest_cache == isa.DestCache.FMAP:
+            fmap[ins.dest_addr] = (ins.a_value, ins.b_value, ins.c_value)
+        elif ins.op == isa.Op.MEMCPY and ins.from_device == ins.to_device:
+            copied.append(fmap[ins.shape_ptr_addr][0])
+    assert copied == [8, 16, 8, 8, 16, 8]

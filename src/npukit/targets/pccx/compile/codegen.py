@@ -300,6 +300,7 @@ class CodeGen:
         nodes = self._in_place(nodes, stats)
         stats.l2_peak_words = self._allocate(nodes)
         self.fmap = _CCache(self.limits.cc_entries)
+        self._named: dict[tuple, tuple] = {}  # a bucket-sized copy's fmap key -> its value (`_memcpy`)
         self.wcache = _CCache(self.limits.cc_entries, PAIR_SLOTS // 2)
         self.s_key: Any = None
         self.stats = stats
@@ -463,8 +464,11 @@ class CodeGen:
                 val, aux = (n, 0, 0), 0
             else:
                 val, aux = _host_entry(n, host_addr + w0 * WORD_BYTES)
-            key = val if span_class is None else ("bucket", span_class, route, w0)
-            fm = self._fmap(key, None if span_class is None else {key: (val, None, None, None)})
+            key = val  # (a name holds one value in a program: a second value is looked up by value)
+            name = ("bucket", span_class, route, w0)
+            if span_class is not None and self._named.setdefault(name, val) == val:
+                key = name
+            fm = self._fmap(key, None if key is val else {key: (val, None, None, None)})
             d = 0 if route[1] == Device.HOST else dest + w0
             s = 0 if route[0] == Device.HOST else src + w0
             self.instrs.append(isa.Memcpy(route[0], route[1], d, s, aux, fm, async_=not sync))
