@@ -1,5 +1,5 @@
 """The per-token host input rows (`targets/pccx/host_inputs.py`): what `HostInputs.stage` writes into
-staging, against each row made by `compile.lower.eval_recipe` position by position and written with
+staging, against each row made by `compile.host_values.eval_recipe` position by position and written with
 `HostDDR.write` (the driver's path before the RoPE blocks and staging views), on a host that hands out
 views (the fast executor's) and on one that does not; and the logits read back."""
 
@@ -16,7 +16,7 @@ from gemma3n_tiny import MIXED, SL
 
 from npukit.models.gemma3n import Gemma3nConfig, synthetic_weights
 from npukit.targets.pccx import numerics as nx
-from npukit.targets.pccx.compile.lower import eval_recipe
+from npukit.targets.pccx.compile.host_values import eval_recipe
 from npukit.targets.pccx.fast.fastsim import FastSimulator
 from npukit.targets.pccx.gemma3n_quant import Gemma3nW4A8, Int4Store
 from npukit.targets.pccx.host_inputs import ROPE_BLOCK, HostInputs

@@ -1,6 +1,6 @@
 """The per-token host inputs of a compiled pccx program, written into staging before each run.
 
-A program's recipes (`compile.lower.eval_recipe`) name the rows the host makes per token: the embedding
+A program's recipes (`compile.host_values.eval_recipe`) name the rows the host makes per token: the embedding
 row, the per-layer-embedding row and, per layer type, the RoPE cos and sin rows. A decode step makes six,
 and each one position by position is a dozen small NumPy calls (~25 µs apiece in a warm loop, twice
 that after the compiled block has run through the caches). The RoPE rows depend only on the position,
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from npukit.models.gemma3n.weights import EMBED, EMBED_PLE
-from npukit.targets.pccx.compile.lower import eval_recipe, host_bits
+from npukit.targets.pccx.compile.host_values import eval_recipe, host_bits
 from npukit.targets.pccx.gemma3n_quant.model import Gemma3nW4A8
 from npukit.targets.pccx.gemma3n_quant.store import Int4Store
 from npukit.targets.pccx.memory import HostWords

@@ -210,3 +210,34 @@ def test_a_span_class_names_one_copy_shape_and_a_second_is_looked_up_by_value():
         elif ins.op == isa.Op.MEMCPY and ins.from_device == ins.to_device:
             copied.append(fmap[ins.shape_ptr_addr][0])
     assert copied == [8, 16, 8, 8, 16, 8]
+
+
+class _NaiveCache:
+    """The constant cache's plan, stated plainly: a hit is the single slot holding the value; a miss takes
+    the least recently touched single slot (never touched first, in slot order)."""
+
+    def __init__(self, entries: int) -> None:
+        self.single, self.held, self.used, self.t = list(range(entries)), {}, {}, 0
+
+    def get(self, val):
+        for s in self.single:
+            if self.held.get(s) == val:
+                self.t += 1
+                self.used[s] = self.t
+                return s, False
+        s = min(self.single, key=lambda x: self.used.get(x, -1))
+        self.held[s] = val
+        self.t += 1
+        self.used[s] = self.t
+        return s, True
+
+
+def test_constant_cache_plan_is_the_plain_lru():
+    from npukit.targets.pccx.compile.codegen import _CCache
+
+    rng = np.random.default_rng(9)
+    for entries in (1, 2, 5, 16):
+        fast, naive = _CCache(entries), _NaiveCache(entries)
+        for v in rng.integers(0, 3 * entries, 4000).tolist():
+            val = (v, 1, 0) if v % 3 else ("bucket", v, 0)  # (symbolic names as values too)
+            assert fast.get(val) == naive.get(val)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from npukit.targets.pccx.compile.lower import host_bits
+from npukit.targets.pccx.compile.host_values import host_bits
 
 
 def test_host_bits_rounds_like_ml_dtypes():

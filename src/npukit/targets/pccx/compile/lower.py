@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from npukit.targets.pccx import numerics as nx
+from npukit.targets.pccx.compile.host_values import bf16_scalar, host_bits
 from npukit.targets.pccx.compile.image import STAGING_BASE, STAGING_BYTES, DeviceImage, align
 from npukit.targets.pccx.compile.ir import Buf, CapacityError, CompileError, Node, Ref, Weight
 from npukit.targets.pccx.cvo import CVO, Lowering
@@ -194,6 +196,7 @@ class LoweringOps:
         self.image, self.ring = image, ring
         self.nodes: list[Node] = []
         self._index: list[tuple[int, int, Buf]] = []  # (start ptr, end ptr, buf), sorted
+        self._starts: list[int] = []  # the start ptrs of ``_index`` (bisected without a key function)
         self._keep: list[np.ndarray] = []
         self._prescaled: dict[int, tuple[Ref, KVOperand]] = {}
         self._vec_ptrs = {_ptr(v): name for name, v in image.store.vecs.items()}
@@ -213,18 +216,23 @@ class LoweringOps:
     # ---- buffers -----------------------------------------------------------------------------
     def _new(self, shape: tuple[int, ...] | int, name: str) -> tuple[np.ndarray, Buf]:
         shape = (shape,) if isinstance(shape, int) else shape
-        n = int(np.prod(shape))
         self._n += 1
-        buf = Buf(n, f"{name}#{self._n}")
+        buf = Buf(math.prod(shape), f"{name}#{self._n}")
         arr = np.zeros(shape, F32).view(SymArray)
-        p = _ptr(arr)
-        bisect.insort(self._index, (p, p + arr.nbytes, buf), key=lambda t: t[0])
-        self._keep.append(arr)
+        self._register(arr, buf)
         return arr, buf
+
+    def _register(self, arr: np.ndarray, buf: Buf) -> None:
+        """Index ``arr``'s bytes as ``buf`` (`_lookup`), in start order (after equal starts)."""
+        p = _ptr(arr)
+        i = bisect.bisect_right(self._starts, p)
+        self._starts.insert(i, p)
+        self._index.insert(i, (p, p + arr.nbytes, buf))
+        self._keep.append(arr)
 
     def _lookup(self, a: np.ndarray) -> Ref | None:
         p = _ptr(a)
-        i = bisect.bisect_right(self._index, p, key=lambda t: t[0]) - 1
+        i = bisect.bisect_right(self._starts, p) - 1
         if i >= 0:
             s, e, buf = self._index[i]
             if p < e:
@@ -260,7 +268,7 @@ class LoweringOps:
     def const_vec(self, value: float, n: int = 1, span_class: Any = None) -> Ref:
         """A constant vector from the host; ``span_class``: its length is that window class's span bucket
         (one per class, staged from the top down: other host inputs keep their addresses in every bucket)."""
-        v = float(nx.bf16(value)[()])
+        v = float(bf16_scalar(value))
         key = (v, n, span_class)
         if key not in self._consts:
             self._consts[key] = self._host_input(np.full(n, nx.to_bits(v)[()], np.uint16), f"const {v:g}",
@@ -449,7 +457,7 @@ class LoweringOps:
 
     @staticmethod
     def const(x: float) -> np.float32:
-        return F32(nx.bf16(x)[()])
+        return F32(bf16_scalar(x))
 
     def swap_halves(self, x: Any) -> np.ndarray:
         xr = self.ref(x)
@@ -497,9 +505,7 @@ class LoweringOps:
             self.recipes.append((self._staging, recipe))
         buf = self._host_input(host_bits(v), "host", addr=addr)
         arr = nx.bf16(v).view(SymArray).copy()
-        p = _ptr(arr)
-        bisect.insort(self._index, (p, p + arr.nbytes, buf), key=lambda t: t[0])
-        self._keep.append(arr)
+        self._register(arr, buf)
         return arr
 
     def l2_to_host(self, x: Any) -> np.ndarray:
@@ -524,35 +530,6 @@ for _f, _spec in CVO.items():  # the CVO table's plain unary functions: one gene
 def _tile_weight(t: Any) -> Weight:
     return Weight(t.addr, "int4", t.hi - t.lo, t.k, W_KMAJOR if t.kmajor else 0, None, True,
                   f"{t.name}[{t.lo}:{t.hi}]")
-
-
-def host_bits(x: Any) -> np.ndarray:
-    """A host vector as it crosses into L2 (`PccxOps.host_to_l2`): float32, then one BF16 rounding —
-    round to nearest even on the float32 bit pattern (what `numerics.to_bits` computes, in a few vector
-    operations: per token this runs on the embedding, PLE and RoPE rows); NaN -> 0x7FC0 | sign."""
-    u = np.ascontiguousarray(x, F32).reshape(-1).view(np.uint32)
-    bits = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    if nan.any():
-        bits[nan] = ((u[nan] >> 16) & 0x8000) | 0x7FC0
-    return bits
-
-
-def eval_recipe(model: Gemma3nW4A8, recipe: tuple, tokens: list[int], pos: int, memo: dict) -> np.ndarray:
-    """The BF16 bits of one per-token host input. Programs are lowered from position 0 with token ids
-    0, 1, … (decode: one token, id 0), so a recipe's token / position argument is the token's index
-    in ``tokens``, which start at position ``pos``. ``memo`` shares RoPE rows within a call."""
-    kind = recipe[0]
-    if kind == "rope":
-        key = ("rope", recipe[1], recipe[3])
-        if key not in memo:
-            memo[key] = tuple(host_bits(r) for r in Gemma3nW4A8.host_rope(model, recipe[1], pos + recipe[3]))
-        return memo[key][recipe[2]]
-    if kind == "embed":
-        return host_bits(Gemma3nW4A8.host_embed(model, tokens[recipe[1]]))
-    if kind == "ple":
-        return host_bits(Gemma3nW4A8.host_ple(model, tokens[recipe[1]]))
-    raise CompileError(f"unknown host input recipe {recipe!r}")
 
 
 def trace_model(store: Int4Store, kv: str, image: DeviceImage, ring: Any) -> tuple[Gemma3nW4A8, LoweringOps]:

@@ -16,7 +16,7 @@ each token's span with its own patched descriptors (`KVOperand.slot`); the chunk
 the host in one step per producer layer (`SymbolicKVCache.append_batch`).
 
 `lower_prefill` traces a chunk of T tokens from position 0 with token ids 0..T-1, so the recipes of
-the per-token host inputs name the token's index (`lower.eval_recipe`).
+the per-token host inputs name the token's index (`host_values.eval_recipe`).
 """
 
 from __future__ import annotations
