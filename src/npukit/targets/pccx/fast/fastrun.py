@@ -411,7 +411,6 @@ class _FusedRun:
         sim.trace.extend(items)
         return works
 
-
     def _rebound_copy(self, t: _Table, r: int) -> bool:
         """Whether row ``r``, a copy the call stopped at, was lowered again (in place) for the shape entry
         the constant caches hold now, as the rows before it left them: a program whose bucket-keyed
