@@ -217,7 +217,7 @@ class LoweringOps:
     def _new(self, shape: tuple[int, ...] | int, name: str) -> tuple[np.ndarray, Buf]:
         shape = (shape,) if isinstance(shape, int) else shape
         self._n += 1
-        buf = Buf(math.prod(shape), f"{name}#{self._n}")
+        buf = Buf(int(math.prod(shape)), f"{name}#{self._n}")
         arr = np.zeros(shape, F32).view(SymArray)
         self._register(arr, buf)
         return arr, buf
