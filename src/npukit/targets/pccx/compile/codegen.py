@@ -204,21 +204,15 @@ class _CCache:
 
     def get(self, val: tuple[int, int, int]) -> tuple[int, bool]:
         s = self._slot_of.get(val)
-        if s is not None:
-            self._touch(s)
-            del self._order[s]
-            self._order[s] = None
-            return s, False
-        s = next(iter(self._order))
-        old = self.held.get(s)
-        if old is not None and self._slot_of.get(old) == s:
-            del self._slot_of[old]
-        self.held[s] = val
-        self._slot_of[val] = s
+        new = s is None
+        if new:  # the least recently touched slot takes it (a value sits in one single slot at most)
+            s = next(iter(self._order))
+            self._slot_of.pop(self.held.get(s), None)
+            self.held[s], self._slot_of[val] = val, s
         self._touch(s)
         del self._order[s]
         self._order[s] = None
-        return s, True
+        return s, new
 
     def get_pair(self, v0: tuple[int, int, int], v1: tuple[int, int, int]) -> tuple[int, list[int]]:
         for s0, s1 in self.pairs:

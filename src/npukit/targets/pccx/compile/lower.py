@@ -243,9 +243,11 @@ class LoweringOps:
 
     def stage(self, nbytes: int, top: bool = False) -> int:
         """A host staging address for ``nbytes``: from the bottom up, or with ``top`` from the top down."""
-        self._staging_top -= align(nbytes) if top else 0
-        addr = self._staging_top if top else self._staging
-        self._staging = self._staging if top else align(addr + nbytes)
+        if top:
+            addr = self._staging_top = self._staging_top - align(nbytes)
+        else:
+            addr = self._staging
+            self._staging = align(addr + nbytes)
         if self._staging > self._staging_top:
             raise CapacityError(f"per-token host staging area ({STAGING_BYTES >> 20} MiB) is full")
         self._staged[addr] = nbytes

@@ -202,6 +202,19 @@ def _row_bytes(row: tuple) -> bytes:
 _RETRIES = 4  # builds that may stop at a step not bound yet before that prefix is final
 
 
+def _held_row(got: tuple, regions: list) -> list | None:
+    """A lowered step's row (`_lowered`) for a built table: padded, and the host region it reads (a host
+    copy's, an FP16 GEMV's: ``got[2]``) named by its index in the table's ``regions``; None where the
+    table does not hold that region (it must be built again)."""
+    row = [*got[0], *_PADS[len(got[0])]]
+    if row[0] not in _BY_ADDRESS and len(got) > 2:
+        j = next((j for j, h in enumerate(regions) if h is got[2]), None)
+        if j is None:
+            return None
+        row[6] = j
+    return row
+
+
 def _memset_entries(tab: np.ndarray, steps: list[Callable[[], Work]], offsets: list[int]
                     ) -> set[tuple[int, int]] | None:
     """The constant-cache entries (cache, slot) the rows at ``offsets`` write, as built (``tab``) and as
@@ -276,14 +289,11 @@ class _FusedRun:
             got = _lowered(st, before.at_row(o) if callable(st.fuse) else None)
             if got is None:
                 return new
-            row = [*got[0], *_PADS[len(got[0])]]
+            row = _held_row(got, t.regions)
+            if row is None:
+                return new
             if row[0] in _BY_ADDRESS:
                 keep.append(got[4])
-            elif len(got) > 2:
-                j = next((j for j, h in enumerate(t.regions) if h is got[2]), None)
-                if j is None:
-                    return new
-                row[6] = j
             makers.pop(o, None)
             if len(got) > 3 and got[3] is not None:
                 makers[o] = got[3]
@@ -434,15 +444,8 @@ class _FusedRun:
     def _relower_copy(self, t: _Table, r: int) -> bool:
         """Row ``r`` (a copy) lowered for the constant caches now, in place: whether it changed."""
         got = _lowered(self.steps[r], self.sim.cc)
-        if got is None:
-            return False
-        row = [*got[0], *_PADS[len(got[0])]]
-        if row[0] == 5:
-            j = next((j for j, h in enumerate(t.regions) if h is got[2]), None)
-            if j is None:
-                return False
-            row[6] = j
-        if row == t.tab[r].tolist():
+        row = None if got is None else _held_row(got, t.regions)
+        if row is None or row == t.tab[r].tolist():
             return False
         t.tab[r], t.works[r] = row, got[1]
         items = t.__dict__.get("_items")
