@@ -122,3 +122,55 @@ def test_copy_words_reads_the_whole_source_before_writing(shift):
     host = np.arange(1000, 1100, dtype=np.uint16)
     _nbarith.copy_apart(host, 10, flat, 5, 50)
     assert np.array_equal(flat[5:55], host[10:60])
+
+
+
+def _bits(v) -> np.ndarray:
+    return (np.asarray(v, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _tie_rows(rng: np.random.Generator, op: int, accm: bool, s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Operands (x, d) of near exponents whose float32 results are BF16 rounding midpoints (found among
+    2^20 random pairs; a quotient of two BF16 values never is one: it would need 9 significant bits)."""
+    x = rng.integers(0x3F00, 0x4080, 1 << 20).astype(np.uint16) | (rng.integers(0, 2, 1 << 20) << 15).astype(
+        np.uint16)
+    d = rng.integers(0x3F00, 0x4080, 1 << 20).astype(np.uint16)
+    with np.errstate(all="ignore"):
+        y = _ref64(op, _widen(x), _widen(d), s)
+        r = (_widen(d) + y if accm else y).astype(np.float32)
+    tie = (r.view(np.uint32) & 0xFFFF) == 0x8000
+    return x[tie], d[tie]
+
+
+@pytest.mark.parametrize(("op", "accm"), [(9, False), (2, False), (0, True), (1, True), (8, True)])
+def test_float32_routes_round_ties_cancellations_and_overflow_as_the_reference(op, accm):
+    """ADD, DIVS (no accm) and the accm products (d + p) are formed in float32 and rounded on the pattern
+    (`_nbarith._rounded32`): on rows of BF16 midpoint results (exact ties: the route must keep them,
+    else it is never taken on real rows), sums across exponent gaps of 15..30 with either sign,
+    cancelling overflowed products and infinities, every element equals NumPy's float64 then one
+    rounding."""
+    rng = np.random.default_rng(11 + op)
+    s = float(_widen(np.array([0x3FB4], np.uint16))[0])  # 1.40625: 8 significant bits
+    tx, td = _tie_rows(rng, op, accm, s)
+    assert tx.size > 1000 or op == 2
+    gaps = 2.0 ** -np.arange(15, 31)
+    big = np.array([1.0, -1.0, 1.5, -1.5, 2.0, -2.0, 1.9921875])
+    edge = [3.3e38, -3.3e38, np.inf, -np.inf, 1e-39]  # (x, d): overflow that cancels, inf - inf, subnormal
+    ex = np.concatenate([_bits(np.outer(big, gaps).ravel()), _bits(edge)])
+    ed = np.concatenate([_bits(np.repeat(big, gaps.size)), _bits([-v for v in edge[:4]] + [1e-39])])
+    x, d = np.concatenate([tx, ex, ed]), np.concatenate([td, ed, ex])
+    n = x.size
+    with np.errstate(all="ignore"):
+        y = _ref64(op, _widen(x), _widen(d), s)
+        want = nx.to_bits(_widen(d) + y if accm else y)
+    flat = np.concatenate([x, d])
+    _nbarith.arith_row(op, flat, 0, n, n, s, accm, np.empty(n), np.empty(n, np.uint32))
+    assert np.array_equal(flat[n:], want)
+    for i in range(tx.size, n):  # each edge alone (a row falls back whole: a neighbour could hide one)
+        flat = np.array([x[i], d[i]])
+        _nbarith.arith_row(op, flat, 0, 1, 1, s, accm, np.empty(1), np.empty(1, np.uint32))
+        assert flat[1] == want[i], (i, hex(x[i]), hex(d[i]))
+    if tx.size:  # the midpoint rows alone stay on the float32 route
+        flat, k = np.concatenate([tx, td]), tx.size
+        assert _nbarith._rounded32(op, flat, np.uint64(0), np.uint64(k), np.uint64(k), np.float32(s),
+                                   np.empty(k, np.uint32))
