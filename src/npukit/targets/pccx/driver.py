@@ -165,6 +165,7 @@ class PccxDriver:
         self._ahead: AheadBuild | None = None  # the program `_prepare_ahead` is building
         self._first_decode_due = False  # a prompt ran: the next decode step builds its program first
         self._decoded_stored: dict[tuple, bool] = {}  # (previous key, key) -> its decoded words on disk
+        self._planned_prefill: Variant | None = None  # the prefill program last planned in this process
         self._keys: dict[int, tuple] = {}  # position -> span-bucket key (`_key_at`)
         self._dirty: dict[tuple, list[list[int]]] = {}  # program key -> per segment, its span-patched words
         self._switch: tuple | None = None  # (from, to, next switch): `_next_switch`'s last answer
@@ -387,17 +388,10 @@ class PccxDriver:
         from npukit.targets.pccx.fast import decoded
 
         # a program's first run in this process: its words decoded by an earlier one (on disk), or
-        # stored for a later one (named by the words as compiled, before this run's span patches)
-        name = decoded.entry_name(v.key, [seg.words for seg in v.program.segments])
-        entry = self.programs.get(name, decoded.DecodedWords)
-        if entry is not None:
-            decoded.seed(self.dev, entry)
-        logits = self._run(v, ids, pos0, spans, t0, "prefill")
-        if entry is None:
-            got = decoded.collect(self.dev, [seg.words for seg in v.program.segments])
-            if got is not None:
-                self.programs.put(name, got)
-        return logits
+        # stored for a later one, less those of the prefill program planned before it (`decoded`)
+        base, self._planned_prefill = self._planned_prefill, v
+        return decoded.run_prefill(self.programs, self.dev, v, base,
+                                   lambda: self._run(v, ids, pos0, spans, t0, "prefill"))
 
     # ---- one token ---------------------------------------------------------------------------
     def step(self, token: int, phase: str = "decode") -> np.ndarray:

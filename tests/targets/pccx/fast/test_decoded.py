@@ -192,3 +192,42 @@ def test_a_seen_decode_program_built_ahead_decodes_none_of_its_words(ckpt, monke
     assert cycles1 == cycles0 and cycles2 == cycles0 and all(c > 0 for c in cycles0)
     assert ahead1 == 0 and drv1.programs.writes == 0  # seeded from disk: nothing decoded, nothing stored
     assert ahead2 > 10 and drv2.programs.writes == 2
+
+
+def test_a_later_chunk_program_stores_only_the_words_the_one_before_it_lacks(ckpt, decodes, monkeypatch):
+    """A prompt whose chunks run two programs (the second at a longer span bucket): the second one's
+    entry holds only its words the first program lacks (named by both programs' words), and a fresh
+    process seeded from both decodes nothing and runs to the same logits and cycles."""
+    prompt = [int(t) for t in np.random.default_rng(3).integers(3, 60, 40)]
+    puts: list[tuple] = []
+    real_put = type(PccxDriver().programs).put
+
+    def recorded(self, name, value):
+        if isinstance(value, decoded.DecodedWords):
+            puts.append((name, value))
+        return real_put(self, name, value)
+
+    monkeypatch.setattr(type(PccxDriver().programs), "put", recorded)
+
+    cfg = Gemma3nConfig.from_hf({**CFG, "sliding_window": 64})  # (chunks of 6 up to position 40)
+
+    def run():
+        store, _ = load_store(Gemma3nWeights(cfg, open_checkpoint(ckpt), str(ckpt)))
+        drv = PccxDriver(executor="fast", prefill_chunk=6).open().load(store).kv_init("fp16", 64).start()
+        return drv.prefill(prompt).view(np.uint32), [r.cycles for r in drv.records], drv
+
+    bits, cycles, drv = run()
+    programs = [k for k in drv.variants if k[0] == "prefill"]
+    assert len(programs) >= 2 and len(puts) == len(programs)
+    (first_name, first), (later_name, later) = puts[0], puts[1]
+    assert len(first_name) == 4 and len(later_name) == 5  # the later one names the program before it
+    assert len(first.words) > len(later.words) > 0
+    a, b = (drv.variants[k] for k in programs[:2])
+    words_b = {int(w) for seg in b.program.segments for w in seg.words}
+    assert 0 < len(later.words) < len(words_b) // 2  # most of its words were the first program's
+    assert not set(later.words.tolist()) & {int(w) for seg in a.program.segments for w in seg.words}
+    first_decodes = decodes[0]
+    asm._TEXT.clear()  # (a fresh process's memos)
+    bits2, cycles2, _ = run()
+    assert decodes[0] == first_decodes, "a seen prompt's chunk programs must not decode their words again"
+    assert np.array_equal(bits2, bits) and cycles2 == cycles and len(puts) == len(programs)

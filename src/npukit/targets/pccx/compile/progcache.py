@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import npukit
+from npukit.sim.trace import gc_paused
 from npukit.targets.pccx.compile.ir import CapacityError
 
 FORMAT = "npukit-pccx-programs-v1"  # bump when the entries' layout changes
@@ -151,7 +152,8 @@ class ProgramCache:
             with path.open("rb") as f:
                 if f.read(len(header)) != header:
                     raise ValueError("foreign entry")
-                value = _Unpickler(io.BytesIO(f.read())).load()
+                with gc_paused():  # (tens of thousands of acyclic objects: each collection scans them)
+                    value = _Unpickler(io.BytesIO(f.read())).load()
         except Exception:  # any unreadable entry (torn, foreign, classes since renamed) is a miss
             self.misses += 1
             return None
