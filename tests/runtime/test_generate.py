@@ -144,8 +144,8 @@ def test_long_lived_frozen_defers_full_collections_and_restores_the_collector():
 
 
 def test_an_acyclic_backend_has_each_step_frozen_and_the_collector_restored(fake_backend):
-    """A backend whose steps leave no cycles (``acyclic_steps``) has what each step kept frozen after it
-    (never rescanned by young collections) and a higher young threshold during decode; the frozen
+    """A backend whose steps leave no cycles (``acyclic_steps``) has what its prompt and each step kept
+    frozen after them (never rescanned by young collections) and a higher young threshold; the frozen
     set and the thresholds are as before afterwards. Without the flag nothing is frozen per step."""
     import gc
     import itertools
@@ -158,6 +158,11 @@ def test_an_acyclic_backend_has_each_step_frozen_and_the_collector_restored(fake
         def __init__(self, model, kv="a"):
             super().__init__(model, kv)
             self.kept, self.seen = [], []
+
+        def prefill(self, ids):
+            self.prompt = (gc.get_freeze_count(), gc.get_threshold())
+            self.kept.append([[i] for i in range(500)])  # the prompt's plans, kept
+            return super().prefill(ids)
 
         def step(self, tok):
             self.seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
@@ -174,5 +179,9 @@ def test_an_acyclic_backend_has_each_step_frozen_and_the_collector_restored(fake
         counts = [c for c, _ in b.seen]
         grows = all(later > earlier for earlier, later in itertools.pairwise(counts))
         assert grows is frozen and len(counts) == 5
+        # the prompt runs under the same collector: what was made before it frozen, full collections
+        # deferred; an acyclic backend's prompt leaves what it kept frozen before the first step
+        assert b.prompt[0] > 0 and b.prompt[1][2] >= 1 << 30
+        assert (counts[0] >= b.prompt[0] + 500) is frozen
         assert all(t == (max(before[0], YOUNG_THRESHOLD) if frozen else before[0]) for _, t in b.seen)
         assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

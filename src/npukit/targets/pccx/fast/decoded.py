@@ -16,8 +16,9 @@ building it ahead decoded and labelled them.
 
 Key: the program cache's own (checkpoint, compiler, hardware, profile, KV ring), the chunk
 program's name, SHA-256 of its words (and of the words of the program planned before it, for a later
-chunk's entry) and `VERSION` (the source of the decoder and the label format). Only valid words are stored; a word the entry lacks (a span patch of a later chunk) is
-decoded as before, so a stale or partial entry changes nothing but the time.
+chunk's entry) and `VERSION` (the source of the decoder and the label format). Only valid words are
+stored; a word the entry lacks (a span patch of a later chunk) is decoded as before, so a stale or
+partial entry changes nothing but the time.
 """
 
 from __future__ import annotations
