@@ -110,9 +110,10 @@ def generate(backend: Backend, prompt: Sequence[int], max_new_tokens: int,
     backend.reset()
     compiled0 = _compile_seconds()
     acyclic = bool(getattr(backend, "acyclic_steps", False))
-    # the prompt too: its programs' plans are long-lived objects by the hundred thousand, which each
-    # full collection rescanned (measured, pccx hidden 1024, a 512-token prompt: 8.3-9.4 s under the
-    # default collector, 6.5-7.0 s so, 12 full collections fewer)
+    # the prompt too: its programs' plans are long-lived objects by the million (pccx hidden 1024, a
+    # 512-token prompt: ~2.2 M, ~700 of them cyclic garbage), which young and middle collections
+    # rescanned, and full ones where a process's earlier objects were few (in such a process: 7.5-8.5 s
+    # under the default collector with twelve full collections, 5.8-6.0 s so)
     with long_lived_frozen(YOUNG_THRESHOLD if acyclic else None):
         t0 = time.perf_counter()
         logits = backend.prefill(prompt)

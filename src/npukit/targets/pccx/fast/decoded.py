@@ -121,11 +121,11 @@ def collect(dev: Any, segments: Iterable[Sequence[int]], skip: Iterable[Sequence
 
 def run_prefill(programs: Any, dev: Any, v: Any, base: Any, run: Callable[[], T]) -> T:
     """``run()``, the first run of prefill program ``v`` in this process, with ``dev``'s memos seeded
-    from its stored entry, or its entry stored after it. The entry holds the words of ``v`` (as
-    compiled, before this run's span patches) that prefill program ``base`` (the one planned before it
-    in this process, its words as they are now; None: none) lacks: ``base`` ran here, so its words are
-    in the memos already (a prompt's chunk at the next span bucket shares most of its words). Named by
-    both programs' words, so an entry made after another history is never taken for this one."""
+    from its stored entry, or its entry stored after it: what the run decoded of ``v``'s words that
+    prefill program ``base`` (the one planned before it in this process; None: none) lacks. ``base``
+    ran here, so its words are in the memos already (a prompt's chunk at the next span bucket shares
+    most of its words). Named by ``v``'s words as compiled (before this run's span patches) and
+    ``base``'s as they are now, so an entry made after another history is never taken for this one."""
     segments = [seg.words for seg in v.program.segments]
     skip = [seg.words for seg in base.program.segments] if base is not None and base is not v else []
     name = entry_name(v.key, segments) + ((words_hash(skip),) if skip else ())
