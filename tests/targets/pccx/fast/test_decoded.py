@@ -14,6 +14,7 @@ import pytest
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights, synthetic_weights
 from npukit.models.safetensors import open_checkpoint
 from npukit.targets.pccx import asm, isa
+from npukit.targets.pccx.compile.progcache import ProgramCache
 from npukit.targets.pccx.driver import PccxDriver, Variant
 from npukit.targets.pccx.fast import decoded, fastsim
 from npukit.targets.pccx.gemma3n_quant.cache import load_store
@@ -200,14 +201,14 @@ def test_a_later_chunk_program_stores_only_the_words_the_one_before_it_lacks(ckp
     process seeded from both decodes nothing and runs to the same logits and cycles."""
     prompt = [int(t) for t in np.random.default_rng(3).integers(3, 60, 40)]
     puts: list[tuple] = []
-    real_put = type(PccxDriver().programs).put
+    real_put = ProgramCache.put
 
     def recorded(self, name, value):
         if isinstance(value, decoded.DecodedWords):
             puts.append((name, value))
         return real_put(self, name, value)
 
-    monkeypatch.setattr(type(PccxDriver().programs), "put", recorded)
+    monkeypatch.setattr(ProgramCache, "put", recorded)
 
     cfg = Gemma3nConfig.from_hf({**CFG, "sliding_window": 64})  # (chunks of 6 up to position 40)
 

@@ -124,11 +124,6 @@ def test_copy_words_reads_the_whole_source_before_writing(shift):
     assert np.array_equal(flat[5:55], host[10:60])
 
 
-
-def _bits(v) -> np.ndarray:
-    return (np.asarray(v, np.float32).view(np.uint32) >> 16).astype(np.uint16)
-
-
 def _tie_rows(rng: np.random.Generator, op: int, accm: bool, s: float) -> tuple[np.ndarray, np.ndarray]:
     """Operands (x, d) of near exponents whose float32 results are BF16 rounding midpoints (found among
     2^20 random pairs; a quotient of two BF16 values never is one: it would need 9 significant bits)."""
@@ -156,8 +151,8 @@ def test_float32_routes_round_ties_cancellations_and_overflow_as_the_reference(o
     gaps = 2.0 ** -np.arange(15, 31)
     big = np.array([1.0, -1.0, 1.5, -1.5, 2.0, -2.0, 1.9921875])
     edge = [3.3e38, -3.3e38, np.inf, -np.inf, 1e-39]  # (x, d): overflow that cancels, inf - inf, subnormal
-    ex = np.concatenate([_bits(np.outer(big, gaps).ravel()), _bits(edge)])
-    ed = np.concatenate([_bits(np.repeat(big, gaps.size)), _bits([-v for v in edge[:4]] + [1e-39])])
+    ex = nx.to_bits(np.concatenate([np.outer(big, gaps).ravel(), edge]))
+    ed = nx.to_bits(np.concatenate([np.repeat(big, gaps.size), [-v for v in edge[:4]] + [1e-39]]))
     x, d = np.concatenate([tx, ex, ed]), np.concatenate([td, ed, ex])
     n = x.size
     with np.errstate(all="ignore"):
