@@ -62,6 +62,7 @@ _SKX = (*_HASWELL, "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
 NEEDS = {"generic": (), "x86-64-v2": ("sse4.2", "popcnt", "ssse3"), "haswell": _HASWELL, "znver3": _HASWELL,
          "skylake-avx512": _SKX, "cascadelake": (*_SKX, "avx512vnni"), "host-without-vbmi": ()}
 KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/sim/test_nb_avx2.py",
+                "tests/targets/pccx/fast/test_nbkernels_gemm.py",
                 "tests/kernels/test_fp8_contract.py",
                 "tests/models/tflite/test_tflite_int8_kernels.py"]
 
