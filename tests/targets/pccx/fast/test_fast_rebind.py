@@ -93,7 +93,7 @@ def test_fp16_work_maker_gives_the_reference_work_records(kmajor, flags):
     ins = decode(asm.assemble(f"gemv dest=0x100 src=0x20 shape=3 size=4 {flags}")[0], "extended")
     make = fastmat._fp16_works(fastmat.mat_site(7, ins), kmajor)
     ref_site = fastmat.mat_site(7, ins)
-    seen = {}
+    seen, made = {}, []
     for m, k, live in [(256, 5, 5), (256, 6, 3), (256, 6, 3), (40, 9000, 17), (256, 7, 0), (8, 16, 16),
                        (256, 5, 5)]:
         got = make([m, k, live])
@@ -102,3 +102,7 @@ def test_fp16_work_maker_gives_the_reference_work_records(kmajor, flags):
         assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
         assert dataclasses.astuple(got) == dataclasses.astuple(want) and type(got) is Work
         assert got is seen.setdefault((m, k, live) if kmajor else (m, k), got)
+        made.append((got, dataclasses.astuple(want)))
+    # records of one shape share no fields dict: a later record of that shape left the earlier ones as made
+    assert all(dataclasses.astuple(got) == want for got, want in made)
+    assert len({id(vars(got)) for got, _ in made}) == len({id(got) for got, _ in made})
