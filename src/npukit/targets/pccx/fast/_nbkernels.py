@@ -137,11 +137,7 @@ def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
     kb = p.shape[1]
     qe = np.empty(kb, np.int16)  # int16, not int32: half the activation bytes each row reads
     qo = np.empty(kb, np.int16)
-    offset = np.int32(0)
-    for j in range(kb):
-        qe[j] = q[2 * j]
-        qo[j] = q[2 * j + 1]
-        offset += np.int32(qe[j]) + np.int32(qo[j])
+    offset = _split_codes(q, qe, qo, kb)
     mm = p.shape[0]
     accs = np.empty(mm, np.int32)
     blocks = (mm + _BLOCK - 1) // _BLOCK
@@ -155,8 +151,8 @@ def gemv_p4(x, p, scale, dst, accm, q, lut32, lut64):
 
 @nb.njit(**_OPTS)
 def _split_codes(q, qe, qo, body):
-    """Even/odd activation codes into ``qe``/``qo`` (one per packed byte); returns Σ(qe + qo) over the
-    first ``body`` bytes, the correction of their offset-binary (s + 8) VNNI sums."""
+    """Even/odd activation codes into ``qe``/``qo`` (one per packed byte, int8 or int16); returns
+    Σ(qe + qo) over the first ``body`` bytes, the correction of their offset-binary (s + 8) sums."""
     for j in range(qe.shape[0]):
         qe[j] = q[2 * j]
         qo[j] = q[2 * j + 1]
