@@ -33,8 +33,8 @@ from numba.extending import intrinsic
 
 from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
+from npukit.sim.cpu import INT4_FAMILIES, njit_variant
 from npukit.sim.cpu import describe as machine_line
-from npukit.sim.cpu import njit_variant
 from npukit.targets.pccx.fast import _nbblock
 
 KIND_NAMES = {0: "CVO arithmetic", 1: "REDUCE_SUM", 2: "LOAD_SCALAR", 3: "MEMSET S/e_max", 4: "MEMCPY L2",
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--serial", action="store_true", help="large INT4 rows on the serial twin always")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
+    print(machine_line(*INT4_FAMILIES), file=sys.stderr)
     got = measure(args.model, args.steps, args.warm, args.serial)
     src = f"benchmarks/block_kinds.py, {args.steps} decode steps after {args.warm}; {machine_line()}"
     led = Ledger()

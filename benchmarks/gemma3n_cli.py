@@ -74,6 +74,7 @@ from typing import Any
 # exactly this, as it would on its own
 USER_ENV = dict(os.environ)
 
+from npukit.sim.cpu import INT4_FAMILIES  # noqa: E402
 from npukit.sim.cpu import describe as machine_line  # noqa: E402
 
 SL, FU = "sliding_attention", "full_attention"
@@ -473,7 +474,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
-    machine = machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2")  # the CPU and kernel paths
+    from npukit.targets.pccx.fast import kernels as kx
+
+    # the CPU, every kernel family's path, and the one the pccx INT4 rows take (the first fast family)
+    machine = f"{machine_line(*INT4_FAMILIES)}; pccx INT4 rows: {kx.simd()}"
     print(machine, file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         res = measure(args, Path(tmp) / "m")

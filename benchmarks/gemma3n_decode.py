@@ -45,6 +45,7 @@ from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
 from npukit.models.gemma3n.weights import DictSource
+from npukit.sim.cpu import INT4_FAMILIES
 from npukit.sim.cpu import describe as machine_line
 from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.fast import kernels
@@ -211,7 +212,7 @@ def run_case(name: str, hf: Any, weights: Gemma3nWeights, args: Any, led: Ledger
 
 def main(argv: list[str] | None = None) -> int:
     # the CPU and kernel paths measured (both INT4 families: VNNI and AVX2)
-    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
+    print(machine_line(*INT4_FAMILIES), file=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32768)

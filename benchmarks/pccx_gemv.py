@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from npukit.sim.cpu import INT4_FAMILIES
 from npukit.sim.cpu import describe as machine_line
 
 SHAPES = ((1024, 1024), (4096, 1024), (1024, 4096), (32768, 1024), (256, 1024),
@@ -41,6 +42,8 @@ def builds() -> dict:
         out |= {"vnni serial": nbk.KERNELS["gemv_p4_vnni_1"], "vnni parallel": nbk.gemv_p4_vnni}
     if nbk.SIMD == "avx2":
         out |= {"avx2 serial": nbk.KERNELS["gemv_p4_avx2_1"], "avx2 parallel": nbk.gemv_p4_avx2}
+    if nbk.SIMD == "ssse3":
+        out |= {"ssse3 serial": nbk.KERNELS["gemv_p4_ssse3_1"], "ssse3 parallel": nbk.gemv_p4_ssse3}
     return out
 
 
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from npukit.sim import threads
 
-    machine = machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2")
+    machine = machine_line(*INT4_FAMILIES)
     pool = threads.start().describe()
     if args.gap_us:
         pool += f"; {args.gap_us:g} µs host work before each call"

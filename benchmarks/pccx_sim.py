@@ -18,6 +18,7 @@ import numpy as np
 from npukit.cli import ui
 from npukit.evidence import Ledger, Tier
 from npukit.hw import load_hw
+from npukit.sim.cpu import INT4_FAMILIES
 from npukit.sim.cpu import describe as machine_line
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.asm import assemble
@@ -70,7 +71,7 @@ def bench(m: int, k: int, repeat: int) -> dict[str, float]:
 
 def main() -> int:
     # the CPU and kernel paths measured (both INT4 families: VNNI and AVX2)
-    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
+    print(machine_line(*INT4_FAMILIES), file=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")

@@ -41,6 +41,7 @@ from npukit.evidence import Ledger, Tier
 from npukit.models.embedded import default_model_dir
 from npukit.models.gemma3n import Gemma3nConfig, Gemma3nWeights
 from npukit.models.safetensors import open_checkpoint
+from npukit.sim.cpu import INT4_FAMILIES
 from npukit.sim.cpu import describe as machine_line
 from npukit.targets.pccx.driver import PccxDriver
 from npukit.targets.pccx.gemma3n_quant import Int4Store
@@ -142,7 +143,7 @@ def prefill(drv: PccxDriver, args: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     # the CPU and kernel paths measured (both INT4 families: VNNI and AVX2)
-    print(machine_line("npukit.sim.nb_simd", "npukit.sim.nb_avx2"), file=sys.stderr)
+    print(machine_line(*INT4_FAMILIES), file=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)

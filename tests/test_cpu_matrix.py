@@ -40,20 +40,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),
               pytest.mark.skipif(cpu.compile_target().arch not in ("x86_64", "amd64"),
                                  reason="x86-64 CPU names; aarch64 has its own smoke test")]
 
-# the fast paths each target may take (int4 GEMV on VNNI, FP8 GEMM, TFLite int8 conv, int4 GEMV on AVX2),
-# from the vendors' ISA tables
+# the fast paths each target may take (int4 GEMV on VNNI, FP8 GEMM, TFLite int8 conv, int4 GEMV on AVX2,
+# int4 GEMV on SSSE3), from the vendors' ISA tables
 ALLOWED = {
-    "generic": ("portable", "portable", "portable", "portable"),
-    "x86-64-v2": ("portable", "portable", "portable", "portable"),
-    "haswell": ("portable", "portable", "portable", "avx2"),
-    "znver3": ("portable", "portable", "portable", "avx2"),
-    "skylake-avx512": ("portable", "portable", "portable", "avx2"),
-    "cascadelake": ("avx512-vnni", "portable", "avx512-vnni", "avx2"),
-    "host-without-vbmi": ("avx512-vnni", "portable", "avx512-vnni", "avx2"),
+    "generic": ("portable", "portable", "portable", "portable", "portable"),
+    "x86-64-v2": ("portable", "portable", "portable", "portable", "ssse3"),
+    "haswell": ("portable", "portable", "portable", "avx2", "ssse3"),
+    "znver3": ("portable", "portable", "portable", "avx2", "ssse3"),
+    "skylake-avx512": ("portable", "portable", "portable", "avx2", "ssse3"),
+    "cascadelake": ("avx512-vnni", "portable", "avx512-vnni", "avx2", "ssse3"),
+    "host-without-vbmi": ("avx512-vnni", "portable", "avx512-vnni", "avx2", "ssse3"),
 }
+INT4_FAMILIES = ("int4-gemv", "int4-gemv-avx2", "int4-gemv-ssse3")  # the pccx INT4 row dots, fastest first
 # the INT4 path the pccx fast executor takes where this host's silicon runs every build: VNNI first, then
-# AVX2 (the AVX2 classes must not fall back to the portable loop: that is the speed issue 29 is about)
-PCCX_INT4 = {"generic": "portable", "x86-64-v2": "portable", "haswell": "avx2", "znver3": "avx2",
+# AVX2, then SSSE3 (a class must not fall back to a slower loop than its best: the speed issue 29 is about)
+PCCX_INT4 = {"generic": "portable", "x86-64-v2": "ssse3", "haswell": "avx2", "znver3": "avx2",
              "skylake-avx512": "avx2", "cascadelake": "avx512-vnni", "host-without-vbmi": "avx512-vnni"}
 # instructions LLVM may emit for each CPU when it vectorises (vendor tables): a CPU whose set this host
 # lacks is not run here (its code would fault), it is reported as skipped with what is missing
@@ -61,7 +62,7 @@ _HASWELL = ("sse4.2", "popcnt", "avx", "avx2", "fma", "bmi", "bmi2", "lzcnt", "f
 _SKX = (*_HASWELL, "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
 NEEDS = {"generic": (), "x86-64-v2": ("sse4.2", "popcnt", "ssse3"), "haswell": _HASWELL, "znver3": _HASWELL,
          "skylake-avx512": _SKX, "cascadelake": (*_SKX, "avx512vnni"), "host-without-vbmi": ()}
-KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/sim/test_nb_avx2.py",
+KERNEL_TESTS = ["tests/sim/test_nb_simd.py", "tests/sim/test_nb_avx2.py", "tests/sim/test_nb_ssse3.py",
                 "tests/targets/pccx/fast/test_nbkernels_gemm.py",
                 "tests/kernels/test_fp8_contract.py",
                 "tests/models/tflite/test_tflite_int8_kernels.py"]
@@ -150,6 +151,24 @@ def host(bitnet_dir) -> dict:
     return run_jobs("host", bitnet_dir)
 
 
+def best_int4(name: str, host_paths: dict[str, str]) -> str:
+    """The pccx INT4 path class ``name`` must take on this silicon: the first of its allowed fast INT4
+    families (`INT4_FAMILIES` order) whose fast build this host's own target runs (host ``paths``)."""
+    allowed = {"int4-gemv": ALLOWED[name][0], "int4-gemv-avx2": ALLOWED[name][3],
+               "int4-gemv-ssse3": ALLOWED[name][4]}
+    fast = [allowed[f] for f in INT4_FAMILIES if allowed[f] != "portable" and host_paths[f] == allowed[f]]
+    return fast[0] if fast else "portable"
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_each_class_best_int4_path_is_the_table_s(name: str) -> None:
+    """On silicon that runs every family (a VNNI host), each class takes `PCCX_INT4`'s path; with no
+    fast family it takes the portable loop."""
+    every = {"int4-gemv": "avx512-vnni", "int4-gemv-avx2": "avx2", "int4-gemv-ssse3": "ssse3"}
+    assert best_int4(name, every) == PCCX_INT4[name]
+    assert best_int4(name, dict.fromkeys(every, "portable")) == "portable"
+
+
 def _check_alone(res: dict) -> None:
     assert res["fp8"]["bit_identical"] is True, res["fp8"]
     rc, log = res["kernel_tests"]
@@ -175,13 +194,13 @@ def test_cpu_target_is_exact_and_takes_only_its_paths(name: str, host: dict, bit
     res = run_jobs(name, bitnet_dir)
     assert res["target"] == cpu_env(name)["NUMBA_CPU_NAME"]
     _check_alone(res)
-    int4_max, fp8_max, conv_max, avx2_max = ALLOWED[name]
+    int4_max, fp8_max, conv_max, avx2_max, ssse3_max = ALLOWED[name]
     assert res["paths"]["int4-gemv"] in {"portable", int4_max}
     assert res["paths"]["fp8-gemm"] in {"portable", fp8_max}
     assert res["paths"]["int8-conv"] in {"portable", conv_max}
     assert res["paths"]["int4-gemv-avx2"] in {"portable", avx2_max}
-    if host["paths"]["int4-gemv-avx2"] == "avx2" and host["paths"]["int4-gemv"] == "avx512-vnni":
-        assert res["pccx_int4"] == PCCX_INT4[name]  # this silicon runs both: each class takes its best
+    assert res["paths"]["int4-gemv-ssse3"] in {"portable", ssse3_max}
+    assert res["pccx_int4"] == best_int4(name, host["paths"])  # each class takes its best this silicon runs
     assert res["fp8"]["simd"] == res["paths"]["fp8-gemm"]
     for job in ("pccx", "tern"):
         assert res[job] == host[job], f"{job} on {name} differs from the host's"

@@ -27,11 +27,13 @@ def test_doctor_json_reports_cpu_paths_and_peers(capsys) -> None:
     paths = {k["family"]: k for k in rep["kernels"]}
     from npukit.kernels.fp8 import _nb
     from npukit.models.tflite.kernels import _nb_gemm
-    from npukit.sim import nb_avx2, nb_simd
+    from npukit.sim import nb_avx2, nb_simd, nb_ssse3
 
     assert paths["int4-gemv"]["path"] == nb_simd.probe()[0]
     assert paths["int4-gemv-avx2"]["path"] == nb_avx2.probe()[0]
     assert paths["int4-gemv-avx2"]["needs"] == "vpmaddubsw+vpmaddwd"
+    assert paths["int4-gemv-ssse3"]["path"] == nb_ssse3.probe()[0]
+    assert paths["int4-gemv-ssse3"]["needs"] == "pmaddubsw+pmaddwd"
     assert paths["fp8-gemm"]["path"] == _nb.probe()[0]
     assert paths["int8-conv"]["path"] == _nb_gemm.probe()[0]
     assert all(k["reason"] for k in rep["kernels"])

@@ -28,6 +28,11 @@ VENDOR_TABLE = {
 AVX2 = {"x86-64": False, "x86-64-v2": False, "sandybridge": False, "ivybridge": False, "haswell": True,
         "znver1": True, "znver3": True, "skylake-avx512": True, "cascadelake": True, "icelake-server": True,
         "sapphirerapids": True, "znver4": True}
+# SSSE3 (128-bit pmaddubsw; pmaddwd is SSE2): Intel from Core 2 (Merom), AMD from Bobcat/Bulldozer;
+# x86-64-v2 and up. Baseline x86-64 (SSE2) and AMD K8/K10 (SSE3, SSE4a) lack it.
+SSSE3 = {"x86-64": False, "k8": False, "amdfam10": False, "core2": True, "nehalem": True, "x86-64-v2": True,
+         "sandybridge": True, "btver1": True, "bdver1": True, "haswell": True, "znver3": True,
+         "skylake-avx512": True}
 
 
 def _target(name: str) -> cpu.CompileTarget:
@@ -57,6 +62,13 @@ def test_llvm_verdict_matches_vendor_isa_tables(name: str) -> None:
 def test_llvm_avx2_verdict_matches_vendor_isa_tables(name: str) -> None:
     assert cpu.llvm_compiles("vpmaddubsw", _target(name))[0] is AVX2[name]
     assert cpu.llvm_compiles("vpmaddwd", _target(name))[0] is AVX2[name]
+
+
+@pytest.mark.skipif(not X86, reason="the intrinsics are x86 ones; other CPUs take the portable builds")
+@pytest.mark.parametrize("name", sorted(SSSE3))
+def test_llvm_ssse3_verdict_matches_vendor_isa_tables(name: str) -> None:
+    assert cpu.llvm_compiles("pmaddubsw", _target(name))[0] is SSSE3[name]
+    assert cpu.llvm_compiles("pmaddwd", _target(name))[0] is True  # SSE2: every x86-64
 
 
 def test_llvm_verdict_is_remembered_and_explains_itself(tmp_path) -> None:
@@ -129,15 +141,18 @@ def test_compile_target_follows_numba_environment() -> None:
 @pytest.mark.skipif(not X86, reason="x86 targets")
 def test_families_never_take_a_path_the_target_lacks(tmp_path) -> None:
     """cascadelake has VNNI but not VBMI: the FP8 family must be portable there whatever the host."""
-    code = ("from npukit.sim import nb_avx2, nb_simd; from npukit.kernels.fp8 import _nb;"
-            "print(nb_simd.probe()[0], _nb.probe()[0], nb_avx2.probe()[0])")
+    code = ("from npukit.sim import nb_avx2, nb_simd, nb_ssse3; from npukit.kernels.fp8 import _nb;"
+            "print(nb_simd.probe()[0], _nb.probe()[0], nb_avx2.probe()[0], nb_ssse3.probe()[0])")
     env = {"NUMBA_CPU_NAME": "cascadelake", "NUMBA_CPU_FEATURES": "+64bit",
            "NUMBA_CACHE_DIR": str(tmp_path / "nb")}
-    int4, fp8, avx2 = _in_child(env, code).split()
+    int4, fp8, avx2, _ = _in_child(env, code).split()
     assert fp8 == "portable"
     assert int4 in ("avx512-vnni", "portable")  # VNNI where this host's silicon runs it (trial)
     assert avx2 in ("avx2", "portable")
     env["NUMBA_CPU_NAME"] = "haswell"
     assert _in_child(env, code).split()[:2] == ["portable", "portable"]
-    env["NUMBA_CPU_NAME"] = "x86-64-v2"  # SSE4.2, no AVX2: every family portable
-    assert _in_child(env, code).split() == ["portable", "portable", "portable"]
+    env["NUMBA_CPU_NAME"] = "x86-64-v2"  # SSE4.2 and SSSE3, no AVX2: only the SSSE3 family may be fast
+    int4, fp8, avx2, ssse3 = _in_child(env, code).split()
+    assert [int4, fp8, avx2] == ["portable"] * 3 and ssse3 in ("ssse3", "portable")  # (its trial here)
+    env["NUMBA_CPU_NAME"], env["NUMBA_CPU_FEATURES"] = "generic", ""  # baseline SSE2: every family portable
+    assert _in_child(env, code).split() == ["portable"] * 4

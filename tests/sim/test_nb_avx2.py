@@ -1,6 +1,7 @@
-"""The AVX2 INT4 row dot (`npukit.sim.nb_avx2`) and the pccx GEMV/GEMM builds bound to it, against
-integer arithmetic in NumPy (int64, no saturation anywhere) and the readable pccx GEMV
-(`numerics.gemv`); which build the kernel table takes for the AVX2 path."""
+"""The 8-bit-lane INT4 row dots built by `npukit.sim.nb_avx2.maddubs_rows` (AVX2 on 32-byte registers,
+`npukit.sim.nb_ssse3` on 16-byte ones) and the pccx GEMV/GEMM builds bound to them, against integer
+arithmetic in NumPy (int64, no saturation anywhere) and the readable pccx GEMV (`numerics.gemv`);
+which build the kernel table takes for the AVX2 path (the SSSE3 one: tests/sim/test_nb_ssse3.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-from npukit.sim import cpu, nb_avx2, nb_simd
+from npukit.sim import cpu, nb_avx2, nb_simd, nb_ssse3
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import _nbkernels as nbk
 from npukit.targets.pccx.fast import kernels as kx
@@ -21,11 +22,19 @@ from npukit.targets.pccx.fast import kernels as kx
 CHUNK, ROWS = nb_simd.CHUNK, nb_simd.ROWS
 
 
-def _avx2_or_skip() -> None:
-    if nb_avx2.probe()[0] != "avx2":
-        # where the probe refused AVX2, running the intrinsics could kill the process: the decision
-        # itself is tested in tests/sim/test_cpu.py, the portable kernels by every fastsim test
-        pytest.skip(f"AVX2 build not usable here: {nb_avx2.probe()[1]}")
+# each family by the path its probe names where it runs: its module, GEMV (serial twin: + "_1"), GEMM
+FAMILIES = {"avx2": (nb_avx2, "gemv_p4_avx2", "gemm_p4_avx2"),
+            "ssse3": (nb_ssse3, "gemv_p4_ssse3", "gemm_p4_ssse3")}
+
+
+def _family_or_skip(path: str):
+    """The family's module where its probe says this CPU runs it; else the test is skipped (running the
+    intrinsics could kill the process: the decision itself is tested in tests/sim/test_cpu.py, the
+    portable kernels by every fastsim test)."""
+    mod = FAMILIES[path][0]
+    if mod.probe()[0] != path:
+        pytest.skip(f"{path} build not usable here: {mod.probe()[1]}")
+    return mod
 
 
 def _int64_sums(rows: np.ndarray, even: np.ndarray, odd: np.ndarray) -> np.ndarray:
@@ -35,26 +44,30 @@ def _int64_sums(rows: np.ndarray, even: np.ndarray, odd: np.ndarray) -> np.ndarr
     return lo @ even.astype(np.int64) + hi @ odd.astype(np.int64)
 
 
+@pytest.mark.parametrize("path", sorted(FAMILIES))
 @pytest.mark.parametrize(("chunks", "pad"), [(1, 0), (2, 64), (5, 17), (16, 1)])
-def test_row_dots_equal_int64_sums_on_random_codes(chunks: int, pad: int) -> None:
+def test_row_dots_equal_int64_sums_on_random_codes(chunks: int, pad: int, path: str) -> None:
     """One row alone and `ROWS` rows in one pass (rows ``pad`` bytes apart beyond their length)."""
-    _avx2_or_skip()
+    fam = _family_or_skip(path)
     rng = np.random.default_rng(chunks * 31 + pad)
     n = chunks * CHUNK
     rows = rng.integers(0, 256, (ROWS, n + pad), dtype=np.uint8)[:, :n]
     even = rng.integers(-128, 128, n, dtype=np.int8)
     odd = rng.integers(-128, 128, n, dtype=np.int8)
     want = _int64_sums(rows, even, odd)
-    np.testing.assert_array_equal(nb_avx2._trial4(rows, even, odd), want)
-    assert [int(nb_avx2._trial(np.ascontiguousarray(r), even, odd)) for r in rows] == want.tolist()
+    np.testing.assert_array_equal(fam._trial4(rows, even, odd), want)
+    assert [int(fam._trial(np.ascontiguousarray(r), even, odd)) for r in rows] == want.tolist()
 
 
+@pytest.mark.parametrize("path", sorted(FAMILIES))
 @pytest.mark.parametrize("code", [-128, -127, 127])
 @pytest.mark.parametrize("nibbles", [(15, 15), (0, 0), (15, 0), (0, 15)])
-def test_extreme_nibbles_and_codes_neither_saturate_nor_wrap(code: int, nibbles: tuple[int, int]) -> None:
+def test_extreme_nibbles_and_codes_neither_saturate_nor_wrap(code: int, nibbles: tuple[int, int],
+                                                             path: str) -> None:
     """Every offset-binary nibble at its bound against every code at its bound: the largest int16 lane
-    sums vpmaddubsw and the per-chunk int16 adds can see (|lane| = 4 · 2 · 15 · 128 = 15360)."""
-    _avx2_or_skip()
+    sums the byte multiply-add and the per-chunk int16 adds can see (|lane| = 4 · 2 · 15 · 128 = 15360
+    over AVX2's two halves, 30720 over SSSE3's four quarters: within 2^15 with 2047 to spare)."""
+    fam = _family_or_skip(path)
     lo, hi = nibbles
     byte = ((hi ^ 8) << 4) | (lo ^ 8)  # stored two's-complement nibbles whose flip is (lo, hi)
     n = 64 * CHUNK
@@ -62,30 +75,33 @@ def test_extreme_nibbles_and_codes_neither_saturate_nor_wrap(code: int, nibbles:
     q = np.full(n, code, np.int8)
     want = _int64_sums(rows, q, q)
     assert int(want[0]) == n * (lo + hi) * code  # the statement itself, by hand
-    np.testing.assert_array_equal(nb_avx2._trial4(rows, q, q), want)
+    np.testing.assert_array_equal(fam._trial4(rows, q, q), want)
+    assert int(fam._trial(np.ascontiguousarray(rows[0]), q, q)) == int(want[0])
 
 
-def test_gemv_p4_avx2_equals_portable_and_reference_at_the_largest_k() -> None:
+@pytest.mark.parametrize("path", sorted(FAMILIES))
+def test_gemv_p4_equals_portable_and_reference_at_the_largest_k(path: str) -> None:
     """All weights -8 against all activations at -127 over K = 65 535 (odd: a tail and the padding
     nibble): |sum| near 2^26, exact in every build."""
-    _avx2_or_skip()
+    _family_or_skip(path)
     k, m = 65_535, 5
     w = np.full((m, k), -8, np.int8)
     x = nx.bf16(np.full(k, -1.0))
     ones = np.ones(m, np.float32)
     want = nx.to_bits(nx.gemv(w, x, ones))
-    for kern in (nbk.gemv_p4_avx2, nbk.gemv_p4):
+    for kern in (getattr(nbk, FAMILIES[path][1]), nbk.gemv_p4):
         dst = np.zeros(m, np.uint16)
         kern(nx.to_bits(x), nx.pack_int4(w), ones, dst, False, np.zeros(k + 16, np.int8), kx.LUT32, kx.LUT64)
         np.testing.assert_array_equal(dst, want)
 
 
+@pytest.mark.parametrize("path", sorted(FAMILIES))
 @pytest.mark.parametrize(("m", "k", "view"), [(1, 256, "contiguous"), (3, 129, "rows"), (9, 4097, "rows"),
                                               (38, 2048, "contiguous"), (41, 383, "columns")])
-def test_gemv_p4_avx2_builds_equal_the_reference(m: int, k: int, view: str) -> None:
-    """Parallel and serial AVX2 builds: M not a multiple of the pass, odd K and tails, rows of a wider
+def test_gemv_p4_builds_equal_the_reference(m: int, k: int, view: str, path: str) -> None:
+    """Parallel and serial builds: M not a multiple of the pass, odd K and tails, rows of a wider
     image and a column-strided image (no 64-byte runs: the portable loop for all of it)."""
-    _avx2_or_skip()
+    _family_or_skip(path)
     rng = np.random.default_rng(m + k)
     w = rng.integers(-8, 8, (m, k), dtype=np.int8)
     packed = nx.pack_int4(w)
@@ -100,7 +116,8 @@ def test_gemv_p4_avx2_builds_equal_the_reference(m: int, k: int, view: str) -> N
     x = nx.bf16(rng.standard_normal(k) * 3.0)
     scale = rng.uniform(0.001, 0.1, m).astype(np.float32)
     want = nx.to_bits(nx.gemv(w, x, scale))
-    kernels = [nbk.gemv_p4_avx2] + ([nbk.KERNELS["gemv_p4_avx2_1"]] if view == "contiguous" else [])
+    name = FAMILIES[path][1]
+    kernels = [getattr(nbk, name)] + ([nbk.KERNELS[f"{name}_1"]] if view == "contiguous" else [])
     for kern in kernels:
         dst = np.zeros(m, np.uint16)
         assert kern(nx.to_bits(x), packed, scale, dst, False, np.zeros(k + 16, np.int8), kx.LUT32,
@@ -108,11 +125,12 @@ def test_gemv_p4_avx2_builds_equal_the_reference(m: int, k: int, view: str) -> N
         np.testing.assert_array_equal(dst, want, err_msg=str(kern))
 
 
+@pytest.mark.parametrize("path", sorted(FAMILIES))
 @pytest.mark.parametrize("k", [7, 300, 2049])
-def test_gemm_p4_avx2_equals_per_vector_reference(k: int) -> None:
-    """The GEMM's AVX2 build == the reference GEMV per vector (own exponent each); a non-finite
-    vector gives NaN outputs for that vector only."""
-    _avx2_or_skip()
+def test_gemm_p4_equals_per_vector_reference(k: int, path: str) -> None:
+    """The GEMM's build == the reference GEMV per vector (own exponent each); a non-finite vector gives
+    NaN outputs for that vector only."""
+    _family_or_skip(path)
     rng = np.random.default_rng(k + 5)
     m, n = 47, 4
     w = rng.integers(-8, 8, (m, k), dtype=np.int8)
@@ -124,20 +142,24 @@ def test_gemm_p4_avx2_equals_per_vector_reference(k: int) -> None:
     doff = n * k + np.arange(n, dtype=np.int64) * m
     for t, x in enumerate(xs):
         flat[xoff[t]: xoff[t] + k] = nx.to_bits(x)
-    nbk.gemm_p4_avx2(flat, xoff, k, doff, nx.pack_int4(w), scale, False, np.zeros((n, k + 16), np.int8),
-                     kx.LUT32, kx.LUT64)
+    getattr(nbk, FAMILIES[path][2])(flat, xoff, k, doff, nx.pack_int4(w), scale, False,
+                                    np.zeros((n, k + 16), np.int8), kx.LUT32, kx.LUT64)
     for t, x in enumerate(xs):
         np.testing.assert_array_equal(flat[doff[t]: doff[t] + m], nx.to_bits(nx.gemv(w, x, scale)))
     assert np.all(flat[doff[2]: doff[2] + m] == 0x7FC0)
 
 
 def test_kernel_table_follows_the_chosen_path() -> None:
-    """VNNI first, AVX2 where VNNI is not fast, else portable; the serial twin and the GEMM follow."""
+    """VNNI first, AVX2 where VNNI is not fast, then SSSE3 (tests/sim/test_nb_ssse3.py), else portable;
+    the serial twin and the GEMM follow."""
     want = {"avx512-vnni": (nbk.gemv_p4_vnni, nbk.gemm_p4_vnni), "avx2": (nbk.gemv_p4_avx2, nbk.gemm_p4_avx2),
+            "ssse3": (nbk.gemv_p4_ssse3, nbk.gemm_p4_ssse3),
             "portable": (nbk.gemv_p4, nbk.gemm_p4_portable)}[nbk.SIMD]
     assert (nbk.KERNELS["gemv_p4"], nbk.KERNELS["gemm_p4"]) == want
+    assert nbk.KERNELS["gemv_p4_1"].__name__ == want[0].__name__ + "_1"
     vnni, avx2 = nb_simd.probe()[0], nb_avx2.probe()[0]
-    assert (vnni if vnni != "portable" else avx2) == nbk.SIMD
+    if vnni != "portable" or avx2 != "portable":
+        assert (vnni if vnni != "portable" else avx2) == nbk.SIMD
 
 
 @pytest.mark.slow  # two child processes, each asking LLVM and running a trial (~9 s)

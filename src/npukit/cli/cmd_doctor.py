@@ -18,6 +18,7 @@ from npukit.cli import ui
 # kernel families with a CPU-specific build: (module with FAMILY and probe(), what they serve)
 FAST_FAMILIES = (("npukit.sim.nb_simd", "pccx INT4 GEMV/GEMM (fast executor)"),
                  ("npukit.sim.nb_avx2", "pccx INT4 GEMV/GEMM where AVX-512 VNNI is not fast"),
+                 ("npukit.sim.nb_ssse3", "pccx INT4 GEMV/GEMM where neither VNNI nor AVX2 is fast"),
                  ("npukit.kernels.fp8._nb", "FP8-as-storage GEMM (npukit fp8)"),
                  ("npukit.models.tflite.kernels._nb_gemm", "TFLite int8 CONV_2D (im2col, GEMM, requantize)"))
 # numba kernels with one portable build (LLVM vectorises them for the target; exact everywhere)

@@ -41,10 +41,17 @@ INTRINSIC_IR = {
     "vpermi2b": ("<64 x i8>", ("<64 x i8>",) * 3, "llvm.x86.avx512.vpermi2var.qi.512"),  # AVX-512 VBMI
     "vpmaddubsw": ("<16 x i16>", ("<32 x i8>",) * 2, "llvm.x86.avx2.pmadd.ub.sw"),  # AVX2 (256-bit)
     "vpmaddwd": ("<8 x i32>", ("<16 x i16>",) * 2, "llvm.x86.avx2.pmadd.wd"),  # AVX2 (256-bit)
+    "pmaddubsw": ("<8 x i16>", ("<16 x i8>",) * 2, "llvm.x86.ssse3.pmadd.ub.sw.128"),  # SSSE3 (128-bit)
+    "pmaddwd": ("<4 x i32>", ("<8 x i16>",) * 2, "llvm.x86.sse2.pmadd.wd"),  # SSE2 (128-bit)
 }
 # the feature names doctor shows for the target (LLVM's spelling)
-SHOWN_FEATURES = ("sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
+SHOWN_FEATURES = ("ssse3", "sse4.2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
                   "avx512vbmi", "avxvnni", "amx-int8", "neon")
+
+
+# the modules of the INT4 row-dot families (pccx GEMV/GEMM), fastest first: the kernels take the first
+# one whose path is fast here (`npukit.targets.pccx.fast._nbkernels.SIMD`); speed figures name them all
+INT4_FAMILIES = ("npukit.sim.nb_simd", "npukit.sim.nb_avx2", "npukit.sim.nb_ssse3")
 
 
 def cache_dir() -> Path:

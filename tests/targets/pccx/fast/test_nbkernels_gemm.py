@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-from npukit.sim import nb_avx2, nb_simd
+from npukit.sim import nb_avx2, nb_simd, nb_ssse3
 from npukit.targets.pccx import numerics as nx
 from npukit.targets.pccx.fast import _nbkernels as nbk
 from npukit.targets.pccx.fast import kernels as kx
@@ -18,6 +18,8 @@ def _builds() -> list:
     """The portable build always; the SIMD builds where their probe says they run here (elsewhere
     running their intrinsics could kill the process: tests/sim/test_cpu.py tests that decision)."""
     out = [nbk.gemm_p4_portable]
+    if nb_ssse3.probe()[0] == "ssse3":
+        out.append(nbk.gemm_p4_ssse3)
     if nb_avx2.probe()[0] == "avx2":
         out.append(nbk.gemm_p4_avx2)
     if nb_simd.probe()[0] == "avx512-vnni":

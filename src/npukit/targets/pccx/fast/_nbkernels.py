@@ -11,10 +11,11 @@ import math
 import numba as nb
 import numpy as np
 
-from npukit.sim import compile_report, nb_avx2
+from npukit.sim import compile_report, nb_avx2, nb_ssse3
 from npukit.sim.cpu import njit_variant
 from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
 from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
+from npukit.sim.nb_ssse3 import dot4_u4s8_ssse3, dot_u4s8_ssse3
 from npukit.targets.pccx.fast._nbround import bf16, bf16_64, f32_bits, rne16, round64
 
 compile_report.install()  # first-run compiles are announced, never silent
@@ -174,7 +175,8 @@ def _tail_p4(p, m, j0, qe, qo):
 
 def _gemv_p4_simd(x, p, scale, dst, accm, q, lut32, lut64):  # pragma: no cover - numba
     """`gemv_p4` with the row dot products on SIMD intrinsics over whole 64-byte runs of each row
-    (bound per build: AVX-512 VNNI `nb_simd.dot4_u4s8` or AVX2 `nb_avx2.dot4_u4s8_avx2`), `ROWS` rows
+    (bound per build: AVX-512 VNNI `nb_simd.dot4_u4s8`, AVX2 `nb_avx2.dot4_u4s8_avx2` or SSSE3
+    `nb_ssse3.dot4_u4s8_ssse3`), `ROWS` rows
     per pass (each activation load serves them all, and their chains overlap), leftover rows one at a
     time, the tail in the portable loop; the same exact int32 sums."""
     e = quantize(x, q, lut64)
@@ -216,6 +218,11 @@ def _dot_avx2(p_addr, even_addr, odd_addr, chunks):
 
 
 @nb.njit(**_OPTS)
+def _dot_ssse3(p_addr, even_addr, odd_addr, chunks):
+    return dot_u4s8_ssse3(p_addr, even_addr, odd_addr, chunks)
+
+
+@nb.njit(**_OPTS)
 def _dot_none(p_addr, even_addr, odd_addr, chunks):  # never called: chunks is 0 in the portable build
     return np.int32(0)
 
@@ -228,6 +235,11 @@ def _dot4_vnni(p_addr, stride, even_addr, odd_addr, chunks, out_addr):
 @nb.njit(**_OPTS)
 def _dot4_avx2(p_addr, stride, even_addr, odd_addr, chunks, out_addr):
     dot4_u4s8_avx2(p_addr, stride, even_addr, odd_addr, chunks, out_addr)
+
+
+@nb.njit(**_OPTS)
+def _dot4_ssse3(p_addr, stride, even_addr, odd_addr, chunks, out_addr):
+    dot4_u4s8_ssse3(p_addr, stride, even_addr, odd_addr, chunks, out_addr)
 
 
 @nb.njit(**_OPTS)
@@ -311,10 +323,13 @@ def _gemm_store(flat, doff, accs, offset, es, scale, accm, lut32):
 _PAR = {"parallel": True, **_OPTS}
 _VNNI = {"_row_dot": _dot_vnni, "_rows_dot": _dot4_vnni, "_ROW_SIMD": True}
 _AVX2 = {"_row_dot": _dot_avx2, "_rows_dot": _dot4_avx2, "_ROW_SIMD": True}
+_SSSE3 = {"_row_dot": _dot_ssse3, "_rows_dot": _dot4_ssse3, "_ROW_SIMD": True}
 gemv_p4_vnni = njit_variant(_gemv_p4_simd, "gemv_p4_vnni", _PAR, **_VNNI)
 gemv_p4_avx2 = njit_variant(_gemv_p4_simd, "gemv_p4_avx2", _PAR, **_AVX2)
+gemv_p4_ssse3 = njit_variant(_gemv_p4_simd, "gemv_p4_ssse3", _PAR, **_SSSE3)
 gemm_p4_vnni = njit_variant(_gemm_p4, "gemm_p4_vnni", _PAR, **_VNNI)
 gemm_p4_avx2 = njit_variant(_gemm_p4, "gemm_p4_avx2", _PAR, **_AVX2)
+gemm_p4_ssse3 = njit_variant(_gemm_p4, "gemm_p4_ssse3", _PAR, **_SSSE3)
 gemm_p4_portable = njit_variant(_gemm_p4, "gemm_p4_portable", _PAR, _row_dot=_dot_none, _rows_dot=_dot4_none,
                                 _ROW_SIMD=False)
 
@@ -500,22 +515,25 @@ def max_bits(e_bits, d, lut32):
     return bb
 
 
-# "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial ran it exactly, else "avx2"
-# where the same holds for vpmaddubsw/vpmaddwd, else "portable" (chosen before any kernel is compiled;
-# remembered per CPU and target: npukit.sim.cpu). The AVX2 family is asked only where VNNI is not fast.
+# the INT4 row-dot path, fastest first, chosen before any kernel is compiled (remembered per CPU and
+# target: npukit.sim.cpu): "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial
+# ran it exactly, else "avx2" where the same holds for vpmaddubsw/vpmaddwd on 256 bits, else "ssse3"
+# for their 128-bit forms, else "portable". A family is asked only where the ones before it are not fast.
 SIMD, SIMD_REASON = probe()
-if SIMD != "avx512-vnni" and nb_avx2.probe()[0] == "avx2":
-    SIMD, SIMD_REASON = nb_avx2.probe()
-_P4 = {"avx512-vnni": gemv_p4_vnni, "avx2": gemv_p4_avx2}.get(SIMD, gemv_p4)
+for _family in (nb_avx2, nb_ssse3):
+    if SIMD == "portable":
+        SIMD, SIMD_REASON = _family.probe()
+_BUILDS = {"avx512-vnni": "vnni", "avx2": "avx2", "ssse3": "ssse3"}  # path -> build suffix
+_P4 = {"avx512-vnni": gemv_p4_vnni, "avx2": gemv_p4_avx2, "ssse3": gemv_p4_ssse3}.get(SIMD, gemv_p4)
 # the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
 # region even with one thread waits on the pool (a descheduled worker on a shared machine). Each under
 # its own name: numba's disk cache is keyed by the name, so a twin sharing it would get the other build.
 _SERIAL = {name: njit_variant(f.py_func, name, _OPTS) for name, f in
            (("gemv_i8_1", gemv_i8), ("gemv_f16_1", gemv_f16), ("gemv_p4_1", gemv_p4),
-            ("gemv_p4_vnni_1", gemv_p4_vnni), ("gemv_p4_avx2_1", gemv_p4_avx2))}
+            ("gemv_p4_vnni_1", gemv_p4_vnni), ("gemv_p4_avx2_1", gemv_p4_avx2),
+            ("gemv_p4_ssse3_1", gemv_p4_ssse3))}
 _SERIAL["gemv_p4_portable_1"] = _SERIAL["gemv_p4_1"]
-_SERIAL["gemv_p4_1"] = _SERIAL[{"avx512-vnni": "gemv_p4_vnni_1", "avx2": "gemv_p4_avx2_1"}.get(
-    SIMD, "gemv_p4_portable_1")]
+_SERIAL["gemv_p4_1"] = _SERIAL[f"gemv_p4_{_BUILDS.get(SIMD, 'portable')}_1"]
 
 
 @nb.njit(**_OPTS)
@@ -526,8 +544,10 @@ def reduce_sum_bits(x, lut32):
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
            "max_bits": max_bits,
-           "gemm_p4": {"avx512-vnni": gemm_p4_vnni, "avx2": gemm_p4_avx2}.get(SIMD, gemm_p4_portable),
+           "gemm_p4": {"avx512-vnni": gemm_p4_vnni, "avx2": gemm_p4_avx2, "ssse3": gemm_p4_ssse3}.get(
+               SIMD, gemm_p4_portable),
            "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
            "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni, "gemv_p4_avx2": gemv_p4_avx2,
+           "gemv_p4_ssse3": gemv_p4_ssse3,
            "cvo": cvo,
            "round_store": round_store, "reduce_sum": reduce_sum, "quantize": quantize}

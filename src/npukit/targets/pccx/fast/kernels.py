@@ -197,7 +197,7 @@ def one_thread() -> Iterator[None]:
 
 
 def simd() -> str:
-    """The numba kernels' INT4 SIMD path: "avx512-vnni" or "avx2" (each probed by a trial run),
+    """The numba kernels' INT4 SIMD path: "avx512-vnni", "avx2" or "ssse3" (each probed by a trial run),
     "portable", or "none"."""
     if _nb is None:
         return "none"
