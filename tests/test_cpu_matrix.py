@@ -110,13 +110,6 @@ def _npukit(env: dict[str, str], *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def _pccx_int4_path(env: dict[str, str]) -> str:
-    """The INT4 build the pccx fast executor's kernel table took for this target (`_nbkernels.SIMD`)."""
-    code = "from npukit.targets.pccx.fast import _nbkernels as k; print(k.SIMD)"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                          timeout=600, cwd=ROOT).stdout.strip()
-
-
 def run_jobs(name: str, bitnet_dir: Path) -> dict:
     env = cpu_env(name)
     doctor = _npukit(env, "doctor", "--json")
@@ -128,7 +121,7 @@ def run_jobs(name: str, bitnet_dir: Path) -> dict:
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
                            *KERNEL_TESTS], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     return {"target": doctor["cpu"]["compile_target"], "paths": paths, "fp8": fp8,
-            "pccx_int4": _pccx_int4_path(env),
+            "pccx_int4": doctor["pccx_int4"]["path"],  # the INT4 build the pccx kernel table took
             "pccx": _essence(pccx), "tern": _essence(tern),
             "kernel_tests": (done.returncode, done.stdout[-2500:] + done.stderr[-1500:])}
 

@@ -34,6 +34,9 @@ def test_doctor_json_reports_cpu_paths_and_peers(capsys) -> None:
     assert paths["int4-gemv-avx2"]["needs"] == "vpmaddubsw+vpmaddwd"
     assert paths["int4-gemv-ssse3"]["path"] == nb_ssse3.probe()[0]
     assert paths["int4-gemv-ssse3"]["needs"] == "pmaddubsw+pmaddwd"
+    first = next((paths[f]["path"] for f in ("int4-gemv", "int4-gemv-avx2", "int4-gemv-ssse3")
+                  if paths[f]["path"] != "portable"), "portable")
+    assert rep["pccx_int4"]["path"] == first  # the kernels take the first fast family
     assert paths["fp8-gemm"]["path"] == _nb.probe()[0]
     assert paths["int8-conv"]["path"] == _nb_gemm.probe()[0]
     assert all(k["reason"] for k in rep["kernels"])
@@ -50,6 +53,7 @@ def test_doctor_human_names_the_cpu_and_each_family(capsys) -> None:
     out = capsys.readouterr().out
     assert cpu.host_cpu_model() in out
     assert "int4-gemv" in out and "int4-gemv-avx2" in out and "fp8-gemm" in out and "numba" in out
+    assert "pccx INT4" in out
 
 
 @pytest.mark.slow

@@ -78,6 +78,16 @@ def _kernel_section() -> list[dict[str, str]]:
     return rows
 
 
+def _pccx_int4() -> dict[str, str]:
+    """The INT4 row-dot build the pccx fast executor's kernels take: the first fast family of
+    `npukit.sim.cpu.INT4_FAMILIES` (``portable`` where none is; ``none`` without numba)."""
+    from npukit.sim.cpu import INT4_FAMILIES
+    from npukit.targets.pccx.fast import kernels as kx
+
+    names = [importlib.import_module(m).FAMILY.name for m in INT4_FAMILIES]
+    return {"path": kx.simd(), "order": ", ".join(names)}
+
+
 def _cache_section() -> dict[str, Any]:
     from numba.core import config
 
@@ -109,7 +119,7 @@ def _thread_section() -> dict[str, Any]:
 def report() -> dict[str, Any]:
     import numba
 
-    return {"cpu": _cpu_section(), "kernels": _kernel_section(),
+    return {"cpu": _cpu_section(), "kernels": _kernel_section(), "pccx_int4": _pccx_int4(),
             "numba": {"version": numba.__version__, **_cache_section()}, "threads": _thread_section(),
             "python_peers": {name: _version(name) for name in PY_PEERS},
             "tools": {name: shutil.which(name) for name in TOOLS}}
@@ -164,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     feats = " ".join(f"{v}{k}" if v != "cpu default" else f"{k}?" for k, v in c["target_features"].items())
     print(f"features   {feats}")
     ui.table([[k["family"], k["path"], k["reason"]] for k in rep["kernels"]], ["kernels", "path", "why"])
+    p = rep["pccx_int4"]
+    print(f"pccx INT4  {p['path']} (the first fast one of {p['order']})")
     n = rep["numba"]
     print(f"numba      {n['version']}; cache {n['numba_cache']}: {n['cached_functions']} functions, "
           f"{n['cache_mib']} MiB; decisions in {n['decisions_file']}")
