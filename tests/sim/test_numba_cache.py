@@ -81,3 +81,28 @@ def test_an_edit_outside_the_callers_file_reaches_it_only_with_the_stamp(tmp_pat
         assert _run(tmp_path, cache, mode) == {"value": 200, "hits": 1}  # and cached again
     else:  # numba alone: the caller's old code (the gap `numba_cache` closes)
         assert (edited, scaled) == (10, 10)
+
+
+def test_a_factory_made_intrinsic_is_stamped_with_what_its_closure_holds() -> None:
+    """Two row-dot intrinsics from the same factory in `nb_avx2` differ only in the constants they were made
+    with (the SSSE3 family's width and instruction names live in nb_ssse3.py, a file no kernel names):
+    a kernel naming one must not load the other's cached code."""
+    import types
+
+    pytest.importorskip("numba")
+    from npukit.sim import nb_avx2, nb_ssse3, numba_cache
+
+    def caller():
+        return dot(0, 0, 0, 0)  # noqa: F821 (bound per variant below)
+
+    def stamped(intrinsic) -> str:
+        f = types.FunctionType(caller.__code__, {"dot": intrinsic}, "caller")
+        return numba_cache.reach_digest(f)
+
+    same = nb_avx2.row_intrinsics(nb_avx2.maddubs_rows(16, "llvm.x86.ssse3.pmadd.ub.sw.128",
+                                                        "llvm.x86.sse2.pmadd.wd"), "ssse3")[0]
+    other = nb_avx2.row_intrinsics(nb_avx2.maddubs_rows(32, "llvm.x86.avx2.pmadd.ub.sw",
+                                                         "llvm.x86.avx2.pmadd.wd"), "ssse3")[0]
+    assert stamped(same) == stamped(nb_ssse3.dot_u4s8_ssse3)
+    assert stamped(other) != stamped(nb_ssse3.dot_u4s8_ssse3)
+    assert stamped(nb_avx2.dot_u4s8_avx2) != stamped(nb_ssse3.dot_u4s8_ssse3)

@@ -116,8 +116,9 @@ def install() -> None:
 
 def reach_digest(func: types.FunctionType) -> str:
     """A digest of what ``func`` compiles in from outside its own code: each file defining a jitted function,
-    intrinsic or module it names (its globals, through attributes of the modules too), transitively, by
-    source hash; each plain constant (numbers, strings, tuples of them, arrays) by value."""
+    intrinsic or module it names (its globals, through attributes of the modules too, and its free
+    variables), transitively, by source hash; each plain constant (numbers, strings, tuples of them,
+    arrays) by value."""
     files: set[str] = set()
     values: dict[str, str] = {}
     todo, seen = [func], set()
@@ -165,6 +166,20 @@ def _direct(func: types.FunctionType) -> tuple[frozenset[str], dict[str, str], l
                     _refer(f"{obj.__name__}.{attr}", inner, files, values, callees)
         else:
             _refer(f"{where}.{name}", obj, files, values, callees)
+    # a function made by a factory (an intrinsic's definition over a row-pass builder:
+    # `nb_avx2.row_intrinsics`) holds what it compiles in as free variables: each plain function there
+    # walked like a callee, each constant by value (the SSSE3 family's register width and intrinsic names
+    # live in nb_ssse3.py, a file no kernel names)
+    for var, cell in zip(func.__code__.co_freevars, getattr(func, "__closure__", None) or (), strict=True):
+        try:
+            obj = cell.cell_contents
+        except ValueError:  # (a cell not filled yet)
+            continue
+        if isinstance(obj, types.FunctionType):
+            if _add_file(obj, files):
+                callees.append(obj)
+        else:
+            _refer(f"{where}.{func.__qualname__}.{var}", obj, files, values, callees)
     made = (func, frozenset(files), values, callees)
     _DIRECT[id(func)] = made
     return made[1:]
