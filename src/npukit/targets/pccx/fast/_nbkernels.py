@@ -176,9 +176,9 @@ def _tail_p4(p, m, j0, qe, qo):
 def _gemv_p4_simd(x, p, scale, dst, accm, q, lut32, lut64):  # pragma: no cover - numba
     """`gemv_p4` with the row dot products on SIMD intrinsics over whole 64-byte runs of each row
     (bound per build: AVX-512 VNNI `nb_simd.dot4_u4s8`, AVX2 `nb_avx2.dot4_u4s8_avx2` or SSSE3
-    `nb_ssse3.dot4_u4s8_ssse3`), `ROWS` rows
-    per pass (each activation load serves them all, and their chains overlap), leftover rows one at a
-    time, the tail in the portable loop; the same exact int32 sums."""
+    `nb_ssse3.dot4_u4s8_ssse3`), `ROWS` rows per pass (each activation load serves them all, and their
+    chains overlap), leftover rows one at a time, the tail in the portable loop; the same exact int32
+    sums."""
     e = quantize(x, q, lut64)
     if e == 999:
         return 1
@@ -523,8 +523,9 @@ SIMD, SIMD_REASON = probe()
 for _family in (nb_avx2, nb_ssse3):
     if SIMD == "portable":
         SIMD, SIMD_REASON = _family.probe()
-_BUILDS = {"avx512-vnni": "vnni", "avx2": "avx2", "ssse3": "ssse3"}  # path -> build suffix
-_P4 = {"avx512-vnni": gemv_p4_vnni, "avx2": gemv_p4_avx2, "ssse3": gemv_p4_ssse3}.get(SIMD, gemv_p4)
+# each path's GEMV and GEMM builds (the portable ones where no family is fast)
+_P4, _GEMM = {"avx512-vnni": (gemv_p4_vnni, gemm_p4_vnni), "avx2": (gemv_p4_avx2, gemm_p4_avx2),
+              "ssse3": (gemv_p4_ssse3, gemm_p4_ssse3)}.get(SIMD, (gemv_p4, gemm_p4_portable))
 # the same loops without a parallel region: small GEMVs run on the calling thread, and a parallel
 # region even with one thread waits on the pool (a descheduled worker on a shared machine). Each under
 # its own name: numba's disk cache is keyed by the name, so a twin sharing it would get the other build.
@@ -533,7 +534,7 @@ _SERIAL = {name: njit_variant(f.py_func, name, _OPTS) for name, f in
             ("gemv_p4_vnni_1", gemv_p4_vnni), ("gemv_p4_avx2_1", gemv_p4_avx2),
             ("gemv_p4_ssse3_1", gemv_p4_ssse3))}
 _SERIAL["gemv_p4_portable_1"] = _SERIAL["gemv_p4_1"]
-_SERIAL["gemv_p4_1"] = _SERIAL[f"gemv_p4_{_BUILDS.get(SIMD, 'portable')}_1"]
+_SERIAL["gemv_p4_1"] = _SERIAL[f"{_P4.__name__}_1"]  # (the portable twin's own name where no family is fast)
 
 
 @nb.njit(**_OPTS)
@@ -544,8 +545,7 @@ def reduce_sum_bits(x, lut32):
 
 KERNELS = {**_SERIAL, "reduce_sum_bits": reduce_sum_bits, "gemv_km": gemv_km, "gemv_km_f16": gemv_km_f16,
            "max_bits": max_bits,
-           "gemm_p4": {"avx512-vnni": gemm_p4_vnni, "avx2": gemm_p4_avx2, "ssse3": gemm_p4_ssse3}.get(
-               SIMD, gemm_p4_portable),
+           "gemm_p4": _GEMM,
            "gemv_i8": gemv_i8, "gemv_p4": _P4, "gemv_f16": gemv_f16,
            "gemv_p4_portable": gemv_p4, "gemv_p4_vnni": gemv_p4_vnni, "gemv_p4_avx2": gemv_p4_avx2,
            "gemv_p4_ssse3": gemv_p4_ssse3,
