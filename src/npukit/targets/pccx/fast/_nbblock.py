@@ -355,8 +355,8 @@ def _block(tab, start, flat, cc, state, hosts, q, info, lut32, lut64, tlut, tbit
 
 
 
-# one build per INT4 path (`_nbkernels.SIMD`: VNNI, AVX2, SSSE3 or portable, chosen before anything compiles),
+# one build per INT4 path (`_nbkernels.SIMD`: VNNI, AVX2, SSSE3 or portable, chosen before compiling),
 # each under its own name so numba's disk cache never hands one path the other's code
-_PATH = {"avx512-vnni": "_vnni", "avx2": "_avx2", "ssse3": "_ssse3"}.get(nbk.SIMD, "")
+_PATH = nbk._P4.__name__.removeprefix("gemv_p4")  # "_vnni", "_avx2", "_ssse3" or "" (the chosen GEMV's)
 _int4_row_nb = njit_variant(_int4_row, "block_int4_row" + _PATH, _OPTS, _p4=_p4, _p4_par=_p4_par)
 block = njit_variant(_block, "cvo_block" + _PATH, _OPTS, _int4_row_nb=_int4_row_nb)

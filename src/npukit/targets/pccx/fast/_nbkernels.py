@@ -6,15 +6,16 @@ the IEEE operation NumPy performs; the exactness arguments are in `kernels`.
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numba as nb
 import numpy as np
 
-from npukit.sim import compile_report, nb_avx2, nb_ssse3
-from npukit.sim.cpu import njit_variant
+from npukit.sim import compile_report
+from npukit.sim.cpu import INT4_FAMILIES, njit_variant
 from npukit.sim.nb_avx2 import dot4_u4s8_avx2, dot_u4s8_avx2
-from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes, probe
+from npukit.sim.nb_simd import ROWS, dot4_u4s8, dot_u4s8, prefetch_bytes
 from npukit.sim.nb_ssse3 import dot4_u4s8_ssse3, dot_u4s8_ssse3
 from npukit.targets.pccx.fast._nbround import bf16, bf16_64, f32_bits, rne16, round64
 
@@ -515,14 +516,15 @@ def max_bits(e_bits, d, lut32):
     return bb
 
 
-# the INT4 row-dot path, fastest first, chosen before any kernel is compiled (remembered per CPU and
-# target: npukit.sim.cpu): "avx512-vnni" where LLVM compiles vpdpbusd for numba's target and a trial
-# ran it exactly, else "avx2" where the same holds for vpmaddubsw/vpmaddwd on 256 bits, else "ssse3"
-# for their 128-bit forms, else "portable". A family is asked only where the ones before it are not fast.
-SIMD, SIMD_REASON = probe()
-for _family in (nb_avx2, nb_ssse3):
-    if SIMD == "portable":
-        SIMD, SIMD_REASON = _family.probe()
+# the INT4 row-dot path: the first fast family of `INT4_FAMILIES` (fastest first), chosen before any
+# kernel is compiled (remembered per CPU and target: npukit.sim.cpu): "avx512-vnni" where LLVM compiles
+# vpdpbusd for numba's target and a trial ran it exactly, else "avx2" where the same holds for
+# vpmaddubsw/vpmaddwd on 256 bits, else "ssse3" for their 128-bit forms, else "portable". A family is
+# asked only where the ones before it are not fast.
+for _module in INT4_FAMILIES:
+    SIMD, SIMD_REASON = importlib.import_module(_module).probe()
+    if SIMD != "portable":
+        break
 # each path's GEMV and GEMM builds (the portable ones where no family is fast)
 _P4, _GEMM = {"avx512-vnni": (gemv_p4_vnni, gemm_p4_vnni), "avx2": (gemv_p4_avx2, gemm_p4_avx2),
               "ssse3": (gemv_p4_ssse3, gemm_p4_ssse3)}.get(SIMD, (gemv_p4, gemm_p4_portable))

@@ -148,8 +148,9 @@ class FastSimulator(Simulator):
         self.fallbacks = 0
         self._k = kx._numba_kernels() if backend == "numba" else {}
         self.twins = TwinChooser()  # large GEMVs: parallel or serial twin, by what each costs now
-        # packed INT4 on VNNI or AVX2 beats unpacked int8 codes from K = 128 (AVX2 256x1024: 5.1 vs 11.5 us)
-        self.simd_rows = backend == "numba" and kx.simd() in ("avx512-vnni", "avx2", "ssse3")
+        # packed INT4 on a SIMD row dot (VNNI, AVX2, SSSE3) beats unpacked int8 codes from K = 128 (AVX2
+        # 256x1024: 5.1 vs 11.5 us)
+        self.simd_rows = backend == "numba" and kx.simd() not in ("portable", "none")
         self._codes: dict[tuple, Codes] = {}
         self._cached_bytes = 0
         self._plans: dict[tuple[int, ...], list[Callable[[], Work]]] = {}
